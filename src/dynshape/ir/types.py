@@ -1,0 +1,29 @@
+"""What the compiler knows about one tensor: dtype, symbolic shape, and (for shape arithmetic) its contents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Dim = Any  # int | dynshape.sym.Expr
+Shape = tuple  # tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """dtype + shape (+ known value).
+
+    `value`, when not None, is the tensor's content known at compile time: a numeric numpy array (a constant),
+    or an object array of `int | Expr` (a symbolic shape value, e.g. the output of `Shape`). Shape-arithmetic
+    rules propagate it so Reshape/Expand/ConstantOfShape/Range see exact symbolic sizes, never "unknown".
+    """
+
+    dtype: np.dtype
+    shape: Shape
+    value: np.ndarray | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
