@@ -27,3 +27,24 @@ class TensorType:
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+
+@dataclass(frozen=True)
+class SequenceType:
+    """An ONNX `seq(tensor)`: elements share `dtype`; `shape` is their common shape when known, else None.
+
+    Only the control-flow and sequence ops produce these; tensor shape rules never see them.
+    """
+
+    dtype: np.dtype
+    shape: Shape | None = None
+
+
+@dataclass(frozen=True)
+class OptionalType:
+    """An ONNX `optional(T)`: a value of type `elem`, or nothing (None at run time)."""
+
+    elem: TensorType | SequenceType
+
+
+ValueType = Any  # TensorType | SequenceType | OptionalType

@@ -1,0 +1,253 @@
+"""C compiler driver: C source -> shared library -> ctypes handle, with an in-process and an on-disk cache.
+
+Why a disk cache: gcc -O3 costs 0.1-1 s per kernel; a second process (or a second run of the same model)
+must load the library without compiling.  Entries are content-addressed by sha256 of everything that
+changes the binary (source, flags, link args, compiler identity and version, CPU, since we build with
+-march=native), written atomically (temp file + os.replace) so concurrent processes never see half a file,
+and verified against a sha256 sidecar on load: a corrupt entry is rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from dynshape.errors import DynshapeError
+
+__all__ = [
+    "DEFAULT_FLAGS",
+    "CompileError",
+    "build_shared",
+    "cache_dir",
+    "clear_memory_cache",
+    "compile_c",
+    "find_compiler",
+]
+
+# gcc's GNU C modes already contract a*b+c into FMA (-ffp-contract=fast is the default outside ISO modes);
+# -fno-math-errno lets sqrtf & co. vectorise.  No -ffast-math: it would break NaN/Inf semantics of ONNX ops.
+DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno")
+_FORMAT = "dynshape-cc-1"  # bump to invalidate every disk entry when the layout or key changes
+_COMPILE_TIMEOUT_S = 600
+
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
+class CompileError(DynshapeError):
+    """The C compiler is missing or rejected a kernel."""
+
+
+def cache_dir() -> Path:
+    """Disk cache root: $DYNSHAPE_CACHE_DIR, else $XDG_CACHE_HOME/dynshape, else ~/.cache/dynshape."""
+    explicit = os.environ.get("DYNSHAPE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "dynshape"
+
+
+def find_compiler() -> list[str]:
+    """The compiler command: $CC (may carry arguments, e.g. 'ccache gcc'), else cc, gcc or clang on PATH."""
+    cc = os.environ.get("CC")
+    if cc:
+        argv = shlex.split(cc)
+        exe = shutil.which(argv[0]) if argv else None
+        if exe is None:
+            raise CompileError(
+                f"CC={cc!r} is not an executable C compiler; set CC to an installed one (e.g. CC=gcc) "
+                "or unset it to use cc/gcc from PATH"
+            )
+        return [exe, *argv[1:]]
+    for name in ("cc", "gcc", "clang"):
+        exe = shutil.which(name)
+        if exe:
+            return [exe]
+    raise CompileError(
+        "no C compiler found (dynshape compiles kernels to native code): install one, e.g. "
+        "`apt-get install gcc` (Debian/Ubuntu) or `dnf install gcc`, or set CC=/path/to/compiler"
+    )
+
+
+@functools.cache
+def _compiler_identity(argv: tuple[str, ...]) -> str:
+    """Path + full `--version` text: a compiler upgrade must miss the cache."""
+    try:
+        proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        raise CompileError(f"cannot run the C compiler {' '.join(argv)}: {e}; install gcc or set CC") from e
+    return " ".join(argv) + "\n" + proc.stdout + proc.stderr
+
+
+@functools.cache
+def _machine_tag() -> str:
+    """Arch plus CPU model/flags: -march=native binaries must not reach an older CPU via a shared cache."""
+    tag = platform.machine()
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return tag + " " + platform.processor()
+    keep = [ln for ln in text.splitlines() if ln.split(":")[0].strip() in ("model name", "flags", "Features")]
+    return tag + "\n" + "\n".join(sorted(set(keep)))
+
+
+def _cache_key(source: str, flags: Sequence[str], link: Sequence[str], cc: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    ident = _compiler_identity(tuple(cc))
+    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, _machine_tag()):
+        h.update(part.encode())
+        h.update(b"\0\1\0")
+    return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _entry_ok(so: Path) -> bool:
+    """An entry is trusted only if its sidecar names exactly the bytes on disk."""
+    try:
+        return Path(str(so) + ".sha256").read_text().strip() == _file_sha256(so)
+    except OSError:
+        return False
+
+
+def _source_excerpt(source: str, stderr: str, src_name: str, context: int = 3) -> str:
+    """Numbered source lines around the first error the compiler reports for our file."""
+    m = re.search(rf"{re.escape(src_name)}:(\d+)(?::\d+)?:\s*(?:fatal )?error", stderr)
+    if not m:
+        return ""
+    line = int(m.group(1))
+    lines = source.splitlines()
+    lo, hi = max(1, line - context), min(len(lines), line + context)
+    return "\n".join(f"{'>' if i == line else ' '}{i:5d} | {lines[i - 1]}" for i in range(lo, hi + 1))
+
+
+def _compile(
+    source: str, name: str, flags: Sequence[str], link: Sequence[str], cc: list[str], dest: Path
+) -> None:
+    """Compile in a private temp dir next to dest, then publish .so, sidecar and source with os.replace."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
+    try:
+        src = work / f"{name}.c"
+        src.write_text(source)
+        out = work / f"{name}.so"
+        argv = [*cc, *flags, str(src), "-o", str(out), *link]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S)
+        except OSError as e:
+            raise CompileError(f"cannot run the C compiler {cc[0]}: {e}; install gcc or set CC") from e
+        except subprocess.TimeoutExpired as e:
+            raise CompileError(f"compiling kernel {name!r} took over {_COMPILE_TIMEOUT_S} s") from e
+        if proc.returncode != 0 or not out.exists():
+            msg = (proc.stderr + proc.stdout).replace(str(work) + os.sep, "").strip()
+            excerpt = _source_excerpt(source, msg, src.name)
+            parts = [f"C compiler failed on kernel {name!r} (exit {proc.returncode}): {shlex.join(argv)}"]
+            parts.append(msg[-4000:] or "(no compiler output)")
+            if excerpt:
+                parts.append(f"source around the error:\n{excerpt}")
+            raise CompileError("\n".join(parts))
+        digest = _file_sha256(out)
+        os.replace(out, dest)
+        _atomic_write(Path(str(dest) + ".sha256"), (digest + "\n").encode())
+        os.replace(src, dest.with_suffix(".c"))  # kept for debugging generated code; never read back
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)[:48] or "kernel"
+
+
+def _plan(
+    source: str, name: str, flags: Sequence[str], openmp: bool, link: Sequence[str]
+) -> tuple[Path, list[str], list[str]]:
+    """Cache path, compiler argv and final flags of one build."""
+    cc = find_compiler()
+    flags = [*flags, "-fopenmp"] if openmp else list(flags)
+    key = _cache_key(source, flags, link, cc)
+    return cache_dir() / key[:2] / f"{name}-{key[:40]}.so", cc, flags
+
+
+def build_shared(
+    source: str,
+    name: str = "kernel",
+    *,
+    flags: Sequence[str] = DEFAULT_FLAGS,
+    openmp: bool = False,
+    link: Sequence[str] = (),
+) -> Path:
+    """Path of a verified shared library built from `source`, compiling only on a disk-cache miss.
+
+    `flags` go before the source, `link` after it (-l/-L/-Wl, must follow the object files).
+    """
+    name = _safe_name(name)
+    so, cc, flags = _plan(source, name, flags, openmp, link)
+    if not _entry_ok(so):
+        _compile(source, name, flags, link, cc, so)
+    return so
+
+
+def compile_c(
+    source: str,
+    name: str = "kernel",
+    *,
+    flags: Sequence[str] = DEFAULT_FLAGS,
+    openmp: bool = False,
+    link: Sequence[str] = (),
+    symbols: Sequence[str] = (),
+) -> ctypes.CDLL:
+    """Compile (or fetch from cache) and load `source`; one load per process per distinct build.
+
+    `symbols`: functions the library must export; a missing one is a CompileError naming the kernel.
+    """
+    name = _safe_name(name)
+    with _lock:
+        so, cc, all_flags = _plan(source, name, flags, openmp, link)
+        lib = _loaded.get(str(so))
+        if lib is None:
+            for attempt in (0, 1):
+                if not _entry_ok(so):
+                    _compile(source, name, all_flags, link, cc, so)
+                try:
+                    lib = ctypes.CDLL(str(so))
+                    break
+                except OSError as e:
+                    # Verified bytes that still fail to load: rebuild once, never trust the entry.
+                    Path(str(so) + ".sha256").unlink(missing_ok=True)
+                    if attempt:
+                        raise CompileError(f"kernel {name!r} compiled but cannot be loaded: {e}") from e
+            _loaded[str(so)] = lib
+    missing = [s for s in symbols if not hasattr(lib, s)]
+    if missing:
+        raise CompileError(f"kernel {name!r} does not export {', '.join(missing)}")
+    return lib
+
+
+def clear_memory_cache() -> None:
+    """Forget loaded libraries (tests); the OS keeps them mapped, the disk cache is untouched."""
+    with _lock:
+        _loaded.clear()

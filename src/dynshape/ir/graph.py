@@ -1,0 +1,229 @@
+"""The graph IR: values, nodes, graphs, and the signature inference derives for them.
+
+A `Graph` is what every later layer consumes: nodes in topological order with decoded attributes, an inferred
+type for every value, and a `Signature`: the symbols the caller's inputs bind plus every fact inference found,
+each with the node it came from, so a violation can be explained instead of just reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
+
+KINDS = ("tensor", "sequence", "optional", "optional_sequence")
+
+
+@dataclass
+class Value:
+    """A named graph input or output as the model declares it (`shape` None: not declared)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple | None
+    kind: str = "tensor"  # one of KINDS
+
+    @property
+    def type(self) -> ValueType:
+        """The same declaration as a type object (TensorType / SequenceType / OptionalType)."""
+        if self.kind == "tensor":
+            return TensorType(self.dtype, self.shape if self.shape is not None else ())
+        seq = SequenceType(self.dtype, self.shape)
+        if self.kind == "sequence":
+            return seq
+        return OptionalType(seq if self.kind == "optional_sequence" else TensorType(self.dtype, self.shape or ()))
+
+    @staticmethod
+    def of(name: str, t: ValueType) -> Value:
+        """The Value declaring type `t` under `name`."""
+        if isinstance(t, TensorType):
+            return Value(name, t.dtype, t.shape)
+        if isinstance(t, SequenceType):
+            return Value(name, t.dtype, t.shape, "sequence")
+        inner = t.elem
+        kind = "optional_sequence" if isinstance(inner, SequenceType) else "optional"
+        return Value(name, inner.dtype, inner.shape, kind)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {format_type(self.type if self.shape is not None else None, self.dtype)}"
+
+
+@dataclass
+class Node:
+    """One op application. `inputs`/`outputs` are value names; '' marks an omitted optional input/output."""
+
+    op_type: str
+    domain: str
+    name: str
+    attrs: dict[str, Any]
+    inputs: list[str]
+    outputs: list[str]
+
+    def subgraphs(self) -> list[Graph]:
+        """Graph-valued attributes (If branches, Loop/Scan bodies), in attribute order."""
+        out: list[Graph] = []
+        for v in self.attrs.values():
+            if isinstance(v, Graph):
+                out.append(v)
+            elif isinstance(v, list):
+                out.extend(g for g in v if isinstance(g, Graph))
+        return out
+
+    def label(self) -> str:
+        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        return f"node {self.name!r} ({op})"
+
+
+@dataclass
+class Fact:
+    """Something inference learned about the symbols, and where (`origin`) it learned it.
+
+    `kind`: "eq" (two dims must be equal), "require" (a condition the inputs must meet), "derived" (a dim
+    computed from the input symbols), "fresh" (a data-dependent size, known only at run time).
+    `check`, when set, is a sym condition the executor evaluates against the bound symbols before running.
+    """
+
+    kind: str
+    text: str
+    origin: str
+    check: Any = None
+
+    def __str__(self) -> str:
+        return f"{self.text}  [{self.kind}; {self.origin}]"
+
+
+@dataclass
+class Signature:
+    """The symbols the caller's inputs bind (with ranges/divisibility) and the facts about them."""
+
+    symbols: dict[str, Any] = field(default_factory=dict)  # name -> symbol expression
+    facts: list[Fact] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = ["signature:"]
+        for s in self.symbols.values():
+            lines.append(f"  {describe_symbol(s)}")
+        if not self.symbols:
+            lines.append("  (no symbols: every input shape is static)")
+        for f in self.facts:
+            lines.append(f"  {f}")
+        return "\n".join(lines)
+
+
+@dataclass
+class Graph:
+    """A model graph. `types` maps every value name (inputs, initializers, node outputs) to its type."""
+
+    name: str
+    inputs: list[Value]
+    outputs: list[Value]
+    nodes: list[Node]
+    initializers: dict[str, np.ndarray] = field(default_factory=dict)
+    types: dict[str, ValueType] = field(default_factory=dict)
+    signature: Signature = field(default_factory=Signature)
+    opset_imports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def opset(self) -> int:
+        """The default-domain (ai.onnx) opset version."""
+        return self.opset_imports.get("", 0)
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """Every value whose numeric content is known: initializers plus whatever inference folded."""
+        out = dict(self.initializers)
+        for name, t in self.types.items():
+            if isinstance(t, TensorType) and t.value is not None and t.value.dtype != object:
+                out.setdefault(name, t.value)
+        return out
+
+    # ---- execution ------------------------------------------------------------------------------
+    def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Run with the numpy reference executor, checking inputs against the signature first."""
+        from dynshape.ir.execute import run_graph
+
+        return run_graph(self, inputs)
+
+    # ---- sizes ----------------------------------------------------------------------------------
+    def numel(self, name: str) -> Any:
+        """Element count of tensor `name` as `int | Expr` (None for sequences / unknown)."""
+        t = self.types.get(name)
+        if not isinstance(t, TensorType):
+            return None
+        n: Any = 1
+        for d in t.shape:
+            n = n * d
+        return n
+
+    def numel_bound(self, name: str) -> int | None:
+        """Upper bound of `numel(name)` over every admissible input; None when unbounded."""
+        return upper_bound(self.numel(name))
+
+    def memory_bound(self) -> MemoryBound:
+        """Worst-case peak bytes of live tensors under the reference schedule (liveness-aware)."""
+        from dynshape.ir.execute import memory_bound
+
+        return memory_bound(self)
+
+    # ---- printing -------------------------------------------------------------------------------
+    def __str__(self) -> str:
+        lines = [f"graph {self.name!r} (opset {self.opset})", str(self.signature), "inputs:"]
+        lines += [f"  {v.name}: {format_type(self.types.get(v.name), v.dtype)}" for v in self.inputs]
+        lines.append("nodes:")
+        for n in self.nodes:
+            outs = ", ".join(f"{o}: {format_type(self.types.get(o))}" for o in n.outputs if o)
+            lines.append(f"  {n.op_type} {n.name!r} -> {outs}")
+        lines.append("outputs:")
+        lines += [f"  {v.name}: {format_type(self.types.get(v.name), v.dtype)}" for v in self.outputs]
+        return "\n".join(lines)
+
+
+@dataclass
+class MemoryBound:
+    """Result of `Graph.memory_bound`: `bytes` is None when some live tensor has no finite bound."""
+
+    bytes: int | None
+    peak_node: str | None
+    unbounded: dict[str, list[str]]  # symbol name -> tensors whose size it leaves unbounded
+
+    def __str__(self) -> str:
+        if self.bytes is not None:
+            return f"peak live memory <= {self.bytes} bytes (at {self.peak_node})"
+        parts = [f"{s} (sizes of {', '.join(ts[:3])}{'...' if len(ts) > 3 else ''})"
+                 for s, ts in self.unbounded.items()]
+        return "memory is unbounded: no upper bound on " + "; ".join(parts) + "; declare max= for these dims"
+
+
+def upper_bound(e: Any) -> int | None:
+    """Upper bound of a dim expression (int passes through); None when unbounded or unknown."""
+    if e is None:
+        return None
+    if isinstance(e, (int, np.integer)):
+        return int(e)
+    from dynshape.sym import bounds
+
+    return bounds(e)[1]
+
+
+def describe_symbol(s: Any) -> str:
+    """`name in [lo, hi], multiple of k` for a bare symbol expression."""
+    if hasattr(s, "is_atom") and s.is_atom() and hasattr(s.atom(), "describe"):
+        return s.atom().describe()
+    return str(s)
+
+
+def format_type(t: ValueType | None, dtype: np.dtype | None = None) -> str:
+    """`float32[batch, seq, 768]`, `seq(float32[n])`, `optional(...)`; '?' when not inferred."""
+    if t is None:
+        return f"{dtype}[?]" if dtype is not None else "?"
+    if isinstance(t, OptionalType):
+        return f"optional({format_type(t.elem)})"
+    if isinstance(t, SequenceType):
+        inner = "?" if t.shape is None else ", ".join(str(d) for d in t.shape)
+        return f"seq({t.dtype}[{inner}])"
+    s = f"{t.dtype}[{', '.join(str(d) for d in t.shape)}]"
+    if t.value is not None and t.value.size <= 8:
+        s += " = [" + ", ".join(str(v) for v in t.value.reshape(-1).tolist()) + "]"
+    return s
