@@ -1,5 +1,6 @@
 """dynshape: compile once with symbolic dimensions, run every shape at shape-specialised speed."""
 
+from dynshape import sym
 from dynshape.errors import ConstraintViolation, DynshapeError, ModelError, ShapeError
 from dynshape.shape import ConstraintStore, any_dim, broadcast_shapes
 from dynshape.sym import (
@@ -17,7 +18,6 @@ from dynshape.sym import (
     prove,
     simplify,
     solve,
-    sym,
 )
 
 __version__ = "0.1.0"

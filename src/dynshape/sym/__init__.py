@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 from dynshape.errors import ShapeError
 from dynshape.sym.bounds import bounds, divisor
 from dynshape.sym.cond import Cond, divides, eq, le, lt, ne, prove
@@ -47,6 +50,15 @@ def sym(name: str, min: int = 1, max: int | None = None, multiple_of: int = 1) -
     """A named symbolic dimension: an integer in [min, max] (max None = unbounded), a multiple of multiple_of."""
     return Expr.from_atom(make_symbol(name, min, max, multiple_of))
 
+
+class _CallableModule(types.ModuleType):
+    """`dynshape.sym` is this package and also the constructor: `ds.sym("batch", max=64)`."""
+
+    def __call__(self, name: str, min: int = 1, max: int | None = None, multiple_of: int = 1) -> Expr:
+        return sym(name, min, max, multiple_of)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = [
     "Cond", "DimLike", "Expr", "OpAtom", "Symbol", "as_dim", "as_int", "bounds", "ceil_div", "check_symbol",

@@ -99,6 +99,21 @@ def prove(c: Cond) -> bool | None:
         if isinstance(c, bool):
             return c
         raise ShapeError(f"prove() takes a condition, got {type(c).__name__} {c!r}")
+    key = (c.kind, c.expr, c.k)
+    hit = _PROVE_CACHE.get(key, _MISSING)
+    if hit is not _MISSING:
+        return hit
+    if len(_PROVE_CACHE) > 200_000:
+        _PROVE_CACHE.clear()
+    out = _PROVE_CACHE[key] = _prove(c)
+    return out
+
+
+_PROVE_CACHE: dict = {}
+_MISSING = object()
+
+
+def _prove(c: Cond) -> bool | None:
     e = simplify(c.expr)
     if c.kind == "ge":
         return _nonneg(e, 0)
@@ -157,13 +172,25 @@ def _atoms(e: Expr):
         yield from m
 
 
+def _nested_in(e: DimLike, a: OpAtom) -> bool:
+    """Whether atom a occurs inside another atom of e (so e is not simply R + c*a with R free of a)."""
+    if isinstance(e, int):
+        return False
+    for x in _atoms(e):
+        if isinstance(x, OpAtom) and x != a:
+            for arg in x.args:
+                if isinstance(arg, Expr) and (any(y == a for y in _atoms(arg)) or _nested_in(arg, a)):
+                    return True
+    return False
+
+
 def _split_minmax(e: Expr, depth: int) -> bool | None:
     """Case analysis on one min/max atom: at every point it equals one of its arguments."""
     a = next((x for x in _atoms(e) if isinstance(x, OpAtom) and x.op in ("min", "max")), None)
     if a is None:
         return None
     linear = [(m, c) for m, c in e.terms if a in m]
-    if len(linear) == 1 and linear[0][0] == (a,):
+    if len(linear) == 1 and linear[0][0] == (a,) and not _nested_in(e, a):
         # e = R + c*atom: min <= arg_i and max >= arg_i give one-sided bounds from a single argument
         c = linear[0][1]
         lower_bound_from_one = (a.op == "min") == (c < 0)

@@ -124,6 +124,8 @@ def _fdiv_const(a: Expr, c: int) -> DimLike:
     q, r = _split(a, c)
     if isinstance(r, int):
         return q + r // c
+    if r.const and divisor(r - r.const) % c == 0:  # (Y + k)//c == Y//c + k//c when c | Y
+        return q + r.const // c + floordiv(r - r.const, c)
     g = math.gcd(_gcd_content(r), c)
     if g > 1:
         r = Expr.from_terms({m: coef // g for m, coef in r.terms}, r.const // g)
@@ -173,8 +175,8 @@ def _mod_const(a: Expr, c: int) -> DimLike:
     _, r = _split(a, c)
     if isinstance(r, int):
         return r % c
-    if divisor(r) % c == 0:
-        return 0
+    if divisor(r - r.const) % c == 0:  # (Y + k) % c == k % c when c | Y
+        return r.const % c
     g = math.gcd(_gcd_content(r), c)
     if g > 1:
         inner = Expr.from_terms({m: coef // g for m, coef in r.terms}, r.const // g)
@@ -285,11 +287,24 @@ def substitute(e: DimLike, mapping: dict) -> DimLike:
     return _rebuild(e, atom_fn)
 
 
+_SIMPLIFY_CACHE: dict = {}
+
+
 def simplify(e: DimLike) -> DimLike:
     """Canonical form using every symbol's range and divisibility (see the module docstring)."""
     e = _check(e)
     if isinstance(e, int):
         return e
+    hit = _SIMPLIFY_CACHE.get(e)
+    if hit is not None:
+        return hit
+    if len(_SIMPLIFY_CACHE) > 200_000:
+        _SIMPLIFY_CACHE.clear()
+    out = _SIMPLIFY_CACHE[e] = _simplify(e)
+    return out
+
+
+def _simplify(e: Expr) -> DimLike:
 
     def atom_fn(a):
         if isinstance(a, Symbol):
