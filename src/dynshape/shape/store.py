@@ -57,8 +57,9 @@ class ConstraintStore:
             self.bindings = {k: self._subst(v) for k, v in self.bindings.items()}
         return Expr.from_atom(new)
 
-    def _clash(self, name: str, what: str, extra: list[Fact] = (), fix: str | None = None) -> None:
-        facts = self.history.get(name, []) + list(extra)
+    def _clash(self, name: str, what: str, extra: list[Fact] = (), fix: str | None = None,
+               others: tuple = ()) -> None:
+        facts = [f for n in (name, *others) for f in self.history.get(n, [])] + list(extra)
         lines = "\n".join(f"  - {f.text}  (from {f.origin})" for f in facts)
         hint = f"\nfix: {fix}" if fix else ""
         raise ShapeError(f"contradiction on {name}: {what}\nthe clashing facts:\n{lines}{hint}")
@@ -114,8 +115,10 @@ class ConstraintStore:
         if names:
             fix = None
             if isinstance(b, int) and len(names) == 1:
-                fix = f"{names[0]} must make {a} equal {b} here; declare its range/divisibility to allow that"
-            self._clash(names[0], f"{text} can never hold", [Fact(text, origin)], fix=fix)
+                what = names[0] if str(a) == names[0] else f"{a} (over {names[0]})"
+                fix = (f"{what} must equal {b} here: change the declaration of {names[0]} to allow it, "
+                       "or feed this model only shapes that make it so")
+            self._clash(names[0], f"{text} can never hold", [Fact(text, origin)], fix=fix, others=tuple(names[1:]))
         raise ShapeError(f"{text} is impossible (from {origin})")
 
     def _pick_eliminable(self, diff: Expr) -> tuple | None:

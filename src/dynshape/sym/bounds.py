@@ -179,6 +179,9 @@ def atom_divisor(a: Atom) -> int:
         return reduce(math.gcd, (divisor(x) for x in a.args))
     if a.op == "mod" and isinstance(a.args[1], int):
         return math.gcd(divisor(a.args[0]), a.args[1])
+    if a.op == "fdiv" and isinstance(a.args[1], int):  # (c*k*m)//c == k*m: exact division keeps k
+        d = divisor(a.args[0])
+        return d // a.args[1] if d % a.args[1] == 0 else 1
     return 1
 
 

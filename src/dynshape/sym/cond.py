@@ -184,6 +184,14 @@ def _nested_in(e: DimLike, a: OpAtom) -> bool:
     return False
 
 
+def _nonneg_after(e: Expr, a: OpAtom, arg: DimLike, depth: int) -> bool | None:
+    """e >= 0 with atom a replaced by arg; None when the substitution is not even well-defined."""
+    try:
+        return _nonneg(simplify(substitute_atom(e, a, arg)), depth + 1)
+    except ShapeError:  # e.g. a divisor that is positive only thanks to the min/max
+        return None
+
+
 def _split_minmax(e: Expr, depth: int) -> bool | None:
     """Case analysis on one min/max atom: at every point it equals one of its arguments."""
     a = next((x for x in _atoms(e) if isinstance(x, OpAtom) and x.op in ("min", "max")), None)
@@ -194,13 +202,13 @@ def _split_minmax(e: Expr, depth: int) -> bool | None:
         # e = R + c*atom: min <= arg_i and max >= arg_i give one-sided bounds from a single argument
         c = linear[0][1]
         lower_bound_from_one = (a.op == "min") == (c < 0)
-        results = [_nonneg(simplify(substitute_atom(e, a, arg)), depth + 1) for arg in a.args]
+        results = [_nonneg_after(e, a, arg, depth) for arg in a.args]
         if lower_bound_from_one and any(r is True for r in results):
             return True
         if not lower_bound_from_one and any(r is False for r in results):
             return False
     else:
-        results = [_nonneg(simplify(substitute_atom(e, a, arg)), depth + 1) for arg in a.args]
+        results = [_nonneg_after(e, a, arg, depth) for arg in a.args]
     if all(r is True for r in results):
         return True
     if all(r is False for r in results):

@@ -1,0 +1,3 @@
+from dynshape.cli.main import main
+
+main()
