@@ -1,0 +1,205 @@
+"""Per-call shape work compiled once into one flat Python function.
+
+`make_binder(inputs, facts)` writes Python source that reads every input's shape, binds each symbol from
+the first axis that carries it (plain or linear), checks ranks, dtypes, ranges, divisors, cross-input
+agreement and the graph's residual facts, and returns the tuple of symbol values: the dispatch key.
+The fast path is straight-line comparisons (a few microseconds); only when a check fails does the slow
+path run the general solver to word a precise `ConstraintViolation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynshape.errors import ConstraintViolation
+from dynshape.sym import Cond, Expr, Symbol, solve
+from dynshape.sym.expr import DimLike, OpAtom
+from dynshape.sym.solve import check_symbol
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+
+def to_py(e: DimLike, names: dict[str, str]) -> str:
+    """Python source for e with symbols renamed (Python's // and % are floor-based, like ours)."""
+    if isinstance(e, int):
+        return f"({e})"
+    parts = []
+    for m, c in e.terms:
+        parts.append("*".join([str(c)] + [_atom_py(a, names) for a in m]))
+    if e.const:
+        parts.append(str(e.const))
+    return "(" + " + ".join(parts) + ")"
+
+
+def _atom_py(a, names: dict[str, str]) -> str:
+    if isinstance(a, Symbol):
+        return names[a.name]
+    assert isinstance(a, OpAtom)
+    args = [to_py(x, names) for x in a.args]
+    if a.op in ("min", "max"):
+        return f"{a.op}({', '.join(args)})"
+    return f"({args[0]} {'//' if a.op == 'fdiv' else '%'} {args[1]})"
+
+
+def symbols_of(inputs: list[InputSpec], facts: list) -> list[Symbol]:
+    """Every symbol the call depends on, in first-seen order over the inputs."""
+    seen: dict[str, Symbol] = {}
+    for spec in inputs:
+        for d in spec.shape:
+            if isinstance(d, Expr):
+                for s in sorted(d.syms, key=lambda s: s.name):
+                    seen.setdefault(s.name, s)
+    for cond, _ in facts:
+        if isinstance(cond.expr, Expr):
+            for s in cond.expr.syms:
+                seen.setdefault(s.name, s)
+    return list(seen.values())
+
+
+def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype: bool = True):
+    """Compile `bind(feed: dict) -> (arrays, key)`; key holds the symbol values in `symbols_of` order."""
+    facts = list(facts or [])
+    syms = symbols_of(inputs, facts)
+    names = {s.name: f"s{i}" for i, s in enumerate(syms)}
+    bound: set[str] = set()
+    lines = ["def bind(feed):", "    try:"]
+    body: list[str] = [f"if len(feed) != {len(inputs)}: return _slow(feed)"]
+    checks: list[str] = []
+    for k, spec in enumerate(inputs):
+        a = f"a{k}"
+        body.append(f"{a} = feed[{spec.name!r}]")
+        body.append(f"if type({a}) is not _nd or not {a}.flags.c_contiguous: {a} = _conv({a}, {k})")
+        if check_dtype:
+            body.append(f"if {a}.dtype is not _dt{k} and {a}.dtype != _dt{k}: return _slow(feed)")
+        body.append(f"sh{k} = {a}.shape")
+        body.append(f"if len(sh{k}) != {len(spec.shape)}: return _slow(feed)")
+        for ax, d in enumerate(spec.shape):
+            v = f"sh{k}[{ax}]"
+            if isinstance(d, int):
+                checks.append(f"{v} != {d}")
+                continue
+            lin = _bare_or_linear(d)
+            if lin is not None and lin[0].name not in bound:
+                s, c, k0 = lin
+                n = names[s.name]
+                if c == 1 and k0 == 0:
+                    body.append(f"{n} = {v}")
+                else:
+                    body.append(f"{n}, _r = divmod({v} - ({k0}), {c})")
+                    body.append("if _r: return _slow(feed)")
+                bound.add(s.name)
+                _range_checks(s, n, checks)
+            else:
+                checks.append(f"{v} != {to_py(d, names)}")
+    unbound = [s.name for s in syms if s.name not in bound]
+    if unbound:  # symbols no input axis carries linearly: bind them with the general solver
+        body.append("_env = _solve_all(feed)")
+        for s in syms:
+            if s.name in unbound:
+                body.append(f"{names[s.name]} = _env[{s.name!r}]")
+                _range_checks(s, names[s.name], checks)
+    for cond, _ in facts:
+        checks.append(_fact_violated_py(cond, names))
+    if checks:
+        body.append("if " + " or ".join(checks) + ": return _slow(feed)")
+    key = "(" + "".join(f"{names[s.name]}, " for s in syms) + ")"
+    body.append(f"return ({', '.join(f'a{k}' for k in range(len(inputs)))}{',' if len(inputs) == 1 else ''}), {key}")
+    lines += ["        " + ln for ln in body]
+    lines += ["    except KeyError:", "        return _slow(feed)"]
+    src = "\n".join(lines)
+
+    def _conv(a, k):
+        spec = inputs[k]
+        if not isinstance(a, np.ndarray):
+            try:
+                a = np.asarray(a)
+            except Exception as exc:  # noqa: BLE001 - any conversion failure is the user's input
+                what = type(a).__name__
+                raise ConstraintViolation(f"input {spec.name!r}: cannot convert {what} to an array") from exc
+        return np.ascontiguousarray(a)
+
+    def _solve_all(feed):
+        obs = []
+        for spec in inputs:
+            shp = np.shape(feed[spec.name])
+            for ax, d in enumerate(spec.shape):
+                obs.append((d, int(shp[ax]), f"input {spec.name!r} axis {ax}"))
+        return solve(obs)
+
+    def _slow(feed):
+        explain_violation(inputs, facts, feed, check_dtype)
+        raise AssertionError("binder fast path rejected an input the slow path accepts:\n" + src)
+
+    scope = {"_nd": np.ndarray, "_conv": _conv, "_slow": _slow, "_solve_all": _solve_all}
+    for k, spec in enumerate(inputs):
+        scope[f"_dt{k}"] = np.dtype(spec.dtype)
+    exec(compile(src, "<dynshape binder>", "exec"), scope)  # noqa: S102 - our own generated source
+    bind = scope["bind"]
+    bind.source = src
+    bind.symbols = syms
+    return bind
+
+
+def _bare_or_linear(d: Expr):
+    if len(d.terms) != 1:
+        return None
+    (m, c), = d.terms
+    if len(m) != 1 or not isinstance(m[0], Symbol) or c <= 0:
+        return None
+    return m[0], c, d.const
+
+
+def _range_checks(s: Symbol, n: str, checks: list[str]) -> None:
+    checks.append(f"{n} < {s.lo}")
+    if s.hi is not None:
+        checks.append(f"{n} > {s.hi}")
+    if s.mult > 1:
+        checks.append(f"{n} % {s.mult}")
+
+
+def _fact_violated_py(cond: Cond, names: dict[str, str]) -> str:
+    e = to_py(cond.expr, names)
+    return {"ge": f"{e} < 0", "eq": f"{e} != 0", "ne": f"{e} == 0", "div": f"{e} % {cond.k}"}[cond.kind]
+
+
+def explain_violation(inputs: list[InputSpec], facts: list, feed: dict, check_dtype: bool = True) -> None:
+    """Raise the precise ConstraintViolation for a feed the fast path rejected."""
+    if not isinstance(feed, dict):
+        raise ConstraintViolation(f"inputs must be a dict of name -> array, got {type(feed).__name__}")
+    expected = [s.name for s in inputs]
+    missing = [n for n in expected if n not in feed]
+    extra = [n for n in feed if n not in expected]
+    if missing or extra:
+        raise ConstraintViolation(f"inputs: missing {missing}, unexpected {extra}; the model takes {expected}")
+    obs = []
+    for spec in inputs:
+        a = feed[spec.name]
+        shp = np.shape(a)
+        dt = getattr(a, "dtype", None)
+        if check_dtype and dt is not None and np.dtype(dt) != np.dtype(spec.dtype):
+            raise ConstraintViolation(f"input {spec.name!r}: dtype {np.dtype(dt)} but the model takes "
+                                      f"{np.dtype(spec.dtype)}")
+        if len(shp) != len(spec.shape):
+            raise ConstraintViolation(f"input {spec.name!r}: rank {len(shp)} (shape {tuple(shp)}) but the model "
+                                      f"takes rank {len(spec.shape)} {_fmt_shape(spec.shape)}")
+        for ax, d in enumerate(spec.shape):
+            obs.append((d, int(shp[ax]), f"input {spec.name!r} axis {ax} ({d})"))
+    env = solve(obs)
+    for s in symbols_of(inputs, []):
+        if s.name in env:
+            check_symbol(s, env[s.name], f"{s.name}")
+    for cond, origin in facts:
+        if not cond.evaluate(env):
+            vals = ", ".join(f"{n} = {env[n]}" for n in sorted(cond.free_symbols))
+            raise ConstraintViolation(f"the model requires {cond.text} (from {origin}); this call has {vals}")
+
+
+def _fmt_shape(shape: tuple) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
