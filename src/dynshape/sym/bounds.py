@@ -154,6 +154,12 @@ def interval(e: DimLike) -> tuple:
         for at_low in (True, False):
             l2, h2 = _shifted(e, at_low)
             lo, hi = max(lo, l2), min(hi, h2)
+        rewritten = without_fdiv(e)
+        if rewritten is not None:  # scale*e == out, e an integer
+            out, scale = rewritten
+            l2, h2 = interval(out)
+            lo = max(lo, -((-l2) // scale) if l2 != -INF else -INF)
+            hi = min(hi, h2 // scale if h2 != INF else INF)
     d = divisor(e)
     if d > 1:
         if lo != -INF:
@@ -164,6 +170,30 @@ def interval(e: DimLike) -> tuple:
         _CACHE.clear()
     _CACHE[e] = (lo, hi)
     return lo, hi
+
+
+def without_fdiv(e: Expr) -> tuple | None:
+    """(out, scale) with scale*e == out, each linear c*(X//d) rewritten as c*scale/d*(X - X%d).
+
+    X % d then enters as an atom bounded by [0, d-1] on its own: a sound relaxation that keeps the
+    correlation between X and X//d that plain interval arithmetic loses ((b+7)//8*8 - b is in [0, 7]).
+    """
+    fdivs = {a for m, _ in e.terms for a in m if isinstance(a, OpAtom) and a.op == "fdiv"
+             and isinstance(a.args[1], int)}
+    if not fdivs or any(len(m) > 1 and any(a in fdivs for a in m) for m, _ in e.terms):
+        return None
+    scale = 1
+    for a in fdivs:
+        scale = math.lcm(scale, a.args[1])
+    out: DimLike = e.const * scale
+    for m, c in e.terms:
+        a = m[0]
+        if len(m) == 1 and a in fdivs:
+            x, d = a.args
+            out = out + (c * scale // d) * (x - Expr.from_atom(OpAtom("mod", (x, d))))
+        else:
+            out = out + c * scale * Expr.from_terms({m: 1})
+    return out, scale
 
 
 def bounds(e: DimLike) -> tuple[int | None, int | None]:

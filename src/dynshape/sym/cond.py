@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from dynshape.errors import ShapeError
-from dynshape.sym.bounds import atom_divisor, interval
+from dynshape.sym.bounds import atom_divisor, interval, without_fdiv
 from dynshape.sym.expr import DimLike, Expr, OpAtom, _check
 from dynshape.sym.rewrite import mod, simplify, substitute_atom
 
@@ -217,25 +217,15 @@ def _split_minmax(e: Expr, depth: int) -> bool | None:
 
 
 def _eliminate_fdiv(e: Expr, depth: int) -> bool | None:
-    """Rewrite c*(X//d) as c/d*(X - X%d) (scaling e by the lcm of the d's): an identity, with X%d bounded."""
-    fdivs = {a for a in _atoms(e) if isinstance(a, OpAtom) and a.op == "fdiv" and isinstance(a.args[1], int)}
-    if not fdivs or any(len(m) > 1 and any(a in fdivs for a in m) for m, _ in e.terms):
+    """Decide on scale*e with every linear X//d written as (X - X%d)/d (see bounds.without_fdiv)."""
+    rewritten = without_fdiv(e)
+    if rewritten is None:
         return None
-    scale = 1
-    for a in fdivs:
-        scale = math.lcm(scale, a.args[1])
-    out: DimLike = e.const * scale
-    for m, c in e.terms:
-        a = m[0]
-        if len(m) == 1 and a in fdivs:
-            x, d = a.args
-            out = out + (c * scale // d) * (x - Expr.from_atom(OpAtom("mod", (x, d))))
-        else:
-            out = out + c * scale * Expr.from_terms({m: 1})
+    out, scale = rewritten
     if isinstance(out, int):
         return out >= 0
     lo, hi = interval(out)
-    if lo >= 0:
+    if lo > -scale:  # e is an integer in [ceil(lo/scale), floor(hi/scale)]
         return True
     if hi < 0:
         return False
