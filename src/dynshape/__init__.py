@@ -22,8 +22,26 @@ from dynshape.sym import (
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "load_onnx": ("dynshape.frontends.onnx", "load_onnx"),
+    "compile": ("dynshape.runtime.executable", "compile"),
+    "Executable": ("dynshape.runtime.executable", "Executable"),
+    "Graph": ("dynshape.ir.graph", "Graph"),
+    "TensorType": ("dynshape.ir.types", "TensorType"),
+}
+
+
+def __getattr__(name: str):
+    """The graph, frontend and compiler layers load on first use, so `import dynshape` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'dynshape' has no attribute {name!r}")
+
 __all__ = [
     "Cond", "ConstraintStore", "ConstraintViolation", "any_dim", "broadcast_shapes",
-    "DynshapeError", "Expr", "ModelError", "ShapeError", "Symbol", "bounds",
+    "DynshapeError", "Executable", "Graph", "TensorType", "compile", "load_onnx", "Expr", "ModelError", "ShapeError", "Symbol", "bounds",
     "ceil_div", "divides", "eq", "is_expr", "max_", "min_", "ne", "prove", "simplify", "solve", "sym",
 ]

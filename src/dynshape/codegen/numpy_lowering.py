@@ -1,0 +1,181 @@
+"""Fast numpy lowerings of the hot ops, used by compiled executables instead of the references.
+
+The references favour exactness over speed (float64 internals, every dtype, every attribute). A lowering
+is specialised at compile time for one node's attributes and returns `fn(inputs) -> outputs`, or None when
+that node needs something it does not cover (then the reference runs). Every lowering computes in the
+input's own dtype; tests compare them with the references.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dynshape.ops import registry
+
+_FLOATS = (np.float32, np.float64)
+
+
+def _is_float(x: np.ndarray) -> bool:
+    return x.dtype.type in _FLOATS
+
+
+def _matmul(attrs: dict):
+    def fn(args):
+        a, b = args
+        if not (_is_float(a) and a.dtype == b.dtype):
+            return None
+        if b.ndim == 2 and a.ndim > 2:  # one BLAS call over all rows instead of numpy's per-matrix loop
+            return [(a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])]
+        return [np.matmul(a, b)]
+
+    return fn
+
+
+def _gemm(attrs: dict):
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    ta, tb = attrs.get("transA", 0), attrs.get("transB", 0)
+
+    def fn(args):
+        a, b = args[0], args[1]
+        c = args[2] if len(args) > 2 else None
+        if not _is_float(a):
+            return None
+        y = (a.T if ta else a) @ (b.T if tb else b)
+        if alpha != 1.0:
+            y *= a.dtype.type(alpha)
+        if c is not None:
+            y += c if beta == 1.0 else a.dtype.type(beta) * c
+        return [y]
+
+    return fn
+
+
+def _erf32(x: np.ndarray) -> np.ndarray:
+    """erf with |error| < 1.2e-7 (Numerical Recipes erfc Chebyshev fit), vectorised in numpy."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
+    r = 1.0 - t * np.exp(poly)
+    return np.copysign(r, x).astype(x.dtype, copy=False)
+
+
+def _unary(f):
+    def lower(attrs: dict):
+        def fn(args):
+            x = args[0]
+            return [f(x)] if _is_float(x) else None
+
+        return fn
+
+    return lower
+
+
+def _binary(ufunc):
+    def lower(attrs: dict):
+        def fn(args):
+            a, b = args
+            if not (_is_float(a) and a.dtype == b.dtype):
+                return None
+            return [ufunc(a, b)]
+
+        return fn
+
+    return lower
+
+
+def _softmax(attrs: dict):
+    if attrs.get("_opset", 13) < 13:
+        return None
+    axis = attrs.get("axis", -1)
+
+    def fn(args):
+        x = args[0]
+        if not _is_float(x):
+            return None
+        y = x - x.max(axis=axis, keepdims=True)
+        np.exp(y, out=y)
+        y /= y.sum(axis=axis, keepdims=True)
+        return [y]
+
+    return fn
+
+
+def _layernorm(attrs: dict):
+    axis, eps = attrs.get("axis", -1), attrs.get("epsilon", 1e-5)
+
+    def fn(args):
+        x, scale = args[0], args[1]
+        bias = args[2] if len(args) > 2 else None
+        if not _is_float(x) or (axis != -1 and axis != x.ndim - 1):
+            return None
+        mean = x.mean(axis=-1, keepdims=True)
+        d = x - mean
+        var = np.mean(d * d, axis=-1, keepdims=True)
+        y = d / np.sqrt(var + x.dtype.type(eps))
+        y *= scale
+        if bias is not None:
+            y += bias
+        return [y]
+
+    return fn
+
+
+def _gelu(attrs: dict):
+    if attrs.get("approximate", "none") != "none":
+        return None
+    inv = 1.0 / math.sqrt(2.0)
+
+    def fn(args):
+        x = args[0]
+        return [0.5 * x * (1 + _erf32(x * x.dtype.type(inv)))] if _is_float(x) else None
+
+    return fn
+
+
+_LOWERINGS = {
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "Erf": _unary(_erf32),
+    "Tanh": _unary(np.tanh),
+    "Sqrt": _unary(np.sqrt),
+    "Exp": _unary(np.exp),
+    "Relu": _unary(lambda x: np.maximum(x, 0)),
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+    "Div": _binary(np.divide),
+    "Softmax": _softmax,
+    "LayerNormalization": _layernorm,
+    "Gelu": _gelu,
+}
+
+
+def _with_fallback(lower, reference):
+    """Wrap a lowering so that inputs it does not cover (dtype, layout) go to the reference."""
+
+    def make(attrs: dict):
+        fast = lower(attrs)
+        if fast is None:
+            return None
+
+        def fn(args):
+            out = fast(args)
+            return reference(args, attrs) if out is None else out
+
+        return fn
+
+    return make
+
+
+def install() -> None:
+    """Register the lowerings on their OpDefs (idempotent)."""
+    for name, lower in _LOWERINGS.items():
+        op = registry.get(name)
+        if op is not None and "numpy" not in op.lower:
+            op.lower["numpy"] = _with_fallback(lower, op.reference)
+
+
+install()
