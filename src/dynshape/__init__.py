@@ -41,7 +41,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'dynshape' has no attribute {name!r}")
 
 __all__ = [
-    "Cond", "ConstraintStore", "ConstraintViolation", "any_dim", "broadcast_shapes",
-    "DynshapeError", "Executable", "Graph", "TensorType", "compile", "load_onnx", "Expr", "ModelError", "ShapeError", "Symbol", "bounds",
-    "ceil_div", "divides", "eq", "is_expr", "max_", "min_", "ne", "prove", "simplify", "solve", "sym",
+    "Cond", "ConstraintStore", "ConstraintViolation", "DynshapeError", "Executable", "Expr", "Graph", "ModelError",
+    "ShapeError", "Symbol", "TensorType", "any_dim", "bounds", "broadcast_shapes", "ceil_div", "compile", "divides",
+    "eq", "is_expr", "load_onnx", "max_", "min_", "ne", "prove", "simplify", "solve", "sym",
 ]
