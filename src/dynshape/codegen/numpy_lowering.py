@@ -27,8 +27,10 @@ def _matmul(attrs: dict):
         if not (_is_float(a) and a.dtype == b.dtype):
             return None
         if b.ndim == 2 and a.ndim > 2:  # one BLAS call over all rows instead of numpy's per-matrix loop
+            a = np.ascontiguousarray(a)
             return [(a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])]
-        return [np.matmul(a, b)]
+        # numpy's stacked matmul leaves BLAS for strided operands (20x slower): copy them once
+        return [np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))]
 
     return fn
 
@@ -60,6 +62,40 @@ def _erf32(x: np.ndarray) -> np.ndarray:
         -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))
     r = 1.0 - t * np.exp(poly)
     return np.copysign(r, x).astype(x.dtype, copy=False)
+
+
+_ERF_C = """
+void ds_erf_f32(const float *restrict x, float *restrict y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]);
+}
+"""
+_erf_kernel = None
+
+
+def _erf_native(x: np.ndarray) -> np.ndarray:
+    """erf through a vectorised C kernel (codegen.cgen's ds_erff); numpy fallback without a compiler."""
+    global _erf_kernel
+    if x.dtype != np.float32:
+        return _erf32(x)
+    if _erf_kernel is None:
+        try:
+            import ctypes
+
+            from dynshape.codegen.cc import compile_c
+            from dynshape.codegen.cgen import prelude
+
+            lib = compile_c(prelude() + _ERF_C, "erf_f32", symbols=["ds_erf_f32"])
+            fn = lib.ds_erf_f32
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
+            _erf_kernel = fn
+        except Exception:  # noqa: BLE001 - no compiler: the numpy formula is exact enough, just slower
+            _erf_kernel = False
+    if not _erf_kernel:
+        return _erf32(x)
+    x = np.ascontiguousarray(x)
+    y = np.empty_like(x)
+    _erf_kernel(x.ctypes.data, y.ctypes.data, x.size)
+    return y
 
 
 def _unary(f):
@@ -138,7 +174,7 @@ def _gelu(attrs: dict):
 _LOWERINGS = {
     "MatMul": _matmul,
     "Gemm": _gemm,
-    "Erf": _unary(_erf32),
+    "Erf": _unary(_erf_native),
     "Tanh": _unary(np.tanh),
     "Sqrt": _unary(np.sqrt),
     "Exp": _unary(np.exp),
