@@ -22,10 +22,14 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import numpy_lowering
+from dynshape.codegen.cc import compile_c
+from dynshape.codegen.cgen import prelude
+from dynshape.codegen.fused_c import emit_group, make_step
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
+from dynshape.passes.fusion import Group, fuse
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
 from dynshape.sym import Expr
 
@@ -36,6 +40,7 @@ class _Step:
     inputs: tuple
     outputs: tuple
     label: str
+    needs_key: bool = False
 
 
 @dataclass
@@ -106,10 +111,11 @@ def _lower(node, opset: int):
 class Executable:
     """The result of `ds.compile`: call it with arrays; every shape the signature admits runs."""
 
-    def __init__(self, graph: Graph, specialize: list | None = None):
+    def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True):
         if any(n.subgraphs() for n in graph.nodes):
             raise DynshapeError("compiling graphs with If/Loop is not supported yet; use graph.run()")
         self.graph = graph
+        self.fuse = fuse
         specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
         facts = [(f.check, f.origin) for f in graph.signature.facts if getattr(f, "check", None) is not None
                  and hasattr(f.check, "kind")]
@@ -143,12 +149,39 @@ class Executable:
         probe_names = self._probe_symbolic(symvals)
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
-        steps = [_Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name) for n in live]
+        steps = self._steps(live, known) if self.fuse else [
+            _Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name) for n in live]
         fixed = {k: v for k, v in consts.items() if k in needed}
         if key is not None:
             fixed.update({k: v for k, v in symvals(key).items() if k in needed})
             return Variant(key, steps, fixed, None)
         return Variant(None, steps, fixed, symvals)
+
+    def _steps(self, live: list, known: set) -> list:
+        """Fuse elementwise chains into C kernels (one library per build); the rest via lowerings."""
+        g = self.graph
+        items = fuse(live, g, known)
+        key_names = {s.name for s in self.symbols}
+        kernels = {}
+        for i, item in enumerate(items):
+            if isinstance(item, Group):
+                k = emit_group(item, g, f"ds_fused_{i}", key_names)
+                if k is not None:
+                    kernels[i] = k
+        lib = None
+        if kernels:
+            src = prelude() + "".join(k.source for k in kernels.values())
+            lib = compile_c(src, f"{g.name or 'graph'}_fused", symbols=[k.name for k in kernels.values()])
+        steps = []
+        for i, item in enumerate(items):
+            if i in kernels:
+                k = kernels[i]
+                steps.append(_Step(make_step(k, lib, self.symbols), tuple(k.inputs), tuple(k.outputs),
+                                   "+".join(n.name for n in item.nodes), needs_key=True))
+            else:
+                for n in (item.nodes if isinstance(item, Group) else [item]):
+                    steps.append(_Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name))
+        return steps
 
     def _probe_symbolic(self, symvals) -> set:
         """Names the symbolic-value function computes (evaluated at the symbols' lower bounds)."""
@@ -185,7 +218,8 @@ class Executable:
         for spec, a in zip(self.graph.inputs, arrays):
             values[spec.name] = a
         for step in variant.steps:
-            outs = step.fn([values[x] if x else None for x in step.inputs])
+            args = [values[x] if x else None for x in step.inputs]
+            outs = step.fn(args, key) if step.needs_key else step.fn(args)
             for name, out in zip(step.outputs, outs):
                 if name:
                     values[name] = out if isinstance(out, np.ndarray) else np.asarray(out)
@@ -215,6 +249,9 @@ class Executable:
         }
 
 
-def compile(graph: Graph, specialize: list | None = None) -> Executable:  # noqa: A001 - the public name
-    """Compile a graph once; the result runs every admissible shape without recompiling."""
-    return Executable(graph, specialize)
+def compile(graph: Graph, specialize: list | None = None, fuse: bool = True) -> Executable:  # noqa: A001
+    """Compile a graph once; the result runs every admissible shape without recompiling.
+
+    `fuse=False` keeps one step per op (no generated C): the baseline fusion is measured against.
+    """
+    return Executable(graph, specialize, fuse)

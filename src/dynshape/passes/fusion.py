@@ -1,0 +1,147 @@
+"""Elementwise fusion: chains of float32 elementwise ops become one loop nest (one pass over memory).
+
+A group runs at the position of its first node, so a node may join a group only when every input it takes
+from outside the group is already computed there. Values a group produces that anything outside it reads
+(or that are graph outputs) are its outputs; the others never reach memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dynshape.ir.graph import Graph, Node
+from dynshape.ir.types import TensorType
+
+# op -> number of float inputs it reads (Where reads a bool condition first)
+ELEMENTWISE = {
+    "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Erf", "Tanh", "Sigmoid", "Relu",
+    "Pow", "Where", "Identity",
+}
+
+
+@dataclass
+class Group:
+    nodes: list[Node] = field(default_factory=list)
+    shape: tuple = ()
+    inputs: list[str] = field(default_factory=list)  # external values, in first-use order
+    outputs: list[str] = field(default_factory=list)  # values read outside the group
+
+
+def _float32(t) -> bool:
+    return isinstance(t, TensorType) and np.dtype(t.dtype) == np.float32
+
+
+def eligible(node: Node, graph: Graph) -> bool:
+    """An elementwise node on float32 tensors whose output has the broadcast shape of its inputs."""
+    if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
+        return False
+    out = graph.types.get(node.outputs[0])
+    if not _float32(out):
+        return False
+    ins = [graph.types.get(x) for x in node.inputs]
+    if any(t is None or not isinstance(t, TensorType) for t in ins) or not node.inputs or "" in node.inputs:
+        return False
+    data = ins[1:] if node.op_type == "Where" else ins
+    if node.op_type == "Where" and np.dtype(ins[0].dtype) != np.bool_:
+        return False
+    if node.op_type == "Pow" and not (len(ins) == 2 and _scalar_const(node.inputs[1], graph) is not None):
+        return False
+    return all(_float32(t) for t in (data if node.op_type != "Pow" else data[:1])) and all(
+        broadcast_pattern(tuple(t.shape), tuple(out.shape)) is not None for t in ins)
+
+
+def broadcast_pattern(shape: tuple, out: tuple) -> tuple | None:
+    """Per output axis: True where `shape` (right-aligned) spans it, False where it broadcasts; None if neither."""
+    if len(shape) > len(out):
+        return None
+    pad = len(out) - len(shape)
+    pattern = []
+    for k, d in enumerate(out):
+        if k < pad:
+            pattern.append(False)
+            continue
+        e = shape[k - pad]
+        if isinstance(e, int) and e == 1 and not (isinstance(d, int) and d == 1):
+            pattern.append(False)
+        elif e == d:
+            pattern.append(True)
+        else:
+            return None
+    return tuple(pattern)
+
+
+def _scalar_const(name: str, graph: Graph):
+    t = graph.types.get(name)
+    if isinstance(t, TensorType) and t.value is not None and t.value.dtype != object and t.value.size == 1:
+        return float(np.asarray(t.value).reshape(-1)[0])
+    c = graph.initializers.get(name)
+    if c is not None and c.size == 1:
+        return float(c.reshape(-1)[0])
+    return None
+
+
+def fuse(nodes: list[Node], graph: Graph, known: set) -> list:
+    """Partition live nodes into single nodes and Groups (in execution order)."""
+    pos = {id(n): i for i, n in enumerate(nodes)}
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    consumers: dict[str, list] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                consumers.setdefault(x, []).append(n)
+    graph_outputs = {v.name for v in graph.outputs}
+    group_of: dict[int, Group] = {}
+    first: dict[int, int] = {}
+    order: list = []
+    for n in nodes:
+        if not eligible(n, graph):
+            order.append(n)
+            continue
+        out_shape = tuple(graph.types[n.outputs[0]].shape)
+        target = None
+        for x in n.inputs:
+            p = producer.get(x)
+            g = group_of.get(id(p)) if p is not None else None
+            if g is None or g.shape != out_shape:
+                continue
+            ok = True
+            for y in n.inputs:  # every outside input must exist before the group's first node
+                q = producer.get(y)
+                if q is None or y in known or group_of.get(id(q)) is g:
+                    continue
+                if pos[id(q)] >= first[id(g)]:
+                    ok = False
+                    break
+            if ok:
+                target = g
+                break
+        if target is None:
+            target = Group(shape=out_shape)
+            first[id(target)] = pos[id(n)]
+            order.append(target)
+        target.nodes.append(n)
+        group_of[id(n)] = target
+    out: list = []
+    for item in order:
+        if isinstance(item, Group):
+            if len(item.nodes) == 1 and item.nodes[0].op_type == "Identity":
+                out.append(item.nodes[0])
+                continue
+            _finish(item, consumers, graph_outputs, group_of)
+        out.append(item)
+    return out
+
+
+def _finish(g: Group, consumers: dict, graph_outputs: set, group_of: dict) -> None:
+    produced = {o for n in g.nodes for o in n.outputs}
+    for n in g.nodes:
+        for x in n.inputs:
+            if x not in produced and x not in g.inputs:
+                g.inputs.append(x)
+    for n in g.nodes:
+        o = n.outputs[0]
+        outside = any(group_of.get(id(c)) is not g for c in consumers.get(o, []))
+        if outside or o in graph_outputs:
+            g.outputs.append(o)
