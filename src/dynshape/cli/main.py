@@ -1,29 +1,38 @@
-"""The `dynshape` command line."""
+"""The `dynshape` command line (also `python -m dynshape`).
+
+Exit codes: 0 success; 1 bad input, model or constraint (one message on stderr, no traceback); 2 bad
+invocation (unknown option, malformed --dim or shape, a path that does not exist).
+"""
 
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 
-app = typer.Typer(help="dynshape: compile once with symbolic dimensions, run every shape.", no_args_is_help=True,
-                  add_completion=False)
-console = Console()
+from dynshape.cli import bench_cmd, demo_cmd, inspect_cmd, run_cmd
 
+HELP = """dynshape: compile once with symbolic dimensions, run every shape.
 
-@app.command()
-def demo() -> None:
-    """Tour of dynshape on built-in examples (nothing downloaded).
+Exit codes: 0 ok; 1 bad input, model or constraint (a one-paragraph message, no traceback);
+2 bad invocation (unknown option, malformed --dim or shape, missing file).
+"""
 
-    Example: dynshape demo
-    """
-    from dynshape.cli.demo_sym import run_sym_demo
+EPILOG = """Examples:
 
-    run_sym_demo(console)
+  dynshape demo
 
+  dynshape inspect model.onnx --dim batch=1:8 --dim seq=1:512:8
 
-@app.callback()
-def _root() -> None:
-    """Exit codes: 0 ok, 1 bad input or model (a clear message), 2 bad invocation."""
+  dynshape run model.onnx --shape 2x16 -o out/
+
+  dynshape bench model.onnx --shapes 1x16,8x128 --plot latency.png
+"""
+
+app = typer.Typer(help=HELP, epilog=EPILOG, no_args_is_help=True, add_completion=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+app.command("demo", epilog=demo_cmd.EPILOG)(demo_cmd.demo)
+app.command("inspect", epilog=inspect_cmd.EPILOG)(inspect_cmd.inspect)
+app.command("run", epilog=run_cmd.EPILOG)(run_cmd.run)
+app.command("bench", epilog=bench_cmd.EPILOG)(bench_cmd.bench)
 
 
 def main() -> None:
