@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from dynshape.codegen import row_kernels
 from dynshape.ops import registry
 
 _FLOATS = (np.float32, np.float64)
@@ -131,6 +132,10 @@ def _softmax(attrs: dict):
         x = args[0]
         if not _is_float(x):
             return None
+        if axis in (-1, x.ndim - 1):
+            y = row_kernels.softmax_last(x)
+            if y is not None:
+                return [y]
         y = x - x.max(axis=axis, keepdims=True)
         np.exp(y, out=y)
         y /= y.sum(axis=axis, keepdims=True)
@@ -147,6 +152,9 @@ def _layernorm(attrs: dict):
         bias = args[2] if len(args) > 2 else None
         if not _is_float(x) or (axis != -1 and axis != x.ndim - 1):
             return None
+        y = row_kernels.layernorm_last(x, scale, bias, eps)
+        if y is not None:
+            return [y]
         mean = x.mean(axis=-1, keepdims=True)
         d = x - mean
         var = np.mean(d * d, axis=-1, keepdims=True)

@@ -72,6 +72,18 @@ class Node:
                 out.extend(g for g in v if isinstance(g, Graph))
         return out
 
+    def free_names(self) -> set[str]:
+        """Names of the enclosing graphs that this node's subgraphs read: implicit inputs, for ordering
+        and liveness."""
+        out: set[str] = set()
+        for g in self.subgraphs():
+            local = {v.name for v in g.inputs} | set(g.initializers)
+            for m in g.nodes:
+                out |= {x for x in (*m.inputs, *m.free_names()) if x and x not in local}
+                local |= set(m.outputs)
+            out |= {v.name for v in g.outputs if v.name not in local}
+        return out
+
     def label(self) -> str:
         op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
         return f"node {self.name!r} ({op})"
@@ -223,6 +235,8 @@ def format_type(t: ValueType | None, dtype: np.dtype | None = None) -> str:
     if isinstance(t, SequenceType):
         inner = "?" if t.shape is None else ", ".join(str(d) for d in t.shape)
         return f"seq({t.dtype}[{inner}])"
+    if t.shape is None:
+        return f"{t.dtype}[?]"
     s = f"{t.dtype}[{', '.join(str(d) for d in t.shape)}]"
     if t.value is not None and t.value.size <= 8:
         s += " = [" + ", ".join(str(v) for v in t.value.reshape(-1).tolist()) + "]"

@@ -12,11 +12,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
+from dynshape.errors import ShapeError
 from dynshape.ir.types import TensorType
 from dynshape.ops import _dtypes as dt
 from dynshape.ops.registry import register
+from dynshape.sym import eq, is_expr, max_, min_, prove
 
 Fn = Callable[..., Any]
 
@@ -28,16 +31,10 @@ class _Unknown(Exception):
     """Raised by a value function when the result cannot be stated exactly; the output value becomes None."""
 
 
-def _is_expr(x: Any) -> bool:
-    return not isinstance(x, (int, float, bool, np.generic, str))
-
-
 def _prove(cond: Any) -> bool | None:
     """Decide a condition over dims: plain bools directly, symbolic ones through `sym.prove`."""
     if isinstance(cond, (bool, np.bool_)):
         return bool(cond)
-    from dynshape.sym import prove
-
     return prove(cond)
 
 
@@ -46,7 +43,7 @@ def _nonneg(x: Any) -> bool:
 
 
 def _positive(x: Any) -> bool:
-    return _prove(x >= 1) is True if _is_expr(x) else x > 0
+    return _prove(x >= 1) is True
 
 
 def _scalar(v: Any) -> Any:
@@ -58,39 +55,45 @@ def _scalar(v: Any) -> Any:
     return v
 
 
+_FOLD_MAX = 4096  # shape values are short vectors; big constants are left to the engine's folding
+
+
 def _fold(values: list[np.ndarray], fn: Fn, dtype: np.dtype) -> np.ndarray | None:
     """Apply `fn` elementwise (with numpy broadcasting) to known values; None when any element is unknown.
 
-    The result is a numeric array when every element is a plain number, else an object array of int | Expr.
+    Only symbolic values (object arrays of int | Expr) are folded here: all-numeric inputs are folded by the
+    engine through the reference. The result is numeric when every element is a plain number.
     """
+    if not any(v.dtype == object for v in values) or sum(v.size for v in values) > _FOLD_MAX:
+        return None
     arrs = np.broadcast_arrays(*[np.asarray(v, dtype=object) for v in values])
     shape = arrs[0].shape if arrs else ()
     out = []
     try:
         for elems in zip(*[a.ravel() for a in arrs]):
+            if any(isinstance(e, (str, bytes)) for e in elems):
+                return None  # a string tensor, not a shape value
             out.append(fn(*[_scalar(e) for e in elems]))
-    except (_Unknown, TypeError, ZeroDivisionError):
+    except (_Unknown, ShapeError, TypeError, ZeroDivisionError):
         return None
-    res = np.empty(len(out), dtype=object)
-    res[:] = out
-    res = res.reshape(shape)
-    if any(_is_expr(e) for e in out):
-        return res
-    if dtype == dt.STRING:
-        return res
+    if any(is_expr(e) for e in out):
+        res = np.empty(len(out), dtype=object)
+        res[:] = out
+        return res.reshape(shape)
     try:
         return dt.cast(np.array(out, dtype=np.float64 if dt.is_float(dtype) else None), dtype).reshape(shape)
     except (TypeError, ValueError, OverflowError):
         return None
 
 
-def _value_of(t: TensorType | None) -> np.ndarray | None:
-    return None if t is None else t.value
+def _fits(value: np.ndarray | None, shape: tuple) -> np.ndarray | None:
+    """`value` if it has exactly the (static) output shape, else None."""
+    return value if value is not None and tuple(value.shape) == tuple(shape) else None
 
 
 def _trunc_div(a: Any, b: Any) -> Any:
     """ONNX integer Div (truncation). Python's // floors, which agrees only when neither side is negative."""
-    if not (_is_expr(a) or _is_expr(b)):
+    if not (is_expr(a) or is_expr(b)):
         if b == 0:
             raise _Unknown
         q = abs(a) // abs(b)
@@ -107,10 +110,6 @@ def _int_mod(a: Any, b: Any) -> Any:
 
 
 def _min(*xs: Any) -> Any:
-    if not any(_is_expr(x) for x in xs):
-        return min(xs)
-    from dynshape.sym import min_
-
     out = xs[0]
     for x in xs[1:]:
         out = min_(out, x)
@@ -118,10 +117,6 @@ def _min(*xs: Any) -> Any:
 
 
 def _max(*xs: Any) -> Any:
-    if not any(_is_expr(x) for x in xs):
-        return max(xs)
-    from dynshape.sym import max_
-
     out = xs[0]
     for x in xs[1:]:
         out = max_(out, x)
@@ -136,10 +131,8 @@ def _decide(cond: Any) -> bool:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    if not (_is_expr(a) or _is_expr(b)):
+    if not (is_expr(a) or is_expr(b)):
         return a == b
-    from dynshape.sym import eq
-
     return _decide(eq(a, b))
 
 
@@ -154,8 +147,8 @@ def _legacy_shape(ctx: Any, a: tuple, b: tuple) -> tuple:
     return tuple(b)
 
 
-def _broadcast_rule(out_dtype: np.dtype | None = None, fold: Fn | None = None, same_dtype: bool = True,
-                    dtype_from: int = 0) -> Callable[[Any], list[TensorType]]:
+def _broadcast_rule(out_dtype: np.dtype | None = None, fold: Fn | None = None,
+                    same_dtype: bool = True) -> Callable[[Any], list[TensorType]]:
     """Shape rule of an n-ary broadcasting op; `fold` (python-scalar function) propagates known values."""
 
     def infer(ctx: Any) -> list[TensorType]:
@@ -167,13 +160,13 @@ def _broadcast_rule(out_dtype: np.dtype | None = None, fold: Fn | None = None, s
         if len(shapes) == 2:
             shapes[1] = _legacy_shape(ctx, shapes[0], shapes[1])
         shape = tuple(ctx.broadcast(*shapes))
-        dtype = np.dtype(out_dtype) if out_dtype is not None else ins[dtype_from].dtype
+        dtype = np.dtype(out_dtype) if out_dtype is not None else ins[0].dtype
         value = None
         vals = [t.value for t in ins]
         if fold is not None and all(v is not None for v in vals):
             if len(vals) == 2 and len(shapes[1]) != np.ndim(vals[1]):
                 vals[1] = np.reshape(vals[1], shapes[1])
-            value = _fold(vals, fold, dtype)
+            value = _fits(_fold(vals, fold, dtype), shape)
         return [TensorType(dtype, shape, value)]
 
     return infer
@@ -361,7 +354,10 @@ def _clip_rule(ctx: Any) -> list[TensorType]:
 
 
 def _prelu(inputs: list, attrs: dict) -> list:
+    """PRelu; before opset 7 a 1-D slope is per channel (axis 1), not numpy-aligned to the last axis."""
     x, slope = inputs
+    if attrs.get("_opset", 99) < 7 and slope.ndim == 1 and slope.size > 1 and x.ndim > 2:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
     xc, sc = _compute(x), _compute(slope)
     return [np.where(xc < 0, xc * sc, xc).astype(x.dtype)]
 
@@ -369,7 +365,10 @@ def _prelu(inputs: list, attrs: dict) -> list:
 def _prelu_rule(ctx: Any) -> list[TensorType]:
     """PRelu broadcasts the slope unidirectionally to X: the output always has X's shape."""
     x, slope = ctx.inputs
-    ctx.broadcast(tuple(x.shape), tuple(slope.shape))
+    s_shape = tuple(slope.shape)
+    if ctx.opset < 7 and len(s_shape) == 1 and len(x.shape) > 2:
+        s_shape = s_shape + (1,) * (len(x.shape) - 2)
+    ctx.broadcast(tuple(x.shape), s_shape)
     return [TensorType(x.dtype, x.shape)]
 
 
@@ -399,13 +398,15 @@ def _where_rule(ctx: Any) -> list[TensorType]:
     shape = tuple(ctx.broadcast(tuple(c.shape), tuple(x.shape), tuple(y.shape)))
     value = None
     if c.value is not None:
-        picks = np.asarray(c.value, dtype=object).astype(bool)
+        picks = np.asarray(c.value).astype(bool)
+        hole = np.zeros((), dtype=object)  # stands for an unknown branch that is never picked
         if x.value is not None and y.value is not None:
             value = _fold([c.value, x.value, y.value], lambda p, a, b: a if p else b, x.dtype)
         elif x.value is not None and picks.all():
-            value = _fold([c.value, x.value, np.zeros(y.shape, dtype=object)], lambda p, a, b: a, x.dtype)
+            value = _fold([c.value, x.value, hole], lambda p, a, b: a, x.dtype)
         elif y.value is not None and not picks.any():
-            value = _fold([c.value, np.zeros(x.shape, dtype=object), y.value], lambda p, a, b: b, x.dtype)
+            value = _fold([c.value, hole, y.value], lambda p, a, b: b, x.dtype)
+        value = _fits(value, shape)
     return [TensorType(x.dtype, shape, value)]
 
 
@@ -422,11 +423,9 @@ def _cast_like(inputs: list, attrs: dict) -> list:
     return [dt.cast(inputs[0], inputs[1].dtype, saturate, round_mode)]
 
 
-def _cast_value(value: np.ndarray | None, src: np.dtype, dtype: np.dtype) -> np.ndarray | None:
+def _cast_value(value: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     """Cast of a shape value: dims survive casts between integer/float types (they are small integers)."""
-    if value is None or value.dtype != object:
-        return None if value is None else dt.cast(value, dtype)
-    if dtype == dt.STRING or not (dt.is_int(dtype) or dt.is_float(dtype)):
+    if value is None or not (dt.is_int(dtype) or dt.is_float(dtype)):
         return None
 
     def conv(v: Any) -> Any:
@@ -440,12 +439,48 @@ def _cast_value(value: np.ndarray | None, src: np.dtype, dtype: np.dtype) -> np.
 def _cast_rule(ctx: Any) -> list[TensorType]:
     x = ctx.inputs[0]
     dtype = dt.np_dtype(ctx.attr("to", None))
-    return [TensorType(dtype, x.shape, _cast_value(x.value, x.dtype, dtype))]
+    return [TensorType(dtype, x.shape, _cast_value(x.value, dtype))]
 
 
 def _cast_like_rule(ctx: Any) -> list[TensorType]:
     x, like = ctx.inputs
-    return [TensorType(like.dtype, x.shape, _cast_value(x.value, x.dtype, like.dtype))]
+    return [TensorType(like.dtype, x.shape, _cast_value(x.value, like.dtype))]
+
+
+def _bit_width(dtype: np.dtype) -> int:
+    if dtype.kind == "V":
+        return (ml_dtypes.finfo(dtype) if dt.is_float(dtype) else ml_dtypes.iinfo(dtype)).bits
+    return dtype.itemsize * 8
+
+
+def _bitcast(inputs: list, attrs: dict) -> list:
+    """BitCast reinterprets the (little-endian) bits; both types must have the same width."""
+    x, dtype = inputs[0], dt.np_dtype(attrs["to"])
+    if dt.STRING in (x.dtype, dtype) or _bit_width(x.dtype) != _bit_width(dtype):
+        raise ValueError(f"BitCast from {x.dtype} to {dtype}: the types must be non-string and equally wide")
+    return [np.asarray(x, order="C").view(dtype)]  # (ascontiguousarray would make 0-d 1-d)
+
+
+def _bitcast_rule(ctx: Any) -> list[TensorType]:
+    x, dtype = ctx.inputs[0], dt.np_dtype(ctx.attr("to", None))
+    if dt.STRING in (x.dtype, dtype) or _bit_width(x.dtype) != _bit_width(dtype):
+        ctx.error(f"cannot reinterpret {x.dtype} as {dtype}: the types must be non-string and equally wide")
+    return [TensorType(dtype, x.shape)]
+
+
+def _swiglu(inputs: list, attrs: dict) -> list:
+    """SwiGLU: Swish_alpha(A) * B, with A and B of one shape (no broadcasting)."""
+    a, b = inputs
+    ac = _compute(a)
+    return [(ac * _sigmoid(attrs.get("alpha", 1.0) * ac) * _compute(b)).astype(a.dtype)]
+
+
+def _swiglu_rule(ctx: Any) -> list[TensorType]:
+    a, b = ctx.inputs
+    if a.dtype != b.dtype or len(a.shape) != len(b.shape):
+        ctx.error(f"A and B must have one dtype and one shape (no broadcasting), got {a.dtype}{list(a.shape)} "
+                  f"and {b.dtype}{list(b.shape)}")
+    return [TensorType(a.dtype, tuple(ctx.unify(p, q) for p, q in zip(a.shape, b.shape)))]
 
 
 def _identity(inputs: list, attrs: dict) -> list:
@@ -457,8 +492,8 @@ def _dropout(inputs: list, attrs: dict) -> list:
     x = inputs[0]
     opset = attrs.get("_opset", 99)
     if opset >= 12:
-        ratio = float(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else 0.5
-        training = bool(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else False
+        ratio = float(np.ravel(inputs[1])[0]) if len(inputs) > 1 and inputs[1] is not None else 0.5
+        training = bool(np.ravel(inputs[2])[0]) if len(inputs) > 2 and inputs[2] is not None else False
     else:
         ratio, training = attrs.get("ratio", 0.5), False
     if not training or ratio == 0:
@@ -576,4 +611,6 @@ register("Clip", reference=_clip, infer=_clip_rule)
 register("Cast", reference=_cast, infer=_cast_rule)
 register("CastLike", reference=_cast_like, infer=_cast_like_rule)
 register("Identity", reference=_identity, infer=_identity_rule)
+register("BitCast", reference=_bitcast, infer=_bitcast_rule)
+register("SwiGLU", reference=_swiglu, infer=_swiglu_rule)
 register("Dropout", reference=_dropout, infer=_dropout_rule)

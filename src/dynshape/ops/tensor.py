@@ -11,15 +11,17 @@ so every rule also works on fully static shapes.
 
 from __future__ import annotations
 
-import importlib
 import math
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from dynshape.errors import ShapeError
 from dynshape.ir.types import TensorType
 from dynshape.ops.registry import register
+from dynshape.sym import ceil_div as sym_ceil_div
+from dynshape.sym import divides, eq, max_, min_, prove
 
 I64 = np.dtype(np.int64)
 # An index at least this large (in magnitude) means "past the end": no array can have a dim this big.
@@ -28,14 +30,9 @@ HUGE = 2**62
 MAX_VALUE_SIZE = 1 << 16
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # dim helpers (int fast path, symbolic engine otherwise)
-# ---------------------------------------------------------------------------------------------------------------
-def _sym() -> Any:
-    """The symbolic engine, imported late: plain-int rules must not depend on it."""
-    return importlib.import_module("dynshape.sym")
-
-
+# ----------------------------------------------------------------------------------------------------
 def is_static(d: Any) -> bool:
     return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
 
@@ -49,25 +46,25 @@ def decide(cond: Any) -> bool | None:
     """True / False / None (unknown) for a comparison built from ints or Exprs."""
     if isinstance(cond, (bool, np.bool_)):
         return bool(cond)
-    return _sym().prove(cond)
+    return prove(cond)
 
 
 def dim_eq(a: Any, b: Any) -> bool | None:
     if is_static(a) and is_static(b):
         return int(a) == int(b)
-    return _sym().prove(_sym().eq(a, b))
+    return prove(eq(a, b))
 
 
 def dmin(a: Any, b: Any) -> Any:
-    return min(a, b) if is_static(a) and is_static(b) else _sym().min_(a, b)
+    return min(a, b) if is_static(a) and is_static(b) else min_(a, b)
 
 
 def dmax(a: Any, b: Any) -> Any:
-    return max(a, b) if is_static(a) and is_static(b) else _sym().max_(a, b)
+    return max(a, b) if is_static(a) and is_static(b) else max_(a, b)
 
 
 def ceil_div(a: Any, b: Any) -> Any:
-    return -(-a // b) if is_static(a) and is_static(b) else _sym().ceil_div(a, b)
+    return -(-a // b) if is_static(a) and is_static(b) else sym_ceil_div(a, b)
 
 
 def prod(dims: Any) -> Any:
@@ -83,7 +80,7 @@ def require_eq(ctx: Any, a: Any, b: Any, what: str) -> None:
         if a != b:
             ctx.error(f"{what}: {a} != {b}")
     else:
-        ctx.require(_sym().eq(a, b))
+        ctx.require(eq(a, b))
 
 
 def require_divides(ctx: Any, k: Any, e: Any, what: str) -> None:
@@ -92,7 +89,7 @@ def require_divides(ctx: Any, k: Any, e: Any, what: str) -> None:
         if k == 0 or e % k:
             ctx.error(f"{what}: {k} does not divide {e}")
     elif not (is_static(k) and k == 1):
-        ctx.require(_sym().divides(k, e))
+        ctx.require(divides(k, e))
 
 
 def axis_of(a: Any, rank: int) -> int:
@@ -102,9 +99,9 @@ def axis_of(a: Any, rank: int) -> int:
     return a + rank if a < 0 else a
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # value helpers
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 def value_list(t: TensorType | None) -> list | None:
     """The known contents of `t`, flattened, as `int | Expr` (or floats); None when unknown."""
     if t is None or t.value is None:
@@ -142,31 +139,27 @@ def ints(x: Any) -> list[int]:
     return [int(v) for v in np.asarray(x).reshape(-1)]
 
 
-def _arg(ctx: Any, idx: int, attr: str, default: Any = None) -> list | None:
-    """Values of an op parameter that moved from an attribute to input `idx` in newer opsets."""
-    if len(ctx.inputs) > idx and ctx.inputs[idx] is not None:
+def _arg(ctx: Any, idx: int | None, attr: str | None = None) -> list | None:
+    """Known values of an op parameter: input `idx` (newer opsets) or attribute `attr` (older ones)."""
+    if idx is not None and len(ctx.inputs) > idx and ctx.inputs[idx] is not None:
         return value_list(ctx.inputs[idx])
-    v = ctx.attr(attr, None)
-    return default if v is None else [norm(x) for x in np.asarray(v).reshape(-1).tolist()]
+    v = None if attr is None else ctx.attr(attr, None)
+    return None if v is None else [norm(x) for x in np.asarray(v).reshape(-1).tolist()]
 
 
-def _arg_given(ctx: Any, idx: int, attr: str) -> bool:
-    return (len(ctx.inputs) > idx and ctx.inputs[idx] is not None) or ctx.attr(attr, None) is not None
+def _arg_given(ctx: Any, idx: int, attr: str | None = None) -> bool:
+    return (len(ctx.inputs) > idx and ctx.inputs[idx] is not None) or (attr is not None and ctx.attr(attr) is not None)
 
 
-def _ref_arg(inputs: list, idx: int, attrs: dict, attr: str) -> list[int] | None:
+def _ref_arg(inputs: list, idx: int, attrs: dict, attr: str | None = None) -> list[int] | None:
     if len(inputs) > idx and inputs[idx] is not None:
         return ints(inputs[idx])
-    return None if attrs.get(attr) is None else ints(attrs[attr])
+    return None if attr is None or attrs.get(attr) is None else ints(attrs[attr])
 
 
-def _n_outputs(ctx: Any) -> int:
-    return int(getattr(ctx, "num_outputs", 1))
-
-
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # Shape, Size, Constant, ConstantOfShape, Range
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 def _shape_bounds(rank: int, attrs_get: Any) -> tuple[int, int]:
     start, end = int(attrs_get("start", 0)), attrs_get("end", None)
     end = rank if end is None else int(end)
@@ -288,9 +281,9 @@ def _range_infer(ctx: Any) -> list:
 register("Range", reference=_range_ref, infer=_range_infer)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # Reshape, Flatten, Squeeze, Unsqueeze, Transpose
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 def _reshape_ref(inputs: list, attrs: dict) -> list:
     x = inputs[0]
     shape = _ref_arg(inputs, 1, attrs, "shape")
@@ -315,12 +308,24 @@ def cancel(num: list, den: list) -> tuple[Any, Any]:
 
 
 def quotient(ctx: Any, num: list, den: list, what: str) -> Any:
-    """prod(num) // prod(den), exact: equal factors cancel first, and the divisibility it needs is recorded."""
+    """prod(num) // prod(den), exact: equal factors cancel first, and the divisibility it needs is recorded.
+
+    A symbolic divisor that may be 0 cannot divide: the result is then a fresh dim q with q * divisor == num.
+    """
     n, k = cancel(num, den)
-    if is_static(k) and k == 0:
-        ctx.error(f"{what}: cannot infer a dim next to a zero-sized one")
-    require_divides(ctx, k, n, what)
-    return n // k
+    if is_static(k):
+        if k == 0:
+            ctx.error(f"{what}: cannot infer a dim next to a zero-sized one")
+        require_divides(ctx, k, n, what)
+        return n // k
+    try:
+        q, r = n // k, n % k
+    except ShapeError:
+        q = ctx.fresh(what)
+        ctx.require(eq(q * k, n))
+        return q
+    ctx.require(eq(r, 0))
+    return q
 
 
 def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> list:
@@ -331,22 +336,22 @@ def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> li
         if is_static(t):
             if t == -1:
                 if infer_at is not None:
-                    ctx.error("Reshape: more than one -1 in the target shape")
+                    ctx.error("more than one -1 in the target shape")
                 infer_at = i
             elif t == 0 and not allowzero:
                 if i >= len(in_shape):
-                    ctx.error(f"Reshape: 0 at position {i} copies a dim the input does not have")
+                    ctx.error(f"0 at position {i} copies a dim the input does not have")
                 t = in_shape[i]
             elif t < 0:
-                ctx.error(f"Reshape: invalid target dim {t}")
+                ctx.error(f"invalid target dim {t}")
         elif not allowzero and not decide(t >= 1) and not (i < len(in_shape) and dim_eq(t, in_shape[i])):
             # a symbolic entry that might be 0 or -1 would switch meaning at run time: pin it
             ctx.require(t >= 1)
         out.append(t)
     if infer_at is None:
-        require_eq(ctx, *cancel(list(in_shape), out), "Reshape element count")
+        require_eq(ctx, *cancel(list(in_shape), out), "element count")
     else:
-        out[infer_at] = quotient(ctx, list(in_shape), out[:infer_at] + out[infer_at + 1 :], "Reshape -1")
+        out[infer_at] = quotient(ctx, list(in_shape), out[:infer_at] + out[infer_at + 1 :], "the -1 dim")
     return out
 
 
@@ -364,15 +369,20 @@ def _reshape_infer(ctx: Any) -> list:
 register("Reshape", reference=_reshape_ref, infer=_reshape_infer)
 
 
+def _flatten_axis(a: int, rank: int) -> int:
+    """Flatten's axis lies in [-rank, rank] (rank itself meaning "everything in the first dim")."""
+    return a + rank if a < 0 else a
+
+
 def _flatten_ref(inputs: list, attrs: dict) -> list:
     x = inputs[0]
-    a = axis_of(attrs.get("axis", 1), x.ndim + 1)
+    a = _flatten_axis(attrs.get("axis", 1), x.ndim)
     return [x.reshape(int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))]
 
 
 def _flatten_infer(ctx: Any) -> list:
     x = ctx.inputs[0]
-    a = axis_of(ctx.attr("axis", 1), x.rank + 1)
+    a = _flatten_axis(ctx.attr("axis", 1), x.rank)
     shape = (prod(x.shape[:a]), prod(x.shape[a:]))
     value = apply_value(x, lambda v: v.reshape(shape), x.dtype) if static_shape(shape) else None
     return [out_type(x.dtype, shape, value)]
@@ -391,8 +401,9 @@ def _squeeze_infer(ctx: Any) -> list:
     x = ctx.inputs[0]
     if _arg_given(ctx, 1, "axes"):
         axes = _arg(ctx, 1, "axes")
-        if axes is None or not all(is_static(a) for a in axes):
-            ctx.error("Squeeze: axes must be known at compile time")
+        if axes is None or not all(is_static(a) for a in axes):  # which dims go is data: rank known, dims not
+            n = x.rank - _static_len(ctx, ctx.inputs[1])
+            return [out_type(x.dtype, [ctx.fresh("squeeze") for _ in range(n)])]
         axes = {axis_of(a, x.rank) for a in axes}
         for a in axes:
             require_eq(ctx, x.shape[a], 1, f"Squeeze: dim {a} must be 1")
@@ -401,7 +412,7 @@ def _squeeze_infer(ctx: Any) -> list:
         for i, d in enumerate(x.shape):
             one = dim_eq(d, 1)
             if one is None:
-                ctx.error(f"Squeeze without axes: cannot tell whether dim {i} ({d}) is 1", fix="give axes")
+                ctx.error(f"without axes, cannot tell whether dim {i} ({d}) is 1", fix="give axes")
             if one:
                 axes.add(i)
     shape = [d for i, d in enumerate(x.shape) if i not in axes]
@@ -430,8 +441,9 @@ def _unsqueeze_ref(inputs: list, attrs: dict) -> list:
 def _unsqueeze_infer(ctx: Any) -> list:
     x = ctx.inputs[0]
     axes = _arg(ctx, 1, "axes")
-    if axes is None or not all(is_static(a) for a in axes):
-        ctx.error("Unsqueeze: axes must be known at compile time")
+    if axes is None or not all(is_static(a) for a in axes):  # where the 1s go is data: rank known, dims not
+        n = x.rank + _static_len(ctx, ctx.inputs[1])
+        return [out_type(x.dtype, [ctx.fresh("unsqueeze") for _ in range(n)])]
     shape = _unsqueeze_shape(x.shape, axes)
     return [out_type(x.dtype, shape, apply_value(x, lambda v: v.reshape(shape), x.dtype))]
 
@@ -458,9 +470,9 @@ def _transpose_infer(ctx: Any) -> list:
 register("Transpose", reference=_transpose_ref, infer=_transpose_infer)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # Concat, Split, Slice
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 def _concat_ref(inputs: list, attrs: dict) -> list:
     xs = [x for x in inputs if x is not None]
     return [np.concatenate(xs, axis=axis_of(attrs["axis"], xs[0].ndim))]
@@ -472,7 +484,7 @@ def _concat_infer(ctx: Any) -> list:
     shape = list(xs[0].shape)
     for t in xs[1:]:
         if t.rank != len(shape):
-            ctx.error(f"Concat: rank {t.rank} != {len(shape)}")
+            ctx.error(f"rank {t.rank} != {len(shape)}")
         for i, d in enumerate(t.shape):
             if i != a:
                 shape[i] = ctx.unify(shape[i], d)
@@ -505,17 +517,17 @@ def _split_ref(inputs: list, attrs: dict) -> list:
 def _split_infer(ctx: Any) -> list:
     x = ctx.inputs[0]
     a = axis_of(ctx.attr("axis", 0), x.rank)
-    n_out = _n_outputs(ctx)
+    n_out = ctx.num_outputs
     split = _arg(ctx, 1, "split")
     if split is None and _arg_given(ctx, 1, "split"):
         sizes = [ctx.fresh("split") for _ in range(n_out)]
-        ctx.require(_sym().eq(sum(sizes), x.shape[a]))
+        ctx.require(eq(sum(sizes), x.shape[a]))
     else:
         sizes = _split_sizes(x.shape[a], ctx.attr, split, n_out)
         if split is not None:
-            require_eq(ctx, sum(split, 0), x.shape[a], "Split sizes must add up to the dim")
+            require_eq(ctx, sum(split, 0), x.shape[a], "split sizes must add up to the dim")
         elif not ctx.attr("num_outputs", None):
-            require_divides(ctx, len(sizes), x.shape[a], "Split into equal parts")
+            require_divides(ctx, len(sizes), x.shape[a], "equal split")
     outs = []
     for i, s in enumerate(sizes):
         shape = list(x.shape)
@@ -574,7 +586,7 @@ def _slice_ref(inputs: list, attrs: dict) -> list:
         starts, ends, axes, steps = ints(attrs["starts"]), ints(attrs["ends"]), attrs.get("axes"), None
     else:
         starts, ends = ints(inputs[1]), ints(inputs[2])
-        axes, steps = _ref_arg(inputs, 3, attrs, "_"), _ref_arg(inputs, 4, attrs, "_")
+        axes, steps = _ref_arg(inputs, 3, attrs), _ref_arg(inputs, 4, attrs)
     index = [slice(None)] * x.ndim
     for a, s, e, t in _slice_params(x.ndim, starts, ends, axes, steps):
         s, e, _ = slice_bounds(x.shape[a], s, e, t)
@@ -586,7 +598,7 @@ def _slice_infer(ctx: Any) -> list:
     x = ctx.inputs[0]
     if ctx.opset < 10:
         params = [None] * 4
-        starts, ends, axes, steps = _arg(ctx, 99, "starts"), _arg(ctx, 99, "ends"), _arg(ctx, 99, "axes"), None
+        starts, ends, axes, steps = _arg(ctx, None, "starts"), _arg(ctx, None, "ends"), _arg(ctx, None, "axes"), None
     else:
         params = [ctx.inputs[i] if len(ctx.inputs) > i else None for i in range(1, 5)]
         starts, ends, axes, steps = (value_list(t) for t in params)
@@ -611,3 +623,598 @@ def _slice_infer(ctx: Any) -> list:
 
 
 register("Slice", reference=_slice_ref, infer=_slice_infer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Gather, GatherElements, GatherND, ScatterND, ScatterElements, Scatter
+# ----------------------------------------------------------------------------------------------------
+def _gather_ref(inputs: list, attrs: dict) -> list:
+    x, idx = inputs
+    return [np.take(x, idx.astype(np.int64), axis=axis_of(attrs.get("axis", 0), x.ndim))]
+
+
+def _gather_infer(ctx: Any) -> list:
+    x, idx = ctx.inputs[:2]
+    a = axis_of(ctx.attr("axis", 0), x.rank)
+    shape = list(x.shape[:a]) + list(idx.shape) + list(x.shape[a + 1 :])
+    value = None
+    iv = value_list(idx)
+    if x.value is not None and iv is not None and all(is_static(i) for i in iv):
+        taken = np.take(np.asarray(x.value), np.array(iv, dtype=np.int64).reshape(idx.shape), axis=a)
+        value = make_value(taken, x.dtype)
+    return [out_type(x.dtype, shape, value)]
+
+
+register("Gather", reference=_gather_ref, infer=_gather_infer)
+
+
+def _positive(idx: np.ndarray, dim: Any) -> np.ndarray:
+    idx = idx.astype(np.int64)
+    return np.where(idx < 0, idx + dim, idx)
+
+
+def _gather_elements_ref(inputs: list, attrs: dict) -> list:
+    x, idx = inputs
+    a = axis_of(attrs.get("axis", 0), x.ndim)
+    return [np.take_along_axis(x, _positive(idx, x.shape[a]), axis=a)]
+
+
+def _indices_shaped_infer(ctx: Any) -> list:
+    """Output shaped like input 1 (the indices), typed like input 0."""
+    return [out_type(ctx.inputs[0].dtype, ctx.inputs[1].shape)]
+
+
+register("GatherElements", reference=_gather_elements_ref, infer=_indices_shaped_infer)
+
+
+def _gather_nd_ref(inputs: list, attrs: dict) -> list:
+    x, idx = inputs
+    b = int(attrs.get("batch_dims", 0))
+    k = idx.shape[-1]
+    idx = _positive(idx, np.array(x.shape[b : b + k]))
+    nb = int(np.prod(x.shape[:b]))
+    flat_x = x.reshape((nb, *x.shape[b:]))
+    flat_i = idx.reshape(nb, -1, k)
+    batch = np.arange(nb)[:, None]
+    out = flat_x[(batch, *np.moveaxis(flat_i, -1, 0))]
+    return [out.reshape(idx.shape[:-1] + x.shape[b + k :])]
+
+
+def _gather_nd_infer(ctx: Any) -> list:
+    x, idx = ctx.inputs[:2]
+    b, k = int(ctx.attr("batch_dims", 0)), idx.shape[-1]
+    if not is_static(k):
+        ctx.error("the last indices dim must be static")
+    return [out_type(x.dtype, list(idx.shape[:-1]) + list(x.shape[b + int(k) :]))]
+
+
+register("GatherND", reference=_gather_nd_ref, infer=_gather_nd_infer)
+
+_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_into(x: np.ndarray, where: tuple, upd: np.ndarray, reduction: str) -> np.ndarray:
+    out = x.copy()
+    if reduction == "none":
+        out[where] = upd
+    else:
+        _REDUCE[reduction].at(out, where, upd)
+    return out
+
+
+def _scatter_nd_ref(inputs: list, attrs: dict) -> list:
+    x, idx, upd = inputs
+    k = idx.shape[-1]
+    idx = _positive(idx, np.array(x.shape[:k])).reshape(-1, k)
+    where = tuple(idx.T)
+    return [_scatter_into(x, where, upd.reshape((-1, *x.shape[k:])), attrs.get("reduction", "none"))]
+
+
+def _scatter_elements_ref(inputs: list, attrs: dict) -> list:
+    x, idx, upd = inputs
+    a = axis_of(attrs.get("axis", 0), x.ndim)
+    where = list(np.indices(idx.shape, sparse=True))
+    where[a] = _positive(idx, x.shape[a])
+    return [_scatter_into(x, tuple(where), upd, attrs.get("reduction", "none"))]
+
+
+def _same_as_input_infer(ctx: Any) -> list:
+    x = ctx.inputs[0]
+    return [out_type(x.dtype, x.shape)]
+
+
+register("ScatterND", reference=_scatter_nd_ref, infer=_same_as_input_infer)
+register("ScatterElements", reference=_scatter_elements_ref, infer=_same_as_input_infer)
+register("Scatter", reference=_scatter_elements_ref, infer=_same_as_input_infer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Expand, Tile, Pad
+# ----------------------------------------------------------------------------------------------------
+def _expand_ref(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))).copy()]
+
+
+def _expand_infer(ctx: Any) -> list:
+    x, s = ctx.inputs[:2]
+    target = value_list(s)
+    if target is None:  # a dim of x that cannot be 1 survives any broadcast; the others are data
+        n = max(_static_len(ctx, s), x.rank)
+        dims = [None] * (n - x.rank) + list(x.shape)
+        keep = [d is not None and dim_eq(d, 1) is False for d in dims]
+        return [out_type(x.dtype, [d if k else ctx.fresh("expand") for d, k in zip(dims, keep)])]
+    shape = ctx.broadcast(tuple(x.shape), tuple(target))
+    value = None
+    if x.value is not None and static_shape(shape) and prod(shape) <= MAX_VALUE_SIZE:
+        value = make_value(np.broadcast_to(np.asarray(x.value), tuple(shape)), x.dtype)
+    return [out_type(x.dtype, shape, value)]
+
+
+register("Expand", reference=_expand_ref, infer=_expand_infer)
+
+
+def _tile_ref(inputs: list, attrs: dict) -> list:
+    return [np.tile(inputs[0], ints(inputs[1]))]
+
+
+def _tile_infer(ctx: Any) -> list:
+    x = ctx.inputs[0]
+    reps = value_list(ctx.inputs[1])
+    if reps is None:
+        return [out_type(x.dtype, [ctx.fresh("tile") for _ in x.shape])]
+    shape = [d * r for d, r in zip(x.shape, reps)]
+    value = None
+    if x.value is not None and static_shape(shape) and prod(shape) <= MAX_VALUE_SIZE:
+        value = make_value(np.tile(np.asarray(x.value), reps), x.dtype)
+    return [out_type(x.dtype, shape, value)]
+
+
+register("Tile", reference=_tile_ref, infer=_tile_infer)
+
+
+def _pad_args(inputs: list, attrs: dict) -> tuple[list[int], Any, list[int] | None]:
+    """(pads, constant value, axes): attributes before opset 11, inputs after."""
+    if attrs.get("_opset", 18) < 11:
+        pads = attrs.get("pads", attrs.get("paddings"))
+        return ints(pads), attrs.get("value", 0.0), None
+    value = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else 0
+    return ints(inputs[1]), np.asarray(value).reshape(-1)[0], _ref_arg(inputs, 3, {})
+
+
+def _pad_ref(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    pads, value, axes = _pad_args(inputs, attrs)
+    axes = list(range(x.ndim)) if axes is None else [axis_of(a, x.ndim) for a in axes]
+    width = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        width[a] = (pads[i], pads[len(axes) + i])
+    mode = attrs.get("mode", "constant")
+    grow = [(max(b, 0), max(e, 0)) for b, e in width]
+
+    def crop(a: np.ndarray) -> np.ndarray:  # negative pads remove elements
+        return a[tuple(slice(max(-b, 0), n - max(-e, 0)) for (b, e), n in zip(width, a.shape))]
+
+    if mode == "constant":  # output[j] = input[j - pad_begin] or the constant: pad, then crop
+        return [crop(np.pad(x, grow, mode="constant", constant_values=value).astype(x.dtype))]
+    return [np.pad(crop(x), grow, mode=mode)]  # edge/reflect/wrap extend what is left after cropping
+
+
+def _pad_infer(ctx: Any) -> list:
+    x = ctx.inputs[0]
+    if ctx.opset < 11:
+        pads, axes = _arg(ctx, None, "pads") or _arg(ctx, None, "paddings"), None
+    else:
+        pads, axes = value_list(ctx.inputs[1]), _arg(ctx, 3)
+    if axes is None and _arg_given(ctx, 3):
+        return [out_type(x.dtype, [ctx.fresh("pad") for _ in x.shape])]
+    axes = list(range(x.rank)) if axes is None else [axis_of(a, x.rank) for a in axes]
+    shape = list(x.shape)
+    for i, a in enumerate(axes):
+        shape[a] = ctx.fresh("pad") if pads is None else shape[a] + pads[i] + pads[len(axes) + i]
+    return [out_type(x.dtype, shape)]
+
+
+register("Pad", reference=_pad_ref, infer=_pad_infer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# DepthToSpace, SpaceToDepth, Trilu, OneHot, EyeLike, ReverseSequence
+# ----------------------------------------------------------------------------------------------------
+def _depth_to_space_ref(inputs: list, attrs: dict) -> list:
+    x, b = inputs[0], int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    if attrs.get("mode", "DCR") == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return [y.reshape(n, c // (b * b), h * b, w * b)]
+
+
+def _depth_to_space_infer(ctx: Any) -> list:
+    x, b = ctx.inputs[0], int(ctx.attr("blocksize", 1))
+    n, c, h, w = x.shape
+    require_divides(ctx, b * b, c, "channels")
+    return [out_type(x.dtype, (n, c // (b * b), h * b, w * b))]
+
+
+register("DepthToSpace", reference=_depth_to_space_ref, infer=_depth_to_space_infer)
+
+
+def _space_to_depth_ref(inputs: list, attrs: dict) -> list:
+    x, b = inputs[0], int(attrs["blocksize"])
+    n, c, h, w = x.shape
+    perm = (0, 3, 5, 1, 2, 4) if attrs.get("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)  # CRD: opset 27+
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(perm)
+    return [y.reshape(n, c * b * b, h // b, w // b)]
+
+
+def _space_to_depth_infer(ctx: Any) -> list:
+    x, b = ctx.inputs[0], int(ctx.attr("blocksize", 1))
+    n, c, h, w = x.shape
+    require_divides(ctx, b, h, "height")
+    require_divides(ctx, b, w, "width")
+    return [out_type(x.dtype, (n, c * b * b, h // b, w // b))]
+
+
+register("SpaceToDepth", reference=_space_to_depth_ref, infer=_space_to_depth_infer)
+
+
+def _trilu_ref(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    k = int(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else 0
+    return [np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)]
+
+
+register("Trilu", reference=_trilu_ref, infer=_same_as_input_infer)
+
+
+def _one_hot_ref(inputs: list, attrs: dict) -> list:
+    idx, depth, values = inputs
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    a = axis_of(attrs.get("axis", -1), idx.ndim + 1)
+    idx = np.expand_dims(_positive(idx, depth), a)
+    hot = np.arange(depth).reshape([depth if i == a else 1 for i in range(idx.ndim)]) == idx
+    return [np.where(hot, values[1], values[0]).astype(values.dtype)]
+
+
+def _one_hot_infer(ctx: Any) -> list:
+    idx, depth, values = ctx.inputs[:3]
+    d = value_list(depth)
+    d = ctx.fresh("one_hot") if d is None else (int(d[0]) if isinstance(d[0], float) else d[0])
+    shape = list(idx.shape)
+    shape.insert(axis_of(ctx.attr("axis", -1), idx.rank + 1), d)
+    return [out_type(values.dtype, shape)]
+
+
+register("OneHot", reference=_one_hot_ref, infer=_one_hot_infer)
+
+
+def _eye_dtype(get: Any, x_dtype: np.dtype) -> np.dtype:
+    code = get("dtype", None)
+    if code is None:
+        return np.dtype(x_dtype)
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    return np.dtype(tensor_dtype_to_np_dtype(int(code)))
+
+
+def _eye_like_ref(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    return [np.eye(x.shape[0], x.shape[1], int(attrs.get("k", 0)), dtype=_eye_dtype(attrs.get, x.dtype))]
+
+
+def _eye_like_infer(ctx: Any) -> list:
+    x = ctx.inputs[0]
+    return [out_type(_eye_dtype(ctx.attr, x.dtype), x.shape)]
+
+
+register("EyeLike", reference=_eye_like_ref, infer=_eye_like_infer)
+
+
+def _reverse_sequence_ref(inputs: list, attrs: dict) -> list:
+    x, lens = inputs
+    ta, ba = int(attrs.get("time_axis", 0)), int(attrs.get("batch_axis", 1))
+    t = np.arange(x.shape[ta])[:, None]
+    src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)  # (time, batch)
+    if ta > ba:
+        src = src.T
+    shape = [1] * x.ndim
+    shape[ta], shape[ba] = x.shape[ta], x.shape[ba]
+    return [np.take_along_axis(x, np.broadcast_to(src.reshape(shape), x.shape), axis=ta)]
+
+
+register("ReverseSequence", reference=_reverse_sequence_ref, infer=_same_as_input_infer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# data-dependent sizes: NonZero, Compress, Unique
+# ----------------------------------------------------------------------------------------------------
+def _non_zero_ref(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    if x.ndim == 0:
+        return [np.zeros((0, int(bool(x))), dtype=np.int64)]
+    return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+def _non_zero_infer(ctx: Any) -> list:
+    x = ctx.inputs[0]
+    return [out_type(I64, (x.rank, ctx.fresh("nonzero")))]
+
+
+register("NonZero", reference=_non_zero_ref, infer=_non_zero_infer)
+
+
+def _compress_ref(inputs: list, attrs: dict) -> list:
+    x, cond = inputs
+    a = attrs.get("axis")
+    return [np.compress(cond.astype(bool), x, axis=None if a is None else axis_of(a, x.ndim))]
+
+
+def _compress_infer(ctx: Any) -> list:
+    x, cond = ctx.inputs[:2]
+    cv = value_list(cond)
+    n = ctx.fresh("compress") if cv is None else sum(bool(c) for c in cv)
+    a = ctx.attr("axis", None)
+    if a is None:
+        return [out_type(x.dtype, (n,))]
+    shape = list(x.shape)
+    shape[axis_of(a, x.rank)] = n
+    return [out_type(x.dtype, shape)]
+
+
+register("Compress", reference=_compress_ref, infer=_compress_infer)
+
+
+def _unique_ref(inputs: list, attrs: dict) -> list:
+    x, a = inputs[0], attrs.get("axis")
+    a = None if a is None else axis_of(a, x.ndim)
+    y, first, inv, counts = np.unique(
+        x.reshape(-1) if a is None else x, axis=a, return_index=True, return_inverse=True, return_counts=True
+    )
+    inv = inv.reshape(-1)
+    if not attrs.get("sorted", 1):  # order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y, first, inv, counts = np.take(y, order, axis=0 if a is None else a), first[order], rank[inv], counts[order]
+    return [y, first.astype(np.int64), inv.astype(np.int64), counts.astype(np.int64)]
+
+
+def _unique_infer(ctx: Any) -> list:
+    x, a = ctx.inputs[0], ctx.attr("axis", None)
+    u = ctx.fresh("unique")
+    if a is None:
+        y, n = (u,), prod(x.shape)
+    else:
+        a = axis_of(a, x.rank)
+        y, n = tuple(u if i == a else d for i, d in enumerate(x.shape)), x.shape[a]
+    return [out_type(x.dtype, y), out_type(I64, (u,)), out_type(I64, (n,)), out_type(I64, (u,))]
+
+
+register("Unique", reference=_unique_ref, infer=_unique_infer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Resize, Upsample
+# ----------------------------------------------------------------------------------------------------
+def _source_coords(ctm: str, y: np.ndarray, scale: float, n_in: int, n_out: int, roi: Any) -> tuple:
+    """Output index -> input coordinate for one axis (and, for tf_crop_and_resize, the out-of-input mask)."""
+    width = scale * n_in
+    if ctm == "align_corners":
+        return (np.zeros_like(y) if width == 1 else y * (n_in - 1) / (width - 1)), None
+    if ctm == "asymmetric":
+        return y / scale, None
+    if ctm == "pytorch_half_pixel":
+        return (np.full_like(y, -0.5) if width == 1 else (y + 0.5) / scale - 0.5), None
+    if ctm == "half_pixel":
+        return (y + 0.5) / scale - 0.5, None
+    if ctm == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / width)
+        return offset + (y + 0.5) / scale - 0.5, None
+    if ctm == "tf_crop_and_resize":
+        lo, hi = roi  # numpy scalars of roi's dtype: rounding as in the spec's reference
+        if width == 1:
+            x = np.full_like(y, (hi - lo) * (n_in - 1) / 2)
+        else:
+            x = y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+        return x, (x < 0) | (x > n_in - 1)
+    raise ValueError(f"unknown coordinate_transformation_mode {ctm!r}")
+
+
+def _cubic(r: np.ndarray, a: float) -> np.ndarray:
+    """Keys cubic weights of the 4 neighbours at fractional offset r (ONNX's formula, verbatim)."""
+    s, t = r + 1, 2 - r
+    return np.stack(
+        [
+            ((a * s - 5 * a) * s + 8 * a) * s - 4 * a,
+            ((a + 2) * r - (a + 3)) * r * r + 1,
+            ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+            ((a * t - 5 * a) * t + 8 * a) * t - 4 * a,
+        ],
+        axis=-1,
+    )
+
+
+def _antialias(r: np.ndarray, scale: float, support: int, kernel: Any) -> np.ndarray:
+    """Weights of a filter stretched by 1/scale when downsampling, normalised per output position."""
+    s = min(scale, 1.0)
+    start = int(np.floor(-support / s) + 1)
+    args = (np.arange(start, 2 - start)[None, :] - r[:, None]) * s
+    w = kernel(np.abs(args))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _cubic_kernel(a: float) -> Any:
+    def k(x: np.ndarray) -> np.ndarray:
+        near = (a + 2) * x**3 - (a + 3) * x**2 + 1
+        far = a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
+        return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+    return k
+
+
+def _weights(mode: str, r: np.ndarray, scale: float, attrs: dict) -> np.ndarray:
+    a = float(attrs.get("cubic_coeff_a", -0.75))
+    if mode == "linear":
+        if attrs.get("antialias", 0):
+            return _antialias(r, scale, 1, lambda x: np.clip(1 - x, 0, 1))
+        return np.stack([1 - r, r], axis=-1)
+    if attrs.get("antialias", 0):
+        return _antialias(r, scale, 2, _cubic_kernel(a))
+    return _cubic(r, a)
+
+
+_ROUND = {
+    "round_prefer_floor": lambda x: np.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x: np.floor(x + 0.5),
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _resize_axis(x: np.ndarray, axis: int, scale: float, n_out: int, roi: Any, attrs: dict) -> np.ndarray:
+    """Resize one axis; Resize is separable, so an N-d resize is one call per resized axis."""
+    n_in = x.shape[axis]
+    coords, outside = _source_coords(attrs["ctm"], np.arange(n_out, dtype=np.float64), scale, n_in, n_out, roi)
+    mode = attrs.get("mode", "nearest")
+    if mode == "nearest":
+        src = np.where(coords == np.floor(coords), coords, _ROUND[attrs["nearest_mode"]](coords))
+        y = np.take(x, np.clip(src, 0, n_in - 1).astype(np.intp), axis=axis)
+    else:
+        base = np.floor(coords)
+        r = np.where(coords == base, 1.0, coords - base)  # ONNX prefers the left pixel: r in (0, 1]
+        w = _weights(mode, r, scale, attrs)
+        n = w.shape[1]
+        # the n neighbours nearest to the coordinate, ties to the smaller index (ONNX's _get_neighbor_idxes)
+        pw = -(-n // 2)
+        p = np.floor(coords + pw)
+        frac = coords + pw - p
+        if n % 2 == 0:
+            off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+        else:
+            off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+        nb = (p + off).astype(np.int64)[:, None] + np.arange(n)[None, :] - pw
+        if attrs.get("exclude_outside", 0):
+            w = np.where((nb < 0) | (nb >= n_in), 0.0, w)
+            total = w.sum(axis=1, keepdims=True)
+            w = w / np.where(total == 0, 1.0, total)
+        g = np.take(x, np.clip(nb, 0, n_in - 1).astype(np.intp), axis=axis)
+        y = (g * w.reshape((1,) * axis + w.shape + (1,) * (x.ndim - axis - 1))).sum(axis=axis + 1)
+    if outside is not None and outside.any():
+        mask = outside.reshape((1,) * axis + (n_out,) + (1,) * (x.ndim - axis - 1))
+        y = np.where(mask, float(attrs.get("extrapolation_value", 0.0)), y)
+    return y
+
+
+def _resize_plan(shape: tuple, scales: list | None, sizes: list | None, axes: list, policy: str) -> tuple:
+    """(output sizes, scale factors) for concrete dims, exactly as ONNX computes them."""
+    r = len(shape)
+    if sizes is not None:
+        out = list(shape)
+        for a, s in zip(axes, sizes):
+            out[a] = int(s)
+        factors = [out[i] / shape[i] if shape[i] else 1.0 for i in range(r)]
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            k = pick(factors[a] for a in axes)
+            factors = [k if i in axes else 1.0 for i in range(r)]
+            out = [int(k * shape[i] + 0.5) if i in axes else shape[i] for i in range(r)]
+        return out, factors
+    factors = [1.0] * r
+    for a, s in zip(axes, scales):
+        factors[a] = float(s)
+    return [_scaled(d, f) for d, f in zip(shape, factors)], factors
+
+
+def _scaled(d: Any, scale: float) -> Any:
+    """floor(d * scale), exact: the float scale is an exact binary fraction p/q, so this is (d*p)//q."""
+    f = Fraction(scale)
+    return (norm(d) * f.numerator) // f.denominator
+
+
+def _resize_args(inputs: list, opset: int) -> tuple:
+    """(roi, scales, sizes) by position; Resize-10 and Upsample-9 have only X, scales."""
+    if opset < 11:
+        return None, inputs[1], None
+
+    def get(i: int) -> Any:
+        v = inputs[i] if len(inputs) > i else None
+        return None if v is None or v.size == 0 else v
+
+    return get(1), get(2), get(3)
+
+
+def _resize_ref(inputs: list, attrs: dict) -> list:
+    x, opset = inputs[0], attrs.get("_opset", 19)
+    roi, scales, sizes = _resize_args(inputs, opset)
+    axes = attrs.get("axes")
+    axes = list(range(x.ndim)) if axes is None else [axis_of(a, x.ndim) for a in axes]
+    old = opset < 11
+    attrs = {
+        **attrs,
+        "ctm": "asymmetric" if old else attrs.get("coordinate_transformation_mode", "half_pixel"),
+        "nearest_mode": "floor" if old else attrs.get("nearest_mode", "round_prefer_floor"),
+    }
+    out, factors = _resize_plan(
+        x.shape,
+        None if scales is None else scales.tolist(),
+        None if sizes is None else ints(sizes),
+        axes,
+        attrs.get("keep_aspect_ratio_policy", "stretch"),
+    )
+    roi = None if roi is None else np.asarray(roi).reshape(-1)
+    y = x.astype(np.float64)
+    for i, a in enumerate(axes):
+        lohi = None if roi is None else (roi[i], roi[len(axes) + i])
+        identity = math.isclose(factors[a], 1.0) and out[a] == y.shape[a]
+        if identity and (lohi is None or (math.isclose(lohi[0], 0.0) and math.isclose(lohi[1], 1.0))):
+            continue
+        y = _resize_axis(y, a, factors[a], out[a], lohi, attrs)
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        y = np.clip(np.round(y), info.min, info.max)
+    return [y.astype(x.dtype)]
+
+
+def _resize_infer(ctx: Any) -> list:
+    x = ctx.inputs[0]
+    idx = (1, None) if ctx.opset < 11 else (2, 3)
+    axes = ctx.attr("axes", None)
+    axes = list(range(x.rank)) if axes is None else [axis_of(a, x.rank) for a in axes]
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    shape = list(x.shape)
+
+    def param(i: int | None) -> tuple[bool, list | None]:
+        t = ctx.inputs[i] if i is not None and len(ctx.inputs) > i else None
+        if t is None or (t.shape and is_static(t.shape[0]) and t.shape[0] == 0):
+            return False, None
+        return True, value_list(t)
+
+    (has_scales, scales), (has_sizes, sizes) = param(idx[0]), param(idx[1])
+    if ctx.opset < 9 and ctx.op_type == "Upsample":
+        has_scales, scales = True, list(ctx.attr("scales", []))
+    if has_sizes and sizes is not None and policy == "stretch":
+        for a, s in zip(axes, sizes):
+            shape[a] = s
+    elif has_sizes and sizes is not None and static_shape(shape) and all(is_static(s) for s in sizes):
+        shape = _resize_plan(tuple(shape), None, sizes, axes, policy)[0]
+    elif not has_sizes and has_scales and scales is not None:
+        for a, s in zip(axes, scales):
+            shape[a] = _scaled(shape[a], float(s))
+    else:
+        for a in axes:
+            shape[a] = ctx.fresh("resize")
+    return [out_type(x.dtype, shape)]
+
+
+register("Resize", reference=_resize_ref, infer=_resize_infer)
+
+
+def _upsample_ref(inputs: list, attrs: dict) -> list:
+    scales = np.asarray(attrs["scales"], dtype=np.float32) if attrs.get("_opset", 9) < 9 else inputs[1]
+    return _resize_ref([inputs[0], scales], {**attrs, "_opset": 10})
+
+
+register("Upsample", reference=_upsample_ref, infer=_resize_infer)

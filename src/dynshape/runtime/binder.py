@@ -57,9 +57,10 @@ def symbols_of(inputs: list[InputSpec], facts: list) -> list[Symbol]:
                 for s in sorted(d.syms, key=lambda s: s.name):
                     seen.setdefault(s.name, s)
     for cond, _ in facts:
-        if isinstance(cond.expr, Expr):
-            for s in cond.expr.syms:
-                seen.setdefault(s.name, s)
+        for e in ((cond.expr,) if isinstance(cond, Cond) else (cond.a, cond.b)):
+            if isinstance(e, Expr):
+                for s in e.syms:
+                    seen.setdefault(s.name, s)
     return list(seen.values())
 
 
@@ -164,7 +165,10 @@ def _range_checks(s: Symbol, n: str, checks: list[str]) -> None:
         checks.append(f"{n} % {s.mult}")
 
 
-def _fact_violated_py(cond: Cond, names: dict[str, str]) -> str:
+def _fact_violated_py(cond, names: dict[str, str]) -> str:
+    if not isinstance(cond, Cond):  # a broadcast pair: equal, or one side is 1
+        a, b = to_py(cond.a, names), to_py(cond.b, names)
+        return f"not ({a} == {b} or {a} == 1 or {b} == 1)"
     e = to_py(cond.expr, names)
     return {"ge": f"{e} < 0", "eq": f"{e} != 0", "ne": f"{e} == 0", "div": f"{e} % {cond.k}"}[cond.kind]
 
@@ -196,7 +200,7 @@ def explain_violation(inputs: list[InputSpec], facts: list, feed: dict, check_dt
         if s.name in env:
             check_symbol(s, env[s.name], f"{s.name}")
     for cond, origin in facts:
-        if not cond.evaluate(env):
+        if not (cond.evaluate(env) if isinstance(cond, Cond) else cond(env)):
             vals = ", ".join(f"{n} = {env[n]}" for n in sorted(cond.free_symbols))
             raise ConstraintViolation(f"the model requires {cond.text} (from {origin}); this call has {vals}")
 

@@ -31,7 +31,7 @@ from dynshape.ir.types import TensorType
 from dynshape.ops import registry
 from dynshape.passes.fusion import Group, fuse
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
-from dynshape.sym import Expr
+from dynshape.sym import Cond, Expr
 
 
 @dataclass
@@ -117,8 +117,8 @@ class Executable:
         self.graph = graph
         self.fuse = fuse
         specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
-        facts = [(f.check, f.origin) for f in graph.signature.facts if getattr(f, "check", None) is not None
-                 and hasattr(f.check, "kind")]
+        facts = [(f.check, f.origin) for f in graph.signature.facts
+                 if isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b"))]
         self._bind = make_binder(specs, facts)
         self.symbols = list(self._bind.symbols)
         self._lock = threading.Lock()

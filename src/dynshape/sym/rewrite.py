@@ -132,10 +132,12 @@ def _fdiv_const(a: Expr, c: int) -> DimLike:
         c //= g
         if c == 1:
             return q + r
-    # (X // a) // c == X // (a*c)
-    if r.is_atom() and isinstance(r.atom(), OpAtom) and r.atom().op == "fdiv" and isinstance(r.atom().args[1], int):
-        x, inner = r.atom().args
-        return q + floordiv(x, inner * c)
+    # (X // a + k) // c == (X + k*a) // (a*c)   for positive ints a, c
+    if len(r.terms) == 1 and r.terms[0][1] == 1 and len(r.terms[0][0]) == 1:
+        atom = r.terms[0][0][0]
+        if isinstance(atom, OpAtom) and atom.op == "fdiv" and isinstance(atom.args[1], int) and atom.args[1] > 0:
+            x, inner = atom.args
+            return q + floordiv(x + r.const * inner, inner * c)
     lo, hi = interval(r)
     if lo != -INF and hi != INF and lo // c == hi // c:
         return q + int(lo // c)

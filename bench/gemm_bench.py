@@ -1,0 +1,138 @@
+"""Which sgemm should generated code call?  GFLOP/s at the shapes bert_small needs, 1 and 2 threads.
+
+Candidates, all in one process and table:
+  numpy      np.matmul(a, b, out=c) from Python (the baseline; numpy's OpenBLAS + Python dispatch)
+  openblas   numpy's OpenBLAS ILP64 cblas_sgemm called from C through dynshape's ds_sgemm (the portable path)
+  mkl        MKL (pip install mkl) cblas_sgemm_64 from C; batched shapes use cblas_sgemm_batch_strided_64
+  mkl-loop   MKL, batched shapes as a C loop of sgemm calls (what OpenBLAS gets: its strided batch crashes)
+
+Each (shape, threads) cell is the median over --rounds rounds; a round times every candidate in turn
+(blocks of calls lasting about --sample-ms after a warm-up), so machine noise hits all of them alike.
+Run: python bench/gemm_bench.py [--threads 1,2] [--rounds 7] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import time
+
+import numpy as np
+
+from dynshape.codegen import blas, cc
+
+HARNESS = (
+    blas.C_DECLS
+    + r"""
+#include <time.h>
+/* Seconds for `reps` back-to-back calls, measured inside C so no Python overhead is counted. */
+double ds_time_gemm(int ta, int tb, int64_t batch, int64_t m, int64_t n, int64_t k,
+                    const float *a, const float *b, float *c, int64_t reps) {
+    int64_t lda = ta ? m : k, ldb = tb ? k : n;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int64_t r = 0; r < reps; r++) {
+        if (batch == 1) ds_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+        else ds_sgemm_batched(ta, tb, batch, m, n, k, 1.0f, a, lda, m * k, b, ldb, k * n, 0.0f, c, n, m * n);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+"""
+)
+
+# (batch, seq) pairs: the fixed shapes of shared/bench plus the stream's median seq 64.
+PAIRS = [(1, 16), (1, 64), (1, 128), (8, 128), (1, 512), (8, 512)]
+HEADS, HIDDEN, FFN, HEAD_DIM = 4, 256, 1024, 64
+
+
+def workloads(pairs: list[tuple[int, int]]) -> list[tuple[str, int, int, int, int, int, int]]:
+    """(label, trans_b, batch, m, n, k): the five GEMM kinds of one bert_small layer."""
+    out = []
+    for b, s in pairs:
+        bs = f"b{b}s{s}"
+        out += [
+            (f"qkv/out  {bs}", 0, 1, b * s, HIDDEN, HIDDEN),
+            (f"ffn-up   {bs}", 0, 1, b * s, FFN, HIDDEN),
+            (f"ffn-down {bs}", 0, 1, b * s, HIDDEN, FFN),
+            (f"q@kT     {bs}", 1, b * HEADS, s, s, HEAD_DIM),
+            (f"p@v      {bs}", 0, b * HEADS, s, HEAD_DIM, s),
+        ]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--sample-ms", type=float, default=15.0)
+    ap.add_argument("--json", help="write the medians here")
+    args = ap.parse_args()
+
+    lib = cc.compile_c(HARNESS, "gemm_bench", symbols=["ds_time_gemm", "ds_bind_blas"])
+    timer = lib.ds_time_gemm
+    I64, P = ctypes.c_int64, ctypes.c_void_p
+    timer.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, P, P, P, I64]
+    timer.restype = ctypes.c_double
+
+    ob, mk = blas.openblas(), blas.mkl()
+    libs = [ob] + ([mk] if mk else [])
+    names = ["numpy", "openblas"] + (["mkl", "mkl-loop"] if mk else [])
+    rng = np.random.default_rng(0)
+    results: dict[str, dict[str, float]] = {}
+
+    for nthreads in [int(t) for t in args.threads.split(",")]:
+        print(f"\n== {nthreads} thread(s); GFLOP/s, median of {args.rounds} rounds "
+              f"(openblas core {ob.path.rsplit('/', 1)[-1]}{', mkl ' + mk.path if mk else ''})")
+        print(f"{'shape':22s}" + "".join(f"{n:>10s}" for n in names) + f"{'best/numpy':>12s}")
+        for label, tb, batch, m, n, k in workloads(PAIRS):
+            a = rng.standard_normal((batch, m, k), dtype=np.float32)
+            b = rng.standard_normal((batch, n, k) if tb else (batch, k, n), dtype=np.float32)
+            c = np.empty((batch, m, n), np.float32)
+            a2, b2 = (a[0], b[0]) if batch == 1 else (a, b)
+            b_np = b2.swapaxes(-1, -2) if tb else b2
+            c_np = c[0] if batch == 1 else c
+            flop = 2.0 * batch * m * n * k
+
+            def run(name: str, reps: int, a=a, b=b, c=c, a2=a2, b_np=b_np, c_np=c_np, tb=tb, batch=batch,
+                    m=m, n=n, k=k) -> float:
+                if name == "numpy":
+                    t0 = time.perf_counter()
+                    for _ in range(reps):
+                        np.matmul(a2, b_np, out=c_np)
+                    return time.perf_counter() - t0
+                lb = ob if name == "openblas" else mk
+                blas.bind(lib, blas.Blas(name, lb.path, lb.sgemm, 0 if name != "mkl" else lb.sgemm_strided,
+                                         lb._set_threads, lb._get_threads))
+                return timer(0, tb, batch, m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data, reps)
+
+            # correctness once per shape and candidate, then timing
+            ref = np.matmul(a2, b_np)
+            for name in names:
+                c[...] = np.nan
+                run(name, 1)
+                assert np.allclose(c_np, ref, rtol=1e-4, atol=1e-3 * np.sqrt(k)), (name, label)
+            samples: dict[str, list[float]] = {nm: [] for nm in names}
+            for _ in range(args.rounds):
+                for name in names:
+                    for lb in libs:  # only the measured library may use threads: idle pools must not spin
+                        lb.set_num_threads(nthreads if lb is (mk if name.startswith("mkl") else ob) else 1)
+                    once = max(run(name, 3) / 3, 1e-7)
+                    reps = max(1, int(args.sample_ms * 1e-3 / once))
+                    samples[name].append(flop * reps / run(name, reps) / 1e9)
+            med = {nm: statistics.median(v) for nm, v in samples.items()}
+            results[f"{nthreads}t {label}"] = med
+            best = max(med[nm] for nm in names if nm != "numpy")
+            print(f"{label:22s}" + "".join(f"{med[nm]:10.1f}" for nm in names) + f"{best / med['numpy']:11.2f}x")
+        cells = [v for key, v in results.items() if key.startswith(f"{nthreads}t ")]
+        geo = {nm: float(np.exp(np.mean([np.log(v[nm] / v["numpy"]) for v in cells]))) for nm in names}
+        print(f"{'geomean vs numpy':22s}" + "".join(f"{geo[nm]:9.2f}x" for nm in names))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

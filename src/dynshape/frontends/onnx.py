@@ -1,0 +1,442 @@
+"""ONNX frontend: `load_onnx` turns a ModelProto into a shape-inferred `ir.Graph`.
+
+Everything that can be wrong with a model file is reported here as one `ModelError` naming the node, never as
+a deep traceback from a later layer: unreadable bytes, cycles, dangling inputs, mistyped attributes, and (all
+at once, with counts) the ops dynshape lacks.
+
+Dims: a `dim_param` becomes the symbol of that name, so equal names are equal dims. Named dims default to
+`min=1` (a batch or sequence of 0 is almost always a bug, and excluding it keeps broadcasting unambiguous);
+pass `default_min=0` to admit empty tensors, or declare each dim through `dims`. Empty, '?' or negative dims
+become fresh symbols named after their input and axis.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+from dynshape.errors import DynshapeError, ModelError
+from dynshape.ir.graph import Graph, Node, Value
+from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
+from dynshape.ops import registry
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_MAX_OPSET = onnx.defs.onnx_opset_version()
+
+
+def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min: int = 1,
+              infer: bool = True) -> Graph:
+    """Load an ONNX model (path, bytes or ModelProto) and run shape inference on it.
+
+    `dims` declares the model's named dims: `{"batch": (1, 64), "seq": {"min": 1, "max": 512,
+    "multiple_of": 8}, "heads": 12, "h": ds.sym("h", multiple_of=32)}` (a tuple is (min, max); an int fixes
+    the dim). `infer=False` returns the graph without types (for tools that only want the structure).
+    """
+    proto = _read(model)
+    opsets = {("" if o.domain in _DEFAULT_DOMAINS else o.domain): int(o.version) for o in proto.opset_import}
+    opsets.setdefault("", _MAX_OPSET)
+    symbols = _Symbols(dims or {}, default_min)
+    conv = _Converter(opsets, {(f.domain, f.name): f for f in proto.functions}, symbols)
+    graph = conv.graph(proto.graph, outer=frozenset(), top=True)
+    symbols.check_all_used()
+    _check_supported(graph)
+    if infer:
+        from dynshape.ir.infer import infer_graph
+
+        infer_graph(graph)
+    return graph
+
+
+# ---- reading -------------------------------------------------------------------------------------------
+def _read(model: Any) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray)):
+        proto = _parse(bytes(model), "the given bytes")
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise ModelError(f"no ONNX model at {path!r} (file not found)")
+        try:
+            proto = onnx.load(path)
+        except Exception as e:  # protobuf DecodeError, bad external data, ...
+            raise ModelError(f"cannot read {path!r}: {_short(e)}; the file is truncated or not an ONNX model") \
+                from None
+    else:
+        raise ModelError(f"load_onnx expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
+        raise ModelError("the model has no graph (empty or not an ONNX file)")
+    return proto
+
+
+def _parse(data: bytes, what: str) -> onnx.ModelProto:
+    try:
+        return onnx.load_from_string(data)
+    except Exception as e:
+        raise ModelError(f"cannot parse {what}: {_short(e)}; truncated or not an ONNX model") from None
+
+
+def _short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+
+
+# ---- symbols -------------------------------------------------------------------------------------------
+class _Symbols:
+    """dim_param name -> symbol, honouring the user's `dims` declarations."""
+
+    def __init__(self, dims: Mapping[str, Any], default_min: int):
+        self.decl = dict(dims)
+        self.default_min = default_min
+        self.made: dict[str, Any] = {}
+
+    def named(self, name: str) -> Any:
+        if name not in self.made:
+            self.made[name] = self._make(name, self.decl.get(name))
+        return self.made[name]
+
+    def anonymous(self, hint: str) -> Any:
+        name, i = hint, 1
+        while name in self.made or name in self.decl:
+            i += 1
+            name = f"{hint}_{i}"
+        return self.named(name)
+
+    def _make(self, name: str, d: Any) -> Any:
+        from dynshape.sym import is_expr, sym
+
+        try:
+            if d is None:
+                return sym(name, min=self.default_min)
+            if is_expr(d):
+                return d
+            if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+                return int(d)
+            if isinstance(d, tuple) and len(d) == 2:
+                return sym(name, min=d[0], max=d[1])
+            if isinstance(d, Mapping):
+                extra = set(d) - {"min", "max", "multiple_of"}
+                if extra:
+                    raise ModelError(f"dims[{name!r}] has unknown keys {sorted(extra)}; use min, max, multiple_of")
+                return sym(name, min=d.get("min", self.default_min), max=d.get("max"),
+                           multiple_of=d.get("multiple_of", 1))
+        except DynshapeError as e:
+            if isinstance(e, ModelError):
+                raise
+            raise ModelError(f"dims[{name!r}] = {d!r} is not a valid declaration: {e}") from None
+        raise ModelError(f"dims[{name!r}] = {d!r}: expected (min, max), {{'min','max','multiple_of'}}, an int "
+                         "or a ds.sym")
+
+    def check_all_used(self) -> None:
+        unused = sorted(set(self.decl) - set(self.made))
+        if unused:
+            have = sorted(n for n in self.made if n not in self.decl) or ["none"]
+            raise ModelError(f"dims declares {unused}, which the model's inputs do not use "
+                             f"(its named dims: {', '.join(have)})")
+
+
+# ---- conversion ----------------------------------------------------------------------------------------
+class _Converter:
+    def __init__(self, opsets: dict[str, int], functions: dict, symbols: _Symbols):
+        self.opsets = opsets
+        self.functions = functions
+        self.symbols = symbols
+        self.used_names: set[str] = set()
+
+    def graph(self, gp: onnx.GraphProto, outer: frozenset, top: bool = False) -> Graph:
+        """Convert one (sub)graph; `outer` holds the names visible from enclosing graphs."""
+        inits: dict[str, np.ndarray] = {}
+        for t in gp.initializer:
+            inits[t.name] = self._tensor(t, f"initializer {t.name!r}")
+        for st in gp.sparse_initializer:
+            inits[st.values.name] = _sparse_to_dense(st)
+        inputs = [self._value(vi, top) for vi in gp.input if vi.name not in inits]
+        protos = self._inline(list(gp.node), prefix="")
+        names = {*(v.name for v in inputs), *inits}
+        produced: dict[str, int] = {}
+        for i, np_ in enumerate(protos):
+            for o in np_.output:
+                if not o:
+                    continue
+                if o in produced or o in names:
+                    raise ModelError(f"value {o!r} is produced twice (by {self._node_name(np_, i)!r} and earlier); "
+                                     "every value must have one producer")
+                produced[o] = i
+        visible = outer | names | produced.keys()
+        nodes = [self._node(p, i, visible) for i, p in enumerate(protos)]
+        nodes = _toposort(nodes, produced, names | outer)
+        outputs = []
+        for vi in gp.output:
+            if vi.name not in visible:
+                raise ModelError(f"graph {gp.name!r} output {vi.name!r} is produced by no node and is not an input")
+            outputs.append(self._value(vi, False, declared_only=True))
+        return Graph(gp.name or "main", inputs, outputs, nodes, inits, {}, opset_imports=dict(self.opsets))
+
+    def _value(self, vi: onnx.ValueInfoProto, top: bool, declared_only: bool = False) -> Value:
+        """A graph input/output. Top-level input dims become symbols; elsewhere, undeclared dims stay None."""
+        t = self._type(vi.type, vi.name, top, declared_only)
+        if t is None:
+            if top:
+                raise ModelError(f"graph input {vi.name!r} has no type; dynshape needs dtype and rank")
+            return Value(vi.name, np.dtype(np.float32), None)
+        return Value.of(vi.name, t)
+
+    def _type(self, tp: onnx.TypeProto, name: str, top: bool, declared_only: bool) -> ValueType | None:
+        which = tp.WhichOneof("value")
+        if which == "tensor_type":
+            tt = tp.tensor_type
+            if tt.elem_type == 0:
+                if top:
+                    raise ModelError(f"input {name!r} has no element type")
+                return None
+            dtype = _dtype(tt.elem_type, f"value {name!r}")
+            if not tt.HasField("shape"):
+                if top:
+                    raise ModelError(f"graph input {name!r} has no shape; dynshape needs at least its rank "
+                                     "(use dim_param names for the dynamic dims)")
+                return TensorType(dtype, None)  # rank unknown: only the owning op can say
+            return TensorType(dtype, tuple(self._dim(d, name, ax, top, declared_only)
+                                           for ax, d in enumerate(tt.shape.dim)))
+        if which == "sequence_type":
+            inner = self._type(tp.sequence_type.elem_type, name, False, True)
+            if not isinstance(inner, TensorType):
+                raise ModelError(f"value {name!r}: only sequences of tensors are supported")
+            shape = inner.shape if inner.shape is not None and all(isinstance(d, int) for d in inner.shape) else None
+            return SequenceType(inner.dtype, shape)
+        if which == "optional_type":
+            inner = self._type(tp.optional_type.elem_type, name, False, True)
+            if inner is None:
+                raise ModelError(f"value {name!r}: optional without an element type")
+            return OptionalType(inner)
+        if which is None:
+            return None
+        raise ModelError(f"value {name!r} has type {which}, which dynshape does not support")
+
+    def _dim(self, d: Any, name: str, axis: int, top: bool, declared_only: bool) -> Any:
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            return int(d.dim_value)
+        if not top:
+            return d.dim_param if declared_only and d.dim_param else None
+        param = d.dim_param.strip()
+        if param and param != "?":
+            return self.symbols.named(param)
+        return self.symbols.anonymous(re.sub(r"\W", "_", f"{name}_{axis}"))
+
+    def _tensor(self, t: onnx.TensorProto, what: str) -> np.ndarray:
+        try:
+            return numpy_helper.to_array(t)
+        except Exception as e:
+            raise ModelError(f"{what}: cannot decode tensor data ({_short(e)})") from None
+
+    # ---- nodes -----------------------------------------------------------------------------------------
+    def _node_name(self, p: onnx.NodeProto, i: int) -> str:
+        return p.name or f"{p.op_type}_{i}"
+
+    def _node(self, p: onnx.NodeProto, i: int, visible: set) -> Node:
+        name = self._node_name(p, i)
+        base, k = name, 1
+        while name in self.used_names:  # unique names keep every error message unambiguous
+            k += 1
+            name = f"{base}_{k}"
+        self.used_names.add(name)
+        domain = "" if p.domain in _DEFAULT_DOMAINS else p.domain
+        label = f"node {name!r} ({p.op_type})"
+        for x in p.input:
+            if x and x not in visible:
+                raise ModelError(f"{label} reads {x!r}, which no node produces and which is neither a graph "
+                                 "input nor an initializer (dangling input)")
+        schema = _schema(p.op_type, domain, self.opsets.get(domain, 1))
+        attrs = {}
+        for a in p.attribute:
+            attrs[a.name] = self._attr(a, label, schema, visible)
+        if schema is not None:
+            missing = sorted(k for k, spec in schema.attributes.items() if spec.required and k not in attrs)
+            if missing:
+                raise ModelError(f"{label}: missing required attribute(s) {', '.join(map(repr, missing))}")
+        return Node(p.op_type, domain, name, attrs, list(p.input), list(p.output))
+
+    def _attr(self, a: AttributeProto, label: str, schema: Any, visible: set) -> Any:
+        if a.ref_attr_name:
+            raise ModelError(f"{label}: attribute {a.name!r} refers to {a.ref_attr_name!r} outside a function")
+        if schema is not None:
+            spec = schema.attributes.get(a.name)
+            if spec is None:
+                known = ", ".join(sorted(schema.attributes)) or "none"
+                raise ModelError(f"{label}: unknown attribute {a.name!r} (this op's attributes: {known})")
+            want = int(spec.type.value)
+            if a.type != want:
+                raise ModelError(f"{label}: attribute {a.name!r} has type {_attr_type(a.type)}, "
+                                 f"expected {_attr_type(want)}")
+        t = a.type
+        if t == AttributeProto.FLOAT:
+            return float(a.f)
+        if t == AttributeProto.INT:
+            return int(a.i)
+        if t == AttributeProto.STRING:
+            return a.s.decode("utf-8", "replace")
+        if t == AttributeProto.TENSOR:
+            return self._tensor(a.t, f"{label} attribute {a.name!r}")
+        if t == AttributeProto.SPARSE_TENSOR:
+            return _sparse_to_dense(a.sparse_tensor)
+        if t == AttributeProto.GRAPH:
+            return self.graph(a.g, frozenset(visible))
+        if t == AttributeProto.TYPE_PROTO:
+            return self._type(a.tp, a.name, False, True)
+        if t == AttributeProto.FLOATS:
+            return [float(x) for x in a.floats]
+        if t == AttributeProto.INTS:
+            return [int(x) for x in a.ints]
+        if t == AttributeProto.STRINGS:
+            return [s.decode("utf-8", "replace") for s in a.strings]
+        if t == AttributeProto.TENSORS:
+            return [self._tensor(x, f"{label} attribute {a.name!r}") for x in a.tensors]
+        if t == AttributeProto.GRAPHS:
+            return [self.graph(g, frozenset(visible)) for g in a.graphs]
+        raise ModelError(f"{label}: attribute {a.name!r} has no usable type ({_attr_type(t)})")
+
+    # ---- model-local functions -------------------------------------------------------------------------
+    def _inline(self, protos: list, prefix: str, depth: int = 0) -> list:
+        """Replace calls of model-local functions by their bodies (values renamed under the call's name)."""
+        if not self.functions:
+            return protos
+        out = []
+        for i, p in enumerate(protos):
+            f = self.functions.get((p.domain, p.op_type))
+            if f is None or (p.domain in _DEFAULT_DOMAINS and registry.get(p.op_type) is not None):
+                out.append(p)
+                continue
+            if depth > 32:
+                raise ModelError(f"function {p.op_type!r} calls itself recursively")
+            out.extend(self._inline(_expand_call(p, f, f"{prefix}{self._node_name(p, i)}/"), prefix, depth + 1))
+        return out
+
+
+def _expand_call(call: onnx.NodeProto, f: onnx.FunctionProto, prefix: str) -> list:
+    rename = {formal: actual for formal, actual in zip(f.input, call.input)}
+    rename.update({formal: "" for formal in list(f.input)[len(call.input):]})
+    rename.update({formal: actual for formal, actual in zip(f.output, call.output)})
+    attrs = {a.name: a for a in f.attribute_proto}
+    attrs.update({a.name: a for a in call.attribute})
+    body = []
+    for n in f.node:
+        m = onnx.NodeProto()
+        m.CopyFrom(n)
+        m.name = prefix + (n.name or n.op_type)
+        for k, x in enumerate(m.input):
+            m.input[k] = rename.get(x, prefix + x if x else x)
+        for k, x in enumerate(m.output):
+            m.output[k] = rename.get(x, prefix + x if x else x)
+        kept = []
+        for a in m.attribute:
+            if a.ref_attr_name:
+                if a.ref_attr_name not in attrs:
+                    continue  # optional attribute the call leaves unset
+                b = onnx.AttributeProto()
+                b.CopyFrom(attrs[a.ref_attr_name])
+                b.name = a.name
+                a = b
+            kept.append(a)
+        del m.attribute[:]
+        m.attribute.extend(kept)
+        body.append(m)
+    return body
+
+
+# ---- helpers -------------------------------------------------------------------------------------------
+def _toposort(nodes: list[Node], produced: dict[str, int], sources: set) -> list[Node]:
+    """Stable topological order (original order where possible); a cycle is a ModelError naming its nodes."""
+    deps: list[set[int]] = []
+    for n in nodes:
+        needed = set(n.inputs) | n.free_names()
+        deps.append({produced[x] for x in needed if x in produced})
+    users: dict[int, list[int]] = collections.defaultdict(list)
+    indeg = [0] * len(nodes)
+    for i, ds in enumerate(deps):
+        indeg[i] = len(ds)
+        for d in ds:
+            users[d].append(i)
+    ready = [i for i, k in enumerate(indeg) if k == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = [nodes[i].name for i in range(len(nodes)) if indeg[i] > 0]
+        raise ModelError(f"the graph has a cycle through nodes {stuck[:8]}{'...' if len(stuck) > 8 else ''}")
+    return [nodes[i] for i in order]
+
+
+def _schema(op_type: str, domain: str, version: int) -> Any:
+    if domain not in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+        return None
+    try:
+        return _schema_cached(op_type, domain, version)
+    except Exception:
+        return None
+
+
+_SCHEMAS: dict = {}
+
+
+def _schema_cached(op_type: str, domain: str, version: int) -> Any:
+    key = (op_type, domain, version)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = onnx.defs.get_schema(op_type, min(version, _MAX_OPSET), domain)
+    return _SCHEMAS[key]
+
+
+def _attr_type(t: int) -> str:
+    try:
+        return AttributeProto.AttributeType.Name(t)
+    except ValueError:
+        return f"type {t}"
+
+
+def _dtype(elem_type: int, what: str) -> np.dtype:
+    from dynshape.ops._dtypes import np_dtype
+
+    try:
+        return np_dtype(elem_type)
+    except Exception:
+        raise ModelError(f"{what}: unsupported element type {elem_type}") from None
+
+
+def _sparse_to_dense(st: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(st.values)
+    idx = numpy_helper.to_array(st.indices) if st.HasField("indices") else np.zeros((0,), np.int64)
+    dense = np.zeros(tuple(st.dims), dtype=values.dtype)
+    if idx.ndim == 1:
+        dense.reshape(-1)[idx] = values
+    else:
+        dense[tuple(idx.T)] = values
+    return dense
+
+
+def _check_supported(graph: Graph) -> None:
+    """One ModelError listing every op dynshape lacks, with counts and an example node each."""
+    missing: dict[str, list[str]] = {}
+
+    def walk(g: Graph) -> None:
+        for n in g.nodes:
+            if registry.get(n.op_type, n.domain) is None:
+                key = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
+                missing.setdefault(key, []).append(n.name)
+            for sub in n.subgraphs():
+                walk(sub)
+
+    walk(graph)
+    if missing:
+        parts = [f"{op} x{len(ns)} (e.g. node {ns[0]!r})" for op, ns in sorted(missing.items())]
+        raise ModelError(f"the model uses {len(missing)} op type(s) dynshape does not support: " + "; ".join(parts))

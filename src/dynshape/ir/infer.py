@@ -1,0 +1,435 @@
+"""Shape inference: walks a graph, calls each op's rule through an `InferCtx`, and keeps what it learns.
+
+What the engine adds on top of the op rules:
+- facts go into the graph's `ConstraintStore` with the node that required them: equalities merge symbols,
+  conditions on a bare symbol refine its declaration, the rest become run-time checks;
+- constant folding: an op whose inputs are all small numeric constants runs its numpy reference;
+- a contradiction becomes one `ShapeError` naming the node, its op, its input shapes, the clashing facts
+  and a fix;
+- at the end every stored shape is re-resolved through the store and simplified, so the graph never shows
+  a symbol that was later refined or merged away.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from typing import Any, NoReturn
+
+import numpy as np
+
+from dynshape.errors import DynshapeError, ModelError, ShapeError
+from dynshape.ir.graph import Fact, Graph, Node, Value, format_type
+from dynshape.ir.types import OptionalType, SequenceType, TensorType
+from dynshape.ops import registry
+from dynshape.shape import ConstraintStore, broadcast_shapes
+from dynshape.sym import Cond, Expr, Symbol, eq, max_, min_, ne, prove, simplify, sym
+
+FOLD_LIMIT = 1 << 16  # fold an op only when its constant inputs hold at most this many elements in all
+NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+           "Bernoulli", "Dropout"}
+
+
+# ---- facts ----------------------------------------------------------------------------------------------
+class Facts:
+    """The graph's `ConstraintStore`, plus what it does not keep: data-dependent symbols, derived dims, and
+    run-time checks that are not one condition (an undecided broadcast: equal, or one side is 1)."""
+
+    def __init__(self) -> None:
+        self.store = ConstraintStore()
+        self.fresh_names: list[str] = []
+        self.checks: list[Fact] = []
+        self.derived_dims: dict[Any, str] = {}
+
+    def declare(self, d: Any, origin: str) -> None:
+        if isinstance(d, Expr):
+            for s in d.syms:
+                if s.name not in self.store.symbols and s.name not in self.store.bindings:
+                    self.store.declare(s, origin)
+
+    def fresh(self, hint: str, origin: str) -> Expr:
+        base = "".join(c if c.isalnum() else "_" for c in hint) or "u"
+        e = sym(f"?{base}{len(self.fresh_names)}", min=0)  # '?': the store merges these away first
+        self.store.declare(e, f"{origin}: data-dependent size")
+        self.fresh_names.append(e.atom().name)
+        return e
+
+    def resolve(self, d: Any) -> Any:
+        if isinstance(d, Expr):
+            return self.store.resolve(d)
+        return int(d) if isinstance(d, np.integer) else d
+
+    def resolve_type(self, t: Any) -> Any:
+        if isinstance(t, TensorType):
+            shape = tuple(self.resolve(d) for d in t.shape)
+            value = t.value
+            if value is not None and value.dtype == object:
+                flat = [self.resolve(v) for v in value.reshape(-1).tolist()]
+                value = np.empty(len(flat), dtype=object)
+                value[:] = flat
+                value = value.reshape(t.value.shape)
+            elif all(a is b for a, b in zip(shape, t.shape)):
+                return t
+            return TensorType(np.dtype(t.dtype), shape, value)
+        if isinstance(t, SequenceType) and t.shape is not None:
+            return SequenceType(t.dtype, tuple(self.resolve(d) for d in t.shape))
+        if isinstance(t, OptionalType):
+            return OptionalType(self.resolve_type(t.elem))
+        return t
+
+    def derived(self, d: Any, origin: str) -> None:
+        if isinstance(d, Expr) and d not in self.derived_dims and not _bare(d):
+            self.derived_dims[d] = origin
+
+    def signature_facts(self, inputs: set[str], simp: dict) -> list[Fact]:
+        """Everything learnt, resolved. Only conditions over the input symbols carry a run-time `check`:
+        the others involve data-dependent sizes, which the executor checks on the tensors themselves."""
+        st = self.store
+        out: list[Fact] = []
+        for hist in st.history.values():
+            out += [Fact("range", f.text, f.origin) for f in hist[1:]]  # hist[0] is the declaration
+        out += [Fact("eq", f.text, f.origin) for f in st.equalities]
+        for cond, origin in st.residual_facts():
+            out.append(Fact("require", cond.text, origin, cond if cond.free_symbols <= inputs else None))
+        for f in self.checks:
+            check = _BroadcastCheck(self.resolve(f.check.a), self.resolve(f.check.b), f.text)
+            if check.decided() is None:
+                out.append(Fact(f.kind, f.text, f.origin, check if check.free_symbols <= inputs else None))
+        out += [Fact("fresh", f"{n}: data-dependent size", st.history[n][0].origin)
+                for n in self.fresh_names if n in st.symbols]
+        seen: set = set()
+        for d, origin in self.derived_dims.items():
+            d = _simp(self.resolve(d), simp)
+            if isinstance(d, Expr) and not _bare(d) and d not in seen:
+                seen.add(d)
+                out.append(Fact("derived", str(d), origin))
+        return out
+
+
+class _BroadcastCheck:
+    """Run-time check for an undecided broadcast pair: equal, or one of them is 1."""
+
+    def __init__(self, a: Any, b: Any, text: str):
+        self.a, self.b, self.text = a, b, text
+
+    def __call__(self, env: dict) -> bool:
+        a = self.a.evaluate(env) if isinstance(self.a, Expr) else self.a
+        b = self.b.evaluate(env) if isinstance(self.b, Expr) else self.b
+        return a == b or a == 1 or b == 1
+
+    def decided(self) -> bool | None:
+        if prove(eq(self.a, self.b)) or prove(eq(self.a, 1)) or prove(eq(self.b, 1)):
+            return True
+        return None
+
+    @property
+    def free_symbols(self) -> frozenset:
+        return frozenset().union(*(x.free_symbols for x in (self.a, self.b) if isinstance(x, Expr)))
+
+
+def _bare(d: Expr) -> bool:
+    return d.is_atom() and isinstance(d.atom(), Symbol)
+
+
+def _simp(d: Any, memo: dict) -> Any:
+    if not isinstance(d, Expr):
+        return d
+    r = memo.get(d)
+    if r is None:
+        r = memo[d] = simplify(d)
+    return r
+
+
+# ---- the context handed to op rules -----------------------------------------------------------------------
+class InferCtx:
+    """What an op's shape rule sees of the engine: its inputs, attributes, and the fact store."""
+
+    def __init__(self, engine: _Engine, graph: Graph, node: Node, inputs: list):
+        self.engine, self.graph, self.node, self.inputs = engine, graph, node, inputs
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def opset(self) -> int:
+        return self.graph.opset_imports.get(self.node.domain, self.graph.opset)
+
+    @property
+    def num_outputs(self) -> int:
+        """How many outputs the node declares (Split, MaxPool's indices, optional outputs)."""
+        return len(self.node.outputs)
+
+    @property
+    def origin(self) -> str:
+        return self.node.label()
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.node.attrs.get(name, default)
+
+    def unify(self, a: Any, b: Any) -> Any:
+        """Record a == b and return the merged dim."""
+        a, b = _int(a), _int(b)
+        if isinstance(a, int) and isinstance(b, int):
+            if a != b:
+                self.error(f"dims disagree: {a} != {b}")
+            return a
+        try:
+            return self.engine.facts.store.equate(a, b, self.origin)
+        except ShapeError as e:
+            self.error(str(e))
+
+    def require(self, cond: Any, fix: str | None = None) -> None:
+        """Record a condition the inputs must meet; error when it is provably false."""
+        if isinstance(cond, (bool, np.bool_)):
+            if not cond:
+                self.error("a condition the op needs is false", fix)
+            return
+        if not isinstance(cond, Cond):
+            raise ShapeError(f"{self.origin}: require() takes a condition, got {type(cond).__name__} {cond!r}")
+        try:
+            self.engine.facts.store.require(cond, self.origin)
+        except ShapeError as e:
+            self.error(str(e), fix)
+
+    def broadcast(self, *shapes: Any) -> tuple:
+        """numpy broadcasting over symbolic shapes.
+
+        Dims that are provably not 1 must agree (they are unified). Where a dim may be 1, the result is the
+        exact `max(a, b) * min(a, b, 1)` (just `max(a, b)` when both are >= 1) and the run-time check
+        "a == b or one of them is 1" is recorded: nothing is assumed that numpy would not also accept.
+        """
+        facts = self.engine.facts
+        shapes = tuple(tuple(facts.resolve(_int(d)) for d in s) for s in shapes)
+        try:
+            return broadcast_shapes(*shapes, unify=self._merge)
+        except ShapeError as e:
+            if str(e).startswith(self.origin):
+                raise
+            self.error(str(e), "fix the model or the input declarations so these dims agree or one is 1")
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        if prove(ne(a, 1)) and prove(ne(b, 1)):
+            return self.unify(a, b)
+        text = f"{a} == {b} or one of them is 1 (broadcast)"
+        self.engine.facts.checks.append(Fact("require", text, self.origin, _BroadcastCheck(a, b, text)))
+        if prove(ne(a, 1)):
+            return a
+        if prove(ne(b, 1)):
+            return b
+        return max_(a, b) * min_(a, b, 1)
+
+    def fresh(self, hint: str = "u") -> Expr:
+        """A fresh data-dependent dim (>= 0, unbounded)."""
+        return self.engine.facts.fresh(hint, self.origin)
+
+    def mark(self) -> int:
+        """A marker for `is_local`: how many fresh symbols exist so far."""
+        return len(self.engine.facts.fresh_names)
+
+    def is_local(self, d: Any, mark: int) -> bool:
+        """Whether dim `d` uses a fresh symbol created after `mark` (e.g. inside a loop body)."""
+        if not isinstance(d, Expr):
+            return False
+        return not d.free_symbols.isdisjoint(self.engine.facts.fresh_names[mark:])
+
+    def error(self, msg: str, fix: str | None = None) -> NoReturn:
+        """Raise a ShapeError naming this node, its op and its input shapes."""
+        raise ShapeError(_node_message(self.node, self.inputs, msg, fix))
+
+    def infer_subgraph(self, graph: Graph, input_types: list) -> list:
+        """Infer a body graph (If branch, Loop/Scan body) with this graph's values in scope."""
+        return self.engine.run(graph, input_types)
+
+
+def _int(d: Any) -> Any:
+    return int(d) if isinstance(d, np.integer) else d
+
+
+def _node_message(node: Node, inputs: list, msg: str, fix: str | None) -> str:
+    ins = ", ".join(f"{n or '<omitted>'}: {format_type(t)}" for n, t in zip(node.inputs, inputs)) or "none"
+    first, _, rest = msg.partition("\n")
+    out = f"{node.label()}: {first}\n  input shapes: {ins}" + (f"\n{rest}" if rest else "")
+    if fix:
+        out += f"\nfix: {fix}"
+    return out
+
+
+# ---- the engine --------------------------------------------------------------------------------------------
+class _Engine:
+    def __init__(self) -> None:
+        self.facts = Facts()
+        self.scopes: list[ChainMap] = []
+
+    def run(self, graph: Graph, input_types: list | None = None) -> list:
+        """Infer every node of `graph` (names of enclosing graphs in scope); returns its output types."""
+        graph.types = {}
+        scope = ChainMap(graph.types, *(self.scopes[-1].maps if self.scopes else ()))
+        self.scopes.append(scope)
+        try:
+            return self._run(graph, scope, input_types)
+        finally:
+            self.scopes.pop()
+
+    def _run(self, graph: Graph, scope: ChainMap, input_types: list | None) -> list:
+        top = len(self.scopes) == 1
+        for i, v in enumerate(graph.inputs):
+            t = input_types[i] if input_types is not None and i < len(input_types) else None
+            if t is None and (v.kind != "tensor" or _complete(v.shape)):
+                t = v.type
+            if t is None:
+                continue
+            if top and isinstance(t, TensorType):
+                for axis, d in enumerate(t.shape):
+                    self.facts.declare(d, f"input {v.name!r} axis {axis}")
+            graph.types[v.name] = t
+        for name, arr in graph.initializers.items():
+            graph.types[name] = TensorType(arr.dtype, tuple(int(d) for d in arr.shape), arr)
+        for node in graph.nodes:
+            self._node(graph, node, scope)
+        outs = []
+        for v in graph.outputs:
+            if v.name not in scope:
+                raise ModelError(f"graph {graph.name!r}: output {v.name!r} has no type after inference")
+            outs.append(self.facts.resolve_type(scope[v.name]))
+        return outs
+
+    def _node(self, graph: Graph, node: Node, scope: ChainMap) -> None:
+        op = registry.get(node.op_type, node.domain)
+        if op is None:
+            raise ModelError(f"{node.label()}: op not supported by dynshape")
+        ins = []
+        for x in node.inputs:
+            if not x:
+                ins.append(None)
+            elif x in scope:
+                ins.append(self.facts.resolve_type(scope[x]))
+            else:
+                raise ModelError(f"{node.label()}: input {x!r} has no type (no producer before this node)")
+        ctx = InferCtx(self, graph, node, ins)
+        outs = None
+        if op.infer is not None:
+            try:
+                outs = list(op.infer(ctx))
+            except DynshapeError as e:
+                if str(e).startswith(node.label()):
+                    raise
+                raise type(e)(_node_message(node, ins, str(e), None)) from e
+            except Exception as e:  # a rule tripping over a malformed model: report it as this node's error
+                raise ShapeError(_node_message(node, ins, f"{type(e).__name__}: {e}", None)) from e
+        folded = self._fold(op, node, ins, graph)
+        if folded is not None:
+            outs = self._merge_folded(ctx, outs, folded)
+        if outs is None:
+            ctx.error(f"no shape rule for {node.op_type} and its inputs are not all constants")
+        if len(outs) < len([o for o in node.outputs if o]):
+            ctx.error(f"shape rule returned {len(outs)} types for {len(node.outputs)} outputs (shape-rule bug)")
+        for name, t in zip(node.outputs, outs):
+            if not name:
+                continue
+            if t is None:
+                ctx.error(f"shape rule gave no type for output {name!r} (shape-rule bug)")
+            if isinstance(t, TensorType):
+                t = TensorType(np.dtype(t.dtype), tuple(_int(d) for d in t.shape), t.value)
+                for d in t.shape:
+                    self.facts.derived(d, node.label())
+            graph.types[name] = t
+
+    def _fold(self, op: Any, node: Node, ins: list, graph: Graph) -> list | None:
+        if node.op_type in NO_FOLD or node.subgraphs():
+            return None
+        total = 0
+        for t in ins:
+            if t is None:
+                continue
+            if not isinstance(t, TensorType) or t.value is None or t.value.dtype == object:
+                return None
+            total += t.value.size
+        if total > FOLD_LIMIT:
+            return None
+        attrs = {**node.attrs, "_opset": graph.opset, "_num_outputs": len(node.outputs)}
+        try:
+            res = op.reference([None if t is None else t.value for t in ins], attrs)
+        except Exception:
+            return None  # the executor reports it with full context if the model really runs this
+        return [np.asarray(r) if isinstance(r, (np.ndarray, np.generic)) else r for r in res]
+
+    def _merge_folded(self, ctx: InferCtx, outs: list | None, folded: list) -> list:
+        merged = []
+        for i, r in enumerate(folded):
+            t = outs[i] if outs is not None and i < len(outs) else None
+            if not isinstance(r, np.ndarray):
+                merged.append(t)
+                continue
+            if isinstance(t, TensorType):
+                bad = np.dtype(t.dtype) != r.dtype or len(t.shape) != r.ndim
+                for d, n in zip(t.shape, r.shape) if not bad else ():
+                    if isinstance(_int(d), int):
+                        bad = bad or d != n
+                    else:
+                        ctx.unify(d, int(n))
+                if bad:
+                    ctx.error(f"shape rule says {format_type(t)} but folding gives {r.dtype}{list(r.shape)} "
+                              "(shape-rule bug)")
+            merged.append(TensorType(r.dtype, tuple(int(n) for n in r.shape), r if r.size <= FOLD_LIMIT else None))
+        return merged
+
+
+def _complete(shape: tuple | None) -> bool:
+    return shape is not None and not any(d is None or isinstance(d, str) for d in shape)
+
+
+# ---- entry point --------------------------------------------------------------------------------------------
+def infer_graph(graph: Graph) -> Graph:
+    """Infer a type for every value of `graph` (in place) and fill its signature; returns the graph."""
+    engine = _Engine()
+    engine.run(graph)
+    facts = engine.facts
+    simp: dict = {}
+    _finish_types(facts, graph, simp)
+    declared = list(graph.outputs)
+    graph.outputs = []
+    for v in declared:
+        t = graph.types[v.name]
+        _check_declared(v, t)
+        graph.outputs.append(Value.of(v.name, t))
+    graph.inputs = [Value.of(v.name, graph.types[v.name]) if v.name in graph.types else v for v in graph.inputs]
+    symbols: dict[str, Any] = {}
+    for v in graph.inputs:
+        t = graph.types.get(v.name)
+        for d in (t.shape if isinstance(t, TensorType) else ()):
+            if isinstance(d, Expr):
+                for s in sorted(d.syms, key=lambda s: s.name):
+                    symbols.setdefault(s.name, Expr.from_atom(s))
+    graph.signature.symbols = symbols
+    graph.signature.facts = facts.signature_facts(set(symbols), simp)
+    return graph
+
+
+def _finish_types(facts: Facts, graph: Graph, simp: dict) -> None:
+    for name, t in list(graph.types.items()):
+        t = facts.resolve_type(t)
+        if isinstance(t, TensorType):
+            t = TensorType(t.dtype, tuple(_simp(d, simp) for d in t.shape), t.value)
+        elif isinstance(t, SequenceType) and t.shape is not None:
+            t = SequenceType(t.dtype, tuple(_simp(d, simp) for d in t.shape))
+        graph.types[name] = t
+    for node in graph.nodes:
+        for sub in node.subgraphs():
+            _finish_types(facts, sub, simp)
+
+
+def _check_declared(v: Value, t: Any) -> None:
+    """A declared output dim that provably differs from the inferred one is a model bug worth reporting."""
+    if v.kind != "tensor" or v.shape is None or not isinstance(t, TensorType):
+        return
+    if len(v.shape) != len(t.shape):
+        raise ShapeError(f"output {v.name!r} is declared with rank {len(v.shape)} but inference gives "
+                         f"{format_type(t)}")
+    for axis, (d, e) in enumerate(zip(v.shape, t.shape)):
+        if isinstance(d, int) and (e != d if isinstance(e, int) else prove(eq(e, d)) is False):
+            raise ShapeError(f"output {v.name!r} axis {axis} is declared {d} but inference gives {e} "
+                             f"({format_type(t)})")

@@ -1,0 +1,206 @@
+import ctypes
+import math
+import subprocess
+
+import numpy as np
+import pytest
+
+from dynshape.codegen import cc, cgen
+from dynshape.errors import DynshapeError
+from dynshape.sym import ceil_div, max_, min_, sym
+
+I64P = ctypes.POINTER(ctypes.c_int64)
+
+
+def test_c_type() -> None:
+    assert cgen.c_type(np.float32) == "float"
+    assert cgen.c_type("int64") == "int64_t"
+    assert cgen.c_type(np.bool_) == "uint8_t"
+    assert cgen.c_type(np.dtype("float16")) == "_Float16"
+    with pytest.raises(DynshapeError, match="no C type"):
+        cgen.c_type(np.complex64)
+
+
+def test_c_ident() -> None:
+    assert cgen.c_ident("batch") == "batch"
+    a, b = cgen.c_ident("seq-len"), cgen.c_ident("seq_len")
+    assert a != b and a.isidentifier() and cgen.c_ident("3d").isidentifier()
+
+
+def _literal_bits(dtype: type, values: np.ndarray) -> np.ndarray:
+    ctype = cgen.c_type(dtype)
+    body = ",\n".join(cgen.c_float(v, dtype) for v in values)
+    src = (
+        cgen.PRELUDE
+        + f"static const {ctype} vals[] = {{\n{body}\n}};\n"
+        + f"void get({ctype} *out) {{ for (size_t i = 0; i < {len(values)}; i++) out[i] = vals[i]; }}\n"
+    )
+    lib = cc.compile_c(src, f"literals_{np.dtype(dtype).name}")
+    out = np.empty(len(values), dtype)
+    lib.get(ctypes.c_void_p(out.ctypes.data))
+    return out
+
+
+@pytest.mark.parametrize("dtype,uint", [(np.float32, np.uint32), (np.float64, np.uint64)])
+def test_float_literals_round_trip(dtype: type, uint: type) -> None:
+    rng = np.random.default_rng(1)
+    info = np.iinfo(uint)
+    bits = rng.integers(0, info.max, 3000, dtype=uint, endpoint=True)
+    vals = bits.view(dtype)
+    specials = np.array([0.0, -0.0, 1.0, 0.1, 1 / 3, np.finfo(dtype).max, np.finfo(dtype).tiny,
+                         np.finfo(dtype).smallest_subnormal, -np.finfo(dtype).smallest_subnormal], dtype)
+    vals = np.concatenate([vals[np.isfinite(vals)], specials])
+    out = _literal_bits(dtype, vals)
+    np.testing.assert_array_equal(out.view(uint), vals.view(uint))
+    nonfinite = _literal_bits(dtype, np.array([np.inf, -np.inf, np.nan], dtype))
+    assert nonfinite[0] == np.inf and nonfinite[1] == -np.inf and np.isnan(nonfinite[2])
+    assert cgen.c_float(-1.5) == "(-1.5e+00f)" and cgen.c_float(-1.5, np.float64) == "(-1.5e+00)"
+
+
+def test_int_helpers_and_literals() -> None:
+    pairs = [(a, b) for a in range(-23, 24) for b in range(-7, 8) if b]
+    extremes = [(2**63 - 1, 3), (-(2**63) + 1, 7), (-(2**63) + 1, -7), (10**18, -(10**9))]
+    pairs += extremes
+    lits = [0, 1, -1, 2**31 - 1, 2**31, -(2**31), 2**63 - 1, -(2**63)]
+    src = cgen.PRELUDE + (
+        "void run(const int64_t *a, const int64_t *b, int64_t *q, int64_t *r, int64_t n) {\n"
+        "  for (int64_t i = 0; i < n; i++) { q[i] = ds_floordiv(a[i], b[i]); r[i] = ds_mod(a[i], b[i]); }\n}\n"
+        f"static const int64_t lits[] = {{{', '.join(cgen.c_int(v) for v in lits)}}};\n"
+        f"void get_lits(int64_t *out) {{ for (int i = 0; i < {len(lits)}; i++) out[i] = lits[i]; }}\n"
+    )
+    lib = cc.compile_c(src, "int_helpers")
+    a = np.array([p[0] for p in pairs], np.int64)
+    b = np.array([p[1] for p in pairs], np.int64)
+    q, r = np.empty_like(a), np.empty_like(a)
+    lib.run(*(ctypes.c_void_p(x.ctypes.data) for x in (a, b, q, r)), ctypes.c_int64(len(a)))
+    assert q.tolist() == [x // y for x, y in pairs]
+    assert r.tolist() == [x % y for x, y in pairs]
+    out = np.empty(len(lits), np.int64)
+    lib.get_lits(ctypes.c_void_p(out.ctypes.data))
+    assert out.tolist() == lits
+    with pytest.raises(DynshapeError):
+        cgen.c_int(2**63)
+
+
+def test_c_dim_matches_evaluate() -> None:
+    n = sym("n", min=1, max=50)
+    m = sym("m", min=0)
+    k = sym("k", min=8, max=64, multiple_of=8)
+    exprs = [
+        7,
+        n,
+        n * m + 3 * k - 7,
+        (n - 10) // 3,
+        (n - 10) % 3,
+        (n - m) // 3,
+        (n - m) % 3,
+        (n * m + 5) % 7,
+        (n * m + 5) // 7,
+        ceil_div(n, 4),
+        min_(n, m) + max_(k, 2 * n, m - 3),
+        (n * k) // (m + 1),
+        (10 - n) % k,
+        -(n // 2) * (m % 5),
+        n**2 * m - k // 8,
+        n * 3_000_000_000 + 1,
+    ]
+    names = {"n": "v_n", "m": "v_m", "k": "v_k"}
+    funcs = "".join(
+        f"static int64_t e{i}(int64_t v_n, int64_t v_m, int64_t v_k) {{ return {cgen.c_dim(e, names)}; }}\n"
+        for i, e in enumerate(exprs)
+    )
+    calls = "".join(f"    out[i * {len(exprs)} + {i}] = e{i}(n[i], m[i], k[i]);\n" for i in range(len(exprs)))
+    src = cgen.PRELUDE + funcs + (
+        "void run(const int64_t *n, const int64_t *m, const int64_t *k, int64_t *out, int64_t cnt) {\n"
+        f"  for (int64_t i = 0; i < cnt; i++) {{\n{calls}  }}\n}}\n"
+    )
+    lib = cc.compile_c(src, "dims")
+    rng = np.random.default_rng(3)
+    envs = {"n": rng.integers(1, 51, 300), "m": rng.integers(0, 200, 300), "k": 8 * rng.integers(1, 9, 300)}
+    envs["m"][:5] = 0
+    arrs = {s: np.ascontiguousarray(v, np.int64) for s, v in envs.items()}
+    out = np.empty((300, len(exprs)), np.int64)
+    lib.run(*(ctypes.c_void_p(arrs[s].ctypes.data) for s in "nmk"), ctypes.c_void_p(out.ctypes.data),
+            ctypes.c_int64(300))
+    for row in range(300):
+        env = {s: int(arrs[s][row]) for s in "nmk"}
+        want = [e if isinstance(e, int) else e.evaluate(env) for e in exprs]
+        assert out[row].tolist() == want, (env, [str(e) for e in exprs])
+    # the provably non-negative division by a constant is printed as plain C division
+    assert " / 7" in cgen.c_dim((n * m + 5) // 7, names)
+    assert "ds_floordiv" in cgen.c_dim((n - m) // 3, names)
+
+
+def test_c_dim_default_names_and_errors() -> None:
+    assert cgen.c_dim(sym("seq-len") + 1) == f"({cgen.c_ident('seq-len')} + 1)"
+    with pytest.raises(DynshapeError, match="not a dimension"):
+        cgen.c_dim(1.5)
+
+
+@pytest.fixture(scope="module")
+def mathlib() -> ctypes.CDLL:
+    src = cgen.PRELUDE + "".join(
+        f"void v_{f}(const float *x, float *y, int64_t n) {{ for (int64_t i = 0; i < n; i++) y[i] = ds_{f}f(x[i]); }}\n"
+        for f in ("exp", "erf", "tanh")
+    )
+    lib = cc.compile_c(src, "fastmath")
+    for f in ("exp", "erf", "tanh"):
+        getattr(lib, f"v_{f}").argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    return lib
+
+
+def _apply(lib: ctypes.CDLL, f: str, x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.empty_like(x)
+    getattr(lib, f"v_{f}")(x.ctypes.data, y.ctypes.data, x.size)
+    return y
+
+
+_REF = {"exp": np.exp, "tanh": np.tanh, "erf": np.vectorize(math.erf, otypes=[np.float64])}
+
+
+@pytest.mark.parametrize("f", ["exp", "erf", "tanh"])
+def test_fast_math_accuracy(mathlib: ctypes.CDLL, f: str) -> None:
+    mags = np.float32(10.0) ** np.linspace(-30, 2, 40001, dtype=np.float32)
+    x = np.concatenate([np.linspace(-110, 110, 400001, dtype=np.float32), mags, -mags])
+    y = _apply(mathlib, f, x).astype(np.float64)
+    ref = _REF[f](x.astype(np.float64))
+    normal = (np.abs(ref) >= np.finfo(np.float32).tiny) & (np.abs(ref) <= np.finfo(np.float32).max)
+    rel = np.abs(y[normal] - ref[normal]) / np.abs(ref[normal])
+    assert rel.max() < 1e-6, (f, x[normal][np.argmax(rel)], rel.max())
+    # outside float32's normal range: overflow to inf, subnormal results within a few subnormal ulps
+    assert np.all(np.isinf(y[ref > np.finfo(np.float32).max]))
+    small = ~normal & (np.abs(ref) < 1)
+    assert np.all(np.abs(y[small] - ref[small]) <= 4 * float(np.finfo(np.float32).smallest_subnormal))
+
+
+def test_fast_math_special_values(mathlib: ctypes.CDLL) -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45], np.float32)
+    e, r, t = (_apply(mathlib, f, x) for f in ("exp", "erf", "tanh"))
+    assert np.isnan(e[0]) and e[1] == np.inf and e[2] == 0.0 and e[3] == 1.0 and e[4] == 1.0
+    assert np.isnan(r[0]) and r[1] == 1.0 and r[2] == -1.0 and r[3] == 0.0
+    assert np.signbit(r[4]) and r[5] > 0
+    assert np.isnan(t[0]) and t[1] == 1.0 and t[2] == -1.0 and np.signbit(t[4]) and t[5] > 0
+
+
+def test_libm_prelude_is_interchangeable() -> None:
+    src = cgen.prelude(fast_math=False) + "float e(float x) { return ds_erff(x) + ds_expf(x) + ds_tanhf(x); }\n"
+    lib = cc.compile_c(src, "libm_math")
+    lib.e.argtypes, lib.e.restype = [ctypes.c_float], ctypes.c_float
+    assert lib.e(0.5) == pytest.approx(math.erf(0.5) + math.exp(0.5) + math.tanh(0.5), rel=1e-6)
+
+
+def test_fast_math_vectorises() -> None:
+    """The point of ds_*f over libm: gcc vectorises loops calling them (libm's only under -ffast-math)."""
+    argv = cc.find_compiler()
+    if "Free Software Foundation" not in subprocess.run([*argv, "--version"], capture_output=True,
+                                                        text=True).stdout:
+        pytest.skip("vectorisation report checked with gcc only")
+    src = cgen.PRELUDE + (
+        "void k(const float *restrict x, float *restrict y, int64_t n) {\n"
+        "  for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]) + ds_tanhf(x[i]) * ds_expf(x[i]);\n}\n"
+    )
+    lib = cc.build_shared(src, "vec", flags=[*cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized"])
+    proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized", str(lib.with_suffix(".c")),
+                           "-o", "/dev/null"], capture_output=True, text=True)
+    assert "loop vectorized" in proc.stderr, proc.stderr
