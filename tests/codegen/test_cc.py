@@ -159,3 +159,30 @@ def test_no_compiler_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DynshapeError, match="apt-get install gcc"):
         cc.compile_c(_src(), "x")
+
+
+def test_compile_extension() -> None:
+    src = (
+        "#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"
+        "static PyObject *answer(PyObject *s, PyObject *a) { (void)s; (void)a; return PyLong_FromLong(42); }\n"
+        'static PyMethodDef m[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};\n'
+        'static struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "ds_test_ext", NULL, -1, m};\n'
+        "PyMODINIT_FUNC PyInit_ds_test_ext(void) { return PyModule_Create(&d); }\n"
+    )
+    mod = cc.compile_extension(src, "ds_test_ext")
+    assert mod.answer() == 42
+    assert cc.compile_extension(src, "ds_test_ext") is mod
+
+
+def test_compile_extension_without_headers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(cc.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    with pytest.raises(cc.CompileError, match="python3-dev"):
+        cc.compile_extension("int x;", "nothing")
+
+
+def test_unwritable_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("DYNSHAPE_CACHE_DIR", str(blocker))
+    with pytest.raises(cc.CompileError, match="DYNSHAPE_CACHE_DIR"):
+        cc.compile_c(_src(), "x")

@@ -204,3 +204,30 @@ def test_fast_math_vectorises() -> None:
     proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized", str(lib.with_suffix(".c")),
                            "-o", "/dev/null"], capture_output=True, text=True)
     assert "loop vectorized" in proc.stderr, proc.stderr
+
+
+def test_trampoline_passes_pointers_shapes_and_status() -> None:
+    tramp = cc.compile_extension(cgen.TRAMPOLINE, "ds_trampoline")
+    lib = cc.compile_c(
+        "#include <stdint.h>\n#include <string.h>\n"
+        "int probe(void *const *p, const int64_t *s) {\n"
+        "  int64_t *out = (int64_t *)p[1];\n"
+        "  memcpy(out, s, 3 * 11 * sizeof(int64_t));\n"
+        "  out[33] = (int64_t)(intptr_t)p[0];\n"
+        "  return (int)s[3];\n}\n",
+        "tramp_probe",
+    )
+    entry = ctypes.cast(lib.probe, ctypes.c_void_p).value
+    x = np.zeros((3, 5), np.float32)
+    out = np.full(34, -1, np.int64)
+    scalar = np.array(2.5)
+    assert tramp.invoke(entry, x, out, scalar) == 3
+    slots = out[:33].reshape(3, 11)
+    assert slots[0, :5].tolist() == [2, 4, ord("f"), 3, 5]
+    assert slots[1, :4].tolist() == [1, 8, ord(np.dtype(np.int64).char), 34]
+    assert slots[2, :3].tolist() == [0, 8, ord("d")]
+    assert out[33] == x.ctypes.data
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        tramp.invoke(entry, x.T, out)
+    with pytest.raises(TypeError):
+        tramp.invoke()

@@ -37,13 +37,18 @@ def _rank_dims(model: onnx.ModelProto, inputs: list) -> dict[str, int]:
     return dims
 
 
-def run(model_path: str, inputs: list) -> list:
+def load(model_path: str, inputs: list) -> ds.Graph:
+    """The graph with every dim symbolic, except shape-tensor lengths inference needs as ranks."""
     try:
-        graph = ds.load_onnx(model_path, default_min=0)
+        return ds.load_onnx(model_path, default_min=0)
     except ds.ShapeError:
         dims = _rank_dims(onnx.load(model_path), inputs)
         if not dims:
             raise
-        graph = ds.load_onnx(model_path, dims=dims, default_min=0)
+        return ds.load_onnx(model_path, dims=dims, default_min=0)
+
+
+def run(model_path: str, inputs: list) -> list:
+    graph = load(model_path, inputs)
     out = graph.run({v.name: x for v, x in zip(graph.inputs, inputs)})
     return [out[v.name] for v in graph.outputs]

@@ -1,4 +1,4 @@
-"""ONNX's own backend node tests for dynshape's op set: `load_onnx` (full inference) + the reference executor.
+"""ONNX's own backend node tests for dynshape's op set, through the reference executor and the compiled one.
 
 Runs `../shared/onnx_node_suite.py` (beside the repository) in plain and symbolic mode and requires every case
 of the op types in opset.txt to pass, except the training-mode Dropout cases whose outputs depend on onnx's
@@ -43,10 +43,11 @@ def materialized() -> Path:
     return DATA
 
 
+@pytest.mark.parametrize("backend", ["reference", "compiled"])
 @pytest.mark.parametrize("mode", ["plain", "symbolic"])
-def test_node_suite(materialized: Path, mode: str, tmp_path: Path) -> None:
+def test_node_suite(materialized: Path, mode: str, backend: str, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    args = ["run", "--backend", str(HERE / "backend_reference.py"), "--ops", str(HERE / "opset.txt"),
+    args = ["run", "--backend", str(HERE / f"backend_{backend}.py"), "--ops", str(HERE / "opset.txt"),
             "--jobs", "2", "--timeout", "60", "--quiet", "--json", str(report)]
     r = _suite(*args, *(["--symbolic"] if mode == "symbolic" else []), timeout=300)
     assert r.returncode == 0 and report.is_file(), r.stdout[-2000:] + r.stderr[-2000:]

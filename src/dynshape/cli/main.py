@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from dynshape.cli import bench_cmd, demo_cmd, inspect_cmd, run_cmd
+from dynshape.cli import bench_cmd, compile_cmd, demo_cmd, explain_cmd, inspect_cmd, run_cmd
 
 HELP = """dynshape: compile once with symbolic dimensions, run every shape.
 
@@ -24,6 +24,10 @@ EPILOG = """Examples:
 
   dynshape run model.onnx --shape 2x16 -o out/
 
+  dynshape compile model.onnx --dim batch=1:8 --specialize batch=1 -o model.ds
+
+  dynshape explain model.ds
+
   dynshape bench model.onnx --shapes 1x16,8x128 --plot latency.png
 """
 
@@ -31,6 +35,8 @@ app = typer.Typer(help=HELP, epilog=EPILOG, no_args_is_help=True, add_completion
                   context_settings={"help_option_names": ["-h", "--help"]})
 app.command("demo", epilog=demo_cmd.EPILOG)(demo_cmd.demo)
 app.command("inspect", epilog=inspect_cmd.EPILOG)(inspect_cmd.inspect)
+app.command("compile", epilog=compile_cmd.EPILOG)(compile_cmd.compile_model)
+app.command("explain", epilog=explain_cmd.EPILOG)(explain_cmd.explain)
 app.command("run", epilog=run_cmd.EPILOG)(run_cmd.run)
 app.command("bench", epilog=bench_cmd.EPILOG)(bench_cmd.bench)
 

@@ -17,12 +17,13 @@ from dynshape.cli.common import (
     EXECUTOR_NOTE,
     CliInputError,
     DimOpt,
-    ModelArg,
+    Executor,
     console,
     dynshape_executor,
     friendly,
     load_model,
 )
+from dynshape.cli.compile_cmd import TargetArg, load_artefact
 from dynshape.cli.feeds import env_from_values, file_feed, generated_feed, random_feed
 
 EPILOG = """Examples:
@@ -32,6 +33,8 @@ EPILOG = """Examples:
   dynshape run bert.onnx --random input_ids=2,16:0:1000 --random attention_mask=2,16:1:2
 
   dynshape run bert.onnx --shape 2x16   (every input generated for batch=2, seq=16)
+
+  dynshape run bert.ds --shape 2x16     (an artefact from `dynshape compile`: nothing is recompiled)
 
 Generated integers are drawn from [0, 100), token ids from [0, rows of the table they index), masks are ones.
 """
@@ -49,7 +52,7 @@ def summary_table(outputs: dict[str, np.ndarray]) -> Table:
 
 @friendly
 def run(
-    model: ModelArg,
+    model: TargetArg,
     inputs: Annotated[list[str] | None, typer.Option(
         "--input", "-i", metavar="NAME=FILE.npy", help="An input from a .npy file. Repeatable.")] = None,
     randoms: Annotated[list[str] | None, typer.Option(
@@ -67,7 +70,8 @@ def run(
     """Run a model once and summarise (or save) its outputs; inputs that break the signature are rejected."""
     files, rand = parse_inputs(inputs), parse_randoms(randoms)
     values = parse_shape(shape, "--shape") if shape is not None else None
-    graph = load_model(model, parse_dims(dim))
+    exe = load_artefact(model, dim) if model.is_dir() else None
+    graph = exe.graph if exe is not None else load_model(model, parse_dims(dim))
     feed = {**file_feed(graph, files), **random_feed(graph, rand, seed)}
     if values is not None:
         feed.update(generated_feed(graph, env_from_values(graph, values), seed, skip=set(feed)))
@@ -76,7 +80,8 @@ def run(
         raise CliInputError(f"no data for input(s) {', '.join(missing)}; give each with --input NAME=FILE.npy or "
                             "--random NAME=SHAPE, or generate them all with --shape AxB (values of "
                             f"{' x '.join(graph.signature.symbols) or 'no symbols'})")
-    executor = dynshape_executor(graph)
+    executor = Executor(f"dynshape (artefact {model})", exe.run, True, exe) if exe is not None else \
+        dynshape_executor(graph)
     console.print(Text(f"executor: {executor.label}", style="bold"))
     if not executor.compiled:
         console.print(Text(f"  ({EXECUTOR_NOTE})", style="dim"))

@@ -12,14 +12,18 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import platform
 import re
 import shlex
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 import threading
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +36,7 @@ __all__ = [
     "cache_dir",
     "clear_memory_cache",
     "compile_c",
+    "compile_extension",
     "find_compiler",
 ]
 
@@ -43,6 +48,7 @@ _COMPILE_TIMEOUT_S = 600
 
 _lock = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}
+_modules: dict[str, types.ModuleType] = {}
 
 
 class CompileError(DynshapeError):
@@ -149,8 +155,13 @@ def _compile(
     source: str, name: str, flags: Sequence[str], link: Sequence[str], cc: list[str], dest: Path
 ) -> None:
     """Compile in a private temp dir next to dest, then publish .so, sidecar and source with os.replace."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
+    except OSError as e:
+        raise CompileError(
+            f"cannot write the kernel cache at {dest.parent}: {e}; set DYNSHAPE_CACHE_DIR to a writable directory"
+        ) from e
     try:
         src = work / f"{name}.c"
         src.write_text(source)
@@ -247,7 +258,35 @@ def compile_c(
     return lib
 
 
+def compile_extension(source: str, module: str, *, flags: Sequence[str] = DEFAULT_FLAGS) -> types.ModuleType:
+    """Build and import a CPython extension module (source defines PyInit_<module>).
+
+    Why: ctypes costs about 0.5-1 us per call plus 1-2 us per array to read its address; a METH_FASTCALL
+    function reading arrays through the buffer protocol costs about 0.2 us for the whole call
+    (bench/codegen_poc.py).  Needs Python's headers (python3-dev).
+    """
+    include = sysconfig.get_paths()["include"]
+    if not Path(include, "Python.h").exists():
+        raise CompileError(
+            f"Python.h not found in {include}: install Python's development headers "
+            "(e.g. `apt-get install python3-dev`) to build dynshape's native call path"
+        )
+    so = build_shared(source, module, flags=[*flags, f"-I{include}"])
+    with _lock:
+        mod = _modules.get(str(so))
+        if mod is None:
+            loader = importlib.machinery.ExtensionFileLoader(module, str(so))
+            spec = importlib.util.spec_from_file_location(module, str(so), loader=loader)
+            if spec is None:  # pragma: no cover - only for a path importlib cannot handle
+                raise CompileError(f"cannot import extension {module!r} from {so}")
+            mod = importlib.util.module_from_spec(spec)
+            loader.exec_module(mod)
+            _modules[str(so)] = mod
+    return mod
+
+
 def clear_memory_cache() -> None:
     """Forget loaded libraries (tests); the OS keeps them mapped, the disk cache is untouched."""
     with _lock:
         _loaded.clear()
+        _modules.clear()

@@ -26,6 +26,7 @@ from dynshape.codegen.cc import compile_c
 from dynshape.codegen.cgen import prelude
 from dynshape.codegen.fused_c import emit_group, make_step
 from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.ir.execute import bind_inputs
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
@@ -41,6 +42,7 @@ class _Step:
     outputs: tuple
     label: str
     needs_key: bool = False
+    needs_scope: bool = False  # If/Loop/Scan: the reference runs the body with the call's values and symbols
 
 
 @dataclass
@@ -105,6 +107,8 @@ def _lower(node, opset: int):
         if fn is not None:
             return fn
     ref = op.reference
+    if node.subgraphs():
+        return lambda args, scope, env: ref(args, {**attrs, "_scope": scope, "_env": env})
     return lambda args: ref(args, attrs)
 
 
@@ -112,15 +116,18 @@ class Executable:
     """The result of `ds.compile`: call it with arrays; every shape the signature admits runs."""
 
     def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True):
-        if any(n.subgraphs() for n in graph.nodes):
-            raise DynshapeError("compiling graphs with If/Loop is not supported yet; use graph.run()")
         self.graph = graph
         self.fuse = fuse
-        specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
-        facts = [(f.check, f.origin) for f in graph.signature.facts
-                 if isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b"))]
-        self._bind = make_binder(specs, facts)
-        self.symbols = list(self._bind.symbols)
+        tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
+        if tensors_only:
+            specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
+            facts = [(f.check, f.origin) for f in graph.signature.facts
+                     if isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b"))]
+            self._bind = make_binder(specs, facts)
+            self.symbols = list(self._bind.symbols)
+        else:  # sequence / optional inputs: the reference executor's general binder
+            self.symbols = [e.atom() for e in graph.signature.symbols.values()]
+            self._bind = self._general_bind
         self._lock = threading.Lock()
         self.stats_ = Stats()
         self._generic = self._build(None)
@@ -150,7 +157,8 @@ class Executable:
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
         steps = self._steps(live, known) if self.fuse else [
-            _Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name) for n in live]
+            _Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name, needs_scope=bool(n.subgraphs()))
+            for n in live]
         fixed = {k: v for k, v in consts.items() if k in needed}
         if key is not None:
             fixed.update({k: v for k, v in symvals(key).items() if k in needed})
@@ -180,7 +188,8 @@ class Executable:
                                    "+".join(n.name for n in item.nodes), needs_key=True))
             else:
                 for n in (item.nodes if isinstance(item, Group) else [item]):
-                    steps.append(_Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name))
+                    steps.append(_Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name,
+                                       needs_scope=bool(n.subgraphs())))
         return steps
 
     def _probe_symbolic(self, symvals) -> set:
@@ -206,6 +215,10 @@ class Executable:
             self.stats_.builds += 1
         return variant
 
+    def _general_bind(self, feed: dict) -> tuple:
+        env = bind_inputs(self.graph, feed)
+        return [feed[v.name] for v in self.graph.inputs], tuple(env[s.name] for s in self.symbols)
+
     # ---- running --------------------------------------------------------------------------------
     def run(self, feed: dict) -> dict[str, np.ndarray]:
         t0 = time.perf_counter()
@@ -219,10 +232,15 @@ class Executable:
             values[spec.name] = a
         for step in variant.steps:
             args = [values[x] if x else None for x in step.inputs]
-            outs = step.fn(args, key) if step.needs_key else step.fn(args)
+            if step.needs_key:
+                outs = step.fn(args, key)
+            elif step.needs_scope:
+                outs = step.fn(args, values, dict(zip((s.name for s in self.symbols), key)))
+            else:
+                outs = step.fn(args)
             for name, out in zip(step.outputs, outs):
-                if name:
-                    values[name] = out if isinstance(out, np.ndarray) else np.asarray(out)
+                if name:  # ufuncs turn 0-d results into numpy scalars; sequences (lists) stay as they are
+                    values[name] = np.asarray(out) if isinstance(out, np.generic) else out
         t2 = time.perf_counter()
         st = self.stats_
         st.calls += 1

@@ -1,0 +1,356 @@
+"""Compiled artefacts: `save` compiles a model once into a directory; `load` serves it without compiling.
+
+Layout of an artefact directory OUT:
+  model.onnx                       the model exactly as compiled
+  config.json                      declared dims, specialisations, fuse flag: everything `compile` was given
+  signature.txt, signature.json    what every call's inputs must satisfy (for people and for tools)
+  libs/                            the C build cache of this build: generated .c, built .so, sha256 sidecars
+  manifest.json                    sha256 of every other file, dynshape version, compiler identity, machine tag
+
+Why libs/ is a build cache: `save` builds with DYNSHAPE_CACHE_DIR=OUT/libs, so `compile_c` writes each library
+under its content key; `load` points `compile_c` at the same directory, where the same generated sources find
+those libraries by key and nothing is compiled.  The manifest is checked first, so a tampered, missing or
+unlisted file, or libraries built for another CPU or compiler, are refused before any of them is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from dynshape.codegen import cc
+from dynshape.errors import DynshapeError, ModelError
+from dynshape.frontends.onnx import load_onnx
+from dynshape.ir.graph import Graph, describe_symbol, format_type
+from dynshape.runtime.executable import Executable
+from dynshape.sym import is_expr, sym
+
+__all__ = ["FORMAT", "build_cache", "load", "save"]
+
+FORMAT = "dynshape-artefact-1"
+MODEL, CONFIG, MANIFEST, LIBS = "model.onnx", "config.json", "manifest.json", "libs"
+_REQUIRED = (MODEL, CONFIG)
+_env_lock = threading.RLock()
+
+StepFn = Callable[[str, int, int], None]  # (what starts now, steps done, steps in all)
+
+
+@contextmanager
+def build_cache(path: Path) -> Iterator[None]:
+    """Point `compile_c` at `path` (it reads $DYNSHAPE_CACHE_DIR on every call), then restore the variable.
+
+    The lock serialises saves and loads within a process; a thread compiling something unrelated meanwhile
+    would also build into `path`, which costs disk space, never correctness (entries are content-addressed).
+    """
+    with _env_lock:
+        old = os.environ.get("DYNSHAPE_CACHE_DIR")
+        os.environ["DYNSHAPE_CACHE_DIR"] = str(path)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("DYNSHAPE_CACHE_DIR", None)
+            else:
+                os.environ["DYNSHAPE_CACHE_DIR"] = old
+
+
+# ---- saving ---------------------------------------------------------------------------------------------
+def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None = None,
+         specialize: list[Mapping[str, int]] | None = None, *, fuse: bool = True,
+         on_step: StepFn | None = None) -> Executable:
+    """Compile `model` (path, bytes or ModelProto) once and write the artefact to `out_dir`; returns the executable.
+
+    The directory is built beside `out_dir` and moved into place at the end, so a failed build leaves nothing
+    half-written; an existing artefact there is replaced, any other non-empty directory is refused.
+    """
+    out = Path(out_dir)
+    _check_target(out)
+    specs = [dict(s) for s in specialize or []]
+    total, done = 4 + len(specs), 0
+
+    def step(label: str) -> None:
+        nonlocal done
+        if on_step is not None:
+            on_step(label, done, total)
+        done += 1
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        step("loading model")
+        data = _model_bytes(model)
+        graph = load_onnx(data, dims, infer=False)
+        step("shape inference")
+        from dynshape.ir.infer import infer_graph
+
+        infer_graph(graph)
+        with build_cache(tmp / LIBS):
+            step("compiling kernels")
+            exe = Executable(graph, None, fuse)
+            names = [s.name for s in exe.symbols]
+            for spec in specs:
+                unknown = sorted(set(spec) - set(names))
+                if unknown:
+                    raise DynshapeError(f"specialize {spec}: the model has no symbol {unknown} (its symbols: "
+                                        f"{', '.join(names) or 'none'})")
+                step("variant " + ", ".join(f"{k}={v}" for k, v in spec.items()))
+                exe.add_variant(spec)
+            _native_helpers(graph)
+        step("writing artefact")
+        config = {"dims": {n: _dim_json(n, d) for n, d in (dims or {}).items()},
+                  "specialize": [{k: int(v) for k, v in s.items()} for s in specs], "fuse": fuse}
+        (tmp / MODEL).write_bytes(data)
+        (tmp / CONFIG).write_text(json.dumps(config, indent=1) + "\n")
+        (tmp / "signature.txt").write_text(str(graph.signature) + "\n")
+        (tmp / "signature.json").write_text(json.dumps(signature_json(graph), indent=1) + "\n")
+        (tmp / LIBS).mkdir(exist_ok=True)
+        manifest = {"format": FORMAT, "dynshape": _version(), **_toolchain(),
+                    "files": {rel: _sha256(tmp / rel) for rel in _files(tmp)}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if on_step is not None:
+        on_step("done", total, total)
+    return exe
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise DynshapeError(f"{out} is a file; give a directory for the artefact")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise DynshapeError(f"{out} is a non-empty directory that is not a dynshape artefact; refusing to overwrite "
+                            "it: choose a new or empty directory")
+
+
+def _model_bytes(model: Any) -> bytes:
+    """The serialised model (external data inlined, so the artefact is self-contained)."""
+    if isinstance(model, (bytes, bytearray)):
+        return bytes(model)
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise ModelError(f"no ONNX model at {path!r} (file not found)")
+        try:
+            return onnx.load(path).SerializeToString()
+        except Exception as e:  # protobuf DecodeError, missing external data, ...
+            raise ModelError(f"cannot read {path!r}: {type(e).__name__}; the file is truncated or not an ONNX "
+                             "model") from None
+    raise ModelError(f"save expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+def _dim_json(name: str, d: Any) -> int | dict:
+    """A `dims` declaration as JSON: an int, or the symbol it makes (name, min, max, multiple_of)."""
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return int(d)
+    if isinstance(d, tuple) and len(d) == 2:
+        d = {"min": d[0], "max": d[1]}
+    if isinstance(d, Mapping):
+        return {"name": name, "min": int(d.get("min", 1)), "max": d.get("max"),
+                "multiple_of": int(d.get("multiple_of", 1))}
+    if is_expr(d) and d.is_atom():
+        a = d.atom()
+        return {"name": a.name, "min": a.lo, "max": a.hi, "multiple_of": a.mult}
+    raise DynshapeError(f"dims[{name!r}] = {d}: an artefact records ints, ranges and plain symbols only")
+
+
+def _dims_from_json(dims: dict) -> dict[str, Any]:
+    return {n: d if isinstance(d, int) else sym(d["name"], d["min"], d["max"], d["multiple_of"])
+            for n, d in dims.items()}
+
+
+def signature_json(graph: Graph) -> dict:
+    """The signature as plain data: symbols with ranges, facts with origins, input and output types."""
+    syms = []
+    for s in graph.signature.symbols.values():
+        a = s.atom()
+        syms.append({"name": a.name, "min": a.lo, "max": a.hi, "multiple_of": a.mult, "text": describe_symbol(s)})
+    return {
+        "symbols": syms,
+        "facts": [{"kind": f.kind, "text": f.text, "origin": f.origin} for f in graph.signature.facts],
+        "inputs": [{"name": v.name, "type": format_type(graph.types.get(v.name), v.dtype)} for v in graph.inputs],
+        "outputs": [{"name": v.name, "type": format_type(graph.types.get(v.name), v.dtype)} for v in graph.outputs],
+    }
+
+
+def _native_helpers(graph: Graph) -> None:
+    """Build (save) or fetch (load) the C helpers numpy lowerings compile lazily, inside the artefact's libs/.
+
+    Only erf today: an Erf node left out of fusion calls it.  Warming it here means a run never compiles it.
+    """
+    if not any(n.op_type == "Erf" for n in graph.nodes):
+        return
+    from dynshape.codegen import numpy_lowering
+    from dynshape.codegen.cgen import prelude
+
+    try:
+        cc.compile_c(prelude() + numpy_lowering._ERF_C, "erf_f32", symbols=["ds_erf_f32"])
+    except cc.CompileError:
+        return  # the lowering falls back to numpy without a compiler, and so does the artefact
+    numpy_lowering._erf_native(np.zeros(1, np.float32))
+
+
+# ---- loading --------------------------------------------------------------------------------------------
+def load(out_dir: str | os.PathLike) -> Executable:
+    """The executable saved in `out_dir`, after verifying every file; never invokes the C compiler."""
+    out = Path(out_dir)
+    manifest = _read_manifest(out)
+    contents = _verify(out, manifest)
+    try:
+        config = json.loads(contents[CONFIG])
+        dims = _dims_from_json(config["dims"])
+        specialize, fuse = list(config["specialize"]), bool(config["fuse"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise DynshapeError(f"artefact {out}: {CONFIG} is malformed ({type(e).__name__}: {e}); "
+                            f"rebuild it with `dynshape compile`") from None
+    libs = out / LIBS
+    if any(rel.startswith(LIBS + "/") for rel in manifest["files"]):
+        _check_toolchain(out, manifest, config)
+    with build_cache(libs):
+        graph = load_onnx(contents[MODEL], dims)
+        exe = Executable(graph, specialize, fuse)
+        _native_helpers(graph)
+    built = sorted(set(_files(libs, LIBS + "/")) - set(manifest["files"]))
+    if built:  # a guard, not a path: the checks above make identical sources, hence identical keys
+        for rel in built:
+            (out / rel).unlink(missing_ok=True)
+        raise DynshapeError(f"artefact {out} lacks kernels this dynshape generates ({', '.join(built)}); "
+                            f"rebuild it: {_rebuild_hint(out, config)}")
+    return exe
+
+
+def _read_manifest(out: Path) -> dict:
+    path = out / MANIFEST
+    if not path.is_file():
+        raise DynshapeError(f"{out} is not a dynshape artefact (no {MANIFEST}); create one with "
+                            f"`dynshape compile MODEL.onnx -o {out}`")
+    try:
+        manifest = json.loads(path.read_text())
+        files = manifest["files"]
+        assert isinstance(files, dict)
+    except (ValueError, KeyError, TypeError, AssertionError):
+        raise DynshapeError(f"artefact {out}: {MANIFEST} is malformed; rebuild it with `dynshape compile`") from None
+    if manifest.get("format") != FORMAT:
+        raise DynshapeError(f"artefact {out} has format {manifest.get('format')!r}, this dynshape reads {FORMAT!r}; "
+                            "rebuild it with `dynshape compile`")
+    if manifest.get("dynshape") != _version():
+        raise DynshapeError(f"artefact {out} was built by dynshape {manifest.get('dynshape')}, this is {_version()}: "
+                            "its generated kernels may differ; rebuild it with `dynshape compile`")
+    return manifest
+
+
+def _verify(out: Path, manifest: dict) -> dict[str, bytes]:
+    """Check every listed file against its sha256 and that libs/ holds nothing unlisted; returns required files."""
+    files: dict[str, str] = manifest["files"]
+    hint = f"rebuild it with `dynshape compile MODEL.onnx ... -o {out}`"
+    for rel in _REQUIRED:
+        if rel not in files:
+            raise DynshapeError(f"artefact {out}: {MANIFEST} does not list {rel}; {hint}")
+    contents = {}
+    for rel, digest in sorted(files.items()):
+        path = out / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise DynshapeError(f"artefact {out}: {MANIFEST} lists {rel!r}, which is outside the artefact; {hint}")
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise DynshapeError(f"artefact {out} is missing {rel} (listed in {MANIFEST}); {hint}") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise DynshapeError(f"artefact {out}: {rel} does not match its sha256 in {MANIFEST} (modified or "
+                                f"corrupted); {hint}")
+        if rel in _REQUIRED:
+            contents[rel] = data
+    extra = [rel for rel in _files(out / LIBS, LIBS + "/") if rel not in files]
+    if extra:
+        raise DynshapeError(f"artefact {out}: {', '.join(extra)} is not listed in {MANIFEST}; refusing to load "
+                            f"unverified libraries: remove it or {hint}")
+    return contents
+
+
+def _check_toolchain(out: Path, manifest: dict, config: dict) -> None:
+    """Native code is only valid on the CPU (-march=native) and under the compiler identity it was built with."""
+    here = _toolchain()
+    hint = _rebuild_hint(out, config)
+    if manifest.get("machine") != here["machine"]:
+        diff = _machine_diff(manifest.get("machine"), here["machine"])
+        raise DynshapeError(f"artefact {out} was built for another machine ({diff}): its kernels target that CPU "
+                            f"(-march=native) and may not run here; rebuild it on this machine: {hint}")
+    if manifest.get("compiler") != here["compiler"]:
+        built, now = _first_line(manifest.get("compiler")), _first_line(here["compiler"])
+        raise DynshapeError(f"artefact {out} was built with another C compiler ({built}; here: {now}), so its kernels "
+                            f"would not be found and would be recompiled; rebuild it here: {hint}")
+
+
+def _rebuild_hint(out: Path, config: dict) -> str:
+    """The `dynshape compile` command that rebuilds this artefact from its own model.onnx and config."""
+    parts = ["dynshape compile", str(out / MODEL)]
+    for name, d in config.get("dims", {}).items():
+        if isinstance(d, int):
+            parts.append(f"--dim {name}={d}")
+        else:
+            mult = f":{d['multiple_of']}" if d.get("multiple_of", 1) > 1 else ""
+            parts.append(f"--dim {name}={d['min']}:{'' if d['max'] is None else d['max']}{mult}")
+    for spec in config.get("specialize", []):
+        parts.append("--specialize " + ",".join(f"{k}={v}" for k, v in spec.items()))
+    parts.append(f"-o {out.parent / (out.name + '-rebuilt')}")
+    return "`" + " ".join(parts) + "`"
+
+
+# ---- small helpers --------------------------------------------------------------------------------------
+def _toolchain() -> dict[str, str | None]:
+    """Compiler identity (None without a compiler) and machine tag: what the libraries' cache keys bind to."""
+    try:
+        compiler: str | None = cc._compiler_identity(tuple(cc.find_compiler()))
+    except cc.CompileError:
+        compiler = None
+    return {"compiler": compiler, "machine": cc._machine_tag()}
+
+
+def _machine_diff(built: str | None, here: str) -> str:
+    """`built for X; this one: Y`, naming the CPU models, or the features when only those differ."""
+
+    def cpu(tag: str | None) -> str:
+        lines = (tag or "unknown").splitlines()
+        models = sorted({ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")})
+        return ", ".join(lines[:1] + models)
+
+    if cpu(built) != cpu(here):
+        return f"built for {cpu(built)}; this one: {cpu(here)}"
+    return f"same CPU model ({cpu(here)}) but different CPU features"
+
+
+def _first_line(text: str | None) -> str:
+    return "none" if not text else " | ".join(text.splitlines()[:2])
+
+
+def _files(root: Path, prefix: str = "") -> list[str]:
+    """Relative POSIX paths of the regular files under root, sorted."""
+    if not root.is_dir():
+        return []
+    return sorted(prefix + p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _version() -> str:
+    from dynshape import __version__
+
+    return __version__
