@@ -98,6 +98,8 @@ def test_a_fresh_process_never_invokes_the_compiler(tmp_path, monkeypatch):
     log = tmp_path / "cc.log"
     wrapper = tmp_path / "cc-logged"
     real = shutil.which("cc") or shutil.which("gcc")
+    if real is None:
+        pytest.skip("no C compiler to wrap")
     wrapper.write_text(f'#!/bin/sh\ncase "$*" in *--version*) ;; *) echo build >> {log};; esac\nexec {real} "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("CC", str(wrapper))

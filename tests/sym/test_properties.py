@@ -469,6 +469,23 @@ def test_bounds_are_sound(case):
     check_bounds_sound(sps, t, e, envs)
 
 
+@cfg(400)
+@given(scenarios())
+def test_simplify_collapses_what_bounds_pins_to_one_value(case):
+    """If the engine itself knows e has a single value k (bounds(e) == (k, k)), e is a constant over the
+    admissible assignments and its canonical form is the plain int k (e.g. (s - 1)//s is 0 for s >= 1).
+    Symbols declared with a single admissible value are left out: keeping those symbolic is a choice."""
+    sps, t = case
+    assume(all(len(sp.values()) >= 2 for sp in sps))
+    e = build(t, make_syms(sps))
+    assume(not is_int(e))
+    lo, hi = ds.bounds(e)
+    assume(lo is not None and lo == hi)
+    note(f"{describe(sps, t)}\ne = {e}, bounds = ({lo}, {hi})")
+    s = ds.simplify(e)
+    assert is_int(s) and s == lo, f"simplify({e}) = {s!r}, but bounds pins it to {lo}"
+
+
 @st.composite
 def nonneg_polynomials(draw):
     """(specs, tree, exact (lo, hi)) for c + sum(coef * product of symbols) with coef, c >= 0."""

@@ -85,6 +85,10 @@ SIMPLIFY = [
     ("ceil_div(s, 1)", lambda S: (ds.ceil_div(S.s, 1), S.s)),
     ("s // s", lambda S: (S.s // S.s, 1)),
     ("(2*s) // s", lambda S: ((2 * S.s) // S.s, 2)),
+    ("(s - 1)//s = 0", lambda S: ((S.s - 1) // S.s, 0)),
+    ("ceil_div(s, s) = 1", lambda S: (ds.ceil_div(S.s, S.s), 1)),
+    ("ceil_div(b*s, s) = b", lambda S: (ds.ceil_div(S.b * S.s, S.s), S.b)),
+    ("(b*s - 1)//s = b - 1", lambda S: ((S.b * S.s - 1) // S.s, S.b - 1)),
     ("(b*s) % s", lambda S: ((S.b * S.s) % S.s, 0)),
     # floor / mod of linear forms
     ("(4s+2)//2", lambda S: ((4 * S.s + 2) // 2, 2 * S.s + 1)),

@@ -37,7 +37,7 @@ EPILOG = """Examples:
 
 
 def binding(exe: Any) -> tuple[dict[str, dict], list[dict]]:
-    """symbol -> where the binder reads it, and the per-call guards, in the order the binder checks them."""
+    """symbol -> where the binder reads it, and every per-call guard (the binder tests them all in one expression)."""
     graph = exe.graph
     bound: dict[str, dict] = {}
     guards: list[dict] = []

@@ -146,6 +146,13 @@ class ConstraintStore:
                 fix = (f"{x.name} must equal {value} here: declare {x.name} so (e.g. min={value}, max={value}), "
                        f"or check the model")
                 self._clash(x.name, f"{x.name} would be {value}, outside {x.describe()}", fix=fix)
+            for cond, where in self.residual:  # a residual fact on x may now be decidable
+                if x.name in cond.free_symbols:
+                    c = Cond(cond.kind, substitute(cond.expr, {x.name: value}), cond.text, cond.k)
+                    if prove(c) is False:
+                        self._clash(x.name, f"{x.name} = {value} breaks {cond.text}", [Fact(cond.text, where)],
+                                    others=tuple(n for n in sorted(cond.free_symbols) if n != x.name)
+                                    + tuple(sorted(self._bound_via(cond))))
         elif isinstance(value, Expr) and value.is_atom() and isinstance(value.atom(), Symbol):
             y = value.atom()
             lo, hi, mult = max(x.lo, y.lo), _min_hi(x.hi, y.hi), math.lcm(x.mult, y.mult)
@@ -160,11 +167,19 @@ class ConstraintStore:
         self.bindings[x.name] = value
         self.bindings = {k: self._subst(v) for k, v in self.bindings.items()}
         if isinstance(value, Expr):  # the expression must stay within x's declaration
+            for name in value.free_symbols:  # x's history now constrains these symbols: keep it for messages
+                self.history.setdefault(name, []).extend(f for f in self.history[x.name]
+                                                         if f not in self.history[name])
             self.require(le(x.lo, value), origin, why=f"{x.name} >= {x.lo}")
             if x.hi is not None:
                 self.require(le(value, x.hi), origin, why=f"{x.name} <= {x.hi}")
             if x.mult > 1:
                 self.require(divides(x.mult, value), origin, why=f"{x.name} multiple of {x.mult}")
+
+    def _bound_via(self, cond: Cond) -> set:
+        """Eliminated symbols whose binding mentions the symbols of cond (their history explains it)."""
+        names = cond.free_symbols
+        return {k for k, v in self.bindings.items() if isinstance(v, Expr) and v.free_symbols & names}
 
     def require(self, cond: Cond, origin: str, why: str | None = None) -> None:
         """Record a fact that must hold. Bare-symbol bounds and divisors refine the symbol."""
@@ -189,11 +204,11 @@ class ConstraintStore:
             if cond.kind == "div" and k0 == 0:
                 self._refine(x.name, x.lo, x.hi, math.lcm(x.mult, cond.k // math.gcd(cond.k, abs(c))))
                 return
-            if cond.kind == "ge" and c == 1:  # x + k0 >= 0
-                self._refine(x.name, max(x.lo, -k0), x.hi, x.mult)
+            if cond.kind == "ge" and c > 0:  # c*x + k0 >= 0  <=>  x >= ceil(-k0 / c)
+                self._refine(x.name, max(x.lo, -(k0 // c)), x.hi, x.mult)
                 return
-            if cond.kind == "ge" and c == -1:  # k0 - x >= 0
-                self._refine(x.name, x.lo, _min_hi(x.hi, k0), x.mult)
+            if cond.kind == "ge" and c < 0:  # k0 - |c|*x >= 0  <=>  x <= floor(k0 / |c|)
+                self._refine(x.name, x.lo, _min_hi(x.hi, k0 // -c), x.mult)
                 return
             if cond.kind == "eq":
                 self.equate(Expr.from_atom(x) * c, -k0, origin)
