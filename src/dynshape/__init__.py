@@ -28,6 +28,8 @@ _LAZY = {
     "Executable": ("dynshape.runtime.executable", "Executable"),
     "Graph": ("dynshape.ir.graph", "Graph"),
     "TensorType": ("dynshape.ir.types", "TensorType"),
+    "load": ("dynshape.runtime.artifact", "load"),
+    "save": ("dynshape.runtime.artifact", "save"),
 }
 
 
@@ -43,5 +45,5 @@ def __getattr__(name: str):
 __all__ = [
     "Cond", "ConstraintStore", "ConstraintViolation", "DynshapeError", "Executable", "Expr", "Graph", "ModelError",
     "ShapeError", "Symbol", "TensorType", "any_dim", "bounds", "broadcast_shapes", "ceil_div", "compile", "divides",
-    "eq", "is_expr", "load_onnx", "max_", "min_", "ne", "prove", "simplify", "solve", "sym",
+    "eq", "is_expr", "load", "load_onnx", "max_", "min_", "ne", "prove", "save", "simplify", "solve", "sym",
 ]
