@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib.machinery
-import importlib.util
 import statistics
-import sysconfig
 import time
 from collections.abc import Callable
 
@@ -136,65 +133,16 @@ def part_eta(args: argparse.Namespace, lb: blas.Blas) -> None:
               + f"{med['static'] / med['dynamic']:8.3f}{med['numpy'] / med['dynamic']:8.2f}")
 
 
-TRAMPOLINE = r"""
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#define DS_MAX_ARGS 32
-#define DS_MAX_DIMS 8
-typedef int (*ds_entry_fn)(void *const *ptrs, const int64_t *shapes);
-
-/* invoke(entry_address, *arrays): C-contiguous buffers in, entry(ptrs, shapes) called with the GIL released.
-   shapes holds, per array, ndim followed by DS_MAX_DIMS dims (fixed stride keeps the generated indexing
-   constant).  Returns the entry's int status; 0 = success. */
-static PyObject *invoke(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs < 1 || nargs > DS_MAX_ARGS + 1) {
-        PyErr_SetString(PyExc_TypeError, "invoke(entry, *arrays)");
-        return NULL;
-    }
-    ds_entry_fn fn = (ds_entry_fn)PyLong_AsVoidPtr(args[0]);
-    if (fn == NULL) return NULL;
-    Py_buffer views[DS_MAX_ARGS];
-    void *ptrs[DS_MAX_ARGS];
-    int64_t shapes[DS_MAX_ARGS * (DS_MAX_DIMS + 1)];
-    Py_ssize_t n = nargs - 1, got = 0;
-    for (; got < n; got++) {
-        Py_buffer *v = &views[got];
-        if (PyObject_GetBuffer(args[got + 1], v, PyBUF_C_CONTIGUOUS) < 0) goto fail;
-        if (v->ndim > DS_MAX_DIMS) { PyBuffer_Release(v); PyErr_SetString(PyExc_ValueError, "rank > 8"); goto fail; }
-        ptrs[got] = v->buf;
-        int64_t *s = shapes + got * (DS_MAX_DIMS + 1);
-        s[0] = v->ndim;
-        for (int d = 0; d < v->ndim; d++) s[d + 1] = v->shape[d];
-    }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fn(ptrs, shapes);
-    Py_END_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) PyBuffer_Release(&views[i]);
-    return PyLong_FromLong(rc);
-fail:
-    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
-    return NULL;
-}
-
-static PyMethodDef methods[] = {{"invoke", (PyCFunction)(void (*)(void))invoke, METH_FASTCALL, NULL},
-                                {NULL, NULL, 0, NULL}};
-static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "ds_trampoline", NULL, -1, methods};
-PyMODINIT_FUNC PyInit_ds_trampoline(void) { return PyModule_Create(&mod); }
-"""
-
 ENTRIES = r"""
 #include <stdint.h>
 void noop5(int64_t m, const float *x, const float *w, const float *b, float *y) {
     (void)m; (void)x; (void)w; (void)b; (void)y;
 }
 void noop_packed(const int64_t *args) { (void)args; }
-/* The trampoline's ABI, with the shape check a generated entry would do (x: [M, K], w: [K, N] ...). */
+/* The trampoline's ABI, with the checks a generated entry would do (x: float32 [M, K], w: float32 [K, N]). */
 int noop_entry(void *const *ptrs, const int64_t *s) {
     (void)ptrs;
-    if (s[0] != 2 || s[9] != 2 || s[2] != s[10]) return 1;
+    if (s[0] != 2 || s[2] != 'f' || s[11] != 2 || s[13] != 'f' || s[4] != s[14]) return 1;
     return 0;
 }
 """
@@ -203,13 +151,7 @@ int noop_entry(void *const *ptrs, const int64_t *s) {
 def part_call_tax(args: argparse.Namespace) -> None:
     lib = cc.compile_c(ENTRIES, "poc_entries")
     pylib = ctypes.PyDLL(cc.build_shared(ENTRIES, "poc_entries"))
-    include = "-I" + sysconfig.get_paths()["include"]
-    so = cc.build_shared(TRAMPOLINE, "ds_trampoline", flags=[*cc.DEFAULT_FLAGS, include])
-    loader = importlib.machinery.ExtensionFileLoader("ds_trampoline", str(so))
-    spec = importlib.util.spec_from_file_location("ds_trampoline", str(so), loader=loader)
-    assert spec is not None
-    tramp = importlib.util.module_from_spec(spec)
-    loader.exec_module(tramp)
+    tramp = cc.compile_extension(cgen.TRAMPOLINE, "ds_trampoline")
 
     m, k, n = 4, 256, 1024
     x, w = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32)

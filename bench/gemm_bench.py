@@ -6,7 +6,7 @@ Candidates, all in one process and table:
   mkl        MKL (pip install mkl) cblas_sgemm_64 from C; batched shapes use cblas_sgemm_batch_strided_64
   mkl-loop   MKL, batched shapes as a C loop of sgemm calls (what OpenBLAS gets: its strided batch crashes)
 
-Each (shape, threads) cell is the median over --rounds rounds; a round times every candidate in turn
+Each (shape, threads) cell is the median over --rounds rounds; a round times every candidate on every shape
 (blocks of calls lasting about --sample-ms after a warm-up), so machine noise hits all of them alike.
 Run: python bench/gemm_bench.py [--threads 1,2] [--rounds 7] [--json out.json]
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import json
 import statistics
 import time
@@ -63,11 +64,26 @@ def workloads(pairs: list[tuple[int, int]]) -> list[tuple[str, int, int, int, in
     return out
 
 
+class Case:
+    """One GEMM shape with its operands, runnable by every candidate."""
+
+    def __init__(self, label: str, tb: int, batch: int, m: int, n: int, k: int, rng: np.random.Generator):
+        self.label, self.tb, self.batch, self.m, self.n, self.k = label, tb, batch, m, n, k
+        self.a = rng.standard_normal((batch, m, k), dtype=np.float32)
+        self.b = rng.standard_normal((batch, n, k) if tb else (batch, k, n), dtype=np.float32)
+        self.c = np.empty((batch, m, n), np.float32)
+        a2, b2 = (self.a[0], self.b[0]) if batch == 1 else (self.a, self.b)
+        self.a_np, self.b_np = a2, (b2.swapaxes(-1, -2) if tb else b2)
+        self.c_np = self.c[0] if batch == 1 else self.c
+        self.flop = 2.0 * batch * m * n * k
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--sample-ms", type=float, default=15.0)
+    ap.add_argument("--settle-s", type=float, default=0.5, help="pause when switching library (idle pools)")
     ap.add_argument("--json", help="write the medians here")
     args = ap.parse_args()
 
@@ -79,53 +95,58 @@ def main() -> None:
 
     ob, mk = blas.openblas(), blas.mkl()
     libs = [ob] + ([mk] if mk else [])
-    names = ["numpy", "openblas"] + (["mkl", "mkl-loop"] if mk else [])
+    # candidates grouped by library: a library switch happens twice a round, after a settle pause, because a
+    # pool that just worked keeps spinning for a while and would steal the cores from the other one.
+    groups = [(ob, ["numpy", "openblas"])] + ([(mk, ["mkl", "mkl-loop"])] if mk else [])
+    names = [nm for _, g in groups for nm in g]
     rng = np.random.default_rng(0)
+    cases = [Case(*w, rng) for w in workloads(PAIRS)]
     results: dict[str, dict[str, float]] = {}
 
+    def run(name: str, cs: Case, reps: int) -> float:
+        if name == "numpy":
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                np.matmul(cs.a_np, cs.b_np, out=cs.c_np)
+            return time.perf_counter() - t0
+        return timer(0, cs.tb, cs.batch, cs.m, cs.n, cs.k, cs.a.ctypes.data, cs.b.ctypes.data,
+                     cs.c.ctypes.data, reps)
+
+    def select(name: str) -> None:
+        lb = ob if name in ("numpy", "openblas") else mk
+        assert lb is not None
+        blas.bind(lib, dataclasses.replace(lb, sgemm_strided=lb.sgemm_strided if name == "mkl" else 0))
+
+    for cs in cases:  # correctness once per shape and candidate
+        ref = np.matmul(cs.a_np, cs.b_np)
+        for name in names:
+            select(name)
+            cs.c[...] = np.nan
+            run(name, cs, 1)
+            assert np.allclose(cs.c_np, ref, rtol=1e-4, atol=1e-3 * np.sqrt(cs.k)), (name, cs.label)
+
     for nthreads in [int(t) for t in args.threads.split(",")]:
+        samples: dict[tuple[str, str], list[float]] = {}
+        for _ in range(args.rounds):
+            for lb, group in groups:
+                for other in libs:  # only the measured library may use threads
+                    other.set_num_threads(nthreads if other is lb else 1)
+                time.sleep(args.settle_s)
+                for name in group:
+                    select(name)
+                    for cs in cases:
+                        once = max(run(name, cs, 3) / 3, 1e-7)
+                        reps = max(1, int(args.sample_ms * 1e-3 / once))
+                        samples.setdefault((cs.label, name), []).append(cs.flop * reps / run(name, cs, reps) / 1e9)
         print(f"\n== {nthreads} thread(s); GFLOP/s, median of {args.rounds} rounds "
-              f"(openblas core {ob.path.rsplit('/', 1)[-1]}{', mkl ' + mk.path if mk else ''})")
+              f"(openblas {ob.path.rsplit('/', 1)[-1]}{', mkl ' + mk.path.rsplit('/', 1)[-1] if mk else ''})")
         print(f"{'shape':22s}" + "".join(f"{n:>10s}" for n in names) + f"{'best/numpy':>12s}")
-        for label, tb, batch, m, n, k in workloads(PAIRS):
-            a = rng.standard_normal((batch, m, k), dtype=np.float32)
-            b = rng.standard_normal((batch, n, k) if tb else (batch, k, n), dtype=np.float32)
-            c = np.empty((batch, m, n), np.float32)
-            a2, b2 = (a[0], b[0]) if batch == 1 else (a, b)
-            b_np = b2.swapaxes(-1, -2) if tb else b2
-            c_np = c[0] if batch == 1 else c
-            flop = 2.0 * batch * m * n * k
-
-            def run(name: str, reps: int, a=a, b=b, c=c, a2=a2, b_np=b_np, c_np=c_np, tb=tb, batch=batch,
-                    m=m, n=n, k=k) -> float:
-                if name == "numpy":
-                    t0 = time.perf_counter()
-                    for _ in range(reps):
-                        np.matmul(a2, b_np, out=c_np)
-                    return time.perf_counter() - t0
-                lb = ob if name == "openblas" else mk
-                blas.bind(lib, blas.Blas(name, lb.path, lb.sgemm, 0 if name != "mkl" else lb.sgemm_strided,
-                                         lb._set_threads, lb._get_threads))
-                return timer(0, tb, batch, m, n, k, a.ctypes.data, b.ctypes.data, c.ctypes.data, reps)
-
-            # correctness once per shape and candidate, then timing
-            ref = np.matmul(a2, b_np)
-            for name in names:
-                c[...] = np.nan
-                run(name, 1)
-                assert np.allclose(c_np, ref, rtol=1e-4, atol=1e-3 * np.sqrt(k)), (name, label)
-            samples: dict[str, list[float]] = {nm: [] for nm in names}
-            for _ in range(args.rounds):
-                for name in names:
-                    for lb in libs:  # only the measured library may use threads: idle pools must not spin
-                        lb.set_num_threads(nthreads if lb is (mk if name.startswith("mkl") else ob) else 1)
-                    once = max(run(name, 3) / 3, 1e-7)
-                    reps = max(1, int(args.sample_ms * 1e-3 / once))
-                    samples[name].append(flop * reps / run(name, reps) / 1e9)
-            med = {nm: statistics.median(v) for nm, v in samples.items()}
-            results[f"{nthreads}t {label}"] = med
+        for cs in cases:
+            med = {nm: statistics.median(samples[(cs.label, nm)]) for nm in names}
+            results[f"{nthreads}t {cs.label}"] = med
             best = max(med[nm] for nm in names if nm != "numpy")
-            print(f"{label:22s}" + "".join(f"{med[nm]:10.1f}" for nm in names) + f"{best / med['numpy']:11.2f}x")
+            print(f"{cs.label:22s}" + "".join(f"{med[nm]:10.1f}" for nm in names)
+                  + f"{best / med['numpy']:11.2f}x")
         cells = [v for key, v in results.items() if key.startswith(f"{nthreads}t ")]
         geo = {nm: float(np.exp(np.mean([np.log(v[nm] / v["numpy"]) for v in cells]))) for nm in names}
         print(f"{'geomean vs numpy':22s}" + "".join(f"{geo[nm]:9.2f}x" for nm in names))

@@ -27,6 +27,9 @@ def _is_one(d) -> bool:
 def broadcast_shapes(*shapes: tuple, unify: Callable | None = None) -> tuple:
     """Numpy broadcast of symbolic shapes. `unify(a, b) -> dim` resolves two dims that must be equal
     but are not provably so; without it such a pair is a ShapeError."""
+    if unify is True or unify is False:
+        raise ShapeError("broadcast_shapes(unify=...) takes a function (a, b) -> dim that records a == b, "
+                         "e.g. lambda a, b: store.equate(a, b, 'where'); or None to refuse undecided pairs")
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(rank):

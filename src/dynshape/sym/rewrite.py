@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from dynshape.errors import ShapeError
-from dynshape.sym.bounds import INF, divisor, interval
+from dynshape.sym.bounds import INF, atom_interval, divisor, interval
 from dynshape.sym.expr import DimLike, Expr, OpAtom, Symbol, _check
 
 
@@ -70,7 +70,7 @@ def floordiv(a: DimLike, b: DimLike) -> DimLike:
     if isinstance(a, int):
         if 0 <= a < b_lo:
             return 0
-        return Expr.from_atom(OpAtom("fdiv", (a, b)))
+        return _pinned(OpAtom("fdiv", (a, b)))
     if a == b:
         return 1
     quot, rest = _divide_by_monomial(a, b)
@@ -108,6 +108,14 @@ def _mono_div(m: tuple, d: tuple) -> tuple | None:
     return tuple(rest)
 
 
+def _pinned(atom: OpAtom) -> DimLike:
+    """The atom as an expression, or the int it always equals when its bounds pin it to one value."""
+    lo, hi = atom_interval(atom)
+    if lo == hi and lo not in (INF, -INF):
+        return int(lo)
+    return Expr.from_atom(atom)
+
+
 def _fdiv_atom(a: DimLike, b: Expr) -> DimLike:
     if isinstance(a, int) and a == 0:
         return 0
@@ -115,7 +123,7 @@ def _fdiv_atom(a: DimLike, b: Expr) -> DimLike:
     bl, _ = interval(b)
     if al >= 0 and ah != INF and ah < bl:
         return 0
-    return Expr.from_atom(OpAtom("fdiv", (a, b)))
+    return _pinned(OpAtom("fdiv", (a, b)))
 
 
 def _fdiv_const(a: Expr, c: int) -> DimLike:
@@ -141,7 +149,7 @@ def _fdiv_const(a: Expr, c: int) -> DimLike:
     lo, hi = interval(r)
     if lo != -INF and hi != INF and lo // c == hi // c:
         return q + int(lo // c)
-    return q + Expr.from_atom(OpAtom("fdiv", (r, c)))
+    return q + _pinned(OpAtom("fdiv", (r, c)))
 
 
 def mod(a: DimLike, b: DimLike) -> DimLike:
@@ -168,7 +176,7 @@ def mod(a: DimLike, b: DimLike) -> DimLike:
     al, ah = interval(a)
     if al >= 0 and ah != INF and ah < interval(b)[0]:
         return a
-    return Expr.from_atom(OpAtom("mod", (a, b)))
+    return _pinned(OpAtom("mod", (a, b)))
 
 
 def _mod_const(a: Expr, c: int) -> DimLike:
@@ -186,7 +194,7 @@ def _mod_const(a: Expr, c: int) -> DimLike:
     lo, hi = interval(r)
     if lo != -INF and hi != INF and lo // c == hi // c:
         return r - int(lo // c) * c
-    return Expr.from_atom(OpAtom("mod", (r, c)))
+    return _pinned(OpAtom("mod", (r, c)))
 
 
 def _minmax(op: str, args: tuple) -> DimLike:
@@ -313,8 +321,12 @@ def _simplify(e: Expr) -> DimLike:
             return Expr.from_atom(a)
         return _apply_atom(a, [simplify(x) for x in a.args])
 
-    out = _rebuild(e, atom_fn)
-    return _exact_divisions(out)
+    out = _exact_divisions(_rebuild(e, atom_fn))
+    if isinstance(out, Expr):  # sound bounds that pin one value: the expression is that constant
+        lo, hi = interval(out)
+        if lo == hi and lo not in (INF, -INF):
+            return int(lo)
+    return out
 
 
 def _exact_divisions(e: DimLike) -> DimLike:
