@@ -1,0 +1,124 @@
+"""dynshape's compiled executables beside onnxruntime and torch eager, on ../shared/bench's models and stream.
+
+    python bench/compile_bench.py --model bert_small [--threads 1] [--peers ort,eager] [--stream] [--quick]
+
+Prints, in one run (medians over repeats, same process, same inputs):
+- compile time from a cold build cache and from the warm disk cache;
+- per fixed shape: the generic build, the fully static variant of that shape, eta = T(static) / T(generic),
+  and each peer with its ratio to dynshape's generic build;
+- the per-call tax: binder alone (bind + check + dispatch key), and a whole mlp call at batch 1;
+- --stream: the whole request stream, compile included, from a cold cache (onnxruntime: session included).
+Needs `python ../shared/bench/export_models.py` first (models go to ~/.cache/dynshape-bench/models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench"
+sys.path.insert(0, str(SHARED))
+
+import common  # noqa: E402
+import peers  # noqa: E402
+
+import dynshape as ds  # noqa: E402
+
+DIMS = {"bert_small": {"batch": (1, 8), "seq": (1, 512)}, "mlp": {"batch": (1, 256)}}
+
+
+def _limit_threads(n: int):
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        os.environ["OMP_NUM_THREADS"] = str(n)
+        return None
+    return threadpool_limits(n)
+
+
+def build(model: str, specialize=None):
+    t = time.perf_counter()
+    g = ds.load_onnx(common.onnx_path(model), dims=DIMS[model])
+    exe = ds.compile(g, specialize=specialize)
+    return exe, time.perf_counter() - t
+
+
+def shape_dict(model: str, shape: tuple) -> dict:
+    return dict(zip(["batch", "seq"], shape))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="bert_small", choices=sorted(DIMS))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--peers", default="ort,eager")
+    ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    args = ap.parse_args()
+    _limit_threads(args.threads)
+    budget = 0.5 if args.quick else 3.0
+    model = args.model
+    shapes = common.fixed_shapes(model)
+
+    with tempfile.TemporaryDirectory() as cold:
+        os.environ["DYNSHAPE_CACHE_DIR"] = cold
+        _, t_cold = build(model)
+        _, t_warm_proc = build(model)  # same process: libraries already loaded
+        os.environ.pop("DYNSHAPE_CACHE_DIR")
+    print(f"compile {model}: cold cache {t_cold:.2f} s; again in-process {t_warm_proc:.2f} s")
+
+    exe, _ = build(model, specialize=[shape_dict(model, s) for s in shapes])
+    generic = ds.compile(exe.graph)  # no variants: always the generic build
+    calls = {"dynshape": lambda x: generic.run(x), "static": lambda x: exe.run(x)}
+    for p in [p for p in args.peers.split(",") if p]:
+        try:
+            calls[p], _ = peers.PEERS[p](model, args.threads)
+        except Exception as e:  # noqa: BLE001 - a missing peer is a note, not a failure
+            print(f"peer {p} skipped: {type(e).__name__}: {e}")
+    print(f"\n| shape | {' | '.join(f'{k} ms' for k in calls)} | eta | " +
+          " | ".join(f"{k}/dynshape" for k in calls if k not in ("dynshape", "static")) + " |")
+    etas, ratios = [], {k: [] for k in calls if k not in ("dynshape", "static")}
+    print("|" + "---|" * (2 + len(calls) + len(ratios)))
+    for s in shapes:
+        t = {k: peers.time_fixed(f, model, s, budget_s=budget) for k, f in calls.items()}
+        eta = t["static"] / t["dynshape"]
+        etas.append(eta)
+        for k in ratios:
+            ratios[k].append(t[k] / t["dynshape"])
+        print(f"| {s} | " + " | ".join(f"{1e3 * v:.3f}" for v in t.values()) + f" | {eta:.3f} | " +
+              " | ".join(f"{t[k] / t['dynshape']:.2f}" for k in ratios) + " |")
+    gm = statistics.geometric_mean
+    print(f"\neta geomean {gm(etas):.3f}, min {min(etas):.3f}; " +
+          "; ".join(f"{k}/dynshape geomean {gm(v):.2f}, min {min(v):.2f}" for k, v in ratios.items()))
+
+    feed = common.make_inputs(model, shapes[0], seed=1)
+    n = 20000
+    bind = generic._bind
+    t_bind = min(timeit.repeat(lambda: bind(feed), number=n, repeat=5)) / n
+    t_call = min(timeit.repeat(lambda: generic.run(feed), number=n // 10, repeat=5)) / (n // 10)
+    print(f"call tax at {shapes[0]}: binder {1e6 * t_bind:.2f} us; whole call {1e6 * t_call:.1f} us")
+
+    if args.stream:
+        with tempfile.TemporaryDirectory() as cold:
+            os.environ["DYNSHAPE_CACHE_DIR"] = cold
+            t0 = time.perf_counter()
+            exe_s, _ = build(model)
+            res = peers.time_stream(lambda x: exe_s.run(x), model, setup_s=time.perf_counter() - t0)
+            os.environ.pop("DYNSHAPE_CACHE_DIR")
+        print(f"stream dynshape: total {res['total_s']:.2f} s (compile included), p50 {res['p50_ms']:.2f} ms, "
+              f"p99 {res['p99_ms']:.2f} ms")
+        for p in [p for p in args.peers.split(",") if p]:
+            if p in calls:
+                call, setup = peers.PEERS[p](model, args.threads)
+                r = peers.time_stream(call, model, setup_s=setup)
+                print(f"stream {p}: total {r['total_s']:.2f} s, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
