@@ -176,6 +176,8 @@ def mkl() -> Blas | None:
     if path is None:
         return None
     lib = ctypes.CDLL(path)
+    if not hasattr(lib, "cblas_sgemm_64"):  # no ILP64 `_64` entry points (tested: mkl 2026.2): unusable
+        return None
     layer = os.environ.get("MKL_THREADING_LAYER", "gnu").lower()
     lib.MKL_Set_Threading_Layer.argtypes, lib.MKL_Set_Threading_Layer.restype = [ctypes.c_int], ctypes.c_int
     lib.MKL_Set_Threading_Layer(_MKL_LAYERS.get(layer, 3))  # must precede any other MKL call
