@@ -1,6 +1,8 @@
+
 """`dynshape compile`, `run` on an artefact, and `dynshape explain`, end to end through typer's CliRunner."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +46,7 @@ def test_compile_writes_an_artefact_and_summarises(models, tmp_path):
     assert r.exit_code == 0, r.output
     text = flat(r.stdout)
     assert "symbols batch in [1, 8]" in text
-    assert "kernels 1 fused C kernel(s) in 1 library" in text
+    assert re.search(r"kernels 1 fused C kernel\(s\) in \d+ librar", text), text  # + the helper libraries
     assert "variants generic; batch=2; batch=4" in text
     assert "steps 2 (from 3 nodes)" in text  # MatMul, then Add+Relu fused
     assert (out / "manifest.json").is_file() and list((out / "libs").rglob("*.so"))

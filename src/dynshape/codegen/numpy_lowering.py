@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from dynshape.codegen import row_kernels
+from dynshape.codegen import gemm, row_kernels
 from dynshape.ops import registry
 
 _FLOATS = (np.float32, np.float64)
@@ -27,6 +27,9 @@ def _matmul(attrs: dict):
         a, b = args
         if not (_is_float(a) and a.dtype == b.dtype):
             return None
+        y = gemm.matmul(a, b)
+        if y is not None:
+            return [y]
         if b.ndim == 2 and a.ndim > 2:  # one BLAS call over all rows instead of numpy's per-matrix loop
             a = np.ascontiguousarray(a)
             return [(a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])]
@@ -45,12 +48,34 @@ def _gemm(attrs: dict):
         c = args[2] if len(args) > 2 else None
         if not _is_float(a):
             return None
+        y = gemm.gemm(a, b, c, alpha, beta, ta, tb)
+        if y is not None:
+            return [y]
         y = (a.T if ta else a) @ (b.T if tb else b)
         if alpha != 1.0:
             y *= a.dtype.type(alpha)
         if c is not None:
             y += c if beta == 1.0 else a.dtype.type(beta) * c
         return [y]
+
+    return fn
+
+
+def _gather(attrs: dict):
+    axis = attrs.get("axis", 0)
+
+    def fn(args):
+        data, idx = args
+        if idx.dtype.kind not in "iu" or data.dtype == object:
+            return None
+        return [np.take(data, idx, axis=axis)]  # negative indices wrap as ONNX says; out of range raises
+
+    return fn
+
+
+def _isnan(attrs: dict):
+    def fn(args):
+        return [np.isnan(args[0])] if _is_float(args[0]) else None
 
     return fn
 
@@ -73,6 +98,13 @@ void ds_erf_f32(const float *restrict x, float *restrict y, int64_t n) {
 _erf_kernel = None
 
 
+def erf_spec() -> dict:
+    """How the erf helper library is built (shared with artefacts, which ship it)."""
+    from dynshape.codegen.cgen import prelude
+
+    return {"source": prelude() + _ERF_C, "name": "erf_f32", "symbols": ["ds_erf_f32"]}
+
+
 def _erf_native(x: np.ndarray) -> np.ndarray:
     """erf through a vectorised C kernel (codegen.cgen's ds_erff); numpy fallback without a compiler."""
     global _erf_kernel
@@ -83,9 +115,8 @@ def _erf_native(x: np.ndarray) -> np.ndarray:
             import ctypes
 
             from dynshape.codegen.cc import compile_c
-            from dynshape.codegen.cgen import prelude
 
-            lib = compile_c(prelude() + _ERF_C, "erf_f32", symbols=["ds_erf_f32"])
+            lib = compile_c(**erf_spec())
             fn = lib.ds_erf_f32
             fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
             _erf_kernel = fn
@@ -196,6 +227,8 @@ _LOWERINGS = {
     "Softmax": _softmax,
     "LayerNormalization": _layernorm,
     "Gelu": _gelu,
+    "Gather": _gather,
+    "IsNaN": _isnan,
 }
 
 

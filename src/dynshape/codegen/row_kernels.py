@@ -19,8 +19,10 @@ void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, in
         const float *xr = x + r * n;
         float *yr = y + r * n;
         float m = -INFINITY;
+        #pragma omp simd reduction(max:m)
         for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
         float s = 0.0f;
+        #pragma omp simd reduction(+:s)
         for (int64_t i = 0; i < n; i++) { float e = ds_expf(xr[i] - m); yr[i] = e; s += e; }
         const float inv = 1.0f / s;
         for (int64_t i = 0; i < n; i++) yr[i] *= inv;
@@ -33,9 +35,11 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
         const float *xr = x + r * n;
         float *yr = y + r * n;
         float s = 0.0f;
+        #pragma omp simd reduction(+:s)
         for (int64_t i = 0; i < n; i++) s += xr[i];
         const float mean = s / (float)n;
         float v = 0.0f;
+        #pragma omp simd reduction(+:v)
         for (int64_t i = 0; i < n; i++) { float d = xr[i] - mean; v += d * d; }
         const float rstd = 1.0f / sqrtf(v / (float)n + eps);
         if (bias) {
@@ -50,6 +54,15 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
 _lib: ctypes.CDLL | None | bool = None
 
 
+def spec() -> dict:
+    """How this helper library is built (shared with artefacts, which ship it)."""
+    from dynshape.codegen.cc import DEFAULT_FLAGS
+
+    # -fopenmp-simd: the reductions vectorise (reassociated sums) without linking an OpenMP runtime
+    return {"source": prelude() + _SRC, "name": "row_kernels", "flags": (*DEFAULT_FLAGS, "-fopenmp-simd"),
+            "symbols": ["ds_softmax_f32", "ds_layernorm_f32"]}
+
+
 def library() -> ctypes.CDLL | None:
     """The row-kernel library, or None when no C compiler is available."""
     global _lib
@@ -57,7 +70,7 @@ def library() -> ctypes.CDLL | None:
         try:
             from dynshape.codegen.cc import compile_c
 
-            lib = compile_c(prelude() + _SRC, "row_kernels", symbols=["ds_softmax_f32", "ds_layernorm_f32"])
+            lib = compile_c(**spec())
             p, i64 = ctypes.c_void_p, ctypes.c_int64
             lib.ds_softmax_f32.argtypes, lib.ds_softmax_f32.restype = [p, p, i64, i64], None
             lib.ds_layernorm_f32.argtypes = [p, p, p, p, i64, i64, ctypes.c_float]

@@ -190,20 +190,14 @@ def signature_json(graph: Graph) -> dict:
 
 
 def _native_helpers(graph: Graph) -> None:
-    """Build (save) or fetch (load) the C helpers numpy lowerings compile lazily, inside the artefact's libs/.
+    """Build (save) or fetch (load) the C helpers the lowerings compile lazily, inside the artefact's libs/.
 
-    Only erf today: an Erf node left out of fusion calls it.  Warming it here means a run never compiles it.
+    Building them here and loading them into the process at load time means a run never compiles them.
     """
-    if not any(n.op_type == "Erf" for n in graph.nodes):
-        return
-    from dynshape.codegen import numpy_lowering
-    from dynshape.codegen.cgen import prelude
+    from dynshape.codegen import native_helpers
 
-    try:
-        cc.compile_c(prelude() + numpy_lowering._ERF_C, "erf_f32", symbols=["ds_erf_f32"])
-    except cc.CompileError:
-        return  # the lowering falls back to numpy without a compiler, and so does the artefact
-    numpy_lowering._erf_native(np.zeros(1, np.float32))
+    native_helpers.build_all()
+    native_helpers.load_all()
 
 
 # ---- loading --------------------------------------------------------------------------------------------
