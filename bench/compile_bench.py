@@ -29,6 +29,7 @@ import common  # noqa: E402
 import peers  # noqa: E402
 
 import dynshape as ds  # noqa: E402
+from dynshape.codegen import gemm  # noqa: E402
 
 DIMS = {"bert_small": {"batch": (1, 8), "seq": (1, 512)}, "mlp": {"batch": (1, 256)}}
 
@@ -75,12 +76,16 @@ def main() -> None:
 
     exe, _ = build(model, specialize=[shape_dict(model, s) for s in shapes])
     generic = ds.compile(exe.graph)  # no variants: always the generic build
+    generic.run(common.make_inputs(model, shapes[0], seed=1))  # loads the BLAS: now its threads can be limited
+    _limit_threads(args.threads)
     calls = {"dynshape": lambda x: generic.run(x), "static": lambda x: exe.run(x)}
     for p in [p for p in args.peers.split(",") if p]:
         try:
             calls[p], _ = peers.PEERS[p](model, args.threads)
         except Exception as e:  # noqa: BLE001 - a missing peer is a note, not a failure
             print(f"peer {p} skipped: {type(e).__name__}: {e}")
+    _limit_threads(args.threads)  # torch may have loaded another BLAS
+    print(f"BLAS: {gemm.blas_name()}, threads limited to {args.threads}")
     print(f"\n| shape | {' | '.join(f'{k} ms' for k in calls)} | eta | " +
           " | ".join(f"{k}/dynshape" for k in calls if k not in ("dynshape", "static")) + " |")
     etas, ratios = [], {k: [] for k in calls if k not in ("dynshape", "static")}

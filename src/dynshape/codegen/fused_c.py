@@ -1,9 +1,11 @@
-"""C for fused elementwise groups: one loop nest per group, dynamic dims as runtime int64, static ones literal.
+"""C for fused groups: one loop nest per group, dynamic dims as runtime int64, static ones literal.
 
-Axes are coalesced where every operand has the same broadcast pattern, so a residual add over
-(batch, seq, 256) is one flat loop and a bias add is (batch*seq) x 256 with 256 a literal the compiler
-unrolls and vectorises. Per call only the loop extents are computed (from the symbol values); strides
-follow from them in C.
+Elementwise groups: axes are coalesced where every operand has the same broadcast pattern, so a residual
+add over (batch, seq, 256) is one flat loop and a bias add is (batch*seq) x 256 with 256 a literal the
+compiler unrolls and vectorises. Softmax groups: the last axis is the row; the producer group's expression
+is evaluated into a row buffer, the softmax reduces it in cache, and the consumer group's expression is
+applied on the way out (masking + softmax + NaN clean-up in one pass over memory).
+Per call only the loop extents are computed (from the symbol values); strides follow from them in C.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from dynshape.codegen.cgen import c_float
 from dynshape.ir.graph import Graph
-from dynshape.passes.fusion import Group, _scalar_const, broadcast_pattern
+from dynshape.passes.fusion import Group, SoftmaxGroup, _scalar_const, broadcast_pattern
 from dynshape.runtime.binder import to_py
 from dynshape.sym import Expr
 
@@ -28,6 +30,11 @@ class GroupKernel:
     out_shape: tuple
     inputs: list  # external value names passed as pointers (scalar constants are inlined)
     outputs: list
+    out_dtypes: list
+
+
+def _ctype(graph: Graph, name: str) -> str:
+    return "uint8_t" if np.dtype(graph.types[name].dtype) == np.bool_ else "float"
 
 
 def _unary(op: str, a: str) -> str:
@@ -35,6 +42,7 @@ def _unary(op: str, a: str) -> str:
         "Neg": f"(-{a})", "Abs": f"fabsf({a})", "Sqrt": f"sqrtf({a})", "Reciprocal": f"(1.0f / {a})",
         "Exp": f"ds_expf({a})", "Erf": f"ds_erff({a})", "Tanh": f"ds_tanhf({a})",
         "Sigmoid": f"(1.0f / (1.0f + ds_expf(-{a})))", "Relu": f"({a} < 0.0f ? 0.0f : {a})", "Identity": a,
+        "IsNaN": f"(uint8_t)({a} != {a})",
     }[op]
 
 
@@ -50,71 +58,9 @@ def _pow(a: str, p: float) -> str:
     return f"powf({a}, {c_float(p)})"
 
 
-def emit_group(g: Group, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
-    """C source for one group, or None when a dim is not computable from the call's symbols."""
-    out_shape = tuple(g.shape) or (1,)
-    for d in out_shape:
-        if isinstance(d, Expr) and not d.free_symbols <= key_names:
-            return None
-    rank = len(out_shape)
-    scalars: dict[str, str] = {}
-    ptr_inputs: list[str] = []
-    patterns: list[tuple] = []
-    for x in g.inputs:
-        c = _scalar_const(x, graph)
-        if c is not None:
-            scalars[x] = c_float(c)
-            continue
-        pat = broadcast_pattern(tuple(graph.types[x].shape), tuple(g.shape)) if g.shape else (True,)
-        if pat is None:
-            return None
-        ptr_inputs.append(x)
-        patterns.append(pat)
-    # coalesce adjacent axes with identical patterns across all operands
-    cols = [tuple(p[k] for p in patterns) for k in range(rank)]
-    levels: list[list[int]] = []
-    for k in range(rank):
-        if levels and cols[levels[-1][-1]] == cols[k]:
-            levels[-1].append(k)
-        else:
-            levels.append([k])
-    loop_dims = []
-    for lv in levels:
-        d = 1
-        for k in lv:
-            d = d * out_shape[k]
-        loop_dims.append(d)
-    spans = [[cols[lv[0]][j] for lv in levels] for j in range(len(ptr_inputs))]
-    n = len(loop_dims)
-    dyn = [i for i, d in enumerate(loop_dims) if not isinstance(d, int)]
-    lines = [f"void {name}(const int64_t *d"]
-    lines[0] += "".join(f", float *restrict o{k}" for k in range(len(g.outputs)))
-    for j, x in enumerate(ptr_inputs):
-        ctype = "uint8_t" if np.dtype(graph.types[x].dtype) == np.bool_ else "float"
-        lines[0] += f", const {ctype} *restrict i{j}"
-    lines[0] += ") {"
-    for i, d in enumerate(loop_dims):
-        lines.append(f"    const int64_t L{i} = {('d[' + str(dyn.index(i)) + ']') if i in dyn else d};")
-    for j in range(len(ptr_inputs)):  # stride of input j at level i: product of the inner levels it spans
-        for i in range(n):
-            if not spans[j][i]:
-                lines.append(f"    const int64_t S{j}_{i} = 0;")
-            else:
-                inner = [f"L{m}" for m in range(i + 1, n) if spans[j][m]]
-                lines.append(f"    const int64_t S{j}_{i} = {' * '.join(inner) or '1'};")
-    indent = "    "
-    for i in range(n):
-        lines.append(f"{indent}for (int64_t a{i} = 0; a{i} < L{i}; a{i}++) {{")
-        indent += "    "
-    flat = " + ".join(f"a{i}" + "".join(f" * L{m}" for m in range(i + 1, n)) for i in range(n))
-    lines.append(f"{indent}const int64_t o = {flat};")
-    env: dict[str, str] = dict(scalars)
-    for j, x in enumerate(ptr_inputs):
-        idx = " + ".join(f"a{i} * S{j}_{i}" for i in range(n))
-        env[x] = f"v{j}"
-        ctype = "uint8_t" if np.dtype(graph.types[x].dtype) == np.bool_ else "float"
-        lines.append(f"{indent}const {ctype} v{j} = i{j}[{idx}];")
-    for k, node in enumerate(g.nodes):
+def _emit_nodes(nodes: list, env: dict, graph: Graph, lines: list, indent: str, tag: str) -> None:
+    """`const T tK = expr;` per node, in order; env maps value names to C expressions (updated)."""
+    for k, node in enumerate(nodes):
         args = [env[x] for x in node.inputs]
         op = node.op_type
         if op in ("Add", "Sub", "Mul", "Div"):
@@ -125,19 +71,179 @@ def emit_group(g: Group, graph: Graph, name: str, key_names: set) -> GroupKernel
             expr = f"({args[0]} ? {args[1]} : {args[2]})"
         else:
             expr = _unary(op, args[0])
-        lines.append(f"{indent}const float t{k} = {expr};")
-        env[node.outputs[0]] = f"t{k}"
+        var = f"t{tag}{k}"
+        lines.append(f"{indent}const {_ctype(graph, node.outputs[0])} {var} = {expr};")
+        env[node.outputs[0]] = var
+
+
+@dataclass
+class _Operands:
+    scalars: dict
+    ptrs: list
+    patterns: list
+
+
+def _operands(inputs: list, shape: tuple, graph: Graph) -> _Operands | None:
+    scalars: dict[str, str] = {}
+    ptrs, patterns = [], []
+    for x in inputs:
+        c = _scalar_const(x, graph)
+        if c is not None:
+            scalars[x] = c_float(c)
+            continue
+        pat = broadcast_pattern(tuple(graph.types[x].shape), shape) if shape else (True,)
+        if pat is None:
+            return None
+        ptrs.append(x)
+        patterns.append(pat)
+    return _Operands(scalars, ptrs, patterns)
+
+
+def _levels(patterns: list, axes: range) -> list[list[int]]:
+    """Group adjacent axes on which every operand has the same broadcast pattern."""
+    levels: list[list[int]] = []
+    for k in axes:
+        col = tuple(p[k] for p in patterns)
+        if levels and tuple(p[levels[-1][-1]] for p in patterns) == col:
+            levels[-1].append(k)
+        else:
+            levels.append([k])
+    return levels
+
+
+def _prod(shape: tuple, axes: list[int]):
+    d = 1
+    for k in axes:
+        d = d * shape[k]
+    return d
+
+
+def _signature(name: str, outputs: list, ops: _Operands, graph: Graph) -> str:
+    head = f"void {name}(const int64_t *d"
+    head += "".join(f", {_ctype(graph, o)} *restrict o{k}" for k, o in enumerate(outputs))
+    head += "".join(f", const {_ctype(graph, x)} *restrict i{j}" for j, x in enumerate(ops.ptrs))
+    return head + ") {"
+
+
+def _dims_prologue(loop_dims: list, lines: list) -> None:
+    dyn = [i for i, d in enumerate(loop_dims) if not isinstance(d, int)]
+    for i, d in enumerate(loop_dims):
+        lines.append(f"    const int64_t L{i} = {('d[' + str(dyn.index(i)) + ']') if i in dyn else d};")
+
+
+def _strides(spans: list, n: int, lines: list) -> None:
+    for j, span in enumerate(spans):  # stride of input j at level i: product of the inner levels it spans
+        for i in range(n):
+            inner = [f"L{m}" for m in range(i + 1, n) if span[m]]
+            lines.append(f"    const int64_t S{j}_{i} = {(' * '.join(inner) or '1') if span[i] else '0'};")
+
+
+def _computable(shape: tuple, key_names: set) -> bool:
+    return all(not isinstance(d, Expr) or d.free_symbols <= key_names for d in shape)
+
+
+def emit_group(g: Group, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
+    """C source for one elementwise group, or None when a dim is not computable from the call's symbols."""
+    out_shape = tuple(g.shape) or (1,)
+    if not _computable(out_shape, key_names):
+        return None
+    ops = _operands(g.inputs, tuple(g.shape), graph)
+    if ops is None:
+        return None
+    levels = _levels(ops.patterns, range(len(out_shape)))
+    loop_dims = [_prod(out_shape, lv) for lv in levels]
+    spans = [[p[lv[0]] for lv in levels] for p in ops.patterns]
+    n = len(loop_dims)
+    lines = [_signature(name, g.outputs, ops, graph)]
+    _dims_prologue(loop_dims, lines)
+    _strides(spans, n, lines)
+    indent = "    "
+    for i in range(n):
+        lines.append(f"{indent}for (int64_t a{i} = 0; a{i} < L{i}; a{i}++) {{")
+        indent += "    "
+    flat = " + ".join(f"a{i}" + "".join(f" * L{m}" for m in range(i + 1, n)) for i in range(n))
+    lines.append(f"{indent}const int64_t o = {flat};")
+    env: dict[str, str] = dict(ops.scalars)
+    for j, x in enumerate(ops.ptrs):
+        idx = " + ".join(f"a{i} * S{j}_{i}" for i in range(n))
+        env[x] = f"v{j}"
+        lines.append(f"{indent}const {_ctype(graph, x)} v{j} = i{j}[{idx}];")
+    _emit_nodes(g.nodes, env, graph, lines, indent, "")
     for k, o in enumerate(g.outputs):
         lines.append(f"{indent}o{k}[o] = {env[o]};")
     for _ in range(n):
         indent = indent[:-4]
         lines.append(f"{indent}}}")
     lines.append("}")
-    return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, tuple(g.shape), ptr_inputs, list(g.outputs))
+    return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, tuple(g.shape), ops.ptrs, list(g.outputs),
+                       [np.dtype(graph.types[o].dtype) for o in g.outputs])
+
+
+def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
+    """C source for producer group -> last-axis softmax -> consumer group, one row at a time."""
+    shape = tuple(sg.shape)
+    if not _computable(shape, key_names):
+        return None
+    ops = _operands(sg.inputs, shape, graph)
+    if ops is None:
+        return None
+    rank = len(shape)
+    levels = _levels(ops.patterns, range(rank - 1)) + [[rank - 1]]
+    loop_dims = [_prod(shape, lv) for lv in levels]
+    spans = [[p[lv[0]] for lv in levels] for p in ops.patterns]
+    n = len(loop_dims)  # level n-1 is the row
+    lines = [_signature(name, sg.outputs, ops, graph)]
+    _dims_prologue(loop_dims, lines)
+    _strides(spans, n, lines)
+    lines.append(f"    float *row = (float *)malloc(sizeof(float) * (L{n - 1} > 0 ? L{n - 1} : 1));")
+    indent = "    "
+    for i in range(n - 1):
+        lines.append(f"{indent}for (int64_t a{i} = 0; a{i} < L{i}; a{i}++) {{")
+        indent += "    "
+    flat = " + ".join(f"a{i}" + "".join(f" * L{m}" for m in range(i + 1, n - 1)) for i in range(n - 1)) or "0"
+    lines.append(f"{indent}const int64_t ob = ({flat}) * L{n - 1};")
+    base = {j: " + ".join([f"a{i} * S{j}_{i}" for i in range(n - 1)] or ["0"]) for j in range(len(ops.ptrs))}
+    lines.append(f"{indent}float mx = -INFINITY;")
+    row_pass = f"{indent}for (int64_t r = 0; r < L{n - 1}; r++) {{"
+    inner = indent + "    "
+
+    def load(nodes: list, extra: tuple = ()) -> dict:
+        env = dict(ops.scalars)
+        used = {x for nd in nodes for x in nd.inputs} | set(extra)
+        for j, x in enumerate(ops.ptrs):
+            if x in used:
+                lines.append(f"{inner}const {_ctype(graph, x)} v{j} = i{j}[{base[j]} + r * S{j}_{n - 1}];")
+                env[x] = f"v{j}"
+        return env
+
+    x, y = sg.node.inputs[0], sg.node.outputs[0]
+    lines.append(f"{indent}#pragma omp simd reduction(max:mx)")
+    lines.append(row_pass)
+    env = load(sg.pre.nodes if sg.pre else [], () if sg.pre else (x,))
+    if sg.pre:
+        _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
+    lines += [f"{inner}row[r] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{indent}}}"]
+    lines += [f"{indent}float s = 0.0f;", f"{indent}#pragma omp simd reduction(+:s)", row_pass,
+              f"{inner}const float e = ds_expf(row[r] - mx);", f"{inner}row[r] = e;", f"{inner}s += e;",
+              f"{indent}}}", f"{indent}const float inv = 1.0f / s;", row_pass]
+    env = load(sg.post.nodes if sg.post else [])
+    env[y] = "sm"
+    lines.append(f"{inner}const float sm = row[r] * inv;")
+    if sg.post:
+        _emit_nodes(sg.post.nodes, env, graph, lines, inner, "q")
+    for k, o in enumerate(sg.outputs):
+        lines.append(f"{inner}o{k}[ob + r] = {env[o]};")
+    lines.append(f"{indent}}}")
+    for _ in range(n - 1):
+        indent = indent[:-4]
+        lines.append(f"{indent}}}")
+    lines += ["    free(row);", "}"]
+    return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, shape, ops.ptrs, list(sg.outputs),
+                       [np.dtype(graph.types[o].dtype) for o in sg.outputs])
 
 
 def make_step(k: GroupKernel, lib: ctypes.CDLL, symbols: list):
-    """The Python side of a group: `fn(args, key) -> outputs` (args in k.inputs order)."""
+    """The Python side of a kernel: `fn(args, key) -> outputs` (args in k.inputs order)."""
     fn = getattr(lib, k.name)
     fn.restype = None
     names = {s.name: f"s{i}" for i, s in enumerate(symbols)}
@@ -152,16 +258,15 @@ def make_step(k: GroupKernel, lib: ctypes.CDLL, symbols: list):
     scope: dict = {}
     exec(src, scope)  # noqa: S102 - our own generated source
     dims = scope["dims"]
-    n_out = len(k.outputs)
-    f32 = np.float32
+    out_dtypes = k.out_dtypes
 
     def step(args, key):
         dyn_vals, shape = dims(key)
         d = np.array(dyn_vals, dtype=np.int64)
-        outs = [np.empty(shape, f32) for _ in range(n_out)]
+        outs = [np.empty(shape, dt) for dt in out_dtypes]
         ins = [np.ascontiguousarray(a) for a in args]
         fn(d.ctypes.data, *[o.ctypes.data for o in outs], *[a.ctypes.data for a in ins])
         return outs
 
-    fn.argtypes = [ctypes.c_void_p] * (1 + n_out + len(k.inputs))
+    fn.argtypes = [ctypes.c_void_p] * (1 + len(k.outputs) + len(k.inputs))
     return step

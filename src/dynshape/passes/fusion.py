@@ -17,8 +17,24 @@ from dynshape.ir.types import TensorType
 # op -> number of float inputs it reads (Where reads a bool condition first)
 ELEMENTWISE = {
     "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Erf", "Tanh", "Sigmoid", "Relu",
-    "Pow", "Where", "Identity",
+    "Pow", "Where", "Identity", "IsNaN",
 }
+
+
+@dataclass
+class SoftmaxGroup:
+    """A last-axis Softmax with the elementwise group that feeds it and the one that consumes it, row by row."""
+
+    node: Node
+    pre: Group | None
+    post: Group | None
+    shape: tuple
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return (self.pre.nodes if self.pre else []) + [self.node] + (self.post.nodes if self.post else [])
 
 
 @dataclass
@@ -38,7 +54,8 @@ def eligible(node: Node, graph: Graph) -> bool:
     if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return False
     out = graph.types.get(node.outputs[0])
-    if not _float32(out):
+    if not (_float32(out) or (node.op_type == "IsNaN" and isinstance(out, TensorType)
+                              and np.dtype(out.dtype) == np.bool_)):
         return False
     ins = [graph.types.get(x) for x in node.inputs]
     if any(t is None or not isinstance(t, TensorType) for t in ins) or not node.inputs or "" in node.inputs:
@@ -131,7 +148,52 @@ def fuse(nodes: list[Node], graph: Graph, known: set) -> list:
                 continue
             _finish(item, consumers, graph_outputs, group_of)
         out.append(item)
-    return out
+    return _fuse_softmax(out, graph, consumers, graph_outputs)
+
+
+def _softmax_ok(n: Node, graph: Graph) -> bool:
+    t = graph.types.get(n.outputs[0]) if n.outputs else None
+    if n.op_type != "Softmax" or not _float32(t) or not t.shape or graph.opset < 13:
+        return False
+    return n.attrs.get("axis", -1) in (-1, len(t.shape) - 1)
+
+
+def _fuse_softmax(items: list, graph: Graph, consumers: dict, graph_outputs: set) -> list:
+    """Absorb a last-axis Softmax's producer group and consumer group into one row-wise kernel."""
+    made: dict[int, SoftmaxGroup] = {}
+    drop: set[int] = set()
+    slot_of = {}
+    for i, item in enumerate(items):
+        for n in (item.nodes if isinstance(item, Group) else [item]):
+            for o in n.outputs:
+                slot_of[o] = i
+    for i, item in enumerate(items):
+        if isinstance(item, Group) or not _softmax_ok(item, graph):
+            continue
+        x, y = item.inputs[0], item.outputs[0]
+        shape = tuple(graph.types[y].shape)
+        pre_i = slot_of.get(x)
+        pre = items[pre_i] if pre_i is not None else None
+        if not (isinstance(pre, Group) and pre.outputs == [x] and pre.shape == shape and pre_i not in drop
+                and all(c is item for c in consumers.get(x, []))):
+            pre, pre_i = None, None
+        users = consumers.get(y, [])
+        post_i = slot_of.get(users[0].outputs[0]) if users else None
+        post = items[post_i] if post_i is not None else None
+        at = pre_i if pre_i is not None else i
+        if not (isinstance(post, Group) and post.shape == shape and y not in graph_outputs
+                and all(slot_of.get(u.outputs[0]) == post_i for u in users)
+                and all(slot_of.get(z, -1) < at for z in post.inputs if z != y)):
+            post, post_i = None, None
+        sg = SoftmaxGroup(item, pre, post, shape)
+        sg.inputs = list(pre.inputs if pre else [x])
+        for z in (post.inputs if post else []):
+            if z != y and z not in sg.inputs:
+                sg.inputs.append(z)
+        sg.outputs = list(post.outputs) if post else [y]
+        made[at] = sg
+        drop.update(j for j in (i, pre_i, post_i) if j is not None and j != at)
+    return [made.get(i, item) for i, item in enumerate(items) if i not in drop or i in made]
 
 
 def _finish(g: Group, consumers: dict, graph_outputs: set, group_of: dict) -> None:

@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import numpy_lowering
-from dynshape.codegen.cc import compile_c
+from dynshape.codegen.cc import DEFAULT_FLAGS, compile_c
 from dynshape.codegen.cgen import prelude
-from dynshape.codegen.fused_c import emit_group, make_step
+from dynshape.codegen.fused_c import emit_group, emit_softmax, make_step
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import bind_inputs
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
-from dynshape.passes.fusion import Group, fuse
+from dynshape.passes.fusion import Group, SoftmaxGroup, fuse
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
 from dynshape.sym import Cond, Expr
 
@@ -172,14 +172,16 @@ class Executable:
         key_names = {s.name for s in self.symbols}
         kernels = {}
         for i, item in enumerate(items):
-            if isinstance(item, Group):
-                k = emit_group(item, g, f"ds_fused_{i}", key_names)
+            if isinstance(item, (Group, SoftmaxGroup)):
+                emit = emit_group if isinstance(item, Group) else emit_softmax
+                k = emit(item, g, f"ds_fused_{i}", key_names)
                 if k is not None:
                     kernels[i] = k
         lib = None
         if kernels:
-            src = prelude() + "".join(k.source for k in kernels.values())
-            lib = compile_c(src, f"{g.name or 'graph'}_fused", symbols=[k.name for k in kernels.values()])
+            src = prelude() + "#include <stdlib.h>\n" + "".join(k.source for k in kernels.values())
+            lib = compile_c(src, f"{g.name or 'graph'}_fused", flags=(*DEFAULT_FLAGS, "-fopenmp-simd"),
+                            symbols=[k.name for k in kernels.values()])
         steps = []
         for i, item in enumerate(items):
             if i in kernels:
@@ -187,7 +189,7 @@ class Executable:
                 steps.append(_Step(make_step(k, lib, self.symbols), tuple(k.inputs), tuple(k.outputs),
                                    "+".join(n.name for n in item.nodes), needs_key=True))
             else:
-                for n in (item.nodes if isinstance(item, Group) else [item]):
+                for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup)) else [item]):
                     steps.append(_Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name,
                                        needs_scope=bool(n.subgraphs())))
         return steps
