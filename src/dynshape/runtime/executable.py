@@ -32,6 +32,7 @@ from dynshape.ir.types import TensorType
 from dynshape.ops import registry
 from dynshape.passes.fusion import Group, SoftmaxGroup, fuse
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
+from dynshape.runtime.memory import tune_allocator
 from dynshape.sym import Cond, Expr
 
 
@@ -116,6 +117,7 @@ class Executable:
     """The result of `ds.compile`: call it with arrays; every shape the signature admits runs."""
 
     def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True):
+        tune_allocator()
         self.graph = graph
         self.fuse = fuse
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
