@@ -269,4 +269,5 @@ def make_step(k: GroupKernel, lib: ctypes.CDLL, symbols: list):
         return outs
 
     fn.argtypes = [ctypes.c_void_p] * (1 + len(k.outputs) + len(k.inputs))
+    step.raw = (k, fn, dims)  # for memory-planned execution: the kernel, its C entry, its dims(key)
     return step

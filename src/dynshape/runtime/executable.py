@@ -33,6 +33,7 @@ from dynshape.ops import registry
 from dynshape.passes.fusion import Group, SoftmaxGroup, fuse
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
 from dynshape.runtime.memory import tune_allocator
+from dynshape.runtime.plan import Planner, plannable
 from dynshape.sym import Cond, Expr
 
 
@@ -44,6 +45,9 @@ class _Step:
     label: str
     needs_key: bool = False
     needs_scope: bool = False  # If/Loop/Scan: the reference runs the body with the call's values and symbols
+    op_type: str = ""
+    attrs: dict = field(default_factory=dict)
+    kernel: Any = None  # (GroupKernel, C entry, dims(key)) of a fused kernel, for planned execution
 
 
 @dataclass
@@ -55,6 +59,8 @@ class Variant:
     fixed: dict  # values known before the call: constants, and for static variants all symbolic values
     symbolic: Any  # key -> {name: array} of symbolic values (None for static variants)
     hits: int = 0
+    planner: Any = None  # plan.Planner when every value's shape follows from the key
+    plans: dict = field(default_factory=dict)  # key -> BoundPlan in the current arena
 
 
 @dataclass
@@ -116,10 +122,13 @@ def _lower(node, opset: int):
 class Executable:
     """The result of `ds.compile`: call it with arrays; every shape the signature admits runs."""
 
-    def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True):
+    def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True, planned: bool = True):
         tune_allocator()
         self.graph = graph
         self.fuse = fuse
+        self.planned = planned
+        self._arena = np.empty(0, np.uint8)
+        self._arena_lock = threading.Lock()
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
         if tensors_only:
             specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
@@ -158,14 +167,21 @@ class Executable:
         probe_names = self._probe_symbolic(symvals)
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
-        steps = self._steps(live, known) if self.fuse else [
-            _Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name, needs_scope=bool(n.subgraphs()))
-            for n in live]
+        steps = self._steps(live, known) if self.fuse else [self._node_step(n) for n in live]
         fixed = {k: v for k, v in consts.items() if k in needed}
         if key is not None:
             fixed.update({k: v for k, v in symvals(key).items() if k in needed})
-            return Variant(key, steps, fixed, None)
-        return Variant(None, steps, fixed, symvals)
+            variant = Variant(key, steps, fixed, None)
+        else:
+            variant = Variant(None, steps, fixed, symvals)
+        if self.planned and plannable(self, variant):
+            variant.planner = Planner(self, variant)
+        return variant
+
+    def _node_step(self, n) -> _Step:
+        attrs = {**n.attrs, "_opset": self.graph.opset, "_num_outputs": len(n.outputs)}
+        return _Step(_lower(n, self.graph.opset), tuple(n.inputs), tuple(n.outputs), n.name,
+                     needs_scope=bool(n.subgraphs()), op_type=n.op_type, attrs=attrs)
 
     def _steps(self, live: list, known: set) -> list:
         """Fuse elementwise chains into C kernels (one library per build); the rest via lowerings."""
@@ -188,12 +204,12 @@ class Executable:
         for i, item in enumerate(items):
             if i in kernels:
                 k = kernels[i]
-                steps.append(_Step(make_step(k, lib, self.symbols), tuple(k.inputs), tuple(k.outputs),
-                                   "+".join(n.name for n in item.nodes), needs_key=True))
+                fn = make_step(k, lib, self.symbols)
+                steps.append(_Step(fn, tuple(k.inputs), tuple(k.outputs), "+".join(n.name for n in item.nodes),
+                                   needs_key=True, op_type="fused", kernel=fn.raw))
             else:
                 for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup)) else [item]):
-                    steps.append(_Step(_lower(n, g.opset), tuple(n.inputs), tuple(n.outputs), n.name,
-                                       needs_scope=bool(n.subgraphs())))
+                    steps.append(self._node_step(n))
         return steps
 
     def _probe_symbolic(self, symvals) -> set:
@@ -229,6 +245,14 @@ class Executable:
         arrays, key = self._bind(feed)
         variant = self._variants.get(key) or self._generic
         t1 = time.perf_counter()
+        if variant.planner is not None and self._arena_lock.acquire(blocking=False):
+            try:  # one arena per executable; a concurrent call takes the allocating path below instead
+                plan = variant.plans.get(key) or self._plan(variant, key)
+                out = plan.run(arrays)
+            finally:
+                self._arena_lock.release()
+            self._account(variant, t0, t1)
+            return out
         values = dict(variant.fixed)
         if variant.symbolic is not None:
             values.update(variant.symbolic(key))
@@ -245,13 +269,29 @@ class Executable:
             for name, out in zip(step.outputs, outs):
                 if name:  # ufuncs turn 0-d results into numpy scalars; sequences (lists) stay as they are
                     values[name] = np.asarray(out) if isinstance(out, np.generic) else out
-        t2 = time.perf_counter()
+        self._account(variant, t0, t1)
+        return {v.name: values[v.name] for v in self.graph.outputs}
+
+    def _account(self, variant: Variant, t0: float, t1: float) -> None:
         st = self.stats_
         st.calls += 1
         st.bind_s += t1 - t0
-        st.run_s += t2 - t1
+        st.run_s += time.perf_counter() - t1
         variant.hits += 1
-        return {v.name: values[v.name] for v in self.graph.outputs}
+
+    def _plan(self, variant: Variant, key: tuple):
+        """Lay out and bind this key's plan (the caller holds the arena lock); grow the arena if needed."""
+        shapes, offsets, total = variant.planner.layout(key)
+        if total > self._arena.size:
+            self._arena = np.empty(total + total // 4, np.uint8)
+            for v in (self._generic, *self._variants.values()):
+                v.plans.clear()  # they point into the old arena
+        symvals = variant.symbolic(key) if variant.symbolic is not None else {}
+        plan = variant.planner.bind(key, self._arena, shapes, offsets, symvals)
+        if len(variant.plans) >= 256:
+            variant.plans.pop(next(iter(variant.plans)))
+        variant.plans[key] = plan
+        return plan
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)
@@ -267,13 +307,17 @@ class Executable:
             "bind_seconds": st.bind_s,
             "run_seconds": st.run_s,
             "steps": len(self._generic.steps),
+            "arena_bytes": int(self._arena.size),
+            "planned": self._generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }
 
 
-def compile(graph: Graph, specialize: list | None = None, fuse: bool = True) -> Executable:  # noqa: A001
+def compile(graph: Graph, specialize: list | None = None, fuse: bool = True,  # noqa: A001
+            planned: bool = True) -> Executable:
     """Compile a graph once; the result runs every admissible shape without recompiling.
 
-    `fuse=False` keeps one step per op (no generated C): the baseline fusion is measured against.
+    `fuse=False` keeps one step per op (no generated C); `planned=False` allocates every tensor per call
+    instead of using the memory plan: the baselines those optimisations are measured against.
     """
-    return Executable(graph, specialize, fuse)
+    return Executable(graph, specialize, fuse, planned)

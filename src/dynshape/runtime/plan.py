@@ -1,0 +1,252 @@
+"""Memory planning and pre-bound calls: the request path of a compiled executable.
+
+For each distinct tuple of symbol values (the key) a `BoundPlan` is made once:
+- every tensor's shape is evaluated, buffers get offsets in one arena by first-fit over their lifetimes
+  (views such as Reshape share their producer's buffer and extend its lifetime);
+- every C kernel (fused groups, GEMM, softmax, layer norm) gets its argument tuple with final addresses,
+  so running it is one ctypes call; other ops run their numpy lowering and copy into their planned buffer.
+Afterwards a call copies the inputs into the arena, runs the pre-bound calls and copies the outputs out:
+no allocation on the request path but the outputs the caller keeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dynshape.codegen import gemm, row_kernels
+from dynshape.ir.types import TensorType
+from dynshape.runtime.binder import to_py
+from dynshape.sym import Expr
+
+ALIAS_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+ALIGN = 64
+
+
+@dataclass
+class BoundPlan:
+    inputs: list  # arena views the call's input arrays are copied into
+    calls: list  # zero-argument callables, in order
+    outputs: list  # (name, array view or fixed array)
+    arena: np.ndarray
+    keep: list  # per-key arrays the calls' raw addresses point into (kept alive here)
+
+    def run(self, arrays: list) -> dict:
+        for view, a in zip(self.inputs, arrays):
+            if view is not None:
+                view[...] = a
+        for call in self.calls:
+            call()
+        return {name: np.array(v, copy=True) for name, v in self.outputs}
+
+
+def plannable(exe: Any, variant: Any) -> bool:
+    """Every value a step touches is a tensor whose shape the call's symbols determine, and no step
+    needs the interpreter's scope (If/Loop bodies)."""
+    g = exe.graph
+    names = {s.name for s in exe.symbols}
+    for step in variant.steps:
+        if step.needs_scope:
+            return False
+        for x in (*step.inputs, *step.outputs):
+            if not x:
+                continue
+            t = g.types.get(x)
+            if not isinstance(t, TensorType) or t.dtype == object or np.dtype(t.dtype).kind not in "biuf":
+                return False
+            if any(isinstance(d, Expr) and not d.free_symbols <= names for d in t.shape):
+                return False
+    return all(isinstance(g.types.get(v.name), TensorType) for v in (*g.inputs, *g.outputs))
+
+
+class Planner:
+    """What does not depend on the key: value order, lifetimes, aliasing, shape functions."""
+
+    def __init__(self, exe: Any, variant: Any):
+        self.exe, self.variant, g = exe, variant, exe.graph
+        self.fixed = {k: _contiguous(v) for k, v in variant.fixed.items()}
+        inputs = [v.name for v in g.inputs]
+        produced = [o for s in variant.steps for o in s.outputs if o]
+        self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed]
+        # aliasing: outputs of view-like ops share their input's buffer
+        self.base: dict[str, str] = {x: x for x in self.values}
+        self.alias_step: set[int] = set()
+        for i, s in enumerate(variant.steps):
+            if s.op_type in ALIAS_OPS and s.inputs and s.inputs[0] in self.base and s.outputs[0] in self.base \
+                    and len([o for o in s.outputs if o]) == 1:
+                self.base[s.outputs[0]] = self.base[s.inputs[0]]
+                self.alias_step.add(i)
+        end = len(variant.steps)
+        self.first: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+        for x in inputs:
+            self.first[x] = -1
+        for i, s in enumerate(variant.steps):
+            for o in s.outputs:
+                if o in self.base:
+                    b = self.base[o]
+                    self.first.setdefault(b, i)
+                    self.last[b] = max(self.last.get(b, i), i)
+            for x in s.inputs:
+                if x in self.base:
+                    b = self.base[x]
+                    self.last[b] = max(self.last.get(b, i), i)
+        for v in g.outputs:
+            if v.name in self.base:
+                self.last[self.base[v.name]] = end
+        self.buffers = [x for x in self.values if self.base[x] == x]
+        sym_names = {s.name: f"s{i}" for i, s in enumerate(exe.symbols)}
+        unpack = "".join(f"{n}, " for n in sym_names.values())
+        body = ", ".join("(" + "".join(to_py(d, sym_names) + ", " for d in g.types[x].shape) + ")"
+                         for x in self.values)
+        src = "def shapes(key):\n" + (f"    ({unpack}) = key\n" if exe.symbols else "") + f"    return [{body}]\n"
+        scope: dict = {}
+        exec(src, scope)  # noqa: S102 - our own generated source
+        self.shapes = scope["shapes"]
+
+    def layout(self, key: tuple) -> tuple[dict, dict, int]:
+        """(shape per value, byte offset per buffer, arena size) for one key: first-fit by lifetime."""
+        g = self.exe.graph
+        shapes = dict(zip(self.values, self.shapes(key)))
+        sizes = {b: -(-max(1, math.prod(shapes[b]) * np.dtype(g.types[b].dtype).itemsize) // ALIGN) * ALIGN
+                 for b in self.buffers}
+        placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+        offsets: dict[str, int] = {}
+        for b in sorted(self.buffers, key=lambda b: -sizes[b]):
+            lo, hi = self.first.get(b, -1), self.last.get(b, -1)
+            clashes = sorted((o, o + s) for o, s, f, last in placed if not (last < lo or hi < f))
+            at = 0
+            for start, stop in clashes:
+                if at + sizes[b] <= start:
+                    break
+                at = max(at, stop)
+            offsets[b] = at
+            placed.append((at, sizes[b], lo, hi))
+        total = max((o + s for o, s, _, _ in placed), default=0)
+        return shapes, offsets, total
+
+    def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
+        g, variant = self.exe.graph, self.variant
+        views: dict[str, np.ndarray] = {}
+        for x in self.values:
+            b = self.base[x]
+            dt = np.dtype(g.types[b].dtype)
+            n = math.prod(shapes[b])
+            flat = arena[offsets[b]: offsets[b] + n * dt.itemsize].view(dt)
+            views[x] = flat.reshape(shapes[x])
+        fixed = dict(self.fixed)
+        fixed.update({k: _contiguous(v) for k, v in symvals.items()})
+
+        def get(x):
+            return None if not x else views[x] if x in views else fixed[x]
+
+        keep: list = []
+        calls: list = []
+        for i, s in enumerate(variant.steps):
+            if i in self.alias_step:
+                continue
+            calls.extend(_bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], key, keep))
+        inputs = [views.get(v.name) for v in g.inputs]
+        outputs = [(v.name, get(v.name)) for v in g.outputs]
+        return BoundPlan(inputs, calls, outputs, arena, keep)
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """C-contiguous without changing the rank (np.ascontiguousarray turns 0-d arrays into 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list) -> list:
+    """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
+    if s.kernel is not None:  # a fused C kernel: dims and every address fixed now
+        k, cfunc, dims = s.kernel
+        dyn, _ = dims(key)
+        d = np.array(dyn, dtype=np.int64)
+        keep.append(d)
+        args = [_addr(d), *[_addr(o) for o in outs], *[_addr(a) for a in ins]]
+        keep.extend(ins)
+        return [functools.partial(cfunc, *args)]
+    fast = _bind_native(s, ins, outs)
+    if fast is not None:
+        return fast
+    fn = s.fn
+
+    def call():
+        res = fn(ins)
+        for view, r in zip(outs, res):
+            if view is not None:
+                view[...] = r
+
+    return [call]
+
+
+def _bind_native(s: Any, ins: list, outs: list) -> list | None:
+    """MatMul / Gemm / LayerNormalization / Softmax straight to their C entry points, else None."""
+    op = s.op_type
+    f32 = np.float32
+    if any(a is not None and a.dtype != f32 for a in (*ins, *[o for o in outs if o is not None])):
+        return None
+    if op == "MatMul":
+        fn = gemm._kernel()
+        a, b = ins
+        c = outs[0]
+        if fn is None or a.ndim < 2 or b.ndim < 2:
+            return None
+        k, n = a.shape[-1], b.shape[-1]
+        if b.ndim == 2:
+            m, batch, sa, sb = math.prod(a.shape[:-1]), 1, 0, 0
+        elif a.shape[:-2] == b.shape[:-2]:
+            m, batch, sa, sb = a.shape[-2], math.prod(a.shape[:-2]), a.shape[-2] * k, k * n
+        elif a.ndim == 2:
+            m, batch, sa, sb = a.shape[0], math.prod(b.shape[:-2]), 0, k * n
+        else:
+            return None
+        return [functools.partial(fn, _addr(a), _addr(b), _addr(c), batch, m, n, k, sa, sb, 0, 0, 1.0, 0.0)]
+    if op == "Gemm":
+        fn = gemm._kernel()
+        attrs = s.attrs
+        a, b = ins[0], ins[1]
+        bias = ins[2] if len(ins) > 2 else None
+        c = outs[0]
+        if fn is None or a.ndim != 2 or b.ndim != 2:
+            return None
+        ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+        alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+        m, k = (a.shape[1], a.shape[0]) if ta else a.shape
+        n = c.shape[1]
+        calls = []
+        if bias is None or beta == 0.0:
+            beta = 0.0
+        else:
+            calls.append(functools.partial(np.copyto, c, np.broadcast_to(bias, c.shape)))
+        calls.append(functools.partial(fn, _addr(a), _addr(b), _addr(c), 1, m, n, k, 0, 0, ta, tb, alpha, beta))
+        return calls
+    if op == "LayerNormalization" and len([o for o in outs if o is not None]) == 1:
+        lib = row_kernels.library()
+        x, scale = ins[0], ins[1]
+        bias = ins[2] if len(ins) > 2 else None
+        axis = s.attrs.get("axis", -1)
+        n = x.shape[-1] if x.ndim else 0
+        if lib is None or axis not in (-1, x.ndim - 1) or not n or scale.size != n or \
+                (bias is not None and bias.size != n):
+            return None
+        eps = float(s.attrs.get("epsilon", 1e-5))
+        return [functools.partial(lib.ds_layernorm_f32, _addr(x), _addr(scale),
+                                  None if bias is None else _addr(bias), _addr(outs[0]), x.size // n, n, eps)]
+    if op == "Softmax" and s.attrs.get("_opset", 13) >= 13:
+        lib = row_kernels.library()
+        x = ins[0]
+        if lib is None or x.ndim == 0 or s.attrs.get("axis", -1) not in (-1, x.ndim - 1) or not x.shape[-1]:
+            return None
+        n = x.shape[-1]
+        return [functools.partial(lib.ds_softmax_f32, _addr(x), _addr(outs[0]), x.size // n, n)]
+    return None
