@@ -175,7 +175,7 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list) -> list:
         args = [_addr(d), *[_addr(o) for o in outs], *[_addr(a) for a in ins]]
         keep.extend(ins)
         return [functools.partial(cfunc, *args)]
-    fast = _bind_native(s, ins, outs)
+    fast = _bind_native(s, ins, outs, keep)
     if fast is not None:
         return fast
     fn = s.fn
@@ -189,7 +189,7 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list) -> list:
     return [call]
 
 
-def _bind_native(s: Any, ins: list, outs: list) -> list | None:
+def _bind_native(s: Any, ins: list, outs: list, keep: list) -> list | None:
     """MatMul / Gemm / LayerNormalization / Softmax straight to their C entry points, else None."""
     op = s.op_type
     f32 = np.float32
@@ -210,7 +210,7 @@ def _bind_native(s: Any, ins: list, outs: list) -> list | None:
             m, batch, sa, sb = a.shape[0], math.prod(b.shape[:-2]), 0, k * n
         else:
             return None
-        return [functools.partial(fn, _addr(a), _addr(b), _addr(c), batch, m, n, k, sa, sb, 0, 0, 1.0, 0.0)]
+        return [gemm.packed_call(_addr(a), _addr(b), _addr(c), batch, m, n, k, sa, sb, 0, 0, 1.0, 0.0, keep)]
     if op == "Gemm":
         fn = gemm._kernel()
         attrs = s.attrs
@@ -228,7 +228,7 @@ def _bind_native(s: Any, ins: list, outs: list) -> list | None:
             beta = 0.0
         else:
             calls.append(functools.partial(np.copyto, c, np.broadcast_to(bias, c.shape)))
-        calls.append(functools.partial(fn, _addr(a), _addr(b), _addr(c), 1, m, n, k, 0, 0, ta, tb, alpha, beta))
+        calls.append(gemm.packed_call(_addr(a), _addr(b), _addr(c), 1, m, n, k, 0, 0, ta, tb, alpha, beta, keep))
         return calls
     if op == "LayerNormalization" and len([o for o in outs if o is not None]) == 1:
         lib = row_kernels.library()
