@@ -14,6 +14,7 @@ What compiling does today:
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Variant:
     fixed: dict  # values known before the call: constants, and for static variants all symbolic values
     symbolic: Any  # key -> {name: array} of symbolic values (None for static variants)
     hits: int = 0
+    graph: Any = None  # the graph this build compiled: the symbolic one, or with the key's dims substituted
     planner: Any = None  # plan.Planner when every value's shape follows from the key
     plans: dict = field(default_factory=dict)  # key -> BoundPlan in the current arena
 
@@ -157,6 +159,18 @@ class Executable:
                 needed.update(x for x in node.inputs if x)
         return list(reversed(live)), needed
 
+    def _specialized(self, key: tuple) -> Graph:
+        """The graph with every dim the key determines replaced by its value: what static variants compile."""
+        env = {s.name: v for s, v in zip(self.symbols, key)}
+        types = {}
+        for name, t in self.graph.types.items():
+            if isinstance(t, TensorType) and any(isinstance(d, Expr) for d in t.shape):
+                shape = tuple(d.evaluate(env) if isinstance(d, Expr) and d.free_symbols <= env.keys() else d
+                              for d in t.shape)
+                t = TensorType(t.dtype, shape, t.value)
+            types[name] = t
+        return dataclasses.replace(self.graph, types=types)
+
     def _build(self, key: tuple | None) -> Variant:
         g = self.graph
         consts = g.constants()
@@ -167,13 +181,14 @@ class Executable:
         probe_names = self._probe_symbolic(symvals)
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
-        steps = self._steps(live, known) if self.fuse else [self._node_step(n) for n in live]
+        spec = self._specialized(key) if key is not None else g
+        steps = self._steps(live, known, spec) if self.fuse else [self._node_step(n) for n in live]
         fixed = {k: v for k, v in consts.items() if k in needed}
         if key is not None:
             fixed.update({k: v for k, v in symvals(key).items() if k in needed})
-            variant = Variant(key, steps, fixed, None)
+            variant = Variant(key, steps, fixed, None, graph=spec)
         else:
-            variant = Variant(None, steps, fixed, symvals)
+            variant = Variant(None, steps, fixed, symvals, graph=g)
         if self.planned and plannable(self, variant):
             variant.planner = Planner(self, variant)
         return variant
@@ -183,9 +198,8 @@ class Executable:
         return _Step(_lower(n, self.graph.opset), tuple(n.inputs), tuple(n.outputs), n.name,
                      needs_scope=bool(n.subgraphs()), op_type=n.op_type, attrs=attrs)
 
-    def _steps(self, live: list, known: set) -> list:
+    def _steps(self, live: list, known: set, g: Graph) -> list:
         """Fuse elementwise chains into C kernels (one library per build); the rest via lowerings."""
-        g = self.graph
         items = fuse(live, g, known)
         key_names = {s.name for s in self.symbols}
         kernels = {}

@@ -47,7 +47,7 @@ class BoundPlan:
 def plannable(exe: Any, variant: Any) -> bool:
     """Every value a step touches is a tensor whose shape the call's symbols determine, and no step
     needs the interpreter's scope (If/Loop bodies)."""
-    g = exe.graph
+    g = variant.graph
     names = {s.name for s in exe.symbols}
     for step in variant.steps:
         if step.needs_scope:
@@ -67,7 +67,7 @@ class Planner:
     """What does not depend on the key: value order, lifetimes, aliasing, shape functions."""
 
     def __init__(self, exe: Any, variant: Any):
-        self.exe, self.variant, g = exe, variant, exe.graph
+        self.exe, self.variant, g = exe, variant, variant.graph
         self.fixed = {k: _contiguous(v) for k, v in variant.fixed.items()}
         inputs = [v.name for v in g.inputs]
         produced = [o for s in variant.steps for o in s.outputs if o]
@@ -110,7 +110,7 @@ class Planner:
 
     def layout(self, key: tuple) -> tuple[dict, dict, int]:
         """(shape per value, byte offset per buffer, arena size) for one key: first-fit by lifetime."""
-        g = self.exe.graph
+        g = self.variant.graph
         shapes = dict(zip(self.values, self.shapes(key)))
         sizes = {b: -(-max(1, math.prod(shapes[b]) * np.dtype(g.types[b].dtype).itemsize) // ALIGN) * ALIGN
                  for b in self.buffers}
@@ -130,7 +130,7 @@ class Planner:
         return shapes, offsets, total
 
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
-        g, variant = self.exe.graph, self.variant
+        g, variant = self.variant.graph, self.variant
         views: dict[str, np.ndarray] = {}
         for x in self.values:
             b = self.base[x]
