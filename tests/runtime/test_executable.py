@@ -132,3 +132,13 @@ def test_concurrent_calls_give_serial_results(encoder):
     for i, want in enumerate(serial):
         for name in want:
             np.testing.assert_array_equal(results[i][name], want[name])
+
+
+def test_index_out_of_range_is_a_clear_error_naming_the_node(encoder):
+    _, _, exe = encoder
+    feed = _feed(1, 4)
+    feed["input_ids"][0, 2] = 10_000_000  # the embedding table has 1,000 rows
+    with pytest.raises(ds.DynshapeError, match="Gather"):
+        exe.run(feed)
+    np.testing.assert_array_equal(exe.run(_feed(1, 4))["last_hidden_state"],
+                                  ds_compile(exe.graph, planned=False).run(_feed(1, 4))["last_hidden_state"])

@@ -19,10 +19,13 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import gemm, row_kernels
+from dynshape.errors import DynshapeError
 from dynshape.ir.types import TensorType
 from dynshape.runtime.binder import to_py
 from dynshape.sym import Expr
 
+_PLAIN = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+          "float64"}
 ALIAS_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 ALIGN = 64
 
@@ -34,13 +37,19 @@ class BoundPlan:
     outputs: list  # (name, array view or fixed array)
     arena: np.ndarray
     keep: list  # per-key arrays the calls' raw addresses point into (kept alive here)
+    labels: list  # per call: the node(s) it runs, for error messages
 
     def run(self, arrays: list) -> dict:
         for view, a in zip(self.inputs, arrays):
             if view is not None:
                 view[...] = a
-        for call in self.calls:
-            call()
+        i = 0
+        try:
+            for call in self.calls:
+                call()
+                i += 1
+        except Exception as e:  # data-dependent failures (an index out of range): name the node
+            raise DynshapeError(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
         return {name: np.array(v, copy=True) for name, v in self.outputs}
 
 
@@ -146,13 +155,16 @@ class Planner:
 
         keep: list = []
         calls: list = []
+        labels: list = []
         for i, s in enumerate(variant.steps):
             if i in self.alias_step:
                 continue
-            calls.extend(_bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], key, keep))
+            made = _bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], key, keep)
+            calls.extend(made)
+            labels.extend([f"node {s.label!r} ({s.op_type})"] * len(made))
         inputs = [views.get(v.name) for v in g.inputs]
         outputs = [(v.name, get(v.name)) for v in g.outputs]
-        return BoundPlan(inputs, calls, outputs, arena, keep)
+        return BoundPlan(inputs, calls, outputs, arena, keep, labels)
 
 
 def _addr(a: np.ndarray) -> int:
@@ -189,9 +201,44 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list) -> list:
     return [call]
 
 
+def _bind_copy(s: Any, ins: list, outs: list) -> list | None:
+    """Ops that only move data: the source view is fixed for the key, so the call is one np.copyto."""
+    op, out = s.op_type, outs[0] if outs else None
+    if out is None or not ins or ins[0] is None or len([o for o in outs if o is not None]) != 1:
+        return None
+    x = ins[0]
+    if op == "Transpose":
+        perm = s.attrs.get("perm")
+        src = x.transpose(perm) if perm is not None else x.T
+    elif op == "Expand" and x.dtype == out.dtype:
+        try:
+            src = np.broadcast_to(x, out.shape)
+        except ValueError:
+            return None
+    elif op == "Cast" and x.dtype.name in _PLAIN and out.dtype.name in _PLAIN \
+            and not (x.dtype.kind == "f" and out.dtype.kind in "iub"):
+        src = x  # conversions numpy and ONNX agree on (float -> int/bool and the ml_dtypes formats are left out)
+    elif op == "Gather" and x.ndim >= 1 and ins[1] is not None and ins[1].dtype.kind in "iu" and ins[1].ndim:
+        axis, idx = s.attrs.get("axis", 0), ins[1]
+        axis = axis + x.ndim if axis < 0 else axis
+
+        def gather():
+            np.take(x, idx, axis=axis, out=out)  # raises on an index out of range, as ONNX requires
+
+        return [gather]
+    else:
+        return None
+    if src.shape != out.shape:
+        return None
+    return [functools.partial(np.copyto, out, src, casting="unsafe")]
+
+
 def _bind_native(s: Any, ins: list, outs: list, keep: list) -> list | None:
     """MatMul / Gemm / LayerNormalization / Softmax straight to their C entry points, else None."""
     op = s.op_type
+    copy = _bind_copy(s, ins, outs)
+    if copy is not None:
+        return copy
     f32 = np.float32
     if any(a is not None and a.dtype != f32 for a in (*ins, *[o for o in outs if o is not None])):
         return None
