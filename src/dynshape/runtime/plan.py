@@ -26,6 +26,7 @@ from dynshape.sym import Expr
 
 _PLAIN = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
           "float64"}
+_NATIVE = {"MatMul", "Gemm", "LayerNormalization", "Softmax", "Transpose", "Expand", "Cast", "Gather"}
 ALIAS_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 ALIGN = 64
 
@@ -78,6 +79,7 @@ class Planner:
     def __init__(self, exe: Any, variant: Any):
         self.exe, self.variant, g = exe, variant, variant.graph
         self.fixed = {k: _contiguous(v) for k, v in variant.fixed.items()}
+        self.fixed_addr = {id(v): v.ctypes.data for v in self.fixed.values()}
         inputs = [v.name for v in g.inputs]
         produced = [o for s in variant.steps for o in s.outputs if o]
         self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed]
@@ -108,6 +110,7 @@ class Planner:
             if v.name in self.base:
                 self.last[self.base[v.name]] = end
         self.buffers = [x for x in self.values if self.base[x] == x]
+        self.dtypes = {x: np.dtype(g.types[x].dtype) for x in self.values}
         sym_names = {s.name: f"s{i}" for i, s in enumerate(exe.symbols)}
         unpack = "".join(f"{n}, " for n in sym_names.values())
         body = ", ".join("(" + "".join(to_py(d, sym_names) + ", " for d in g.types[x].shape) + ")"
@@ -140,15 +143,21 @@ class Planner:
 
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
         g, variant = self.variant.graph, self.variant
+        base = arena.ctypes.data
         views: dict[str, np.ndarray] = {}
+        addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
         for x in self.values:
-            b = self.base[x]
-            dt = np.dtype(g.types[b].dtype)
-            n = math.prod(shapes[b])
-            flat = arena[offsets[b]: offsets[b] + n * dt.itemsize].view(dt)
-            views[x] = flat.reshape(shapes[x])
+            off = offsets[self.base[x]]
+            v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
+            views[x] = v
+            addrs[id(v)] = base + off
         fixed = dict(self.fixed)
-        fixed.update({k: _contiguous(v) for k, v in symvals.items()})
+        for k, v in symvals.items():
+            fixed[k] = v = _contiguous(v)
+            addrs[id(v)] = v.ctypes.data
+
+        def addr(a: np.ndarray) -> int:
+            return addrs.get(id(a)) or a.ctypes.data
 
         def get(x):
             return None if not x else views[x] if x in views else fixed[x]
@@ -159,7 +168,7 @@ class Planner:
         for i, s in enumerate(variant.steps):
             if i in self.alias_step:
                 continue
-            made = _bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], key, keep)
+            made = _bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], key, keep, addr)
             calls.extend(made)
             labels.extend([f"node {s.label!r} ({s.op_type})"] * len(made))
         inputs = [views.get(v.name) for v in g.inputs]
@@ -167,7 +176,7 @@ class Planner:
         return BoundPlan(inputs, calls, outputs, arena, keep, labels)
 
 
-def _addr(a: np.ndarray) -> int:
+def _ctypes_addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
@@ -177,8 +186,9 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list) -> list:
+def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list, addr=None) -> list:
     """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
+    _addr = addr or _ctypes_addr
     if s.kernel is not None:  # a fused C kernel: dims and every address fixed now
         k, cfunc, dims = s.kernel
         dyn, _ = dims(key)
@@ -187,7 +197,7 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list) -> list:
         args = [_addr(d), *[_addr(o) for o in outs], *[_addr(a) for a in ins]]
         keep.extend(ins)
         return [functools.partial(cfunc, *args)]
-    fast = _bind_native(s, ins, outs, keep)
+    fast = _bind_native(s, ins, outs, keep, _addr) if s.op_type in _NATIVE else None
     if fast is not None:
         return fast
     fn = s.fn
@@ -233,7 +243,7 @@ def _bind_copy(s: Any, ins: list, outs: list) -> list | None:
     return [functools.partial(np.copyto, out, src, casting="unsafe")]
 
 
-def _bind_native(s: Any, ins: list, outs: list, keep: list) -> list | None:
+def _bind_native(s: Any, ins: list, outs: list, keep: list, _addr) -> list | None:
     """MatMul / Gemm / LayerNormalization / Softmax straight to their C entry points, else None."""
     op = s.op_type
     copy = _bind_copy(s, ins, outs)
