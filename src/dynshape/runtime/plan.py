@@ -110,6 +110,10 @@ class Planner:
             if v.name in self.base:
                 self.last[self.base[v.name]] = end
         self.buffers = [x for x in self.values if self.base[x] == x]
+        span = {b: (self.first.get(b, -1), self.last.get(b, -1)) for b in self.buffers}
+        self.overlaps = {b: [o for o in self.buffers if o != b and not (span[o][1] < span[b][0]
+                                                                        or span[b][1] < span[o][0])]
+                         for b in self.buffers}  # lifetimes do not depend on the key: computed once
         self.dtypes = {x: np.dtype(g.types[x].dtype) for x in self.values}
         sym_names = {s.name: f"s{i}" for i, s in enumerate(exe.symbols)}
         unpack = "".join(f"{n}, " for n in sym_names.values())
@@ -126,19 +130,17 @@ class Planner:
         shapes = dict(zip(self.values, self.shapes(key)))
         sizes = {b: -(-max(1, math.prod(shapes[b]) * np.dtype(g.types[b].dtype).itemsize) // ALIGN) * ALIGN
                  for b in self.buffers}
-        placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
         offsets: dict[str, int] = {}
+        total = 0
         for b in sorted(self.buffers, key=lambda b: -sizes[b]):
-            lo, hi = self.first.get(b, -1), self.last.get(b, -1)
-            clashes = sorted((o, o + s) for o, s, f, last in placed if not (last < lo or hi < f))
+            clashes = sorted((offsets[o], offsets[o] + sizes[o]) for o in self.overlaps[b] if o in offsets)
             at = 0
             for start, stop in clashes:
                 if at + sizes[b] <= start:
                     break
                 at = max(at, stop)
             offsets[b] = at
-            placed.append((at, sizes[b], lo, hi))
-        total = max((o + s for o, s, _, _ in placed), default=0)
+            total = max(total, at + sizes[b])
         return shapes, offsets, total
 
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
