@@ -33,6 +33,8 @@ EPILOG = """Examples:
   dynshape explain bert.onnx --dim batch=1:8 --dim seq=1:512:8 --specialize batch=1,seq=128
 
   dynshape explain bert.ds --json > plan.json
+
+  dynshape explain bert.onnx --dim batch=1:8 --dim seq=1:512 --profile served.json --memory-budget 2GiB
 """
 
 
@@ -88,8 +90,10 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
     bound, guards = binding(exe)
     ops = {n.name: n.op_type for n in graph.nodes}
     variants = [{"values": None, "why": "generic: serves every admissible shape", "steps": len(exe._generic.steps)}]
-    variants += [{"values": dict(zip(names, key)), "why": f"declared by {declared_by}: shapes precomputed, chosen "
-                  "by a dict lookup on the bound symbols", "steps": len(v.steps)}
+    variants += [{"values": dict(zip(names, key)), "steps": len(v.steps), "guard": v.guard.text(),
+                  "why": f"declared by {declared_by}: shapes precomputed, chosen by a dict lookup on the bound symbols"
+                  if v.guard.where == "compile" and v.guard.why.startswith("declared") else
+                  f"{v.guard.why} ({v.guard.where})"}
                  for key, v in exe._variants.items()]
     kernels = [{"name": f"kernel {i}", "ops": [{"node": n, "op": ops.get(n, "?")} for n in s.label.split("+")],
                 "inputs": list(s.inputs), "outputs": list(s.outputs)} for i, s in enumerate(kernel_steps(exe), 1)]
@@ -105,6 +109,7 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
         "library_steps": dict(sorted(lowered.items())),
         "memory": {"bytes": mem.bytes, "peak_node": mem.peak_node, "unbounded": mem.unbounded, "text": str(mem)},
         "binder_source": getattr(exe._bind, "source", None),
+        "specialisation": exe.explain_strategy(),
     }
 
 
@@ -139,6 +144,20 @@ def _print(data: dict[str, Any]) -> None:
     mem = data["memory"]
     head("worst-case memory")
     line(f"{fmt_bytes(mem['bytes'])}; {mem['text']}")
+    spec = data["specialisation"]
+    head(f"specialisation: {spec['requested']} -> {spec['strategy']}")
+    for reason in spec["reasons"]:
+        line(reason)
+    line(f"dispatch: {spec['dispatch']}")
+    for g in (*spec["variants"], *spec["buckets"]):
+        line(f"{g['kind']} guard: {g['guard']}", f"{g['why']}; {g['where']}")
+        for d in g["dropped"]:
+            line(f"  dropped {d}")
+    for note in spec["notes"]:
+        line(f"note: {note}")
+    arena = spec["memory"]
+    if arena is not None:
+        line(f"memory plan: {arena['text']}")
 
 
 @friendly
@@ -147,14 +166,26 @@ def explain(
     dim: DimOpt = None,
     specialize: SpecializeOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the explanation as JSON (for scripts).")] = False,
+    strategy: Annotated[str, typer.Option(help="auto, generic, multi_version, bucketed or static (ONNX targets).")]
+    = "auto",
+    profile: Annotated[Path | None, typer.Option(exists=True, help="Key counts from exe.save_profile: the "
+                                                 "variants it prebuilds are shown (ONNX targets).")] = None,
+    memory_budget: Annotated[str | None, typer.Option(help="e.g. 2GiB: refuse if the worst case exceeds it.")]
+    = None,
 ) -> None:
     """Explain a compiled model: variants and why, symbol binding, per-call guards, fused kernels, worst-case memory."""
     if target.is_dir():
+        for flag, given in (("--strategy", strategy != "auto"), ("--profile", profile), ("--memory-budget",
+                                                                                          memory_budget)):
+            if given:
+                raise typer.BadParameter(f"{target} is an artefact: it serves its build as saved (generic strategy);"
+                                         f" drop {flag} or explain the ONNX model", param_hint=flag)
         exe = load_artefact(target, dim, specialize)
         declared_by = "`dynshape compile --specialize`"
     else:
         dims, specs = parse_dims(dim), parse_specialize(specialize)
-        exe = ds_compile(load_model(target, dims), specialize=specs)
+        exe = ds_compile(load_model(target, dims), specialize=specs, strategy=strategy, profile=profile,
+                         memory_budget=memory_budget)
         declared_by = "--specialize"
     data = report(exe, target, declared_by)
     if as_json:
