@@ -8,20 +8,12 @@ Prints the worst absolute and relative differences and exits non-zero if any req
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench"
-sys.path.insert(0, str(SHARED))
+import dynshape as ds
+from benchutil import DIMS, common, peers
 
-import common  # noqa: E402
-import peers  # noqa: E402
-
-import dynshape as ds  # noqa: E402
-
-DIMS = {"bert_small": {"batch": (1, 8), "seq": (1, 512)}, "mlp": {"batch": (1, 256)}}
 TOL = 1e-4
 
 

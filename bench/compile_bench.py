@@ -16,31 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import timeit
-from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench"
-sys.path.insert(0, str(SHARED))
-
-import common  # noqa: E402
-import peers  # noqa: E402
-
-import dynshape as ds  # noqa: E402
-from dynshape.codegen import gemm  # noqa: E402
-
-DIMS = {"bert_small": {"batch": (1, 8), "seq": (1, 512)}, "mlp": {"batch": (1, 256)}}
-
-
-def _limit_threads(n: int):
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        os.environ["OMP_NUM_THREADS"] = str(n)
-        return None
-    return threadpool_limits(n)
+import dynshape as ds
+from benchutil import DIMS, common, limit_threads, peers
+from dynshape.codegen import gemm
 
 
 def build(model: str, specialize=None):
@@ -62,7 +44,7 @@ def main() -> None:
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
     args = ap.parse_args()
-    _limit_threads(args.threads)
+    limit_threads(args.threads)
     budget = 0.5 if args.quick else 3.0
     model = args.model
     shapes = common.fixed_shapes(model)
@@ -77,14 +59,14 @@ def main() -> None:
     exe, _ = build(model, specialize=[shape_dict(model, s) for s in shapes])
     generic = ds.compile(exe.graph)  # no variants: always the generic build
     generic.run(common.make_inputs(model, shapes[0], seed=1))  # loads the BLAS: now its threads can be limited
-    _limit_threads(args.threads)
+    limit_threads(args.threads)
     calls = {"dynshape": lambda x: generic.run(x), "static": lambda x: exe.run(x)}
     for p in [p for p in args.peers.split(",") if p]:
         try:
             calls[p], _ = peers.PEERS[p](model, args.threads)
         except Exception as e:  # noqa: BLE001 - a missing peer is a note, not a failure
             print(f"peer {p} skipped: {type(e).__name__}: {e}")
-    _limit_threads(args.threads)  # torch may have loaded another BLAS
+    limit_threads(args.threads)  # torch may have loaded another BLAS
     print(f"BLAS: {gemm.blas_name()}, threads limited to {args.threads}")
     print(f"\n| shape | {' | '.join(f'{k} ms' for k in calls)} | eta | " +
           " | ".join(f"{k}/dynshape" for k in calls if k not in ("dynshape", "static")) + " |")

@@ -21,32 +21,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import timeit
-from pathlib import Path
 
 import numpy as np
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "bench"
-sys.path.insert(0, str(SHARED))
+import dynshape as ds
+from benchutil import DIMS, common, limit_threads
 
-import common  # noqa: E402
-
-import dynshape as ds  # noqa: E402
-
-DIMS = {"batch": (1, 8), "seq": (1, 512)}
 HOT = [(1, 64), (2, 128), (4, 32)]
 
 
-def _limit_threads(n: int):
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        os.environ["OMP_NUM_THREADS"] = str(n)
-        return None
-    return threadpool_limits(n)
 
 
 def fresh_cache() -> None:
@@ -192,9 +178,9 @@ def main() -> None:
     ap.add_argument("--static", action="store_true", help="also the recompile-per-shape baseline (slow)")
     args = ap.parse_args()
     fresh_cache()
-    graph = ds.load_onnx(common.onnx_path("bert_small"), dims=DIMS)
+    graph = ds.load_onnx(common.onnx_path("bert_small"), dims=DIMS["bert_small"])
     ds.compile(graph, strategy="generic").run(common.make_inputs("bert_small", (1, 8)))  # loads BLAS and OpenMP
-    _limits = _limit_threads(args.threads)  # noqa: F841 - after the libraries load, else it misses them
+    _limits = limit_threads(args.threads)  # noqa: F841 - after the libraries load, else it misses them
     skew = bench_skewed(graph, args.calls, args.static)
     build = bench_during_build(graph)
     tail = bench_tail(graph, args.static)

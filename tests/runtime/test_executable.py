@@ -1,29 +1,13 @@
 """ds.compile: one build for every shape, checked against the reference executor and onnxruntime."""
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
 from dynshape.models.encoder import build_encoder
+from dynshape.models.mlp import build_mlp
 from dynshape.runtime.executable import compile as ds_compile
-
-
-def _mlp() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w1")
-    b1 = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(rng.standard_normal((128, 64)).astype(np.float32), "w2")
-    nodes = [
-        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"),
-        helper.make_node("Relu", ["h"], ["r"], name="relu"),
-        helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
-    ]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [w1, b1, w2])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +65,7 @@ def test_bad_inputs_rejected_before_running(encoder, feed, message):
 
 
 def test_mlp_every_batch_and_call_form():
-    graph = load_onnx(_mlp(), dims={"batch": (1, 256)})
+    graph = load_onnx(build_mlp(), dims={"batch": (1, 256)})
     exe = ds_compile(graph)
     for b in (1, 7, 64, 256):
         x = np.random.default_rng(b).standard_normal((b, 64)).astype(np.float32)
@@ -90,7 +74,7 @@ def test_mlp_every_batch_and_call_form():
 
 
 def test_specialize_rejects_inadmissible_values():
-    graph = load_onnx(_mlp(), dims={"batch": (1, 256)})
+    graph = load_onnx(build_mlp(), dims={"batch": (1, 256)})
     with pytest.raises(ds.ConstraintViolation, match="batch = 300"):
         ds_compile(graph, specialize=[{"batch": 300}])
     with pytest.raises(ds.DynshapeError, match="no value"):

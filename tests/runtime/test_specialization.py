@@ -6,29 +6,16 @@ import threading
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 import dynshape as ds
 from dynshape.cli.main import app
 from dynshape.models.encoder import build_encoder
-
-
-def _mlp() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w1")
-    b1 = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(rng.standard_normal((128, 64)).astype(np.float32), "w2")
-    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [w1, b1, w2])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+from dynshape.models.mlp import build_mlp
 
 
 def _graph(lo=1, hi=256):
-    return ds.load_onnx(_mlp(), dims={"batch": (lo, hi)})
+    return ds.load_onnx(build_mlp(), dims={"batch": (lo, hi)})
 
 
 def _x(b, seed=0):
@@ -161,7 +148,7 @@ def test_strategies_and_their_explanations():
     narrow.run(_x(2))  # first sight is enough: built in the background
     assert narrow.wait_for_builds(30) and _variant_batches(narrow) == {2}
 
-    fixed = ds.compile(ds.load_onnx(_mlp(), dims={"batch": 2}), fuse=False)
+    fixed = ds.compile(ds.load_onnx(build_mlp(), dims={"batch": 2}), fuse=False)
     info = fixed.explain_strategy()
     assert info["strategy"] == "generic" and "already static" in info["reasons"][0]
     with pytest.raises(ds.DynshapeError, match="strategy='fastest'"):
@@ -192,7 +179,7 @@ def test_buckets_dispatch_after_exact_keys_with_implied_guards_dropped():
 
 def test_explain_shows_the_strategy_buckets_and_dropped_guards(tmp_path):
     path = tmp_path / "mlp.onnx"
-    onnx.save(_mlp(), str(path))
+    onnx.save(build_mlp(), str(path))
     r = CliRunner().invoke(app, ["explain", str(path), "--dim", "batch=1:64", "--strategy", "bucketed"],
                            env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output

@@ -5,26 +5,12 @@ import threading
 import tracemalloc
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.models.encoder import build_encoder
+from dynshape.models.mlp import build_mlp
 from dynshape.runtime.budget import parse_bytes
-
-
-def _mlp() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w1")
-    b1 = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(rng.standard_normal((128, 64)).astype(np.float32), "w2")
-    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], [w1, b1, w2])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _x(b, seed=0):
@@ -32,7 +18,7 @@ def _x(b, seed=0):
 
 
 def _graph(hi=1024):
-    return ds.load_onnx(_mlp(), dims={"batch": (1, hi)})
+    return ds.load_onnx(build_mlp(), dims={"batch": (1, hi)})
 
 
 def test_the_worst_case_bounds_every_shape():
@@ -81,7 +67,7 @@ def test_over_budget_calls_are_refused_before_allocating():
 
 @pytest.mark.parametrize("kw", [{"memory_budget": "1GiB"}, {"preallocate": True}])
 def test_an_unbounded_symbol_cannot_be_budgeted(kw):
-    graph = ds.load_onnx(_mlp())
+    graph = ds.load_onnx(build_mlp())
     with pytest.raises(ds.DynshapeError, match="batch is unbounded; declare a max"):
         ds.compile(graph, **kw)
     with pytest.raises(ds.DynshapeError, match="planned=False"):
