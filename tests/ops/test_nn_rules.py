@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from opgraph import infer
 
 import dynshape as ds
 import dynshape.ops  # noqa: F401  (registers every op)
-from dynshape.frontends.onnx import load_onnx
 from dynshape.ir.graph import Graph
 
 F = TensorProto.FLOAT
 ENV = {"b": 2, "s": 9, "h": 4, "o": 6, "k": 4}
 
 
-def infer(nodes: list, inputs: dict, consts: dict | None = None, opset: int = 21) -> Graph:
-    outs = [o for n in nodes for o in n.output]
-    graph = helper.make_graph(
-        nodes, "t",
-        [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in (consts or {}).items()])
-    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
 
 
 def dims(g: Graph, name: str) -> tuple:
