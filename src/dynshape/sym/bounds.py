@@ -9,14 +9,13 @@ typical shape facts without a general solver.
 
 from __future__ import annotations
 
+import functools
 import math
 from functools import reduce
 
 from dynshape.sym.expr import Atom, DimLike, Expr, OpAtom, Symbol
 
 INF = math.inf
-_CACHE: dict = {}
-_CACHE_MAX = 200_000
 
 
 def _mul(a: float, b: float) -> float:
@@ -141,11 +140,11 @@ def _shifted(e: Expr, at_low: bool) -> tuple:
 
 def interval(e: DimLike) -> tuple:
     """A sound (lo, hi) for e over every admissible assignment; -inf/inf mark unbounded ends."""
-    if isinstance(e, int):
-        return (e, e)
-    hit = _CACHE.get(e)
-    if hit is not None:
-        return hit
+    return (e, e) if isinstance(e, int) else _interval(e)
+
+
+@functools.lru_cache(maxsize=200_000)  # expressions are immutable and hashable
+def _interval(e: Expr) -> tuple:
     lo, hi = _naive(e)
     needs_tightening = any(c < 0 for _, c in e.terms) or any(
         atom_interval(a)[0] < 0 for m, _ in e.terms for a in m if isinstance(a, OpAtom)
@@ -166,9 +165,6 @@ def interval(e: DimLike) -> tuple:
             lo = -((-lo) // d) * d
         if hi != INF:
             hi = (hi // d) * d
-    if len(_CACHE) > _CACHE_MAX:
-        _CACHE.clear()
-    _CACHE[e] = (lo, hi)
     return lo, hi
 
 

@@ -6,6 +6,7 @@ admissible assignment), False (fails at every one) or None; it never turns "don'
 
 from __future__ import annotations
 
+import functools
 import math
 
 from dynshape.errors import ShapeError
@@ -99,20 +100,10 @@ def prove(c: Cond) -> bool | None:
         if isinstance(c, bool):
             return c
         raise ShapeError(f"prove() takes a condition, got {type(c).__name__} {c!r}")
-    key = (c.kind, c.expr, c.k)
-    hit = _PROVE_CACHE.get(key, _MISSING)
-    if hit is not _MISSING:
-        return hit
-    if len(_PROVE_CACHE) > 200_000:
-        _PROVE_CACHE.clear()
-    out = _PROVE_CACHE[key] = _prove(c)
-    return out
+    return _prove(c)
 
 
-_PROVE_CACHE: dict = {}
-_MISSING = object()
-
-
+@functools.lru_cache(maxsize=200_000)  # conditions are immutable and hashable; shape inference re-asks a lot
 def _prove(c: Cond) -> bool | None:
     e = simplify(c.expr)
     if c.kind == "ge":

@@ -13,6 +13,7 @@ nothing is true only "usually". The ones used:
 
 from __future__ import annotations
 
+import functools
 import math
 
 from dynshape.errors import ShapeError
@@ -297,23 +298,13 @@ def substitute(e: DimLike, mapping: dict) -> DimLike:
     return _rebuild(e, atom_fn)
 
 
-_SIMPLIFY_CACHE: dict = {}
-
-
 def simplify(e: DimLike) -> DimLike:
     """Canonical form using every symbol's range and divisibility (see the module docstring)."""
     e = _check(e)
-    if isinstance(e, int):
-        return e
-    hit = _SIMPLIFY_CACHE.get(e)
-    if hit is not None:
-        return hit
-    if len(_SIMPLIFY_CACHE) > 200_000:
-        _SIMPLIFY_CACHE.clear()
-    out = _SIMPLIFY_CACHE[e] = _simplify(e)
-    return out
+    return e if isinstance(e, int) else _simplify(e)
 
 
+@functools.lru_cache(maxsize=200_000)  # expressions are immutable and hashable
 def _simplify(e: Expr) -> DimLike:
 
     def atom_fn(a):
