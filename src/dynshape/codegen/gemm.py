@@ -110,31 +110,33 @@ def blas_name() -> str:
     return _blas_name or "numpy"
 
 
+def batch_layout(a_shape: tuple, b_shape: tuple) -> tuple | None:
+    """(batch, m, n, k, sa, sb) that runs a @ b (numpy broadcasting) as strided GEMMs, or None when the batch
+    dims broadcast in a way one element stride cannot express."""
+    if len(a_shape) < 2 or len(b_shape) < 2 or b_shape[-2] != a_shape[-1]:
+        return None
+    k, n = a_shape[-1], b_shape[-1]
+    if len(b_shape) == 2:  # every row of a against one matrix: a single GEMM
+        return 1, math.prod(a_shape[:-1]), n, k, 0, 0
+    m = a_shape[-2]
+    if a_shape[:-2] == b_shape[:-2]:
+        return math.prod(a_shape[:-2]), m, n, k, m * k, k * n
+    if len(a_shape) == 2:
+        return math.prod(b_shape[:-2]), m, n, k, 0, k * n
+    return None
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """a @ b for float32 with numpy's broadcasting of batch dims (None: not covered, caller falls back)."""
     fn = _kernel()
-    if fn is None or a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2:
+    if fn is None or a.dtype != np.float32 or b.dtype != np.float32:
         return None
-    a = np.ascontiguousarray(a)
-    b = np.ascontiguousarray(b)
-    k = a.shape[-1]
-    if b.shape[-2] != k:
+    layout = batch_layout(a.shape, b.shape)
+    if layout is None:
         return None
-    n = b.shape[-1]
-    if b.ndim == 2:  # every row of a against one matrix: a single GEMM
-        m = math.prod(a.shape[:-1])
-        c = np.empty(a.shape[:-1] + (n,), np.float32)
-        fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, 1, m, n, k, 0, 0, 0, 0, 1.0, 0.0)
-        return c
-    batch_a, batch_b = a.shape[:-2], b.shape[:-2]
-    m = a.shape[-2]
-    if batch_a == batch_b:
-        sa, sb, batch = m * k, k * n, math.prod(batch_a)
-    elif a.ndim == 2:
-        sa, sb, batch = 0, k * n, math.prod(batch_b)
-    else:
-        return None
-    c = np.empty(np.broadcast_shapes(batch_a, batch_b) + (m, n), np.float32)
+    batch, m, n, k, sa, sb = layout
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    c = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], n), np.float32)
     fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, batch, m, n, k, sa, sb, 0, 0, 1.0, 0.0)
     return c
 

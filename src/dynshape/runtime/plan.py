@@ -255,20 +255,12 @@ def _bind_native(s: Any, ins: list, outs: list, keep: list, _addr) -> list | Non
     if any(a is not None and a.dtype != f32 for a in (*ins, *[o for o in outs if o is not None])):
         return None
     if op == "MatMul":
-        fn = gemm._kernel()
         a, b = ins
         c = outs[0]
-        if fn is None or a.ndim < 2 or b.ndim < 2:
+        layout = gemm.batch_layout(a.shape, b.shape)
+        if gemm._kernel() is None or layout is None:
             return None
-        k, n = a.shape[-1], b.shape[-1]
-        if b.ndim == 2:
-            m, batch, sa, sb = math.prod(a.shape[:-1]), 1, 0, 0
-        elif a.shape[:-2] == b.shape[:-2]:
-            m, batch, sa, sb = a.shape[-2], math.prod(a.shape[:-2]), a.shape[-2] * k, k * n
-        elif a.ndim == 2:
-            m, batch, sa, sb = a.shape[0], math.prod(b.shape[:-2]), 0, k * n
-        else:
-            return None
+        batch, m, n, k, sa, sb = layout
         return [gemm.packed_call(_addr(a), _addr(b), _addr(c), batch, m, n, k, sa, sb, 0, 0, 1.0, 0.0, keep)]
     if op == "Gemm":
         fn = gemm._kernel()
