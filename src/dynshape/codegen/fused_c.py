@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape.codegen.cgen import c_float
+from dynshape.codegen.packed_gemm import ROW_BLOCK
 from dynshape.ir.graph import Graph
-from dynshape.passes.fusion import Group, SoftmaxGroup, _scalar_const, broadcast_pattern
+from dynshape.passes.fusion import GemmGroup, Group, SoftmaxGroup, _row_pattern, _scalar_const, broadcast_pattern
 from dynshape.runtime.binder import to_py
 from dynshape.sym import Expr
 
@@ -240,6 +241,68 @@ def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> G
     lines += ["    free(row);", "}"]
     return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, shape, ops.ptrs, list(sg.outputs),
                        [np.dtype(graph.types[o].dtype) for o in sg.outputs])
+
+
+def packed_name(gg: GemmGroup) -> str:
+    """The constant that holds gg's weight packed by codegen.packed_gemm.pack_b."""
+    return f"{gg.weight}::packed{'T' if gg.trans_b else ''}"
+
+
+def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
+    """C for a product by a packed constant matrix, its epilogue applied to each block of rows in cache.
+
+    Signature: (d, out, A, packed B, epilogue operands...); loop_dims = [rows] with rows = prod(shape[:-1]).
+    """
+    node, shape = gg.node, tuple(gg.shape)
+    if not _computable(shape, key_names):
+        return None
+    a_name = node.inputs[0]
+    k = graph.types[a_name].shape[-1]
+    n = shape[-1] if shape else 1
+    if not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
+        return None
+    rows = _prod(shape, list(range(len(shape) - 1)))
+    extra = gg.inputs[1:]
+    ops = _operands(extra, shape, graph)
+    if ops is None or not all(_row_pattern(p) for p in ops.patterns):
+        return None
+    if any(np.dtype(graph.types[x].dtype) != np.float32 for x in gg.outputs):
+        return None
+    lines = [f"void {name}(const int64_t *d, float *restrict o0, const float *restrict i0, const float *restrict i1"
+             + "".join(f", const {_ctype(graph, x)} *restrict i{j + 2}" for j, x in enumerate(ops.ptrs)) + ") {"]
+    _dims_prologue([rows], lines)
+    y = node.outputs[0]
+    env: dict[str, str] = dict(ops.scalars)
+    body = [f"            const float acc = o0[r * {n} + j];"]
+    for j, x in enumerate(ops.ptrs):
+        pat = ops.patterns[j]
+        idx = f"r * {n} + j" if all(pat) and len(pat) > 1 else ("j" if pat[-1] else "0")
+        body.append(f"            const {_ctype(graph, x)} v{j} = i{j + 2}[{idx}];")
+        env[x] = f"v{j}"
+    value = "acc"
+    if node.op_type == "Gemm":
+        alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+        if alpha != 1.0:
+            value = f"({c_float(alpha)} * acc)"
+        if len(node.inputs) > 2 and node.inputs[2] and beta != 0.0:
+            c = env[node.inputs[2]]
+            value = f"({value} + {c})" if beta == 1.0 else f"({value} + {c_float(beta)} * {c})"
+    env[y] = value
+    if gg.epilogue:
+        _emit_nodes(gg.epilogue.nodes, env, graph, body, "            ", "")
+    out = env[gg.outputs[0]]
+    lines.append(f"    for (int64_t r0 = 0; r0 < L0; r0 += {ROW_BLOCK}) {{")
+    lines.append(f"        const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;")
+    lines.append(f"        ds_gemm_rows(i0, {k}, i1, o0, {n}, r0, r1, {n}, {k});")
+    if out != "acc":
+        lines += ["        for (int64_t r = r0; r < r1; r++) {", "            #pragma omp simd",
+                  f"            for (int64_t j = 0; j < {n}; j++) {{"]
+        lines += ["    " + ln for ln in body]
+        lines += [f"                o0[r * {n} + j] = {out};", "            }", "        }"]
+    lines += ["    }", "}"]
+    src = "\n".join(lines) + "\n"
+    return GroupKernel(name, src, [rows], shape, [a_name, packed_name(gg)] + ops.ptrs, list(gg.outputs),
+                       [np.dtype(graph.types[o].dtype) for o in gg.outputs])
 
 
 def make_step(k: GroupKernel, lib: ctypes.CDLL, symbols: list):

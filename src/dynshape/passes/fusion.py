@@ -7,6 +7,7 @@ from outside the group is already computed there. Values a group produces that a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +36,24 @@ class SoftmaxGroup:
     @property
     def nodes(self) -> list[Node]:
         return (self.pre.nodes if self.pre else []) + [self.node] + (self.post.nodes if self.post else [])
+
+
+@dataclass
+class GemmGroup:
+    """A product with a constant 2-D right operand (MatMul, or Gemm without transA) and the elementwise group
+    that alone consumes it (its epilogue: bias, activation, residual add), run block of rows by block."""
+
+    node: Node
+    weight: str  # the constant right operand
+    trans_b: bool
+    epilogue: Group | None
+    shape: tuple  # of the product
+    inputs: list[str] = field(default_factory=list)  # [A, *epilogue/bias inputs]
+    outputs: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [self.node] + (self.epilogue.nodes if self.epilogue else [])
 
 
 @dataclass
@@ -148,7 +167,7 @@ def fuse(nodes: list[Node], graph: Graph, known: set) -> list:
                 continue
             _finish(item, consumers, graph_outputs, group_of)
         out.append(item)
-    return _fuse_softmax(out, graph, consumers, graph_outputs)
+    return _fuse_gemm(_fuse_softmax(out, graph, consumers, graph_outputs), graph, consumers, graph_outputs)
 
 
 def _softmax_ok(n: Node, graph: Graph) -> bool:
@@ -207,3 +226,73 @@ def _finish(g: Group, consumers: dict, graph_outputs: set, group_of: dict) -> No
         outside = any(group_of.get(id(c)) is not g for c in consumers.get(o, []))
         if outside or o in graph_outputs:
             g.outputs.append(o)
+
+
+def _const(name: str, graph: Graph) -> np.ndarray | None:
+    c = graph.initializers.get(name)
+    if c is None:
+        t = graph.types.get(name)
+        c = t.value if isinstance(t, TensorType) and t.value is not None and t.value.dtype != object else None
+    return c
+
+
+def _gemm_ok(n: Node, graph: Graph) -> tuple[str, bool] | None:
+    """(weight, transB) when n is a float32 product by a constant matrix that GemmGroup can run."""
+    if n.domain not in ("", "ai.onnx") or len(n.outputs) != 1 or len(n.inputs) < 2 or "" in n.inputs[:2]:
+        return None
+    a, b, y = (graph.types.get(x) for x in (n.inputs[0], n.inputs[1], n.outputs[0]))
+    if not (_float32(a) and _float32(y) and _float32(b) and a.shape and len(b.shape) == 2):
+        return None
+    w = _const(n.inputs[1], graph)
+    if w is None or w.dtype != np.float32 or not all(isinstance(d, int) and d > 0 for d in b.shape):
+        return None
+    if n.op_type == "MatMul":
+        return n.inputs[1], False
+    if n.op_type == "Gemm" and not n.attrs.get("transA", 0) and len(a.shape) == 2:
+        if len(n.inputs) > 2 and n.inputs[2] and not _float32(graph.types.get(n.inputs[2])):
+            return None
+        return n.inputs[1], bool(n.attrs.get("transB", 0))
+    return None
+
+
+def _row_pattern(pat: tuple) -> bool:
+    """Operands an epilogue can index as [row * n + j] (full), [j] (a row vector) or [0] (one value)."""
+    return all(pat) or not any(pat[:-1])
+
+
+def _fuse_gemm(items: list, graph: Graph, consumers: dict, graph_outputs: set) -> list:
+    """Products by constant matrices become GemmGroups, taking the group that alone consumes them
+    (DYNSHAPE_PACKED_GEMM=0 turns this off: products then go to the BLAS, epilogues run as separate groups)."""
+    if os.environ.get("DYNSHAPE_PACKED_GEMM", "1") == "0":
+        return items
+    slot_of = {}
+    for i, item in enumerate(items):
+        for n in (item.nodes if not isinstance(item, Node) else [item]):
+            for o in n.outputs:
+                slot_of[o] = i
+    made: dict[int, GemmGroup] = {}
+    drop: set[int] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, Node) or (ok := _gemm_ok(item, graph)) is None:
+            continue
+        y = item.outputs[0]
+        shape = tuple(graph.types[y].shape)
+        users = consumers.get(y, [])
+        j = slot_of.get(users[0].outputs[0]) if users else None
+        epi = items[j] if j is not None else None
+        if not (isinstance(epi, Group) and j not in made and j not in drop and epi.shape == shape
+                and y not in graph_outputs and len(epi.outputs) == 1 and y not in epi.outputs
+                and all(slot_of.get(u.outputs[0]) == j for u in users)
+                and all(_row_pattern(broadcast_pattern(tuple(graph.types[z].shape), shape) or (False,))
+                        or _scalar_const(z, graph) is not None for z in epi.inputs if z != y)):
+            epi, j = None, None
+        gg = GemmGroup(item, ok[0], ok[1], epi, shape)
+        gg.inputs = [item.inputs[0]] + [z for z in item.inputs[2:3] if z]
+        for z in (epi.inputs if epi else []):
+            if z != y and z not in gg.inputs:
+                gg.inputs.append(z)
+        gg.outputs = list(epi.outputs) if epi else [y]
+        at = j if j is not None else i
+        made[at] = gg
+        drop.update(k for k in (i, j) if k is not None and k != at)
+    return [made.get(i, item) for i, item in enumerate(items) if i not in drop or i in made]

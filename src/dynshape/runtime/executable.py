@@ -30,16 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import numpy_lowering
+from dynshape.codegen import numpy_lowering, packed_gemm
 from dynshape.codegen.cc import DEFAULT_FLAGS, compile_c
 from dynshape.codegen.cgen import prelude
-from dynshape.codegen.fused_c import emit_group, emit_softmax, make_step
+from dynshape.codegen.fused_c import emit_gemm, emit_group, emit_softmax, make_step
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import bind_inputs
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
-from dynshape.passes.fusion import Group, SoftmaxGroup, fuse
+from dynshape.passes.fusion import GemmGroup, Group, SoftmaxGroup, fuse
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
 from dynshape.runtime.budget import Arena, ArenaPool, Worst, fmt_bytes, grow, over_budget_text, parse_bytes, worst_case
@@ -249,6 +249,7 @@ class Executable:
         spec = self._specialized(mapping) if mapping else g
         steps = self._steps(live, known, spec) if self.fuse else [self._node_step(n) for n in live]
         fixed = {k: v for k, v in consts.items() if k in needed}
+        fixed.update(self._pack_weights(steps, consts))
         if key is not None:
             fixed.update({k: v for k, v in symvals(key).items() if k in needed})
             variant = Variant(key, steps, fixed, None, graph=spec)
@@ -268,15 +269,18 @@ class Executable:
         items = fuse(live, g, known)
         key_names = {s.name for s in self.symbols}
         kernels = {}
+        emitters = {Group: emit_group, SoftmaxGroup: emit_softmax, GemmGroup: emit_gemm}
         for i, item in enumerate(items):
-            if isinstance(item, (Group, SoftmaxGroup)):
-                emit = emit_group if isinstance(item, Group) else emit_softmax
+            emit = emitters.get(type(item))
+            if emit is not None:
                 k = emit(item, g, f"ds_fused_{i}", key_names)
                 if k is not None:
                     kernels[i] = k
         lib = None
         if kernels:
-            src = prelude() + "#include <stdlib.h>\n" + "".join(k.source for k in kernels.values())
+            gemms = any(isinstance(items[i], GemmGroup) for i in kernels)
+            src = prelude() + "#include <stdlib.h>\n" + (packed_gemm.SOURCE if gemms else "") + \
+                "".join(k.source for k in kernels.values())
             lib = compile_c(src, f"{g.name or 'graph'}_fused", flags=(*DEFAULT_FLAGS, "-fopenmp-simd"),
                             symbols=[k.name for k in kernels.values()])
         steps = []
@@ -287,9 +291,22 @@ class Executable:
                 steps.append(_Step(fn, tuple(k.inputs), tuple(k.outputs), "+".join(n.name for n in item.nodes),
                                    needs_key=True, op_type="fused", kernel=fn.raw))
             else:
-                for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup)) else [item]):
+                for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup, GemmGroup)) else [item]):
                     steps.append(self._node_step(n))
         return steps
+
+    def _pack_weights(self, steps: list, consts: dict) -> dict:
+        """The packed form of every constant matrix a GemmGroup kernel reads (packed once per executable)."""
+        out = {}
+        for s in steps:
+            for x in s.inputs:
+                if "::packed" in x and x not in out:
+                    w, how = x.rsplit("::packed", 1)
+                    cache = self.__dict__.setdefault("_packed", {})
+                    if x not in cache:
+                        cache[x] = packed_gemm.pack_b(consts[w], trans=how == "T")
+                    out[x] = cache[x]
+        return out
 
     def _probe_symbolic(self, symvals) -> set:
         """Names the symbolic-value function computes (evaluated at the symbols' lower bounds)."""

@@ -63,7 +63,7 @@ def plannable(exe: Any, variant: Any) -> bool:
         if step.needs_scope:
             return False
         for x in (*step.inputs, *step.outputs):
-            if not x:
+            if not x or x in variant.fixed:
                 continue
             t = g.types.get(x)
             if not isinstance(t, TensorType) or t.dtype == object or np.dtype(t.dtype).kind not in "biuf":
@@ -81,8 +81,19 @@ class Planner:
         self.fixed = {k: _contiguous(v) for k, v in variant.fixed.items()}
         self.fixed_addr = {id(v): v.ctypes.data for v in self.fixed.values()}
         inputs = [v.name for v in g.inputs]
+        # steps that read only constants and the key's symbolic values (position ids, masks built from shapes,
+        # token-type embeddings): computed once per key when the plan is bound, never on the request path
+        known = set(self.fixed) | _symbolic_names(exe, variant)
+        self.per_key: list[int] = []
+        per_key_values: set[str] = set()
+        for i, s in enumerate(variant.steps):
+            ins = [x for x in s.inputs if x]
+            if ins and not s.needs_scope and not s.op_type.startswith(_RANDOM) \
+                    and all(x in known or x in per_key_values for x in ins):
+                self.per_key.append(i)
+                per_key_values.update(o for o in s.outputs if o)
         produced = [o for s in variant.steps for o in s.outputs if o]
-        self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed]
+        self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed and x not in per_key_values]
         # aliasing: outputs of view-like ops share their input's buffer
         self.base: dict[str, str] = {x: x for x in self.values}
         self.alias_step: set[int] = set()
@@ -157,6 +168,16 @@ class Planner:
         for k, v in symvals.items():
             fixed[k] = v = _contiguous(v)
             addrs[id(v)] = v.ctypes.data
+        keep: list = []
+        for i in self.per_key:
+            s = variant.steps[i]
+            args = [fixed[x] if x else None for x in s.inputs]
+            outs = s.fn(args, key) if s.needs_key else s.fn(args)
+            for name, out in zip(s.outputs, outs):
+                if name:
+                    fixed[name] = v = _contiguous(np.asarray(out, dtype=g.types[name].dtype))
+                    addrs[id(v)] = v.ctypes.data
+                    keep.append(v)
 
         def addr(a: np.ndarray) -> int:
             return addrs.get(id(a)) or a.ctypes.data
@@ -164,18 +185,27 @@ class Planner:
         def get(x):
             return None if not x else views[x] if x in views else fixed[x]
 
-        keep: list = []
         calls: list = []
         labels: list = []
+        skip = self.alias_step | set(self.per_key)
         for i, s in enumerate(variant.steps):
-            if i in self.alias_step:
+            if i in skip:
                 continue
-            made = _bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], key, keep, addr)
+            ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
+            made = _bind_gather_nd(s, ins, outs, fixed) or _bind_step(s, ins, outs, key, keep, addr)
             calls.extend(made)
             labels.extend([f"node {s.label!r} ({s.op_type})"] * len(made))
         inputs = [views.get(v.name) for v in g.inputs]
         outputs = [(v.name, get(v.name)) for v in g.outputs]
         return BoundPlan(inputs, calls, outputs, arena, keep, labels)
+
+
+_RANDOM = ("Random", "Multinomial", "Bernoulli", "Dropout")
+
+
+def _symbolic_names(exe: Any, variant: Any) -> set:
+    """Names of the shape-derived values the generic build computes from the key (none in static variants)."""
+    return set(exe._probe_symbolic(variant.symbolic)) if variant.symbolic is not None else set()
 
 
 def _ctypes_addr(a: np.ndarray) -> int:
@@ -211,6 +241,30 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list, addr=None)
                 view[...] = r
 
     return [call]
+
+
+def _bind_gather_nd(s: Any, ins: list, outs: list, fixed: dict) -> list | None:
+    """GatherND whose indices are fixed for the key (built from shapes): flat positions computed and bounds
+    checked once, so the call is one np.take."""
+    if s.op_type != "GatherND" or len(ins) != 2 or s.inputs[1] not in fixed or outs[0] is None:
+        return None
+    x, idx = ins
+    b = int(s.attrs.get("batch_dims", 0))
+    k = idx.shape[-1]
+    dims = np.array(x.shape[b:b + k], dtype=np.int64)
+    idx = idx.astype(np.int64)
+    idx = np.where(idx < 0, idx + dims, idx)
+    if ((idx < 0) | (idx >= dims)).any():
+        raise DynshapeError(f"node {s.label!r} (GatherND): an index is out of range for data of shape {x.shape}")
+    nb, inner = math.prod(x.shape[:b]), math.prod(x.shape[b + k:])
+    pos = np.ravel_multi_index(tuple(np.moveaxis(idx.reshape(nb, -1, k), -1, 0)), x.shape[b:b + k]) if k else \
+        np.zeros((nb, 1), np.int64)
+    pos = pos + (np.arange(nb)[:, None] * math.prod(x.shape[b:b + k]))
+    flat = (pos[..., None] * inner + np.arange(inner)).reshape(-1)
+    src, dst = x.reshape(-1), outs[0].reshape(-1)
+    if dst.size != flat.size:
+        return None
+    return [functools.partial(np.take, src, flat, out=dst, mode="clip")]
 
 
 def _bind_copy(s: Any, ins: list, outs: list) -> list | None:

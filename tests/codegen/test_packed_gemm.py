@@ -1,0 +1,103 @@
+"""Products by constant matrices: packed weights, our micro-kernels and their fused epilogues, against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.codegen.packed_gemm import NR, pack_b
+from dynshape.frontends.onnx import load_onnx
+
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, consts, output, dims):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, F, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(output, F, None)],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()])
+    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), dims=dims)
+
+
+def _kernels(exe) -> list:
+    return [s.label for s in exe._generic.steps]
+
+
+def test_pack_b_panels_are_zero_padded_columns():
+    b = np.arange(5 * 40, dtype=np.float32).reshape(5, 40)
+    p = pack_b(b)
+    assert p.shape == (2, 5, NR)
+    np.testing.assert_array_equal(p[0], b[:, :32])
+    np.testing.assert_array_equal(p[1][:, :8], b[:, 32:])
+    assert not p[1][:, 8:].any()
+    np.testing.assert_array_equal(pack_b(b.T.copy(), trans=True), p)
+
+
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 5), (64, 32), (300, 33), (256, 96)])
+def test_matmul_by_a_constant_matches_numpy_for_every_row_count(k, n):
+    rng = np.random.default_rng(k * 1000 + n)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ["m", k]}, {"w": w}, "y", {"m": (1, 200)})
+    exe = ds.compile(g)
+    assert len(_kernels(exe)) == 1
+    for m in (1, 2, 3, 7, 8, 9, 16, 63, 64, 65, 130, 200):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], x @ w, rtol=2e-5, atol=2e-5 * np.sqrt(k))
+    x = rng.standard_normal((9, k)).astype(np.float32)  # the unplanned path (allocating) runs the same kernel
+    np.testing.assert_allclose(ds.compile(g, planned=False).run({"x": x})["y"], x @ w, rtol=2e-5,
+                               atol=2e-5 * np.sqrt(k))
+
+
+def test_gemm_trans_b_alpha_beta_and_each_bias_shape():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((40, 24)).astype(np.float32)  # (n, k): transB
+    for bias in (rng.standard_normal(40), rng.standard_normal((1, 40)), np.array([0.5]),
+                 rng.standard_normal((6, 40))):
+        node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)
+        g = _model([node], {"x": [6, 24]}, {"w": w, "c": bias}, "y", None)
+        exe = ds.compile(g)
+        assert len(_kernels(exe)) == 1
+        x = rng.standard_normal((6, 24)).astype(np.float32)
+        want = 0.5 * x @ w.T + 2.0 * bias.astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_epilogue_bias_relu_residual_runs_in_the_product_and_keeps_nan():
+    rng = np.random.default_rng(2)
+    w, b = rng.standard_normal((16, 48)).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Add", ["r", "res"], ["y"])]
+    g = _model(nodes, {"x": ["batch", "seq", 16], "res": ["batch", "seq", 48]}, {"w": w, "b": b}, "y",
+               {"batch": (1, 4), "seq": (1, 70)})
+    exe = ds.compile(g)
+    assert _kernels(exe) == ["MatMul_0+Add_1+Relu_2+Add_3"]
+    for shape in ((1, 1), (2, 33), (4, 70)):
+        x = rng.standard_normal((*shape, 16)).astype(np.float32)
+        x[0, 0, 3] = np.nan  # a NaN row must stay NaN through the Relu
+        res = rng.standard_normal((*shape, 48)).astype(np.float32)
+        got = exe.run({"x": x, "res": res})["y"]
+        want = np.maximum(x @ w + b, 0, dtype=np.float32) + res
+        want[np.isnan(x @ w + b)] = np.nan
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert np.isnan(got[0, 0]).all()
+
+
+def test_a_product_read_elsewhere_keeps_its_own_output():
+    """The epilogue is fused only when the group is the product's sole reader."""
+    w = np.eye(8, dtype=np.float32) * 2
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Add", ["h", "r"], ["y"])]
+    g = _model(nodes, {"x": [3, 8]}, {"w": w}, "y", None)
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8)
+    np.testing.assert_allclose(ds.compile(g).run({"x": x})["y"], 2 * x + np.maximum(2 * x, 0), rtol=1e-6)
+
+
+def test_packed_products_off_by_environment(monkeypatch):
+    monkeypatch.setenv("DYNSHAPE_PACKED_GEMM", "0")
+    w = np.ones((4, 4), np.float32)
+    g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": [2, 4]}, {"w": w}, "y", None)
+    exe = ds.compile(g)
+    assert [s.op_type for s in exe._generic.steps] == ["MatMul"]
+    np.testing.assert_allclose(exe.run({"x": np.ones((2, 4), np.float32)})["y"], np.full((2, 4), 4.0))

@@ -1,0 +1,55 @@
+"""Values that depend only on the key (shape-built ids and masks) are computed once per key, never per call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.frontends.onnx import load_onnx
+
+
+def _positions_model():
+    """y = x + emb[Range(0, seq)]: the gather of position embeddings depends on the key alone."""
+    emb = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"], start=0, end=1),
+        helper.make_node("Squeeze", ["shp"], ["seq"]),
+        helper.make_node("Range", ["zero", "seq", "one"], ["pos"]),
+        helper.make_node("Gather", ["emb", "pos"], ["pe"]),
+        helper.make_node("Add", ["x", "pe"], ["y"]),
+    ]
+    consts = [numpy_helper.from_array(emb, "emb"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
+              numpy_helper.from_array(np.array(1, np.int64), "one")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
+    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), dims={"seq": (1, 32)})
+
+
+def test_key_only_steps_leave_the_request_path_and_stay_right_across_keys():
+    exe = ds.compile(_positions_model())
+    planner = exe._generic.planner
+    assert [exe._generic.steps[i].op_type for i in planner.per_key] == ["Range", "Gather"]
+    emb = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
+    for seq in (3, 17, 3, 32, 1):  # keys interleaved: each plan keeps its own per-key values
+        x = np.full((seq, 4), 0.5, np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], x + emb[:seq])
+
+
+def _gather_nd_model(indices: np.ndarray):
+    node = helper.make_node("GatherND", ["x", "idx"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(indices, "idx")])
+    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+def test_gather_nd_with_fixed_indices_matches_the_reference_and_refuses_out_of_range():
+    idx = np.array([[0, 1], [-1, 3], [2, -4]], np.int64)
+    g = _gather_nd_model(idx)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(ds.compile(g).run({"x": x})["y"], g.run({"x": x})["y"])
+    bad = ds.compile(_gather_nd_model(np.array([[0, 4]], np.int64)))
+    with pytest.raises(ds.DynshapeError, match="GatherND"):
+        bad.run({"x": x})
