@@ -6,21 +6,34 @@ compiler unrolls and vectorises. Softmax groups: the last axis is the row; the p
 is evaluated into a row buffer, the softmax reduces it in cache, and the consumer group's expression is
 applied on the way out (masking + softmax + NaN clean-up in one pass over memory).
 Per call only the loop extents are computed (from the symbol values); strides follow from them in C.
+Division by a constant is emitted as a product with its float32 reciprocal (at most 1 ulp apart, as XLA and
+onnxruntime do): a vector division costs as much as ten fused multiply-adds.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from dynshape.codegen.cgen import c_float
-from dynshape.codegen.packed_gemm import ROW_BLOCK
+from dynshape.codegen.packed_gemm import NR, PAR_MIN_FLOPS, ROW_BLOCK
 from dynshape.ir.graph import Graph
-from dynshape.passes.fusion import GemmGroup, Group, SoftmaxGroup, _row_pattern, _scalar_const, broadcast_pattern
+from dynshape.passes.fusion import (
+    AttentionGroup,
+    GemmGroup,
+    Group,
+    SoftmaxGroup,
+    _row_pattern,
+    _scalar_const,
+    broadcast_pattern,
+)
 from dynshape.runtime.binder import to_py
 from dynshape.sym import Expr
+
+PAR_MIN_ELEMENTS = 1 << 15  # below this a loop nest runs on one thread: waking a team costs more than it saves
 
 
 @dataclass
@@ -64,7 +77,9 @@ def _emit_nodes(nodes: list, env: dict, graph: Graph, lines: list, indent: str, 
     for k, node in enumerate(nodes):
         args = [env[x] for x in node.inputs]
         op = node.op_type
-        if op in ("Add", "Sub", "Mul", "Div"):
+        if op == "Div" and (c := _scalar_const(node.inputs[1], graph)) not in (None, 0.0) and math.isfinite(c):
+            expr = f"({args[0]} * {c_float(1.0 / np.float32(c))})"  # a vdivps costs ~10 FMAs; <= 1 ulp apart
+        elif op in ("Add", "Sub", "Mul", "Div"):
             expr = f"({args[0]} {'+-*/'['Add Sub Mul Div'.split().index(op)]} {args[1]})"
         elif op == "Pow":
             expr = _pow(args[0], float(_scalar_const(node.inputs[1], graph)))
@@ -159,6 +174,9 @@ def emit_group(g: Group, graph: Graph, name: str, key_names: set) -> GroupKernel
     _dims_prologue(loop_dims, lines)
     _strides(spans, n, lines)
     indent = "    "
+    work = " * ".join(f"L{i}" for i in range(n))
+    lines.append(f"    #pragma omp parallel for {f'collapse({n - 1})' if n > 1 else 'simd'} schedule(static) "
+                 f"if({work} >= {PAR_MIN_ELEMENTS})")
     for i in range(n):
         lines.append(f"{indent}for (int64_t a{i} = 0; a{i} < L{i}; a{i}++) {{")
         indent += "    "
@@ -196,7 +214,11 @@ def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> G
     lines = [_signature(name, sg.outputs, ops, graph)]
     _dims_prologue(loop_dims, lines)
     _strides(spans, n, lines)
-    lines.append(f"    float *row = (float *)malloc(sizeof(float) * (L{n - 1} > 0 ? L{n - 1} : 1));")
+    work = " * ".join(f"L{i}" for i in range(n))
+    lines += [f"    #pragma omp parallel if({work} >= {PAR_MIN_ELEMENTS})", "    {",
+              f"    float *row = (float *)malloc(sizeof(float) * (L{n - 1} > 0 ? L{n - 1} : 1));"]
+    if n > 1:
+        lines.append(f"    #pragma omp for collapse({n - 1}) schedule(static)")
     indent = "    "
     for i in range(n - 1):
         lines.append(f"{indent}for (int64_t a{i} = 0; a{i} < L{i}; a{i}++) {{")
@@ -238,7 +260,7 @@ def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> G
     for _ in range(n - 1):
         indent = indent[:-4]
         lines.append(f"{indent}}}")
-    lines += ["    free(row);", "}"]
+    lines += ["    free(row);", "    }", "}"]
     return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, shape, ops.ptrs, list(sg.outputs),
                        [np.dtype(graph.types[o].dtype) for o in sg.outputs])
 
@@ -291,18 +313,110 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
     if gg.epilogue:
         _emit_nodes(gg.epilogue.nodes, env, graph, body, "            ", "")
     out = env[gg.outputs[0]]
-    lines.append(f"    for (int64_t r0 = 0; r0 < L0; r0 += {ROW_BLOCK}) {{")
-    lines.append(f"        const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;")
-    lines.append(f"        ds_gemm_rows(i0, {k}, i1, o0, {n}, r0, r1, {n}, {k});")
+    blocks, panels = f"((L0 + {ROW_BLOCK - 1}) / {ROW_BLOCK})", (n + NR - 1) // NR
+    lines.append(f"    #pragma omp parallel for collapse(2) schedule(static) if(L0 * {n * k} >= {PAR_MIN_FLOPS})")
+    lines.append(f"    for (int64_t rb = 0; rb < {blocks}; rb++) {{")
+    lines.append(f"        for (int64_t q = 0; q < {panels}; q++) {{")
+    lines.append(f"            const int64_t r0 = rb * {ROW_BLOCK};")
+    lines.append(f"            const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;")
+    lines.append(f"            ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});")
     if out != "acc":
-        lines += ["        for (int64_t r = r0; r < r1; r++) {", "            #pragma omp simd",
-                  f"            for (int64_t j = 0; j < {n}; j++) {{"]
-        lines += ["    " + ln for ln in body]
-        lines += [f"                o0[r * {n} + j] = {out};", "            }", "        }"]
-    lines += ["    }", "}"]
+        lines += ["            for (int64_t r = r0; r < r1; r++) {",
+                  f"                const int64_t j1 = q * {NR} + {NR} < {n} ? q * {NR} + {NR} : {n};",
+                  "                #pragma omp simd", f"                for (int64_t j = q * {NR}; j < j1; j++) {{"]
+        lines += ["        " + ln for ln in body]
+        lines += [f"                    o0[r * {n} + j] = {out};", "                }", "            }"]
+    lines += ["        }", "    }", "}"]
     src = "\n".join(lines) + "\n"
     return GroupKernel(name, src, [rows], shape, [a_name, packed_name(gg)] + ops.ptrs, list(gg.outputs),
                        [np.dtype(graph.types[o].dtype) for o in gg.outputs])
+
+
+def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
+    """C for softmax(pre(Q @ KT)) @ V: per batch matrix, KT and V are packed once, then 64 query rows at a time
+    go through our micro-kernels into a row block that stays in cache for the softmax."""
+    sg = ag.softmax
+    shape = tuple(sg.shape)
+    out_shape = tuple(graph.types[ag.outputs[0]].shape)
+    q_name, kt_name, v_name = ag.inputs[:3]
+    k_dim, dv = graph.types[q_name].shape[-1], graph.types[v_name].shape[-1]
+    if not all(_computable(t, key_names) for t in (shape, out_shape, (k_dim, dv))):
+        return None
+    ops = _operands(ag.inputs[3:], shape, graph)
+    if ops is None:
+        return None
+    rank = len(shape)
+    n = rank
+    lines = [f"void {name}(const int64_t *d, float *restrict o0, const float *restrict i0, "
+             "const float *restrict i1, const float *restrict i2"
+             + "".join(f", const {_ctype(graph, x)} *restrict i{j + 3}" for j, x in enumerate(ops.ptrs)) + ") {"]
+    loop_dims = [*shape, k_dim, dv]  # every dim its own level: a row's operand offsets come from its indices
+    _dims_prologue(loop_dims, lines)
+    spans = [list(p) for p in ops.patterns]
+    ptr = {j: f"i{j + 3}" for j in range(len(ops.ptrs))}
+    for j, span in enumerate(spans):
+        for i in range(n):
+            inner = [f"L{m}" for m in range(i + 1, n) if span[m]]
+            lines.append(f"    const int64_t S{j}_{i} = {(' * '.join(inner) or '1') if span[i] else '0'};")
+    M, N, K, DV = f"L{n - 2}", f"L{n - 1}", f"L{n}", f"L{n + 1}"
+    nb = " * ".join(f"L{i}" for i in range(n - 2)) or "1"
+    lines += [f"    const int64_t NB = {nb}, M = {M}, N = {N}, K = {K}, DV = {DV};",
+              f"    const int64_t NP = (N + {NR - 1}) / {NR}, DP = (DV + {NR - 1}) / {NR};",
+              f"    #pragma omp parallel if(NB * M * N * (K + DV) >= {PAR_MIN_FLOPS})", "    {",
+              f"    float *kp = (float *)malloc(sizeof(float) * (K * NP * {NR} + 1));",
+              f"    float *vp = (float *)malloc(sizeof(float) * (N * DP * {NR} + 1));",
+              f"    float *sb = (float *)malloc(sizeof(float) * ({ROW_BLOCK} * N + 1));",
+              "    #pragma omp for schedule(static)",
+              "    for (int64_t b = 0; b < NB; b++) {",
+              "        ds_pack_panels(i1 + b * K * N, N, K, N, kp);",
+              "        ds_pack_panels(i2 + b * N * DV, DV, N, DV, vp);",
+              f"        for (int64_t m0 = 0; m0 < M; m0 += {ROW_BLOCK}) {{",
+              f"            const int64_t m1 = m0 + {ROW_BLOCK} < M ? m0 + {ROW_BLOCK} : M;",
+              "            for (int64_t q = 0; q < NP; q++)",
+              "                ds_gemm_tile(i0 + (b * M + m0) * K, K, kp, sb, N, 0, m1 - m0, q, N, K);",
+              "            for (int64_t m = m0; m < m1; m++) {",
+              "                float *row = sb + (m - m0) * N;",
+              "                int64_t rest = b * M + m;"]
+    ind = "                "
+    for i in range(n - 2, -1, -1):
+        lines.append(f"{ind}const int64_t a{i} = rest % L{i}; rest /= L{i};")
+    lines.append(f"{ind}(void)rest;")
+    base = {j: " + ".join(f"a{i} * S{j}_{i}" for i in range(n - 1)) for j in range(len(ops.ptrs))}
+    inner = ind + "    "
+    s_name, x, y = ag.scores.outputs[0], sg.node.inputs[0], sg.node.outputs[0]
+
+    def load(nodes: list) -> dict:
+        env = dict(ops.scalars)
+        used = {z for nd in nodes for z in nd.inputs}
+        for j, z in enumerate(ops.ptrs):
+            if z in used:
+                lines.append(f"{inner}const {_ctype(graph, z)} v{j} = {ptr[j]}[{base[j]} + c * S{j}_{n - 1}];")
+                env[z] = f"v{j}"
+        return env
+
+    col = f"{ind}for (int64_t c = 0; c < N; c++) {{"
+    lines += [f"{ind}float mx = -INFINITY;", f"{ind}#pragma omp simd reduction(max:mx)", col]
+    env = load(sg.pre.nodes if sg.pre else [])
+    env[s_name] = "row[c]"
+    lines.append(f"{inner}const float sc = row[c];")
+    env[s_name] = "sc"
+    if sg.pre:
+        _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
+    lines += [f"{inner}row[c] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{ind}}}"]
+    lines += [f"{ind}float s = 0.0f;", f"{ind}#pragma omp simd reduction(+:s)", col,
+              f"{inner}const float e = ds_expf(row[c] - mx);", f"{inner}row[c] = e;", f"{inner}s += e;",
+              f"{ind}}}", f"{ind}const float inv = 1.0f / s;", col]
+    env = load(sg.post.nodes if sg.post else [])
+    lines.append(f"{inner}const float sm = row[c] * inv;")
+    env[y] = "sm"
+    if sg.post:
+        _emit_nodes(sg.post.nodes, env, graph, lines, inner, "q")
+    lines += [f"{inner}row[c] = {env[sg.outputs[0]]};", f"{ind}}}", "            }",
+              "            for (int64_t q = 0; q < DP; q++)",
+              "                ds_gemm_tile(sb, N, vp, o0 + (b * M + m0) * DV, DV, 0, m1 - m0, q, DV, N);",
+              "        }", "    }", "    free(kp);", "    free(vp);", "    free(sb);", "    }", "}"]
+    return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, out_shape, ag.inputs[:3] + ops.ptrs,
+                       list(ag.outputs), [np.dtype(graph.types[o].dtype) for o in ag.outputs])
 
 
 def make_step(k: GroupKernel, lib: ctypes.CDLL, symbols: list):

@@ -9,8 +9,8 @@ while it is still in cache, instead of another pass over memory.
 
 `SOURCE` is plain C with GCC vector extensions (no intrinsics): 16-float vectors become one zmm register
 with AVX-512, two ymm with AVX2, four xmm elsewhere.  A fused kernel calls
-    ds_gemm_rows(a, lda, bp, c, ldc, i0, i1, n, k)
-for rows i0..i1 of C = A @ B, then applies its epilogue to those rows.
+    ds_gemm_tile(a, lda, bp, c, ldc, i0, i1, q, n, k)
+for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to that tile while it is in cache.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 
 NR = 32  # columns per packed panel: two 16-float vectors
 ROW_BLOCK = 64  # rows per block: the block of C stays in L1/L2 for the epilogue
+PAR_MIN_FLOPS = 1 << 20  # multiply-adds below which a product runs on one thread
 
 
 def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
@@ -80,11 +81,25 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
 """
 
 _DRIVER = r"""
-/* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ B, B packed by pack_b into panels of 32 columns. */
-static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
-                         int64_t ldc, int64_t i0, int64_t i1, int64_t n, int64_t k) {
-    const int64_t panels = (n + 31) / 32;
-    for (int64_t q = 0; q < panels; q++) {
+/* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
+static void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
+    for (int64_t q = 0; q * 32 < n; q++) {
+        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+        float *dst = bp + q * k * 32;
+        for (int64_t p = 0; p < k; p++) {
+            const float *src = b + p * ldb + q * 32;
+            int64_t j = 0;
+            for (; j < nc; j++) dst[p * 32 + j] = src[j];
+            for (; j < 32; j++) dst[p * 32 + j] = 0.0f;
+        }
+    }
+}
+
+/* One tile of C (row stride ldc) = A (row stride lda) @ B: rows i0..i1, the 32 columns of panel q of B
+   (packed by pack_b). Tiles are independent, so a parallel loop over them needs no synchronisation. */
+static void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                         int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
+    {
         const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
         const float *panel = bp + q * k * 32;
         for (int64_t i = i0; i < i1; i += DS_MR) {

@@ -33,13 +33,13 @@ import numpy as np
 from dynshape.codegen import numpy_lowering, packed_gemm
 from dynshape.codegen.cc import DEFAULT_FLAGS, compile_c
 from dynshape.codegen.cgen import prelude
-from dynshape.codegen.fused_c import emit_gemm, emit_group, emit_softmax, make_step
+from dynshape.codegen.fused_c import emit_attention, emit_gemm, emit_group, emit_softmax, make_step
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import bind_inputs
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
-from dynshape.passes.fusion import GemmGroup, Group, SoftmaxGroup, fuse
+from dynshape.passes.fusion import AttentionGroup, GemmGroup, Group, SoftmaxGroup, fuse
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
 from dynshape.runtime.budget import Arena, ArenaPool, Worst, fmt_bytes, grow, over_budget_text, parse_bytes, worst_case
@@ -269,7 +269,7 @@ class Executable:
         items = fuse(live, g, known)
         key_names = {s.name for s in self.symbols}
         kernels = {}
-        emitters = {Group: emit_group, SoftmaxGroup: emit_softmax, GemmGroup: emit_gemm}
+        emitters = {Group: emit_group, SoftmaxGroup: emit_softmax, GemmGroup: emit_gemm, AttentionGroup: emit_attention}
         for i, item in enumerate(items):
             emit = emitters.get(type(item))
             if emit is not None:
@@ -278,10 +278,10 @@ class Executable:
                     kernels[i] = k
         lib = None
         if kernels:
-            gemms = any(isinstance(items[i], GemmGroup) for i in kernels)
+            gemms = any(isinstance(items[i], (GemmGroup, AttentionGroup)) for i in kernels)
             src = prelude() + "#include <stdlib.h>\n" + (packed_gemm.SOURCE if gemms else "") + \
                 "".join(k.source for k in kernels.values())
-            lib = compile_c(src, f"{g.name or 'graph'}_fused", flags=(*DEFAULT_FLAGS, "-fopenmp-simd"),
+            lib = compile_c(src, f"{g.name or 'graph'}_fused", flags=DEFAULT_FLAGS, openmp=True,
                             symbols=[k.name for k in kernels.values()])
         steps = []
         for i, item in enumerate(items):
@@ -291,7 +291,7 @@ class Executable:
                 steps.append(_Step(fn, tuple(k.inputs), tuple(k.outputs), "+".join(n.name for n in item.nodes),
                                    needs_key=True, op_type="fused", kernel=fn.raw))
             else:
-                for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup, GemmGroup)) else [item]):
+                for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup, GemmGroup, AttentionGroup)) else [item]):
                     steps.append(self._node_step(n))
         return steps
 
