@@ -5,6 +5,7 @@ Candidates, all in one process and table:
   openblas   numpy's OpenBLAS ILP64 cblas_sgemm called from C through dynshape's ds_sgemm (the portable path)
   mkl        MKL (pip install mkl) cblas_sgemm_64 from C; batched shapes use cblas_sgemm_batch_strided_64
   mkl-loop   MKL, batched shapes as a C loop of sgemm calls (what OpenBLAS gets: its strided batch crashes)
+  packed     dynshape's own micro-kernels on pre-packed weights (codegen/packed_gemm.py; weight shapes only)
 
 Each (shape, threads) cell is the median over --rounds rounds; a round times every candidate on every shape
 (blocks of calls lasting about --sample-ms after a warm-up), so machine noise hits all of them alike.
@@ -22,7 +23,7 @@ import time
 
 import numpy as np
 
-from dynshape.codegen import blas, cc
+from dynshape.codegen import blas, cc, packed_gemm
 
 HARNESS = (
     blas.C_DECLS
@@ -38,6 +39,17 @@ double ds_time_gemm(int ta, int tb, int64_t batch, int64_t m, int64_t n, int64_t
         if (batch == 1) ds_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
         else ds_sgemm_batched(ta, tb, batch, m, n, k, 1.0f, a, lda, m * k, b, ldb, k * n, 0.0f, c, n, m * n);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+"""
+    + packed_gemm.SOURCE
+    + r"""
+/* dynshape's own kernel on weights packed by pack_b (what a fused product by a constant matrix runs). */
+double ds_time_packed(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k, int64_t reps) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int64_t r = 0; r < reps; r++) ds_gemm_packed(a, k, bp, c, n, m, n, k);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
@@ -76,6 +88,7 @@ class Case:
         self.a_np, self.b_np = a2, (b2.swapaxes(-1, -2) if tb else b2)
         self.c_np = self.c[0] if batch == 1 else self.c
         self.flop = 2.0 * batch * m * n * k
+        self.bp = packed_gemm.pack_b(self.b[0], trans=bool(tb)) if batch == 1 else None
 
 
 def main() -> None:
@@ -87,23 +100,29 @@ def main() -> None:
     ap.add_argument("--json", help="write the medians here")
     args = ap.parse_args()
 
-    lib = cc.compile_c(HARNESS, "gemm_bench", symbols=["ds_time_gemm", "ds_bind_blas"])
+    lib = cc.compile_c(HARNESS, "gemm_bench", symbols=["ds_time_gemm", "ds_bind_blas"], openmp=True)
     timer = lib.ds_time_gemm
     I64, P = ctypes.c_int64, ctypes.c_void_p
     timer.argtypes = [ctypes.c_int, ctypes.c_int, I64, I64, I64, I64, P, P, P, I64]
     timer.restype = ctypes.c_double
+    ptimer = lib.ds_time_packed
+    ptimer.argtypes, ptimer.restype = [P, P, P, I64, I64, I64, I64], ctypes.c_double
 
     ob, mk = blas.openblas(), blas.mkl()
     libs = [ob] + ([mk] if mk else [])
     # candidates grouped by library: a library switch happens twice a round, after a settle pause, because a
     # pool that just worked keeps spinning for a while and would steal the cores from the other one.
-    groups = [(ob, ["numpy", "openblas"])] + ([(mk, ["mkl", "mkl-loop"])] if mk else [])
+    groups = [(ob, ["numpy", "openblas", "packed"])] + ([(mk, ["mkl", "mkl-loop"])] if mk else [])
     names = [nm for _, g in groups for nm in g]
     rng = np.random.default_rng(0)
     cases = [Case(*w, rng) for w in workloads(PAIRS)]
     results: dict[str, dict[str, float]] = {}
 
     def run(name: str, cs: Case, reps: int) -> float:
+        if name == "packed":
+            if cs.bp is None:
+                return float("nan")
+            return ptimer(cs.a.ctypes.data, cs.bp.ctypes.data, cs.c.ctypes.data, cs.m, cs.n, cs.k, reps)
         if name == "numpy":
             t0 = time.perf_counter()
             for _ in range(reps):
@@ -122,10 +141,14 @@ def main() -> None:
         for name in names:
             select(name)
             cs.c[...] = np.nan
-            run(name, cs, 1)
+            if run(name, cs, 1) != run(name, cs, 1):  # NaN: the candidate does not cover this shape
+                continue
             assert np.allclose(cs.c_np, ref, rtol=1e-4, atol=1e-3 * np.sqrt(cs.k)), (name, cs.label)
 
+    from threadpoolctl import threadpool_limits
+
     for nthreads in [int(t) for t in args.threads.split(",")]:
+        threadpool_limits(nthreads, user_api="openmp")  # the packed kernel's OpenMP team
         samples: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.rounds):
             for lb, group in groups:
@@ -135,6 +158,9 @@ def main() -> None:
                 for name in group:
                     select(name)
                     for cs in cases:
+                        if name == "packed" and cs.bp is None:
+                            samples.setdefault((cs.label, name), []).append(float("nan"))
+                            continue
                         once = max(run(name, cs, 3) / 3, 1e-7)
                         reps = max(1, int(args.sample_ms * 1e-3 / once))
                         samples.setdefault((cs.label, name), []).append(cs.flop * reps / run(name, cs, reps) / 1e9)
@@ -144,11 +170,11 @@ def main() -> None:
         for cs in cases:
             med = {nm: statistics.median(samples[(cs.label, nm)]) for nm in names}
             results[f"{nthreads}t {cs.label}"] = med
-            best = max(med[nm] for nm in names if nm != "numpy")
+            best = max(med[nm] for nm in names if nm != "numpy" and med[nm] == med[nm])
             print(f"{cs.label:22s}" + "".join(f"{med[nm]:10.1f}" for nm in names)
                   + f"{best / med['numpy']:11.2f}x")
         cells = [v for key, v in results.items() if key.startswith(f"{nthreads}t ")]
-        geo = {nm: float(np.exp(np.mean([np.log(v[nm] / v["numpy"]) for v in cells]))) for nm in names}
+        geo = {nm: float(np.exp(np.nanmean([np.log(v[nm] / v["numpy"]) for v in cells]))) for nm in names}
         print(f"{'geomean vs numpy':22s}" + "".join(f"{geo[nm]:9.2f}x" for nm in names))
     if args.json:
         with open(args.json, "w") as f:

@@ -99,31 +99,44 @@ static void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int6
    (packed by pack_b). Tiles are independent, so a parallel loop over them needs no synchronisation. */
 static void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                          int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
-    {
-        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
-        const float *panel = bp + q * k * 32;
-        for (int64_t i = i0; i < i1; i += DS_MR) {
-            const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
-            const float *ai = a + i * lda;
-            float *ci = c + i * ldc + q * 32;
-            switch (mr) {
-            case 1: ds_micro_1(ai, lda, panel, k, ci, ldc, nc); break;
-            case 2: ds_micro_2(ai, lda, panel, k, ci, ldc, nc); break;
-            case 3: ds_micro_3(ai, lda, panel, k, ci, ldc, nc); break;
+    const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+    const float *panel = bp + q * k * 32;
+    for (int64_t i = i0; i < i1; i += DS_MR) {
+        const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc + q * 32;
+        switch (mr) {
+        case 1: ds_micro_1(ai, lda, panel, k, ci, ldc, nc); break;
+        case 2: ds_micro_2(ai, lda, panel, k, ci, ldc, nc); break;
+        case 3: ds_micro_3(ai, lda, panel, k, ci, ldc, nc); break;
 #if DS_MR > 4
-            case 4: ds_micro_4(ai, lda, panel, k, ci, ldc, nc); break;
-            case 5: ds_micro_5(ai, lda, panel, k, ci, ldc, nc); break;
-            case 6: ds_micro_6(ai, lda, panel, k, ci, ldc, nc); break;
-            case 7: ds_micro_7(ai, lda, panel, k, ci, ldc, nc); break;
-            default: ds_micro_8(ai, lda, panel, k, ci, ldc, nc); break;
+        case 4: ds_micro_4(ai, lda, panel, k, ci, ldc, nc); break;
+        case 5: ds_micro_5(ai, lda, panel, k, ci, ldc, nc); break;
+        case 6: ds_micro_6(ai, lda, panel, k, ci, ldc, nc); break;
+        case 7: ds_micro_7(ai, lda, panel, k, ci, ldc, nc); break;
+        default: ds_micro_8(ai, lda, panel, k, ci, ldc, nc); break;
 #else
-            default: ds_micro_4(ai, lda, panel, k, ci, ldc, nc); break;
+        default: ds_micro_4(ai, lda, panel, k, ci, ldc, nc); break;
 #endif
-            }
         }
     }
 }
 """
 
+_PLAIN = r"""
+/* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
+static void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                           int64_t ldc, int64_t m, int64_t n, int64_t k) {
+    const int64_t blocks = (m + DS_ROW_BLOCK - 1) / DS_ROW_BLOCK, panels = (n + 31) / 32;
+    #pragma omp parallel for collapse(2) schedule(static) if(m * n * k >= DS_PAR_MIN_FLOPS)
+    for (int64_t rb = 0; rb < blocks; rb++)
+        for (int64_t q = 0; q < panels; q++) {
+            const int64_t r0 = rb * DS_ROW_BLOCK, r1 = r0 + DS_ROW_BLOCK < m ? r0 + DS_ROW_BLOCK : m;
+            ds_gemm_tile(a, lda, bp, c, ldc, r0, r1, q, n, k);
+        }
+}
+"""
+
 SOURCE = (_HEAD + "\n".join(_micro(m) for m in range(1, 5)) + "\n#if DS_MR > 4\n"
-          + "\n".join(_micro(m) for m in range(5, 9)) + "\n#endif\n" + _DRIVER)
+          + "\n".join(_micro(m) for m in range(5, 9)) + "\n#endif\n" + _DRIVER
+          + f"#define DS_ROW_BLOCK {ROW_BLOCK}\n#define DS_PAR_MIN_FLOPS {PAR_MIN_FLOPS}\n" + _PLAIN)
