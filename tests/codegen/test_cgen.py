@@ -141,10 +141,10 @@ def test_c_dim_default_names_and_errors() -> None:
 def mathlib() -> ctypes.CDLL:
     src = cgen.PRELUDE + "".join(
         f"void v_{f}(const float *x, float *y, int64_t n) {{ for (int64_t i = 0; i < n; i++) y[i] = ds_{f}f(x[i]); }}\n"
-        for f in ("exp", "erf", "tanh")
+        for f in ("exp", "erf", "tanh", "exp_nonpos")
     )
-    lib = cc.compile_c(src, "fastmath")
-    for f in ("exp", "erf", "tanh"):
+    lib = cc.compile_c(src.replace("ds_exp_nonposf(", "ds_expf_nonpos("), "fastmath")
+    for f in ("exp", "erf", "tanh", "exp_nonpos"):
         getattr(lib, f"v_{f}").argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     return lib
 
@@ -172,6 +172,17 @@ def test_fast_math_accuracy(mathlib: ctypes.CDLL, f: str) -> None:
     assert np.all(np.isinf(y[ref > np.finfo(np.float32).max]))
     small = ~normal & (np.abs(ref) < 1)
     assert np.all(np.abs(y[small] - ref[small]) <= 4 * float(np.finfo(np.float32).smallest_subnormal))
+
+
+def test_softmax_exp_on_nonpositive_inputs(mathlib: ctypes.CDLL) -> None:
+    """ds_expf_nonpos: as accurate as ds_expf down to -87.3, zero below (subnormal results flushed), NaN kept."""
+    mags = np.float32(10.0) ** np.linspace(-30, 1.9, 4001, dtype=np.float32)
+    x = np.concatenate([np.linspace(-87.3, 0, 200001, dtype=np.float32), -mags])
+    y = _apply(mathlib, "exp_nonpos", x).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    assert (np.abs(y - ref) / ref).max() < 1e-6
+    z = _apply(mathlib, "exp_nonpos", np.array([-87.4, -100, -np.inf, np.nan, -0.0], np.float32))
+    assert (z[:3] == 0).all() and np.isnan(z[3]) and z[4] == 1.0
 
 
 def test_fast_math_special_values(mathlib: ctypes.CDLL) -> None:

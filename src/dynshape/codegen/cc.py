@@ -63,6 +63,7 @@ _FORMAT = "dynshape-cc-1"  # bump to invalidate every disk entry when the layout
 _COMPILE_TIMEOUT_S = 600
 
 _lock = threading.Lock()
+_build_locks: dict[str, threading.Lock] = {}
 _loaded: dict[str, ctypes.CDLL] = {}
 _modules: dict[str, types.ModuleType] = {}
 
@@ -252,8 +253,10 @@ def compile_c(
     `symbols`: functions the library must export; a missing one is a CompileError naming the kernel.
     """
     name = _safe_name(name)
-    with _lock:
-        so, cc, all_flags = _plan(source, name, flags, openmp, link)
+    so, cc, all_flags = _plan(source, name, flags, openmp, link)
+    with _lock:  # one lock per library: different libraries compile at the same time
+        lock = _build_locks.setdefault(str(so), threading.Lock())
+    with lock:
         lib = _loaded.get(str(so))
         if lib is None:
             for attempt in (0, 1):

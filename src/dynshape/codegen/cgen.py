@@ -183,6 +183,25 @@ static inline float ds_expf(float x) {
     return x != x ? x : y;
 }
 
+/* exp of x <= 0 (softmax after subtracting the row maximum): one 2^n scale instead of two, and results that
+   would be subnormal (x < -87.3, below 1.2e-38 next to the row maximum's 1) are flushed to zero. */
+static inline float ds_expf_nonpos(float x) {
+    float xc = x < -87.3f ? -87.3f : x;
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    float y = p * ds_bits_to_float(((int32_t)n + 127) << 23);
+    y = x < -87.3f ? 0.0f : y;
+    return x != x ? x : y;
+}
+
 static inline float ds_erff(float x) {
     float t = fabsf(x), z = x * x;
     float p = 7.820643e-05f;
@@ -219,6 +238,7 @@ static inline float ds_tanhf(float x) {
 
 _LIBM_MATH = r"""
 static inline float ds_expf(float x) { return expf(x); }
+static inline float ds_expf_nonpos(float x) { return expf(x); }
 static inline float ds_erff(float x) { return erff(x); }
 static inline float ds_tanhf(float x) { return tanhf(x); }
 """

@@ -247,7 +247,7 @@ def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> G
         _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
     lines += [f"{inner}row[r] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{indent}}}"]
     lines += [f"{indent}float s = 0.0f;", f"{indent}#pragma omp simd reduction(+:s)", row_pass,
-              f"{inner}const float e = ds_expf(row[r] - mx);", f"{inner}row[r] = e;", f"{inner}s += e;",
+              f"{inner}const float e = ds_expf_nonpos(row[r] - mx);", f"{inner}row[r] = e;", f"{inner}s += e;",
               f"{indent}}}", f"{indent}const float inv = 1.0f / s;", row_pass]
     env = load(sg.post.nodes if sg.post else [])
     env[y] = "sm"
@@ -360,6 +360,7 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
             lines.append(f"    const int64_t S{j}_{i} = {(' * '.join(inner) or '1') if span[i] else '0'};")
     M, N, K, DV = f"L{n - 2}", f"L{n - 1}", f"L{n}", f"L{n + 1}"
     nb = " * ".join(f"L{i}" for i in range(n - 2)) or "1"
+    # per batch matrix: KT and V packed once (rows 2 KiB apart would alias in L1), then blocks of query rows
     lines += [f"    const int64_t NB = {nb}, M = {M}, N = {N}, K = {K}, DV = {DV};",
               f"    const int64_t NP = (N + {NR - 1}) / {NR}, DP = (DV + {NR - 1}) / {NR};",
               f"    #pragma omp parallel if(NB * M * N * (K + DV) >= {PAR_MIN_FLOPS})", "    {",
@@ -404,7 +405,7 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
         _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
     lines += [f"{inner}row[c] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{ind}}}"]
     lines += [f"{ind}float s = 0.0f;", f"{ind}#pragma omp simd reduction(+:s)", col,
-              f"{inner}const float e = ds_expf(row[c] - mx);", f"{inner}row[c] = e;", f"{inner}s += e;",
+              f"{inner}const float e = ds_expf_nonpos(row[c] - mx);", f"{inner}row[c] = e;", f"{inner}s += e;",
               f"{ind}}}", f"{ind}const float inv = 1.0f / s;", col]
     env = load(sg.post.nodes if sg.post else [])
     lines.append(f"{inner}const float sm = row[c] * inv;")

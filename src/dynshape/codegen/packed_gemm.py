@@ -35,10 +35,11 @@ def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
 
 
 def _micro(mr: int) -> str:
-    """mr rows x 32 columns of C in 2*mr vector registers; B rows streamed from the packed panel."""
+    """mr rows x 32 columns of C in 2*mr vector registers; the 32-wide rows of the B panel are ps floats apart
+    (32 when packed, the matrix's row stride when read in place)."""
     split = mr == 1  # one row: two independent accumulator pairs hide the FMA latency
-    lines = [f"static inline void ds_micro_{mr}(const float *restrict a, int64_t lda, const float *restrict bp, "
-             "int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {"]
+    lines = [f"static void ds_micro_{mr}(const float *restrict a, int64_t lda, const float *restrict bp, "
+             "int64_t ps, int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {"]
     lines += [f"    ds_v16 c{r}0 = {{0}}, c{r}1 = {{0}};" for r in range(mr)]
     lines += [f"    const float *a{r} = a + {r} * lda;" for r in range(mr)]
     p0 = "0"
@@ -46,14 +47,14 @@ def _micro(mr: int) -> str:
         lines.append("    ds_v16 e0 = {0}, e1 = {0};")
         lines.append("    int64_t p = 0;")
         lines.append("    for (; p + 1 < k; p += 2) {")
-        lines.append("        const float *q = bp + p * 32;")
+        lines.append("        const float *q = bp + p * ps, *q1 = q + ps;")
         lines.append("        c00 += a0[p] * ds_ld16(q); c01 += a0[p] * ds_ld16(q + 16);")
-        lines.append("        e0 += a0[p + 1] * ds_ld16(q + 32); e1 += a0[p + 1] * ds_ld16(q + 48);")
+        lines.append("        e0 += a0[p + 1] * ds_ld16(q1); e1 += a0[p + 1] * ds_ld16(q1 + 16);")
         lines.append("    }")
         lines.append("    c00 += e0; c01 += e1;")
         p0 = "p"
     lines.append(f"    for (int64_t px = {p0}; px < k; px++) {{")
-    lines.append("        const ds_v16 b0 = ds_ld16(bp + px * 32), b1 = ds_ld16(bp + px * 32 + 16);")
+    lines.append("        const ds_v16 b0 = ds_ld16(bp + px * ps), b1 = ds_ld16(bp + px * ps + 16);")
     lines += [f"        {{ const float x = a{r}[px]; c{r}0 += x * b0; c{r}1 += x * b1; }}" for r in range(mr)]
     lines.append("    }")
     lines += [f"    ds_store_row(c + {r} * ldc, c{r}0, c{r}1, ncols);" for r in range(mr)]
@@ -82,7 +83,8 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
 
 _DRIVER = r"""
 /* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
-static void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
+__attribute__((noinline)) static void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n,
+                                                     float *restrict bp) {
     for (int64_t q = 0; q * 32 < n; q++) {
         const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
         float *dst = bp + q * k * 32;
@@ -95,32 +97,38 @@ static void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int6
     }
 }
 
-/* One tile of C (row stride ldc) = A (row stride lda) @ B: rows i0..i1, the 32 columns of panel q of B
-   (packed by pack_b). Tiles are independent, so a parallel loop over them needs no synchronisation. */
-static void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
-                         int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
-    const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
-    const float *panel = bp + q * k * 32;
+/* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
+   ps floats apart. Tiles are independent, so a parallel loop over them needs no synchronisation. */
+__attribute__((noinline)) static void ds_gemm_panel(const float *restrict a, int64_t lda,
+                                                    const float *restrict panel, int64_t ps, float *restrict c,
+                                                    int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
     for (int64_t i = i0; i < i1; i += DS_MR) {
         const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
         const float *ai = a + i * lda;
-        float *ci = c + i * ldc + q * 32;
+        float *ci = c + i * ldc;
         switch (mr) {
-        case 1: ds_micro_1(ai, lda, panel, k, ci, ldc, nc); break;
-        case 2: ds_micro_2(ai, lda, panel, k, ci, ldc, nc); break;
-        case 3: ds_micro_3(ai, lda, panel, k, ci, ldc, nc); break;
+        case 1: ds_micro_1(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 2: ds_micro_2(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 3: ds_micro_3(ai, lda, panel, ps, k, ci, ldc, ncols); break;
 #if DS_MR > 4
-        case 4: ds_micro_4(ai, lda, panel, k, ci, ldc, nc); break;
-        case 5: ds_micro_5(ai, lda, panel, k, ci, ldc, nc); break;
-        case 6: ds_micro_6(ai, lda, panel, k, ci, ldc, nc); break;
-        case 7: ds_micro_7(ai, lda, panel, k, ci, ldc, nc); break;
-        default: ds_micro_8(ai, lda, panel, k, ci, ldc, nc); break;
+        case 4: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 5: ds_micro_5(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 6: ds_micro_6(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 7: ds_micro_7(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        default: ds_micro_8(ai, lda, panel, ps, k, ci, ldc, ncols); break;
 #else
-        default: ds_micro_4(ai, lda, panel, k, ci, ldc, nc); break;
+        default: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols); break;
 #endif
         }
     }
 }
+
+/* The tile (rows i0..i1, panel q) of C = A @ B with B packed by pack_b. */
+static inline void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                                int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
+    ds_gemm_panel(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k);
+}
+
 """
 
 _PLAIN = r"""

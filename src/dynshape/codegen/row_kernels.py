@@ -24,7 +24,7 @@ void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, in
         for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
         float s = 0.0f;
         #pragma omp simd reduction(+:s)
-        for (int64_t i = 0; i < n; i++) { float e = ds_expf(xr[i] - m); yr[i] = e; s += e; }
+        for (int64_t i = 0; i < n; i++) { float e = ds_expf_nonpos(xr[i] - m); yr[i] = e; s += e; }
         const float inv = 1.0f / s;
         for (int64_t i = 0; i < n; i++) yr[i] *= inv;
     }

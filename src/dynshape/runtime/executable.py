@@ -39,6 +39,7 @@ from dynshape.ir.execute import bind_inputs
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
+from dynshape.passes.cse import eliminate_common
 from dynshape.passes.fusion import AttentionGroup, GemmGroup, Group, SoftmaxGroup, fuse
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
@@ -148,6 +149,33 @@ def _lower(node, opset: int):
     return lambda args: ref(args, attrs)
 
 
+_helpers_started = threading.Event()
+
+
+def _warm_helpers() -> None:
+    """Build the helper libraries (BLAS bridge, row kernels) on another core while the graph's kernels compile:
+    from a cold cache the two compilations overlap instead of queueing."""
+    if _helpers_started.is_set():
+        return
+    _helpers_started.set()
+    from dynshape.codegen import gemm, row_kernels
+
+    threading.Thread(target=lambda: (gemm._kernel(), row_kernels.library()), daemon=True,
+                     name="dynshape-helpers").start()
+
+
+def _dedupe(kernels: dict) -> dict:
+    """Kernels whose C is the same but for the name (one per layer of a transformer) share one function:
+    the compiler sees each body once.  Their loop extents stay their own (computed per kernel from the key)."""
+    first: dict[str, Any] = {}
+    out = {}
+    for i, k in kernels.items():
+        body = k.source.replace(k.name + "(", "@(", 1)
+        same = first.setdefault(body, k)
+        out[i] = k if same is k else dataclasses.replace(k, name=same.name, source="")
+    return out
+
+
 class Executable:
     """The result of `ds.compile`: call it with arrays; every shape the signature admits runs.
 
@@ -158,6 +186,7 @@ class Executable:
     def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True, planned: bool = True,
                  options: Options | None = None):
         tune_allocator()
+        _warm_helpers()
         self.graph = graph
         self.fuse = fuse
         self.planned = planned
@@ -245,6 +274,7 @@ class Executable:
         probe_names = self._probe_symbolic(symvals)
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
+        live = eliminate_common(live, {v.name for v in g.outputs})
         mapping = dict(zip(self._names, key)) if key is not None else narrow
         spec = self._specialized(mapping) if mapping else g
         steps = self._steps(live, known, spec) if self.fuse else [self._node_step(n) for n in live]
@@ -278,6 +308,7 @@ class Executable:
                     kernels[i] = k
         lib = None
         if kernels:
+            kernels = _dedupe(kernels)
             gemms = any(isinstance(items[i], (GemmGroup, AttentionGroup)) for i in kernels)
             src = prelude() + "#include <stdlib.h>\n" + (packed_gemm.SOURCE if gemms else "") + \
                 "".join(k.source for k in kernels.values())
