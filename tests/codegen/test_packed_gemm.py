@@ -42,7 +42,7 @@ def test_matmul_by_a_constant_matches_numpy_for_every_row_count(k, n):
     g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ["m", k]}, {"w": w}, "y", {"m": (1, 200)})
     exe = ds.compile(g)
     assert len(_kernels(exe)) == 1
-    for m in (1, 2, 3, 7, 8, 9, 16, 63, 64, 65, 130, 200):
+    for m in (1, 2, 3, 7, 8, 9, 11, 12, 13, 16, 24, 59, 60, 61, 63, 64, 65, 130, 200):
         x = rng.standard_normal((m, k)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"x": x})["y"], x @ w, rtol=2e-5, atol=2e-5 * np.sqrt(k))
     x = rng.standard_normal((9, k)).astype(np.float32)  # the unplanned path (allocating) runs the same kernel
