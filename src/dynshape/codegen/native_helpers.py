@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynshape.codegen import gemm, numpy_lowering, row_kernels
+from dynshape.codegen import gemm, numpy_lowering, program, row_kernels
 from dynshape.codegen.cc import CompileError, compile_c
 
-SPECS = (numpy_lowering.erf_spec, row_kernels.spec, gemm.spec)
+SPECS = (numpy_lowering.erf_spec, row_kernels.spec, gemm.spec, program.spec)
 
 
 def build_all() -> None:
@@ -28,3 +28,4 @@ def load_all() -> None:
     numpy_lowering._erf_native(np.zeros(1, np.float32))
     row_kernels.library()
     gemm.blas_name()
+    program.library()

@@ -51,6 +51,13 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
         }
     }
 }
+
+/* The same with every argument in one int64 array (eps as the bits of a float): a plan's program can call it. */
+void ds_layernorm_args(const int64_t *a) {
+    float eps;
+    memcpy(&eps, &a[6], sizeof eps);
+    ds_layernorm_f32((const float *)a[0], (const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], eps);
+}
 """
 
 _lib: ctypes.CDLL | None | bool = None
@@ -62,7 +69,7 @@ def spec() -> dict:
 
     # -fopenmp: rows split over threads for large inputs, and the reductions vectorise (reassociated sums)
     return {"source": prelude() + _SRC, "name": "row_kernels", "flags": (*DEFAULT_FLAGS, "-fopenmp"),
-            "symbols": ["ds_softmax_f32", "ds_layernorm_f32"]}
+            "symbols": ["ds_softmax_f32", "ds_layernorm_f32", "ds_layernorm_args"]}
 
 
 def library() -> ctypes.CDLL | None:
@@ -77,6 +84,7 @@ def library() -> ctypes.CDLL | None:
             lib.ds_softmax_f32.argtypes, lib.ds_softmax_f32.restype = [p, p, i64, i64], None
             lib.ds_layernorm_f32.argtypes = [p, p, p, p, i64, i64, ctypes.c_float]
             lib.ds_layernorm_f32.restype = None
+            lib.ds_layernorm_args.argtypes, lib.ds_layernorm_args.restype = [p], None
             _lib = lib
         except Exception:  # noqa: BLE001 - no compiler: numpy lowering instead
             _lib = False

@@ -11,6 +11,7 @@ no allocation on the request path but the outputs the caller keeps.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import gemm, row_kernels
+from dynshape.codegen import gemm, program, row_kernels
 from dynshape.errors import DynshapeError
 from dynshape.ir.types import TensorType
 from dynshape.runtime.binder import to_py
@@ -197,6 +198,7 @@ class Planner:
             labels.extend([f"node {s.label!r} ({s.op_type})"] * len(made))
         inputs = [views.get(v.name) for v in g.inputs]
         outputs = [(v.name, get(v.name)) for v in g.outputs]
+        calls, labels = _programs(calls, labels, keep)
         return BoundPlan(inputs, calls, outputs, arena, keep, labels)
 
 
@@ -243,6 +245,51 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list, addr=None)
     return [call]
 
 
+def _native(call) -> tuple | None:
+    """(entry address, int args) of a pre-bound call to a C function taking only pointers and int64s."""
+    if not isinstance(call, functools.partial) or call.keywords or not isinstance(call.func, ctypes._CFuncPtr):
+        return None
+    args = [0 if a is None else a for a in call.args]
+    if len(args) > program.MAX_ARGS or not all(type(a) is int for a in args):
+        return None
+    return program.address(call.func), args
+
+
+def _programs(calls: list, labels: list, keep: list) -> tuple[list, list]:
+    """Runs of two or more native calls become one ds_run_program call over an int64 program."""
+    lib = program.library()
+    if lib is None:
+        return calls, labels
+    out, out_labels, run, run_labels = [], [], [], []
+
+    def flush():
+        if len(run) >= 2:
+            prog = np.array([x for fn, args in run for x in (fn, len(args), *args)], dtype=np.int64)
+            keep.append(prog)
+            out.append(functools.partial(lib.ds_run_program, prog.ctypes.data, len(run)))
+            out_labels.append(f"{run_labels[0]} .. {run_labels[-1]} ({len(run)} native steps)")
+        else:
+            out.extend(c for c, _ in zip(run_calls, run))
+            out_labels.extend(run_labels)
+        run.clear()
+        run_labels.clear()
+        run_calls.clear()
+
+    run_calls: list = []
+    for call, label in zip(calls, labels):
+        nat = _native(call)
+        if nat is None:
+            flush()
+            out.append(call)
+            out_labels.append(label)
+        else:
+            run.append(nat)
+            run_calls.append(call)
+            run_labels.append(label)
+    flush()
+    return out, out_labels
+
+
 def _bind_gather_nd(s: Any, ins: list, outs: list, fixed: dict) -> list | None:
     """GatherND whose indices are fixed for the key (built from shapes): flat positions computed and bounds
     checked once, so the call is one np.take."""
@@ -267,7 +314,7 @@ def _bind_gather_nd(s: Any, ins: list, outs: list, fixed: dict) -> list | None:
     return [functools.partial(np.take, src, flat, out=dst, mode="clip")]
 
 
-def _bind_copy(s: Any, ins: list, outs: list) -> list | None:
+def _bind_copy(s: Any, ins: list, outs: list, keep: list) -> list | None:
     """Ops that only move data: the source view is fixed for the key, so the call is one np.copyto."""
     op, out = s.op_type, outs[0] if outs else None
     if out is None or not ins or ins[0] is None or len([o for o in outs if o is not None]) != 1:
@@ -296,13 +343,19 @@ def _bind_copy(s: Any, ins: list, outs: list) -> list | None:
         return None
     if src.shape != out.shape:
         return None
+    lib = program.library()
+    if lib is not None and src.dtype == out.dtype and out.flags.c_contiguous and src.ndim <= 16:
+        desc = np.array([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides],
+                        dtype=np.int64)
+        keep.extend((desc, src))
+        return [functools.partial(lib.ds_copy_strided, desc.ctypes.data)]
     return [functools.partial(np.copyto, out, src, casting="unsafe")]
 
 
 def _bind_native(s: Any, ins: list, outs: list, keep: list, _addr) -> list | None:
     """MatMul / Gemm / LayerNormalization / Softmax straight to their C entry points, else None."""
     op = s.op_type
-    copy = _bind_copy(s, ins, outs)
+    copy = _bind_copy(s, ins, outs, keep)
     if copy is not None:
         return copy
     f32 = np.float32
@@ -344,9 +397,11 @@ def _bind_native(s: Any, ins: list, outs: list, keep: list, _addr) -> list | Non
         if lib is None or axis not in (-1, x.ndim - 1) or not n or scale.size != n or \
                 (bias is not None and bias.size != n):
             return None
-        eps = float(s.attrs.get("epsilon", 1e-5))
-        return [functools.partial(lib.ds_layernorm_f32, _addr(x), _addr(scale),
-                                  None if bias is None else _addr(bias), _addr(outs[0]), x.size // n, n, eps)]
+        eps = np.array([s.attrs.get("epsilon", 1e-5)], np.float32).view(np.int32)[0]
+        args = np.array([_addr(x), _addr(scale), 0 if bias is None else _addr(bias), _addr(outs[0]), x.size // n, n,
+                         eps], dtype=np.int64)
+        keep.append(args)
+        return [functools.partial(lib.ds_layernorm_args, args.ctypes.data)]
     if op == "Softmax" and s.attrs.get("_opset", 13) >= 13:
         lib = row_kernels.library()
         x = ins[0]
