@@ -9,6 +9,7 @@ and verified against a sha256 sidecar on load: a corrupt entry is rebuilt, never
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -24,7 +25,7 @@ import sysconfig
 import tempfile
 import threading
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from dynshape.errors import DynshapeError
@@ -72,8 +73,27 @@ class CompileError(DynshapeError):
     """The C compiler is missing or rejected a kernel."""
 
 
+_pinned = threading.local()
+
+
+@contextlib.contextmanager
+def pinned_cache_dir(path: str | os.PathLike) -> Iterator[None]:
+    """Builds in this thread (only) go to `path`: an artefact being saved gets exactly its own libraries, while a
+    background build in another thread keeps writing to the cache it started with."""
+    old = getattr(_pinned, "path", None)
+    _pinned.path = Path(path)
+    try:
+        yield
+    finally:
+        _pinned.path = old
+
+
 def cache_dir() -> Path:
-    """Disk cache root: $DYNSHAPE_CACHE_DIR, else $XDG_CACHE_HOME/dynshape, else ~/.cache/dynshape."""
+    """Disk cache root: the thread's pinned directory, else $DYNSHAPE_CACHE_DIR, else $XDG_CACHE_HOME/dynshape,
+    else ~/.cache/dynshape."""
+    pinned = getattr(_pinned, "path", None)
+    if pinned is not None:
+        return pinned
     explicit = os.environ.get("DYNSHAPE_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -247,10 +267,12 @@ def compile_c(
     openmp: bool = False,
     link: Sequence[str] = (),
     symbols: Sequence[str] = (),
+    share: bool = False,
 ) -> ctypes.CDLL:
     """Compile (or fetch from cache) and load `source`; one load per process per distinct build.
 
     `symbols`: functions the library must export; a missing one is a CompileError naming the kernel.
+    `share`: load with RTLD_GLOBAL, so libraries loaded later resolve their undeclared functions here.
     """
     name = _safe_name(name)
     so, cc, all_flags = _plan(source, name, flags, openmp, link)
@@ -263,7 +285,7 @@ def compile_c(
                 if not _entry_ok(so):
                     _compile(source, name, all_flags, link, cc, so)
                 try:
-                    lib = ctypes.CDLL(str(so))
+                    lib = ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL if share else ctypes.DEFAULT_MODE)
                     break
                 except OSError as e:
                     # Verified bytes that still fail to load: rebuild once, never trust the entry.

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynshape.codegen import gemm, numpy_lowering, program, row_kernels
+from dynshape.codegen import gemm, numpy_lowering, packed_gemm, program, row_kernels
 from dynshape.codegen.cc import CompileError, compile_c
 
-SPECS = (numpy_lowering.erf_spec, row_kernels.spec, gemm.spec, program.spec)
+SPECS = (numpy_lowering.erf_spec, row_kernels.spec, gemm.spec, program.spec, packed_gemm.spec)
 
 
 def build_all() -> None:
@@ -29,3 +29,4 @@ def load_all() -> None:
     row_kernels.library()
     gemm.blas_name()
     program.library()
+    packed_gemm.library()

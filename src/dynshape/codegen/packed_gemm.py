@@ -8,7 +8,8 @@ ours, the elementwise group that consumes it (bias, ReLU, GELU, residual add) ru
 while it is still in cache, instead of another pass over memory.
 
 `SOURCE` is plain C with GCC vector extensions (no intrinsics): 16-float vectors become one zmm register
-with AVX-512, two ymm with AVX2, four xmm elsewhere.  A fused kernel calls
+with AVX-512, two ymm with AVX2, four xmm elsewhere.  It is one shared library (`library()`, loaded with its
+symbols global, compiled once per machine); a fused kernel includes `DECLS` and calls
     ds_gemm_tile(a, lda, bp, c, ldc, i0, i1, q, n, k)
 for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to that tile while it is in cache.
 """
@@ -80,8 +81,7 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
 
 _DRIVER = r"""
 /* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
-__attribute__((noinline)) static void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n,
-                                                     float *restrict bp) {
+void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
     for (int64_t q = 0; q * 32 < n; q++) {
         const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
         float *dst = bp + q * k * 32;
@@ -97,7 +97,7 @@ __attribute__((noinline)) static void ds_pack_panels(const float *restrict b, in
 /* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
    ps floats apart. Tiles are independent, so a parallel loop over them needs no synchronisation. */
 /* The tile (rows i0..i1, panel q) of C = A @ B with B packed by pack_b. */
-static inline void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                                 int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
     ds_gemm_panel(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k);
 }
@@ -106,7 +106,7 @@ static inline void ds_gemm_tile(const float *restrict a, int64_t lda, const floa
 
 _PLAIN = r"""
 /* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
-static void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                            int64_t ldc, int64_t m, int64_t n, int64_t k) {
     const int64_t blocks = (m + DS_ROW_BLOCK - 1) / DS_ROW_BLOCK, panels = (n + 31) / 32;
     #pragma omp parallel for collapse(2) schedule(static) if(m * n * k >= DS_PAR_MIN_FLOPS)
@@ -128,9 +128,8 @@ def _panel_driver() -> str:
     return f"""
 /* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
    ps floats apart. Tiles are independent, so a parallel loop over them needs no synchronisation. */
-__attribute__((noinline)) static void ds_gemm_panel(const float *restrict a, int64_t lda,
-                                                    const float *restrict panel, int64_t ps, float *restrict c,
-                                                    int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {{
+void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                   float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {{
     for (int64_t i = i0; i < i1; i += DS_MR) {{
         const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
         const float *ai = a + i * lda;
@@ -152,3 +151,34 @@ SOURCE = (_HEAD + f"#ifdef __AVX512F__\n#define DS_MR {MR_WIDE}\n#else\n#define 
           + "\n".join(_micro(m) for m in range(MR_NARROW + 1, MR_WIDE + 1)) + "\n#endif\n" + _panel_driver()
           + _DRIVER
           + f"#define DS_ROW_BLOCK {ROW_BLOCK}\n#define DS_PAR_MIN_FLOPS {PAR_MIN_FLOPS}\n" + _PLAIN)
+
+# What generated kernels include: the library's entry points, resolved when they load (after `library()`).
+DECLS = r"""
+void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp);
+void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                   float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k);
+void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                  int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
+void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                    int64_t ldc, int64_t m, int64_t n, int64_t k);
+"""
+
+_lib: list = []
+
+
+def spec() -> dict:
+    """How this helper library is built (shared with artefacts, which ship it)."""
+    from dynshape.codegen.cc import DEFAULT_FLAGS
+
+    return {"source": "#include <stdint.h>\n#include <stdlib.h>\n" + SOURCE, "name": "packed_gemm",
+            "flags": DEFAULT_FLAGS, "openmp": True, "share": True,
+            "symbols": ["ds_pack_panels", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed"]}
+
+
+def library():
+    """Load the micro-kernel library with its symbols global: kernels that call it must load after this."""
+    if not _lib:
+        from dynshape.codegen.cc import compile_c
+
+        _lib.append(compile_c(**spec()))
+    return _lib[0]

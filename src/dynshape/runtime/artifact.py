@@ -48,21 +48,11 @@ StepFn = Callable[[str, int, int], None]  # (what starts now, steps done, steps 
 
 @contextmanager
 def build_cache(path: Path) -> Iterator[None]:
-    """Point `compile_c` at `path` (it reads $DYNSHAPE_CACHE_DIR on every call), then restore the variable.
-
-    The lock serialises saves and loads within a process; a thread compiling something unrelated meanwhile
-    would also build into `path`, which costs disk space, never correctness (entries are content-addressed).
-    """
-    with _env_lock:
-        old = os.environ.get("DYNSHAPE_CACHE_DIR")
-        os.environ["DYNSHAPE_CACHE_DIR"] = str(path)
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("DYNSHAPE_CACHE_DIR", None)
-            else:
-                os.environ["DYNSHAPE_CACHE_DIR"] = old
+    """Point this thread's builds at `path` (cc.pinned_cache_dir): other threads, such as background variant
+    builds of other executables, keep their own cache, so the artefact gets exactly the libraries it lists.
+    The lock serialises saves and loads within a process."""
+    with _env_lock, cc.pinned_cache_dir(path):
+        yield
 
 
 # ---- saving ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import numpy_lowering, packed_gemm
-from dynshape.codegen.cc import DEFAULT_FLAGS, compile_c
+from dynshape.codegen.cc import DEFAULT_FLAGS, build_shared, cache_dir, compile_c, pinned_cache_dir
 from dynshape.codegen.cgen import prelude
 from dynshape.codegen.fused_c import emit_attention, emit_gemm, emit_group, emit_softmax, make_step
 from dynshape.errors import ConstraintViolation, DynshapeError
@@ -152,16 +152,19 @@ def _lower(node, opset: int):
 _helpers_started = threading.Event()
 
 
-def _warm_helpers() -> None:
+def _warm_helpers(where) -> None:
     """Build the helper libraries (BLAS bridge, row kernels) on another core while the graph's kernels compile:
     from a cold cache the two compilations overlap instead of queueing."""
     if _helpers_started.is_set():
         return
     _helpers_started.set()
-    from dynshape.codegen import gemm, row_kernels
+    from dynshape.codegen import gemm, program, row_kernels
 
-    threading.Thread(target=lambda: (gemm._kernel(), row_kernels.library()), daemon=True,
-                     name="dynshape-helpers").start()
+    def warm():
+        with pinned_cache_dir(where):
+            program.library(), gemm._kernel(), row_kernels.library()
+
+    threading.Thread(target=warm, daemon=True, name="dynshape-helpers").start()
 
 
 def _dedupe(kernels: dict) -> dict:
@@ -186,7 +189,8 @@ class Executable:
     def __init__(self, graph: Graph, specialize: list | None = None, fuse: bool = True, planned: bool = True,
                  options: Options | None = None):
         tune_allocator()
-        _warm_helpers()
+        self._cache = cache_dir()
+        _warm_helpers(self._cache)
         self.graph = graph
         self.fuse = fuse
         self.planned = planned
@@ -306,25 +310,55 @@ class Executable:
                 k = emit(item, g, f"ds_fused_{i}", key_names)
                 if k is not None:
                     kernels[i] = k
-        lib = None
-        if kernels:
-            kernels = _dedupe(kernels)
-            gemms = any(isinstance(items[i], (GemmGroup, AttentionGroup)) for i in kernels)
-            src = prelude() + "#include <stdlib.h>\n" + (packed_gemm.SOURCE if gemms else "") + \
-                "".join(k.source for k in kernels.values())
-            lib = compile_c(src, f"{g.name or 'graph'}_fused", flags=DEFAULT_FLAGS, openmp=True,
-                            symbols=[k.name for k in kernels.values()])
+        kernels = _dedupe(kernels)
+        lib_of = self._compile_kernels(kernels, items, g.name or "graph")
         steps = []
         for i, item in enumerate(items):
             if i in kernels:
                 k = kernels[i]
-                fn = make_step(k, lib, self.symbols)
+                fn = make_step(k, lib_of[k.name], self.symbols)
                 steps.append(_Step(fn, tuple(k.inputs), tuple(k.outputs), "+".join(n.name for n in item.nodes),
                                    needs_key=True, op_type="fused", kernel=fn.raw))
             else:
                 for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup, GemmGroup, AttentionGroup)) else [item]):
                     steps.append(self._node_step(n))
         return steps
+
+    @staticmethod
+    def _compile_kernels(kernels: dict, items: list, graph_name: str) -> dict:
+        """Kernel name -> loaded library. Products (which call the micro-kernel library) and the other groups
+        are two libraries compiled at the same time as that library: on a cold cache the compiler is most of
+        the build."""
+        parts: dict[bool, list] = {True: [], False: []}
+        for i, k in kernels.items():
+            if k.source:
+                parts[isinstance(items[i], (GemmGroup, AttentionGroup))].append(k)
+        jobs = {}
+        for gemms, ks in parts.items():
+            if ks:
+                src = prelude() + "#include <stdlib.h>\n" + (packed_gemm.DECLS if gemms else "") + \
+                    "".join(k.source for k in ks)
+                jobs[gemms] = (src, f"{graph_name}_{'products' if gemms else 'fused'}", [k.name for k in ks])
+        flags = {"flags": DEFAULT_FLAGS, "openmp": True}
+        tasks = [lambda src=src, name=name: build_shared(src, name, **flags) for src, name, _ in jobs.values()]
+        if True in jobs:
+            tasks.append(packed_gemm.library)
+        if len(tasks) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            where = cache_dir()  # the workers build where this thread would (an artefact's libs/ while saving)
+
+            def run(task):
+                with pinned_cache_dir(where):
+                    return task()
+
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(run, tasks))
+        else:
+            for f in tasks:
+                f()
+        libs = {key: compile_c(src, name, symbols=symbols, **flags) for key, (src, name, symbols) in jobs.items()}
+        return {name: libs[key] for key, (_, _, names) in jobs.items() for name in names}
 
     def _pack_weights(self, steps: list, consts: dict) -> dict:
         """The packed form of every constant matrix a GemmGroup kernel reads (packed once per executable)."""
@@ -491,7 +525,8 @@ class Executable:
                     return
                 key, why, where = self._queue.popleft()
             try:
-                variant = self._build(key)
+                with pinned_cache_dir(self._cache):  # where the executable was compiled, whatever others do since
+                    variant = self._build(key)
                 variant.guard = exact_guard(self.symbols, key, why, where, pinned=False)
                 self._install(variant)
             except Exception as e:  # noqa: BLE001 - a failed build leaves the generic build serving the key
