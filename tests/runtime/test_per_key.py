@@ -53,3 +53,29 @@ def test_gather_nd_with_fixed_indices_matches_the_reference_and_refuses_out_of_r
     bad = ds.compile(_gather_nd_model(np.array([[0, 4]], np.int64)))
     with pytest.raises(ds.DynshapeError, match="GatherND"):
         bad.run({"x": x})
+
+
+def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
+    """A key planned before the arena grew is not re-planned afterwards (no latency spike after warm-up)."""
+    from dynshape.runtime.budget import Arena, grow
+
+    exe = ds.compile(_positions_model(), strategy="generic")
+    small, big = np.zeros((2, 4), np.float32), np.zeros((32, 4), np.float32)
+    exe.run({"x": small})
+    arena = exe._pool.arenas[0]
+    before = dict(arena.plans)
+    exe.run({"x": big})  # grows the arena
+    assert all(arena.plans.get(k) is p for k, p in before.items())
+    np.testing.assert_array_equal(exe.run({"x": small})["y"], small + np.arange(8, dtype=np.float32).reshape(2, 4))
+
+    class Plan:  # what grow() looks at: the buffer a plan is bound to
+        def __init__(self, n):
+            self.arena = np.empty(n, np.uint8)
+
+    a = Arena(0)
+    a.plans = {1: Plan(100), 2: Plan(400), 3: Plan(400)}
+    a.plans[3].arena = a.plans[2].arena  # two plans on one buffer
+    grow(a, 400)  # new buffer 500 bytes: stale 500 fits, nothing dropped
+    assert set(a.plans) == {1, 2, 3}
+    grow(a, 340)  # new buffer 425 bytes: stale 500 too much, the oldest (smallest) buffer's plans go first
+    assert set(a.plans) == {2, 3}

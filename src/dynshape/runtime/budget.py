@@ -210,6 +210,19 @@ class ArenaPool:
 
 
 def grow(arena: Arena, total: int) -> None:
-    """Grow an arena to hold `total` bytes (25% headroom); its bound plans pointed into the old buffer."""
+    """Grow an arena to hold `total` bytes (25% headroom).
+
+    Plans bound to older buffers stay valid (each keeps its buffer alive), so a key seen before the growth is
+    not re-planned on its next call: re-planning is the latency spike a warmed-up stream must not see.  Those
+    older buffers are capped at the new buffer's size in all, the plans on the oldest dropped first."""
     arena.buf = np.empty(total + total // 4, np.uint8)
-    arena.plans.clear()
+    by_buffer: dict[int, list] = {}
+    for key, plan in arena.plans.items():
+        by_buffer.setdefault(id(plan.arena), []).append((key, plan.arena.nbytes))
+    stale = sum(keys[0][1] for keys in by_buffer.values())
+    for keys in sorted(by_buffer.values(), key=lambda ks: ks[0][1]):  # smallest (oldest) buffers first
+        if stale <= arena.buf.nbytes:
+            break
+        for key, _ in keys:
+            del arena.plans[key]
+        stale -= keys[0][1]
