@@ -2,7 +2,7 @@
 
     python bench/compile_bench.py --model bert_small [--threads 1] [--peers ort,eager] [--stream] [--quick]
 
-Prints, in one run (medians over repeats, same process, same inputs):
+Prints, in one run (medians over interleaved rounds, same process, same inputs):
 - compile time from a cold build cache and from the warm disk cache;
 - per fixed shape: the generic build, the fully static variant of that shape, eta = T(static) / T(generic),
   and each peer with its ratio to dynshape's generic build;
@@ -28,8 +28,32 @@ from dynshape.codegen import gemm
 def build(model: str, specialize=None):
     t = time.perf_counter()
     g = ds.load_onnx(common.onnx_path(model), dims=DIMS[model])
-    exe = ds.compile(g, specialize=specialize)
+    # strategy "generic": no automatic variants, so what is timed is the build asked for (declared variants only)
+    exe = ds.compile(g, specialize=specialize, strategy="generic")
     return exe, time.perf_counter() - t
+
+
+def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 7) -> dict:
+    """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
+    (about budget_s / rounds / len(calls) long, at least one call), in turn; the median block per candidate.
+    Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
+    the machine's drift on every candidate alike."""
+    per_call = {}
+    for k, f in calls.items():  # warm-up, and a first estimate of each call's length
+        f(inputs)
+        t = time.perf_counter()
+        f(inputs)
+        per_call[k] = max(time.perf_counter() - t, 1e-7)
+    block_s = budget_s / rounds / len(calls)
+    samples: dict = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, f in calls.items():
+            n = max(1, int(block_s / per_call[k]))
+            t = time.perf_counter()
+            for _ in range(n):
+                f(inputs)
+            samples[k].append((time.perf_counter() - t) / n)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def shape_dict(model: str, shape: tuple) -> dict:
@@ -57,7 +81,7 @@ def main() -> None:
     print(f"compile {model}: cold cache {t_cold:.2f} s; again in-process {t_warm_proc:.2f} s")
 
     exe, _ = build(model, specialize=[shape_dict(model, s) for s in shapes])
-    generic = ds.compile(exe.graph)  # no variants: always the generic build
+    generic = ds.compile(exe.graph, strategy="generic")  # no variants: always the generic build
     generic.run(common.make_inputs(model, shapes[0], seed=1))  # loads the BLAS: now its threads can be limited
     limit_threads(args.threads)
     calls = {"dynshape": lambda x: generic.run(x), "static": lambda x: exe.run(x)}
@@ -73,7 +97,7 @@ def main() -> None:
     etas, ratios = [], {k: [] for k in calls if k not in ("dynshape", "static")}
     print("|" + "---|" * (2 + len(calls) + len(ratios)))
     for s in shapes:
-        t = {k: peers.time_fixed(f, model, s, budget_s=budget) for k, f in calls.items()}
+        t = time_interleaved(calls, common.make_inputs(model, s, seed=1), budget)
         eta = t["static"] / t["dynshape"]
         etas.append(eta)
         for k in ratios:
