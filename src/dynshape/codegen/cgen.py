@@ -165,18 +165,22 @@ static inline int64_t ds_max(int64_t a, int64_t b) { return a > b ? a : b; }
 _FAST_MATH = r"""
 static inline float ds_bits_to_float(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
 
-static inline float ds_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest integer */
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
+/* exp(xc) = 2^n * P(r): n = round(xc / ln 2), r = xc - n ln 2 (Cody-Waite, two parts), P Cephes' polynomial. */
+static inline float ds_exp_poly(float xc, float *n) {
+    *n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    float r = xc - *n * 0.693359375f;
+    r = r - *n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    return p * (r * r) + r + 1.0f;
+}
+
+static inline float ds_expf(float x) {
+    float n, p = ds_exp_poly(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x), &n);
     int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1; /* two steps: 2^n may be subnormal or 2^128 */
     float y = p * ds_bits_to_float((n1 + 127) << 23) * ds_bits_to_float((n2 + 127) << 23);
     y = x < -103.972084f ? 0.0f : y;
@@ -186,17 +190,7 @@ static inline float ds_expf(float x) {
 /* exp of x <= 0 (softmax after subtracting the row maximum): one 2^n scale instead of two, and results that
    would be subnormal (x < -87.3, below 1.2e-38 next to the row maximum's 1) are flushed to zero. */
 static inline float ds_expf_nonpos(float x) {
-    float xc = x < -87.3f ? -87.3f : x;
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    float n, p = ds_exp_poly(x < -87.3f ? -87.3f : x, &n);
     float y = p * ds_bits_to_float(((int32_t)n + 127) << 23);
     y = x < -87.3f ? 0.0f : y;
     return x != x ? x : y;

@@ -198,6 +198,30 @@ def emit_group(g: Group, graph: Graph, name: str, key_names: set) -> GroupKernel
                        [np.dtype(graph.types[o].dtype) for o in g.outputs])
 
 
+def _softmax_passes(sg: SoftmaxGroup, graph: Graph, lines: list, ind: str, v: str, extent: str, load,
+                    first: dict, store) -> None:
+    """The three passes over one row buffer `row` (index `v` < `extent`): producer group and maximum; exp and
+    sum; normalisation and consumer group. `load(nodes, extra)` emits the operand loads a pass needs and
+    returns their C names; `first` seeds the first pass's names; `store(env)` gives the last pass's stores."""
+    inner = ind + "    "
+    loop = f"{ind}for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"
+    x, y = sg.node.inputs[0], sg.node.outputs[0]
+    lines += [f"{ind}float mx = -INFINITY;", f"{ind}#pragma omp simd reduction(max:mx)", loop]
+    env = {**load(sg.pre.nodes if sg.pre else [], () if sg.pre or x in first else (x,)), **first}
+    if sg.pre:
+        _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
+    lines += [f"{inner}row[{v}] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{ind}}}"]
+    lines += [f"{ind}float s = 0.0f;", f"{ind}#pragma omp simd reduction(+:s)", loop,
+              f"{inner}const float e = ds_expf_nonpos(row[{v}] - mx);", f"{inner}row[{v}] = e;", f"{inner}s += e;",
+              f"{ind}}}", f"{ind}const float inv = 1.0f / s;", loop]
+    env = load(sg.post.nodes if sg.post else [], ())
+    lines.append(f"{inner}const float sm = row[{v}] * inv;")
+    env[y] = "sm"
+    if sg.post:
+        _emit_nodes(sg.post.nodes, env, graph, lines, inner, "q")
+    lines += [inner + ln for ln in store(env)] + [f"{ind}}}"]
+
+
 def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
     """C source for producer group -> last-axis softmax -> consumer group, one row at a time."""
     shape = tuple(sg.shape)
@@ -226,11 +250,9 @@ def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> G
     flat = " + ".join(f"a{i}" + "".join(f" * L{m}" for m in range(i + 1, n - 1)) for i in range(n - 1)) or "0"
     lines.append(f"{indent}const int64_t ob = ({flat}) * L{n - 1};")
     base = {j: " + ".join([f"a{i} * S{j}_{i}" for i in range(n - 1)] or ["0"]) for j in range(len(ops.ptrs))}
-    lines.append(f"{indent}float mx = -INFINITY;")
-    row_pass = f"{indent}for (int64_t r = 0; r < L{n - 1}; r++) {{"
     inner = indent + "    "
 
-    def load(nodes: list, extra: tuple = ()) -> dict:
+    def load(nodes: list, extra: tuple) -> dict:
         env = dict(ops.scalars)
         used = {x for nd in nodes for x in nd.inputs} | set(extra)
         for j, x in enumerate(ops.ptrs):
@@ -239,24 +261,8 @@ def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> G
                 env[x] = f"v{j}"
         return env
 
-    x, y = sg.node.inputs[0], sg.node.outputs[0]
-    lines.append(f"{indent}#pragma omp simd reduction(max:mx)")
-    lines.append(row_pass)
-    env = load(sg.pre.nodes if sg.pre else [], () if sg.pre else (x,))
-    if sg.pre:
-        _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
-    lines += [f"{inner}row[r] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{indent}}}"]
-    lines += [f"{indent}float s = 0.0f;", f"{indent}#pragma omp simd reduction(+:s)", row_pass,
-              f"{inner}const float e = ds_expf_nonpos(row[r] - mx);", f"{inner}row[r] = e;", f"{inner}s += e;",
-              f"{indent}}}", f"{indent}const float inv = 1.0f / s;", row_pass]
-    env = load(sg.post.nodes if sg.post else [])
-    env[y] = "sm"
-    lines.append(f"{inner}const float sm = row[r] * inv;")
-    if sg.post:
-        _emit_nodes(sg.post.nodes, env, graph, lines, inner, "q")
-    for k, o in enumerate(sg.outputs):
-        lines.append(f"{inner}o{k}[ob + r] = {env[o]};")
-    lines.append(f"{indent}}}")
+    _softmax_passes(sg, graph, lines, indent, "r", f"L{n - 1}", load, {},
+                    lambda env: [f"o{k}[ob + r] = {env[o]};" for k, o in enumerate(sg.outputs)])
     for _ in range(n - 1):
         indent = indent[:-4]
         lines.append(f"{indent}}}")
@@ -384,9 +390,8 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
     lines.append(f"{ind}(void)rest;")
     base = {j: " + ".join(f"a{i} * S{j}_{i}" for i in range(n - 1)) for j in range(len(ops.ptrs))}
     inner = ind + "    "
-    s_name, x, y = ag.scores.outputs[0], sg.node.inputs[0], sg.node.outputs[0]
 
-    def load(nodes: list) -> dict:
+    def load(nodes: list, extra: tuple) -> dict:
         env = dict(ops.scalars)
         used = {z for nd in nodes for z in nd.inputs}
         for j, z in enumerate(ops.ptrs):
@@ -395,24 +400,9 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
                 env[z] = f"v{j}"
         return env
 
-    col = f"{ind}for (int64_t c = 0; c < N; c++) {{"
-    lines += [f"{ind}float mx = -INFINITY;", f"{ind}#pragma omp simd reduction(max:mx)", col]
-    env = load(sg.pre.nodes if sg.pre else [])
-    env[s_name] = "row[c]"
-    lines.append(f"{inner}const float sc = row[c];")
-    env[s_name] = "sc"
-    if sg.pre:
-        _emit_nodes(sg.pre.nodes, env, graph, lines, inner, "p")
-    lines += [f"{inner}row[c] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{ind}}}"]
-    lines += [f"{ind}float s = 0.0f;", f"{ind}#pragma omp simd reduction(+:s)", col,
-              f"{inner}const float e = ds_expf_nonpos(row[c] - mx);", f"{inner}row[c] = e;", f"{inner}s += e;",
-              f"{ind}}}", f"{ind}const float inv = 1.0f / s;", col]
-    env = load(sg.post.nodes if sg.post else [])
-    lines.append(f"{inner}const float sm = row[c] * inv;")
-    env[y] = "sm"
-    if sg.post:
-        _emit_nodes(sg.post.nodes, env, graph, lines, inner, "q")
-    lines += [f"{inner}row[c] = {env[sg.outputs[0]]};", f"{ind}}}", "            }",
+    _softmax_passes(sg, graph, lines, ind, "c", "N", load, {ag.scores.outputs[0]: "row[c]"},
+                    lambda env: [f"row[c] = {env[sg.outputs[0]]};"])
+    lines += ["            }",
               "            for (int64_t q = 0; q < DP; q++)",
               "                ds_gemm_tile(sb, N, vp, o0 + (b * M + m0) * DV, DV, 0, m1 - m0, q, DV, N);",
               "        }", "    }", "    free(kp);", "    free(vp);", "    free(sb);", "    }", "}"]

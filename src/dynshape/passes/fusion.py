@@ -199,11 +199,7 @@ def _fuse_softmax(items: list, graph: Graph, consumers: dict, graph_outputs: set
     """Absorb a last-axis Softmax's producer group and consumer group into one row-wise kernel."""
     made: dict[int, SoftmaxGroup] = {}
     drop: set[int] = set()
-    slot_of = {}
-    for i, item in enumerate(items):
-        for n in (item.nodes if isinstance(item, Group) else [item]):
-            for o in n.outputs:
-                slot_of[o] = i
+    slot_of = _slots(items)
     for i, item in enumerate(items):
         if isinstance(item, Group) or not _softmax_ok(item, graph):
             continue
@@ -246,6 +242,12 @@ def _finish(g: Group, consumers: dict, graph_outputs: set, group_of: dict) -> No
             g.outputs.append(o)
 
 
+def _slots(items: list) -> dict[str, int]:
+    """Value name -> index of the item (node or group) that produces it."""
+    return {o: i for i, item in enumerate(items) for n in (item.nodes if not isinstance(item, Node) else [item])
+            for o in n.outputs}
+
+
 def _const(name: str, graph: Graph) -> np.ndarray | None:
     c = graph.initializers.get(name)
     if c is None:
@@ -283,11 +285,7 @@ def _fuse_gemm(items: list, graph: Graph, consumers: dict, graph_outputs: set) -
     (DYNSHAPE_PACKED_GEMM=0 turns this off: products then go to the BLAS, epilogues run as separate groups)."""
     if os.environ.get("DYNSHAPE_PACKED_GEMM", "1") == "0":
         return items
-    slot_of = {}
-    for i, item in enumerate(items):
-        for n in (item.nodes if not isinstance(item, Node) else [item]):
-            for o in n.outputs:
-                slot_of[o] = i
+    slot_of = _slots(items)
     made: dict[int, GemmGroup] = {}
     drop: set[int] = set()
     for i, item in enumerate(items):
@@ -332,11 +330,7 @@ def _fuse_attention(items: list, graph: Graph, consumers: dict, graph_outputs: s
     """MatMul -> SoftmaxGroup -> MatMul chains where each result has one reader become AttentionGroups."""
     if os.environ.get("DYNSHAPE_FUSED_ATTENTION", "1") == "0":
         return items
-    slot_of = {}
-    for i, item in enumerate(items):
-        for n in (item.nodes if not isinstance(item, Node) else [item]):
-            for o in n.outputs:
-                slot_of[o] = i
+    slot_of = _slots(items)
     made: dict[int, AttentionGroup] = {}
     drop: set[int] = set()
     for i, item in enumerate(items):
