@@ -33,7 +33,7 @@ def build(model: str, specialize=None):
     return exe, time.perf_counter() - t
 
 
-def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 7) -> dict:
+def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 7, settle_s: float = 0.02) -> dict:
     """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
     (about budget_s / rounds / len(calls) long, at least one call), in turn; the median block per candidate.
     Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
@@ -49,6 +49,7 @@ def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 7
     for _ in range(rounds):
         for k, f in calls.items():
             n = max(1, int(block_s / per_call[k]))
+            time.sleep(settle_s)  # the previous candidate's idle threads stop spinning before this one runs
             t = time.perf_counter()
             for _ in range(n):
                 f(inputs)

@@ -343,7 +343,9 @@ class Executable:
         tasks = [lambda src=src, name=name: build_shared(src, name, **flags) for src, name, _ in jobs.values()]
         if True in jobs:
             tasks.append(packed_gemm.library)
-        if len(tasks) > 1:
+        # in parallel for a compile someone waits for; one at a time in the background builder, whose compiler
+        # processes would otherwise take both cores from the request it must not slow down
+        if len(tasks) > 1 and threading.current_thread().name != "dynshape-builder":
             from concurrent.futures import ThreadPoolExecutor
 
             where = cache_dir()  # the workers build where this thread would (an artefact's libs/ while saving)
