@@ -12,7 +12,7 @@ from dynshape.frontends.onnx import load_onnx
 F = TensorProto.FLOAT
 
 
-def _attention(mask_shape, post_nan_clean: bool = True):
+def _attention(mask_shape, post_nan_clean: bool = True, transpose_out: bool = False):
     nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Add", ["s", "mask"], ["sm"]),
              helper.make_node("Softmax", ["sm"], ["p0"], axis=-1)]
     if post_nan_clean:  # what torch's exporter emits after a masked softmax
@@ -20,7 +20,11 @@ def _attention(mask_shape, post_nan_clean: bool = True):
                   helper.make_node("Where", ["nan", "zero", "p0"], ["p"])]
     else:
         nodes += [helper.make_node("Identity", ["p0"], ["p"])]
-    nodes.append(helper.make_node("MatMul", ["p", "v"], ["y"]))
+    if transpose_out:  # (b, heads, m, d) -> (b, m, heads, d), as attention layers do before merging heads
+        nodes += [helper.make_node("MatMul", ["p", "v"], ["o"]),
+                  helper.make_node("Transpose", ["o"], ["y"], perm=[0, 2, 1, 3])]
+    else:
+        nodes.append(helper.make_node("MatMul", ["p", "v"], ["y"]))
     inputs = [helper.make_tensor_value_info("q", F, ["b", 3, "m", "k"]),
               helper.make_tensor_value_info("kt", F, ["b", 3, "k", "n"]),
               helper.make_tensor_value_info("v", F, ["b", 3, "n", 40]),
@@ -73,3 +77,16 @@ def test_attention_fusion_off_by_environment(monkeypatch):
     monkeypatch.setenv("DYNSHAPE_FUSED_ATTENTION", "0")
     exe = ds.compile(_attention(["n"], post_nan_clean=False))
     assert [s.op_type for s in exe._generic.steps][0] == "MatMul"
+
+
+def test_attention_writes_its_transposed_output_directly():
+    exe = ds.compile(_attention(["b", 1, 1, "n"], transpose_out=True))
+    assert [s.label for s in exe._generic.steps][0].endswith("Transpose_6")
+    rng = np.random.default_rng(5)
+    for b, m, k, n in [(1, 1, 1, 1), (3, 70, 16, 33)]:
+        q = rng.standard_normal((b, 3, m, k)).astype(np.float32)
+        kt = rng.standard_normal((b, 3, k, n)).astype(np.float32)
+        v = rng.standard_normal((b, 3, n, 40)).astype(np.float32)
+        mask = np.zeros((b, 1, 1, n), np.float32)
+        got = exe.run({"q": q, "kt": kt, "v": v, "mask": mask})["y"]
+        np.testing.assert_allclose(got, _reference(q, kt, v, mask).transpose(0, 2, 1, 3), rtol=2e-5, atol=2e-5)

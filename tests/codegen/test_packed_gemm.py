@@ -101,3 +101,25 @@ def test_packed_products_off_by_environment(monkeypatch):
     exe = ds.compile(g)
     assert [s.op_type for s in exe._generic.steps] == ["MatMul"]
     np.testing.assert_allclose(exe.run({"x": np.ones((2, 4), np.float32)})["y"], np.full((2, 4), 4.0))
+
+
+@pytest.mark.parametrize("heads,d", [(2, 32), (3, 64)])
+def test_a_product_reshaped_to_heads_and_transposed_is_written_transposed(heads, d):
+    rng = np.random.default_rng(heads)
+    n = heads * d
+    w, bias = rng.standard_normal((24, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [4], [0, 0, heads, d])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Reshape", ["hb", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["batch", "seq", 24])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b"), shape])
+    g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]),
+                  dims={"batch": (1, 3), "seq": (1, 130)})
+    exe = ds.compile(g)
+    assert [s.label for s in exe._generic.steps] == ["MatMul_0+Add_1+Reshape_2+Transpose_3"]
+    for b, s in [(1, 1), (2, 61), (3, 130), (3, 7)]:  # row blocks of 60 straddle the batch boundaries
+        x = rng.standard_normal((b, s, 24)).astype(np.float32)
+        want = (x @ w + bias).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)

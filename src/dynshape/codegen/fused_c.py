@@ -296,16 +296,25 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
         return None
     if any(np.dtype(graph.types[x].dtype) != np.float32 for x in gg.outputs):
         return None
+    if gg.folded and not (len(shape) == 3 and gg.heads and n % gg.heads == 0):
+        return None
     lines = [f"void {name}(const int64_t *d, float *restrict o0, const float *restrict i0, const float *restrict i1"
              + "".join(f", const {_ctype(graph, x)} *restrict i{j + 2}" for j, x in enumerate(ops.ptrs)) + ") {"]
-    _dims_prologue([rows], lines)
+    heads = gg.heads if gg.folded else 0
+    if heads:  # (b, s, heads * hd) written as (b, heads, s, hd): rows of one b at a time, row stride hd
+        hd = n // heads
+        _dims_prologue([rows, shape[1]], lines)
+        at = f"dst[(r - rs) * {hd} + j - q * {NR}]"
+    else:
+        _dims_prologue([rows], lines)
+        at = f"o0[r * {n} + j]"
     y = node.outputs[0]
     env: dict[str, str] = dict(ops.scalars)
-    body = [f"            const float acc = o0[r * {n} + j];"]
+    body = [f"const float acc = {at};"]
     for j, x in enumerate(ops.ptrs):
         pat = ops.patterns[j]
         idx = f"r * {n} + j" if all(pat) and len(pat) > 1 else ("j" if pat[-1] else "0")
-        body.append(f"            const {_ctype(graph, x)} v{j} = i{j + 2}[{idx}];")
+        body.append(f"const {_ctype(graph, x)} v{j} = i{j + 2}[{idx}];")
         env[x] = f"v{j}"
     value = "acc"
     if node.op_type == "Gemm":
@@ -317,25 +326,41 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
             value = f"({value} + {c})" if beta == 1.0 else f"({value} + {c_float(beta)} * {c})"
     env[y] = value
     if gg.epilogue:
-        _emit_nodes(gg.epilogue.nodes, env, graph, body, "            ", "")
-    out = env[gg.outputs[0]]
+        _emit_nodes(gg.epilogue.nodes, env, graph, body, "", "")
+    out = env[gg.folded[0].inputs[0] if gg.folded else gg.outputs[0]]  # the value before the folded reshapes
+    epilogue = [] if out == "acc" else [
+        f"const int64_t j1 = q * {NR} + {NR} < {n} ? q * {NR} + {NR} : {n};",
+        "#pragma omp simd", f"for (int64_t j = q * {NR}; j < j1; j++) {{", *["    " + ln for ln in body],
+        f"    {at} = {out};", "}"]
     blocks, panels = f"((L0 + {ROW_BLOCK - 1}) / {ROW_BLOCK})", (n + NR - 1) // NR
     lines.append(f"    #pragma omp parallel for collapse(2) schedule(static) if(L0 * {n * k} >= {PAR_MIN_FLOPS})")
     lines.append(f"    for (int64_t rb = 0; rb < {blocks}; rb++) {{")
     lines.append(f"        for (int64_t q = 0; q < {panels}; q++) {{")
     lines.append(f"            const int64_t r0 = rb * {ROW_BLOCK};")
     lines.append(f"            const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;")
-    lines.append(f"            ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});")
-    if out != "acc":
-        lines += ["            for (int64_t r = r0; r < r1; r++) {",
-                  f"                const int64_t j1 = q * {NR} + {NR} < {n} ? q * {NR} + {NR} : {n};",
-                  "                #pragma omp simd", f"                for (int64_t j = q * {NR}; j < j1; j++) {{"]
-        lines += ["        " + ln for ln in body]
-        lines += [f"                    o0[r * {n} + j] = {out};", "                }", "            }"]
+    ind = "            "
+    if heads:
+        lines += [f"{ind}const int64_t h = q * {NR} / {hd}, d0 = q * {NR} % {hd};",
+                  f"{ind}const int64_t nc = {n} - q * {NR} < {NR} ? {n} - q * {NR} : {NR};",
+                  f"{ind}for (int64_t rs = r0; rs < r1;) {{",
+                  f"{ind}    const int64_t b = rs / L1, s = rs % L1, re = (b + 1) * L1 < r1 ? (b + 1) * L1 : r1;",
+                  f"{ind}    float *dst = o0 + ((b * {heads} + h) * L1 + s) * {hd} + d0;",
+                  f"{ind}    ds_gemm_panel(i0 + rs * {k}, {k}, i1 + q * {k * NR}, {NR}, dst, {hd}, 0, re - rs, nc,",
+                  f"{ind}                  {k});",
+                  f"{ind}    for (int64_t r = rs; r < re; r++) {{"]
+        lines += [f"{ind}        " + ln for ln in epilogue]
+        lines += [f"{ind}    }}", f"{ind}    rs = re;", f"{ind}}}"]
+    else:
+        lines.append(f"{ind}ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});")
+        if epilogue:
+            lines.append(f"{ind}for (int64_t r = r0; r < r1; r++) {{")
+            lines += [f"{ind}    " + ln for ln in epilogue]
+            lines.append(f"{ind}}}")
     lines += ["        }", "    }", "}"]
     src = "\n".join(lines) + "\n"
-    return GroupKernel(name, src, [rows], shape, [a_name, packed_name(gg)] + ops.ptrs, list(gg.outputs),
-                       [np.dtype(graph.types[o].dtype) for o in gg.outputs])
+    out_shape = tuple(graph.types[gg.outputs[0]].shape)
+    return GroupKernel(name, src, [rows, shape[1]] if heads else [rows], out_shape, [a_name, packed_name(gg)]
+                       + ops.ptrs, list(gg.outputs), [np.dtype(graph.types[o].dtype) for o in gg.outputs])
 
 
 def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
@@ -344,6 +369,11 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
     sg = ag.softmax
     shape = tuple(sg.shape)
     out_shape = tuple(graph.types[ag.outputs[0]].shape)
+    folded = bool(ag.folded) and len(shape) == 4
+    if ag.folded and not folded:
+        return None
+    # O as (batch, heads, seq, d), or with its Transpose folded as (batch, seq, heads, d): row stride heads * d
+    out_at = "o0 + ((b / L1 * M + m0) * L1 + b % L1) * DV, L1 * DV" if folded else "o0 + (b * M + m0) * DV, DV"
     q_name, kt_name, v_name = ag.inputs[:3]
     k_dim, dv = graph.types[q_name].shape[-1], graph.types[v_name].shape[-1]
     if not all(_computable(t, key_names) for t in (shape, out_shape, (k_dim, dv))):
@@ -404,7 +434,7 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
                     lambda env: [f"row[c] = {env[sg.outputs[0]]};"])
     lines += ["            }",
               "            for (int64_t q = 0; q < DP; q++)",
-              "                ds_gemm_tile(sb, N, vp, o0 + (b * M + m0) * DV, DV, 0, m1 - m0, q, DV, N);",
+              "                ds_gemm_tile(sb, N, vp, " + out_at + ", 0, m1 - m0, q, DV, N);",
               "        }", "    }", "    free(kp);", "    free(vp);", "    free(sb);", "    }", "}"]
     return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, out_shape, ag.inputs[:3] + ops.ptrs,
                        list(ag.outputs), [np.dtype(graph.types[o].dtype) for o in ag.outputs])

@@ -48,10 +48,11 @@ class AttentionGroup:
     values: Node  # MatMul(P, V)
     inputs: list[str] = field(default_factory=list)  # [Q, KT, V, *softmax operands other than the scores]
     outputs: list[str] = field(default_factory=list)
+    folded: list[Node] = field(default_factory=list)  # a Transpose (0, 2, 1, 3) written directly (heads last)
 
     @property
     def nodes(self) -> list[Node]:
-        return [self.scores, *self.softmax.nodes, self.values]
+        return [self.scores, *self.softmax.nodes, self.values, *self.folded]
 
 
 @dataclass
@@ -66,10 +67,12 @@ class GemmGroup:
     shape: tuple  # of the product
     inputs: list[str] = field(default_factory=list)  # [A, *epilogue/bias inputs]
     outputs: list[str] = field(default_factory=list)
+    folded: list[Node] = field(default_factory=list)  # Reshape to heads + Transpose (0, 2, 1, 3), written directly
+    heads: int = 0  # with `folded`: (b, s, heads * d) is written as (b, heads, s, d)
 
     @property
     def nodes(self) -> list[Node]:
-        return [self.node] + (self.epilogue.nodes if self.epilogue else [])
+        return [self.node] + (self.epilogue.nodes if self.epilogue else []) + self.folded
 
 
 @dataclass
@@ -185,7 +188,8 @@ def fuse(nodes: list[Node], graph: Graph, known: set) -> list:
         out.append(item)
     items = _fuse_softmax(out, graph, consumers, graph_outputs)
     items = _fuse_attention(items, graph, consumers, graph_outputs)
-    return _fuse_gemm(items, graph, consumers, graph_outputs)
+    items = _fuse_gemm(items, graph, consumers, graph_outputs)
+    return _fold_head_transposes(items, graph, consumers, graph_outputs)
 
 
 def _softmax_ok(n: Node, graph: Graph) -> bool:
@@ -362,3 +366,49 @@ def _fuse_attention(items: list, graph: Graph, consumers: dict, graph_outputs: s
         made[k] = ag
         drop.update((i, j))
     return [made.get(i, item) for i, item in enumerate(items) if i not in drop]
+
+
+_HEADS_PERM = [0, 2, 1, 3]
+
+
+def _sole_reader(name: str, consumers: dict, graph_outputs: set) -> Node | None:
+    users = consumers.get(name, [])
+    return users[0] if len(users) == 1 and name not in graph_outputs else None
+
+
+def _fold_head_transposes(items: list, graph: Graph, consumers: dict, graph_outputs: set) -> list:
+    """The copies attention layers make between (batch, seq, heads, d) and (batch, heads, seq, d) disappear:
+    a product whose result is only reshaped to heads and transposed writes the transposed layout itself, and
+    attention whose result is only transposed back writes (batch, seq, heads, d)."""
+    if os.environ.get("DYNSHAPE_FOLD_TRANSPOSES", "1") == "0":
+        return items
+    slot_of = _slots(items)
+    drop: set[int] = set()
+    for item in items:
+        if isinstance(item, GemmGroup) and len(item.outputs) == 1 and len(item.shape) == 3:
+            y = item.outputs[0]
+            rs = _sole_reader(y, consumers, graph_outputs)
+            if rs is None or rs.op_type != "Reshape" or rs.inputs[0] != y:
+                continue
+            t4 = graph.types.get(rs.outputs[0])
+            tr = _sole_reader(rs.outputs[0], consumers, graph_outputs)
+            if tr is None or tr.op_type != "Transpose" or list(tr.attrs.get("perm", [])) != _HEADS_PERM \
+                    or not isinstance(t4, TensorType) or len(t4.shape) != 4:
+                continue
+            b, s, h, d = t4.shape
+            n = item.shape[-1]
+            if (b, s) != tuple(item.shape[:2]) or not (isinstance(h, int) and isinstance(d, int) and h * d == n
+                                                        and d % 32 == 0):
+                continue
+            item.folded, item.heads, item.outputs = [rs, tr], h, [tr.outputs[0]]
+            drop.update(slot_of[o] for o in (rs.outputs[0], tr.outputs[0]))
+        elif isinstance(item, AttentionGroup) and len(item.outputs) == 1:
+            o = item.outputs[0]
+            tr = _sole_reader(o, consumers, graph_outputs)
+            to = graph.types.get(o)
+            if tr is None or tr.op_type != "Transpose" or list(tr.attrs.get("perm", [])) != _HEADS_PERM \
+                    or not isinstance(to, TensorType) or len(to.shape) != 4:
+                continue
+            item.folded, item.outputs = [tr], [tr.outputs[0]]
+            drop.add(slot_of[tr.outputs[0]])
+    return [item for i, item in enumerate(items) if i not in drop]
