@@ -79,3 +79,15 @@ def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
     assert set(a.plans) == {1, 2, 3}
     grow(a, 340)  # new buffer 425 bytes: stale 500 too much, the oldest (smallest) buffer's plans go first
     assert set(a.plans) == {2, 3}
+
+
+def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
+    from dynshape.runtime import executable
+
+    monkeypatch.setattr(executable, "PLAN_BYTES", 3 * 32 * 24)  # per key: 8*seq (ids) + 16*seq (embeddings)
+    exe = ds.compile(_positions_model(), strategy="generic")
+    for seq in (32, 31, 30, 29, 28):
+        exe.run({"x": np.zeros((seq, 4), np.float32)})
+    plans = exe._pool.arenas[0].plans
+    assert sum(p.nbytes for p in plans.values()) <= executable.PLAN_BYTES
+    assert [k[1] for k in plans] == [(30,), (29,), (28,)]  # the oldest went first

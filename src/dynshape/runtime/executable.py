@@ -149,6 +149,8 @@ def _lower(node, opset: int):
     return lambda args: ref(args, attrs)
 
 
+PLANS_PER_ARENA = 256
+PLAN_BYTES = 64 << 20  # per arena: what cached plans may hold in values computed once per key (masks, ids)
 _helpers_started = threading.Event()
 
 
@@ -620,9 +622,11 @@ class Executable:
             grow(arena, total)
         symvals = variant.symbolic(key) if variant.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
-        if len(arena.plans) >= 256:
-            arena.plans.pop(next(iter(arena.plans)))
-        arena.plans[(variant.uid, key)] = plan
+        plans = arena.plans  # the oldest go first: at most PLANS_PER_ARENA, PLAN_BYTES of per-key values
+        held = sum(p.nbytes for p in plans.values()) + plan.nbytes
+        while plans and (len(plans) >= PLANS_PER_ARENA or held > PLAN_BYTES):
+            held -= plans.pop(next(iter(plans))).nbytes
+        plans[(variant.uid, key)] = plan
         return plan
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:

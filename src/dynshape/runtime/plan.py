@@ -40,6 +40,7 @@ class BoundPlan:
     arena: np.ndarray
     keep: list  # per-key arrays the calls' raw addresses point into (kept alive here)
     labels: list  # per call: the node(s) it runs, for error messages
+    nbytes: int = 0  # memory of the values computed once for this key (outside the arena)
 
     def run(self, arrays: list) -> dict:
         for view, a in zip(self.inputs, arrays):
@@ -170,6 +171,7 @@ class Planner:
             fixed[k] = v = _contiguous(v)
             addrs[id(v)] = v.ctypes.data
         keep: list = []
+        per_key_bytes = 0
         for i in self.per_key:
             s = variant.steps[i]
             args = [fixed[x] if x else None for x in s.inputs]
@@ -179,6 +181,7 @@ class Planner:
                     fixed[name] = v = _contiguous(np.asarray(out, dtype=g.types[name].dtype))
                     addrs[id(v)] = v.ctypes.data
                     keep.append(v)
+                    per_key_bytes += v.nbytes
 
         def addr(a: np.ndarray) -> int:
             return addrs.get(id(a)) or a.ctypes.data
@@ -199,7 +202,7 @@ class Planner:
         inputs = [views.get(v.name) for v in g.inputs]
         outputs = [(v.name, get(v.name)) for v in g.outputs]
         calls, labels = _programs(calls, labels, keep)
-        return BoundPlan(inputs, calls, outputs, arena, keep, labels)
+        return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes)
 
 
 _RANDOM = ("Random", "Multinomial", "Bernoulli", "Dropout")
