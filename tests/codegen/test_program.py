@@ -33,7 +33,9 @@ def test_strided_copy_matches_numpy(lib, dtype):
     x = (rng.standard_normal((3, 5, 4, 7)) * 10).astype(dtype)
     views = [x.transpose(0, 2, 1, 3), x.transpose(3, 1, 0, 2), x[:, ::2, 1:, ::-1],
              np.broadcast_to(x[:, :1], (3, 6, 4, 7)),
-             np.broadcast_to(x[0, 0, 0, 0], (2, 3)), x[:0], x[0, 0, 0, 0, ...], x.reshape(-1)[::3]]
+             np.broadcast_to(x[0, 0, 0, 0], (2, 3)), x[:0], x[0, 0, 0, 0, ...], x.reshape(-1)[::3],
+             x.transpose(0, 1, 3, 2), x[:, 1].transpose(0, 2, 1), np.ascontiguousarray(x[0, 0]).T,
+             np.tile(x, (1, 1, 6, 5)).transpose(1, 0, 3, 2)]  # matrix transposes, some beyond one 16 x 16 tile
     for v in views:
         np.testing.assert_array_equal(_copy(lib, v), v)
 

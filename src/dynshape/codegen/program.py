@@ -41,6 +41,29 @@ void ds_copy_strided(const int64_t *a) {
     if (nd == 0) { memcpy(dst, src, size); return; }
     for (int64_t d = 0; d < nd; d++) if (shape[d] == 0) return;
     const int64_t inner = shape[nd - 1], ist = stride[nd - 1];
+    if (size == 4 && nd >= 2 && stride[nd - 2] == 4 && ist != 4) {
+        /* the last two dims swapped (a matrix transpose per outer index): 16 x 16 tiles, so every cache line
+           read or written is used whole instead of one float of it */
+        const int64_t rows = shape[nd - 2];
+        for (;;) {
+            const char *s = src;
+            for (int64_t d = 0; d < nd - 2; d++) s += idx[d] * stride[d];
+            float *o = (float *)dst;
+            for (int64_t r0 = 0; r0 < rows; r0 += 16)
+                for (int64_t c0 = 0; c0 < inner; c0 += 16) {
+                    const int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows, c1 = c0 + 16 < inner ? c0 + 16 : inner;
+                    for (int64_t c = c0; c < c1; c++)
+                        for (int64_t r = r0; r < r1; r++) memcpy(o + r * inner + c, s + r * 4 + c * ist, 4);
+                }
+            dst += rows * inner * 4;
+            int64_t d = nd - 3;
+            for (; d >= 0; d--) {
+                if (++idx[d] < shape[d]) break;
+                idx[d] = 0;
+            }
+            if (d < 0) return;
+        }
+    }
     for (;;) {
         const char *s = src;
         for (int64_t d = 0; d < nd - 1; d++) s += idx[d] * stride[d];
