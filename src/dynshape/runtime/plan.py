@@ -248,12 +248,18 @@ def _bind_step(s: Any, ins: list, outs: list, key: tuple, keep: list, addr=None)
     return [call]
 
 
+_INT_ARGS = {ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_ssize_t,
+             ctypes.c_int, ctypes.c_long, ctypes.c_longlong}
+
+
 def _native(call) -> tuple | None:
     """(entry address, int args) of a pre-bound call to a C function taking only pointers and int64s."""
     if not isinstance(call, functools.partial) or call.keywords or not isinstance(call.func, ctypes._CFuncPtr):
         return None
     args = [0 if a is None else a for a in call.args]
     if len(args) > program.MAX_ARGS or not all(type(a) is int for a in args):
+        return None
+    if any(t not in _INT_ARGS for t in (call.func.argtypes or ())):  # a float parameter travels elsewhere
         return None
     return program.address(call.func), args
 
