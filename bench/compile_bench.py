@@ -33,7 +33,7 @@ def build(model: str, specialize=None):
     return exe, time.perf_counter() - t
 
 
-def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 7, settle_s: float = 0.02) -> dict:
+def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 15, settle_s: float = 0.02) -> dict:
     """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
     (about budget_s / rounds / len(calls) long, at least one call), in turn; the median block per candidate.
     Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
