@@ -15,7 +15,9 @@ F = TensorProto.FLOAT
 def _attention(mask_shape, post_nan_clean: bool = True, transpose_out: bool = False):
     nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Add", ["s", "mask"], ["sm"]),
              helper.make_node("Softmax", ["sm"], ["p0"], axis=-1)]
-    if post_nan_clean:  # what torch's exporter emits after a masked softmax
+    if post_nan_clean == "none":  # the softmax straight into the second product
+        nodes[-1].output[0] = "p"
+    elif post_nan_clean:  # what torch's exporter emits after a masked softmax
         nodes += [helper.make_node("IsNaN", ["p0"], ["nan"]),
                   helper.make_node("Where", ["nan", "zero", "p0"], ["p"])]
     else:
@@ -42,9 +44,10 @@ def _reference(q, kt, v, mask):
     return np.nan_to_num(p, nan=0.0) @ v
 
 
+@pytest.mark.parametrize("post", [True, "none"])  # the exporters NaN clean-up, or the softmax alone
 @pytest.mark.parametrize("mask_shape", [["b", 1, "m", "n"], ["b", 1, 1, "n"], ["n"]])
-def test_fused_attention_matches_numpy_on_ragged_shapes(mask_shape):
-    g = _attention(mask_shape)
+def test_fused_attention_matches_numpy_on_ragged_shapes(mask_shape, post):
+    g = _attention(mask_shape, post)
     exe = ds.compile(g)
     labels = [s.label for s in exe._generic.steps]
     assert len(labels) == 1 and labels[0].startswith("MatMul_0+Add_1+Softmax_2"), labels
@@ -58,6 +61,20 @@ def test_fused_attention_matches_numpy_on_ragged_shapes(mask_shape):
         mask = np.where(rng.random(mshape) < 0.2, np.float32(-3.4e38), np.float32(0)).astype(np.float32)
         got = exe.run({"q": q, "kt": kt, "v": v, "mask": mask})["y"]
         np.testing.assert_allclose(got, _reference(q, kt, v, mask), rtol=2e-5, atol=2e-5)
+
+
+def test_nan_rows_follow_the_reference_with_and_without_the_clean_up():
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 3, 5, 8)).astype(np.float32)
+    kt = rng.standard_normal((1, 3, 8, 6)).astype(np.float32)
+    v = rng.standard_normal((1, 3, 6, 40)).astype(np.float32)
+    q[0, 1, 2, 3] = np.nan  # one query row of one head is NaN
+    mask = np.zeros((1, 1, 5, 6), np.float32)
+    feed = {"q": q, "kt": kt, "v": v, "mask": mask}
+    clean = ds.compile(_attention(["b", 1, "m", "n"], True)).run(feed)["y"]
+    np.testing.assert_allclose(clean, _reference(q, kt, v, mask), rtol=2e-5, atol=2e-5)  # zeros for that row
+    raw = ds.compile(_attention(["b", 1, "m", "n"], "none")).run(feed)["y"]
+    assert np.isnan(raw[0, 1, 2]).all() and not np.isnan(np.delete(raw[0, 1], 2, axis=0)).any()
 
 
 def test_fully_masked_rows_give_zeros_not_nan():

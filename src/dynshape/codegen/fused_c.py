@@ -199,10 +199,11 @@ def emit_group(g: Group, graph: Graph, name: str, key_names: set) -> GroupKernel
 
 
 def _softmax_passes(sg: SoftmaxGroup, graph: Graph, lines: list, ind: str, v: str, extent: str, load,
-                    first: dict, store) -> None:
+                    first: dict, store, defer: str | None = None) -> None:
     """The three passes over one row buffer `row` (index `v` < `extent`): producer group and maximum; exp and
     sum; normalisation and consumer group. `load(nodes, extra)` emits the operand loads a pass needs and
-    returns their C names; `first` seeds the first pass's names; `store(env)` gives the last pass's stores."""
+    returns their C names; `first` seeds the first pass's names; `store(env)` gives the last pass's stores.
+    `defer`: a C lvalue that receives the row's scale instead of the third pass (see _deferrable)."""
     inner = ind + "    "
     loop = f"{ind}for (int64_t {v} = 0; {v} < {extent}; {v}++) {{"
     x, y = sg.node.inputs[0], sg.node.outputs[0]
@@ -213,13 +214,34 @@ def _softmax_passes(sg: SoftmaxGroup, graph: Graph, lines: list, ind: str, v: st
     lines += [f"{inner}row[{v}] = {env[x]};", f"{inner}mx = {env[x]} > mx ? {env[x]} : mx;", f"{ind}}}"]
     lines += [f"{ind}float s = 0.0f;", f"{ind}#pragma omp simd reduction(+:s)", loop,
               f"{inner}const float e = ds_expf_nonpos(row[{v}] - mx);", f"{inner}row[{v}] = e;", f"{inner}s += e;",
-              f"{ind}}}", f"{ind}const float inv = 1.0f / s;", loop]
+              f"{ind}}}", f"{ind}const float inv = 1.0f / s;"]
+    if defer is not None:  # the caller scales the product of this row instead (one pass less)
+        if sg.post is not None:  # the NaN clean-up: a row with a NaN is all NaN, hence all zeros after it
+            lines += [f"{ind}if (s != s) {{", f"{ind}    for (int64_t {v} = 0; {v} < {extent}; {v}++) row[{v}] = 0.0f;",
+                      f"{ind}    {defer} = 1.0f;", f"{ind}}} else {{", f"{ind}    {defer} = inv;", f"{ind}}}"]
+        else:
+            lines.append(f"{ind}{defer} = inv;")
+        return
+    lines.append(loop)
     env = load(sg.post.nodes if sg.post else [], ())
     lines.append(f"{inner}const float sm = row[{v}] * inv;")
     env[y] = "sm"
     if sg.post:
         _emit_nodes(sg.post.nodes, env, graph, lines, inner, "q")
     lines += [inner + ln for ln in store(env)] + [f"{ind}}}"]
+
+
+def _deferrable(sg: SoftmaxGroup, graph: Graph) -> bool:
+    """The softmax's consumer is nothing, or only the exporters' NaN clean-up Where(IsNaN(p), 0, p): then
+    P @ V = (E @ V) * (1 / sum E) row by row, and the normalising pass can ride on the product."""
+    if sg.post is None:
+        return True
+    nodes, y = sg.post.nodes, sg.node.outputs[0]
+    if len(nodes) != 2 or [n.op_type for n in nodes] != ["IsNaN", "Where"] or sg.outputs != [nodes[1].outputs[0]]:
+        return False
+    isnan, where = nodes
+    return isnan.inputs == [y] and where.inputs[0] == isnan.outputs[0] and where.inputs[2] == y \
+        and _scalar_const(where.inputs[1], graph) == 0.0
 
 
 def emit_softmax(sg: SoftmaxGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
@@ -403,6 +425,7 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
               f"    float *kp = (float *)malloc(sizeof(float) * (K * NP * {NR} + 1));",
               f"    float *vp = (float *)malloc(sizeof(float) * (N * DP * {NR} + 1));",
               f"    float *sb = (float *)malloc(sizeof(float) * ({ROW_BLOCK} * N + 1));",
+              f"    float scale[{ROW_BLOCK}];",
               "    #pragma omp for schedule(static)",
               "    for (int64_t b = 0; b < NB; b++) {",
               "        ds_pack_panels(i1 + b * K * N, N, K, N, kp);",
@@ -430,12 +453,19 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
                 env[z] = f"v{j}"
         return env
 
+    defer = _deferrable(sg, graph)
     _softmax_passes(sg, graph, lines, ind, "c", "N", load, {ag.scores.outputs[0]: "row[c]"},
-                    lambda env: [f"row[c] = {env[sg.outputs[0]]};"])
+                    lambda env: [f"row[c] = {env[sg.outputs[0]]};"], "scale[m - m0]" if defer else None)
     lines += ["            }",
               "            for (int64_t q = 0; q < DP; q++)",
-              "                ds_gemm_tile(sb, N, vp, " + out_at + ", 0, m1 - m0, q, DV, N);",
-              "        }", "    }", "    free(kp);", "    free(vp);", "    free(sb);", "    }", "}"]
+              "                ds_gemm_tile(sb, N, vp, " + out_at + ", 0, m1 - m0, q, DV, N);"]
+    if defer:  # rows of O times their softmax scale
+        o_row, ldc = out_at.split(", ")
+        lines += ["            for (int64_t m = m0; m < m1; m++) {",
+                  f"                float *o = {o_row} + (m - m0) * {ldc};",
+                  "                #pragma omp simd",
+                  "                for (int64_t j = 0; j < DV; j++) o[j] *= scale[m - m0];", "            }"]
+    lines += ["        }", "    }", "    free(kp);", "    free(vp);", "    free(sb);", "    }", "}"]
     return GroupKernel(name, "\n".join(lines) + "\n", loop_dims, out_shape, ag.inputs[:3] + ops.ptrs,
                        list(ag.outputs), [np.dtype(graph.types[o].dtype) for o in ag.outputs])
 
