@@ -123,3 +123,27 @@ def test_a_product_reshaped_to_heads_and_transposed_is_written_transposed(heads,
         x = rng.standard_normal((b, s, 24)).astype(np.float32)
         want = (x @ w + bias).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
         np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_residual_then_layernorm_runs_in_the_product(with_bias):
+    """MatMul + bias + residual, then LayerNormalization over the last axis: one kernel, rows normalised per
+    block (enough blocks) or after all tiles (few rows), both against numpy."""
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((16, 96)).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    scale, shift = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    ln_inputs = ["s", "scale", "shift"] if with_bias else ["s", "scale"]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Add", ["hb", "res"], ["s"]),
+             helper.make_node("LayerNormalization", ln_inputs, ["y"], axis=-1, epsilon=1e-3)]
+    consts = {"w": w, "b": b, "scale": scale} | ({"shift": shift} if with_bias else {})
+    g = _model(nodes, {"x": ["m", 16], "res": ["m", 96]}, consts, "y", {"m": (1, 400)})
+    exe = ds.compile(g)
+    assert [s.label for s in exe._generic.steps] == ["MatMul_0+Add_1+Add_2+LayerNormalization_3"]
+    for m in (1, 59, 61, 130, 400):
+        x = rng.standard_normal((m, 16)).astype(np.float32)
+        res = rng.standard_normal((m, 96)).astype(np.float32)
+        s = x @ w + b + res
+        want = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-3) * scale
+        want = want + shift if with_bias else want
+        np.testing.assert_allclose(exe.run({"x": x, "res": res})["y"], want, rtol=1e-4, atol=1e-4)

@@ -312,7 +312,9 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
     if not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
         return None
     rows = _prod(shape, list(range(len(shape) - 1)))
-    extra = gg.inputs[1:]
+    ln = gg.layernorm
+    ln_params = [x for x in ln.inputs[1:3] if x] if ln is not None else []
+    extra = gg.inputs[1:len(gg.inputs) - len(ln_params)]
     ops = _operands(extra, shape, graph)
     if ops is None or not all(_row_pattern(p) for p in ops.patterns):
         return None
@@ -320,8 +322,11 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
         return None
     if gg.folded and not (len(shape) == 3 and gg.heads and n % gg.heads == 0):
         return None
+    if ln is not None and gg.folded:
+        return None
     lines = [f"void {name}(const int64_t *d, float *restrict o0, const float *restrict i0, const float *restrict i1"
-             + "".join(f", const {_ctype(graph, x)} *restrict i{j + 2}" for j, x in enumerate(ops.ptrs)) + ") {"]
+             + "".join(f", const {_ctype(graph, x)} *restrict i{j + 2}" for j, x in enumerate(ops.ptrs))
+             + "".join(f", const float *restrict i{j + 2 + len(ops.ptrs)}" for j in range(len(ln_params))) + ") {"]
     heads = gg.heads if gg.folded else 0
     if heads:  # (b, s, heads * hd) written as (b, heads, s, hd): rows of one b at a time, row stride hd
         hd = n // heads
@@ -349,12 +354,16 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
     env[y] = value
     if gg.epilogue:
         _emit_nodes(gg.epilogue.nodes, env, graph, body, "", "")
-    out = env[gg.folded[0].inputs[0] if gg.folded else gg.outputs[0]]  # the value before the folded reshapes
+    # the value before the folded reshapes or the LayerNormalization
+    out = env[gg.folded[0].inputs[0] if gg.folded else ln.inputs[0] if ln is not None else gg.outputs[0]]
     epilogue = [] if out == "acc" else [
         f"const int64_t j1 = q * {NR} + {NR} < {n} ? q * {NR} + {NR} : {n};",
         "#pragma omp simd", f"for (int64_t j = q * {NR}; j < j1; j++) {{", *["    " + ln for ln in body],
         f"    {at} = {out};", "}"]
     blocks, panels = f"((L0 + {ROW_BLOCK - 1}) / {ROW_BLOCK})", (n + NR - 1) // NR
+    if ln is not None:
+        return _emit_gemm_layernorm(gg, graph, name, lines, epilogue, ops, ln_params, rows, shape, n, k, blocks,
+                                    panels, a_name)
     lines.append(f"    #pragma omp parallel for collapse(2) schedule(static) if(L0 * {n * k} >= {PAR_MIN_FLOPS})")
     lines.append(f"    for (int64_t rb = 0; rb < {blocks}; rb++) {{")
     lines.append(f"        for (int64_t q = 0; q < {panels}; q++) {{")
@@ -383,6 +392,42 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
     out_shape = tuple(graph.types[gg.outputs[0]].shape)
     return GroupKernel(name, src, [rows, shape[1]] if heads else [rows], out_shape, [a_name, packed_name(gg)]
                        + ops.ptrs, list(gg.outputs), [np.dtype(graph.types[o].dtype) for o in gg.outputs])
+
+
+def _emit_gemm_layernorm(gg: GemmGroup, graph: Graph, name: str, lines: list, epilogue: list, ops: _Operands,
+                         ln_params: list, rows, shape: tuple, n: int, k: int, blocks: str, panels: int,
+                         a_name: str) -> GroupKernel:
+    """The product, its epilogue and a LayerNormalization of each row. With enough row blocks for every thread,
+    each block is normalised right after its tiles, in cache; otherwise the tiles are shared out first and the
+    rows normalised after a barrier (a batch-1 request still uses every thread)."""
+    ln = gg.layernorm
+    eps = c_float(float(ln.attrs.get("epsilon", 1e-5)))
+    sp = f"i{2 + len(ops.ptrs)}"
+    bp = f"i{3 + len(ops.ptrs)}" if len(ln_params) > 1 else "NULL"
+    norm = f"ds_layernorm_row(o0 + r * {n}, {sp}, {bp}, {n}, {eps});"
+    tile = [f"const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;",
+            f"ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});"]
+    if epilogue:
+        tile += ["for (int64_t r = r0; r < r1; r++) {", *["    " + ln_ for ln_ in epilogue], "}"]
+    par = f"if(L0 * {n * k} >= {PAR_MIN_FLOPS})"
+    lines += [f"    if ({blocks} >= 2 * omp_get_max_threads()) {{",
+              f"        #pragma omp parallel for schedule(static) {par}",
+              f"        for (int64_t rb = 0; rb < {blocks}; rb++) {{",
+              f"            const int64_t r0 = rb * {ROW_BLOCK};",
+              f"            for (int64_t q = 0; q < {panels}; q++) {{",
+              *["                " + t for t in tile], "            }",
+              f"            for (int64_t r = r0; r < (r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0); r++) {norm}",
+              "        }", "    } else {", f"        #pragma omp parallel {par}", "        {",
+              "        #pragma omp for collapse(2) schedule(static)",
+              f"        for (int64_t rb = 0; rb < {blocks}; rb++) {{",
+              f"            for (int64_t q = 0; q < {panels}; q++) {{",
+              f"                const int64_t r0 = rb * {ROW_BLOCK};",
+              *["                " + t for t in tile], "            }", "        }",
+              "        #pragma omp for schedule(static)",
+              f"        for (int64_t r = 0; r < L0; r++) {norm}", "        }", "    }", "}"]
+    return GroupKernel(name, "\n".join(lines) + "\n", [rows], tuple(graph.types[gg.outputs[0]].shape),
+                       [a_name, packed_name(gg)] + ops.ptrs + ln_params, list(gg.outputs),
+                       [np.dtype(graph.types[o].dtype) for o in gg.outputs])
 
 
 def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:

@@ -104,6 +104,26 @@ void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp
 
 """
 
+_LAYERNORM = r"""
+/* One row normalised in place, as row_kernels' ds_layernorm_f32 computes it (same order of operations). */
+void ds_layernorm_row(float *restrict x, const float *restrict scale, const float *restrict bias, int64_t n,
+                      float eps) {
+    float s = 0.0f;
+    #pragma omp simd reduction(+:s)
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    const float mean = s / (float)n;
+    float v = 0.0f;
+    #pragma omp simd reduction(+:v)
+    for (int64_t i = 0; i < n; i++) { float d = x[i] - mean; v += d * d; }
+    const float rstd = 1.0f / sqrtf(v / (float)n + eps);
+    if (bias) {
+        for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mean) * rstd * scale[i] + bias[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mean) * rstd * scale[i];
+    }
+}
+"""
+
 _PLAIN = r"""
 /* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
 void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
@@ -150,7 +170,7 @@ SOURCE = (_HEAD + f"#ifdef __AVX512F__\n#define DS_MR {MR_WIDE}\n#else\n#define 
           + "\n".join(_micro(m) for m in range(1, MR_NARROW + 1)) + f"\n#if DS_MR > {MR_NARROW}\n"
           + "\n".join(_micro(m) for m in range(MR_NARROW + 1, MR_WIDE + 1)) + "\n#endif\n" + _panel_driver()
           + _DRIVER
-          + f"#define DS_ROW_BLOCK {ROW_BLOCK}\n#define DS_PAR_MIN_FLOPS {PAR_MIN_FLOPS}\n" + _PLAIN)
+          + f"#define DS_ROW_BLOCK {ROW_BLOCK}\n#define DS_PAR_MIN_FLOPS {PAR_MIN_FLOPS}\n" + _PLAIN + _LAYERNORM)
 
 # What generated kernels include: the library's entry points, resolved when they load (after `library()`).
 DECLS = r"""
@@ -161,6 +181,9 @@ void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp
                   int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
 void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                     int64_t ldc, int64_t m, int64_t n, int64_t k);
+void ds_layernorm_row(float *restrict x, const float *restrict scale, const float *restrict bias, int64_t n,
+                      float eps);
+int omp_get_max_threads(void);
 """
 
 _lib: list = []
@@ -170,9 +193,9 @@ def spec() -> dict:
     """How this helper library is built (shared with artefacts, which ship it)."""
     from dynshape.codegen.cc import DEFAULT_FLAGS
 
-    return {"source": "#include <stdint.h>\n#include <stdlib.h>\n" + SOURCE, "name": "packed_gemm",
+    return {"source": "#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n" + SOURCE, "name": "packed_gemm",
             "flags": DEFAULT_FLAGS, "openmp": True, "share": True,
-            "symbols": ["ds_pack_panels", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed"]}
+            "symbols": ["ds_pack_panels", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed", "ds_layernorm_row"]}
 
 
 def library():

@@ -69,10 +69,12 @@ class GemmGroup:
     outputs: list[str] = field(default_factory=list)
     folded: list[Node] = field(default_factory=list)  # Reshape to heads + Transpose (0, 2, 1, 3), written directly
     heads: int = 0  # with `folded`: (b, s, heads * d) is written as (b, heads, s, d)
+    layernorm: Node | None = None  # a last-axis LayerNormalization of the result, applied per block of rows
 
     @property
     def nodes(self) -> list[Node]:
-        return [self.node] + (self.epilogue.nodes if self.epilogue else []) + self.folded
+        return [self.node] + (self.epilogue.nodes if self.epilogue else []) + self.folded + \
+            ([self.layernorm] if self.layernorm else [])
 
 
 @dataclass
@@ -189,6 +191,7 @@ def fuse(nodes: list[Node], graph: Graph, known: set) -> list:
     items = _fuse_softmax(out, graph, consumers, graph_outputs)
     items = _fuse_attention(items, graph, consumers, graph_outputs)
     items = _fuse_gemm(items, graph, consumers, graph_outputs)
+    items = _fuse_layernorm(items, graph, consumers, graph_outputs)
     return _fold_head_transposes(items, graph, consumers, graph_outputs)
 
 
@@ -385,7 +388,7 @@ def _fold_head_transposes(items: list, graph: Graph, consumers: dict, graph_outp
     slot_of = _slots(items)
     drop: set[int] = set()
     for item in items:
-        if isinstance(item, GemmGroup) and len(item.outputs) == 1 and len(item.shape) == 3:
+        if isinstance(item, GemmGroup) and len(item.outputs) == 1 and len(item.shape) == 3 and not item.layernorm:
             y = item.outputs[0]
             rs = _sole_reader(y, consumers, graph_outputs)
             if rs is None or rs.op_type != "Reshape" or rs.inputs[0] != y:
@@ -411,4 +414,32 @@ def _fold_head_transposes(items: list, graph: Graph, consumers: dict, graph_outp
                 continue
             item.folded, item.outputs = [tr], [tr.outputs[0]]
             drop.add(slot_of[tr.outputs[0]])
+    return [item for i, item in enumerate(items) if i not in drop]
+
+
+def _fuse_layernorm(items: list, graph: Graph, consumers: dict, graph_outputs: set) -> list:
+    """A product (with its epilogue) whose result only a last-axis LayerNormalization reads, with constant
+    scale and bias over the whole last axis: the normalisation runs on each block of rows while it is in cache
+    (the residual add + LayerNorm that closes every transformer sub-layer)."""
+    if os.environ.get("DYNSHAPE_FUSED_LAYERNORM", "1") == "0":
+        return items
+    slot_of = _slots(items)
+    drop: set[int] = set()
+    for item in items:
+        if not isinstance(item, GemmGroup) or len(item.outputs) != 1 or not item.shape:
+            continue
+        y = item.outputs[0]
+        ln = _sole_reader(y, consumers, graph_outputs)
+        if ln is None or ln.op_type != "LayerNormalization" or ln.inputs[0] != y or len(ln.inputs) < 2 \
+                or any(o for o in ln.outputs[1:]) or ln.attrs.get("axis", -1) not in (-1, len(item.shape) - 1):
+            continue
+        n = item.shape[-1]
+        params = [_const(x, graph) for x in ln.inputs[1:3] if x]
+        if not all(c is not None and c.dtype == np.float32 and c.shape in ((n,), (1, n)) for c in params):
+            continue
+        if not _float32(graph.types.get(ln.outputs[0])):
+            continue
+        item.layernorm, item.outputs = ln, [ln.outputs[0]]
+        item.inputs += [x for x in ln.inputs[1:3] if x]
+        drop.add(slot_of[ln.outputs[0]])
     return [item for i, item in enumerate(items) if i not in drop]
