@@ -147,3 +147,12 @@ def test_residual_then_layernorm_runs_in_the_product(with_bias):
         want = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-3) * scale
         want = want + shift if with_bias else want
         np.testing.assert_allclose(exe.run({"x": x, "res": res})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_executables_of_one_graph_share_packed_weights():
+    w = np.ones((8, 40), np.float32)
+    g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ["m", 8]}, {"w": w}, "y", {"m": (1, 9)})
+    a, b = ds.compile(g), ds.compile(g, specialize=[{"m": 3}])
+    packed_a = [v for k, v in a._generic.fixed.items() if "::packed" in k]
+    packed_b = [v for k, v in b._variants[(3,)].fixed.items() if "::packed" in k]
+    assert len(packed_a) == 1 and packed_a[0] is packed_b[0]

@@ -16,6 +16,8 @@ for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to t
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 NR = 32  # columns per packed panel: two 16-float vectors
@@ -35,6 +37,25 @@ def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
     padded = np.zeros((k, panels * NR), np.float32)
     padded[:, :n] = b
     return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
+
+
+_packed: dict[tuple[int, bool], tuple] = {}  # (id(weight), trans) -> (weakref to the weight, its packed form)
+
+
+def packed(w: np.ndarray, trans: bool = False) -> np.ndarray:
+    """pack_b(w, trans), computed once per weight array while that array lives (shared by every executable
+    compiled from the same graph)."""
+    key = (id(w), trans)
+    hit = _packed.get(key)
+    if hit is not None and hit[0]() is w:
+        return hit[1]
+    out = pack_b(w, trans)
+    try:
+        ref = weakref.ref(w, lambda _, key=key: _packed.pop(key, None))
+    except TypeError:  # not weak-referenceable: no sharing
+        return out
+    _packed[key] = (ref, out)
+    return out
 
 
 def _micro(mr: int) -> str:

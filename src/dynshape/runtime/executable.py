@@ -364,17 +364,16 @@ class Executable:
         libs = {key: compile_c(src, name, symbols=symbols, **flags) for key, (src, name, symbols) in jobs.items()}
         return {name: libs[key] for key, (_, _, names) in jobs.items() for name in names}
 
-    def _pack_weights(self, steps: list, consts: dict) -> dict:
-        """The packed form of every constant matrix a GemmGroup kernel reads (packed once per executable)."""
+    @staticmethod
+    def _pack_weights(steps: list, consts: dict) -> dict:
+        """The packed form of every constant matrix a GemmGroup kernel reads: packed once per weight array, so
+        the variants and executables of one graph share it (memory, and the caches it competes for)."""
         out = {}
         for s in steps:
             for x in s.inputs:
                 if "::packed" in x and x not in out:
                     w, how = x.rsplit("::packed", 1)
-                    cache = self.__dict__.setdefault("_packed", {})
-                    if x not in cache:
-                        cache[x] = packed_gemm.pack_b(consts[w], trans=how == "T")
-                    out[x] = cache[x]
+                    out[x] = packed_gemm.packed(consts[w], trans=how == "T")
         return out
 
     def _probe_symbolic(self, symvals) -> set:
