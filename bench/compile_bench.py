@@ -35,19 +35,26 @@ def build(model: str, specialize=None):
 
 def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 15, settle_s: float = 0.02) -> dict:
     """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
-    (about budget_s / rounds / len(calls) long, at least one call), in turn; the median block per candidate.
+    (about budget_s / rounds / len(calls) long, at least one call), in a rotating order; the median block.
     Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
     the machine's drift on every candidate alike."""
     per_call = {}
-    for k, f in calls.items():  # warm-up, and a first estimate of each call's length
+    for k, f in calls.items():  # warm-up (a tenth of the budget each: caches, pools, clocks), and an estimate
         f(inputs)
         t = time.perf_counter()
-        f(inputs)
-        per_call[k] = max(time.perf_counter() - t, 1e-7)
+        n = 0
+        while n < 2 or time.perf_counter() - t < budget_s / 10:
+            f(inputs)
+            n += 1
+        per_call[k] = max((time.perf_counter() - t) / n, 1e-7)
     block_s = budget_s / rounds / len(calls)
     samples: dict = {k: [] for k in calls}
-    for _ in range(rounds):
-        for k, f in calls.items():
+    names = list(calls)
+    for r in range(rounds):
+        # the order rotates every round: each candidate follows each other one as often (whoever runs right
+        # after a build that shares its weights finds them in cache)
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            f = calls[k]
             n = max(1, int(block_s / per_call[k]))
             time.sleep(settle_s)  # the previous candidate's idle threads stop spinning before this one runs
             t = time.perf_counter()
