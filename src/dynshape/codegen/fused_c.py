@@ -404,7 +404,7 @@ def _emit_gemm_layernorm(gg: GemmGroup, graph: Graph, name: str, lines: list, ep
     eps = c_float(float(ln.attrs.get("epsilon", 1e-5)))
     sp = f"i{2 + len(ops.ptrs)}"
     bp = f"i{3 + len(ops.ptrs)}" if len(ln_params) > 1 else "NULL"
-    norm = f"ds_layernorm_row(o0 + r * {n}, {sp}, {bp}, {n}, {eps});"
+    norm = f"ds_layernorm_row(o0 + r * {n}, o0 + r * {n}, {sp}, {bp}, {n}, {eps});"
     tile = [f"const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;",
             f"ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});"]
     if epilogue:

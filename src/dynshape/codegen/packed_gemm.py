@@ -20,6 +20,8 @@ import weakref
 
 import numpy as np
 
+from dynshape.codegen.row_kernels import LAYERNORM_ROW
+
 NR = 32  # columns per packed panel: two 16-float vectors
 ROW_BLOCK = 60  # rows per block (a multiple of every micro-tile height): the block stays in cache for the epilogue
 MR_WIDE = 12  # rows per micro-tile with 32 vector registers (AVX-512): 24 accumulators; 12 measured 6-10% over 8
@@ -125,25 +127,7 @@ void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp
 
 """
 
-_LAYERNORM = r"""
-/* One row normalised in place, as row_kernels' ds_layernorm_f32 computes it (same order of operations). */
-void ds_layernorm_row(float *restrict x, const float *restrict scale, const float *restrict bias, int64_t n,
-                      float eps) {
-    float s = 0.0f;
-    #pragma omp simd reduction(+:s)
-    for (int64_t i = 0; i < n; i++) s += x[i];
-    const float mean = s / (float)n;
-    float v = 0.0f;
-    #pragma omp simd reduction(+:v)
-    for (int64_t i = 0; i < n; i++) { float d = x[i] - mean; v += d * d; }
-    const float rstd = 1.0f / sqrtf(v / (float)n + eps);
-    if (bias) {
-        for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mean) * rstd * scale[i] + bias[i];
-    } else {
-        for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mean) * rstd * scale[i];
-    }
-}
-"""
+_LAYERNORM = LAYERNORM_ROW.replace("@STORAGE@", "")
 
 _PLAIN = r"""
 /* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
@@ -202,8 +186,8 @@ void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp
                   int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
 void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                     int64_t ldc, int64_t m, int64_t n, int64_t k);
-void ds_layernorm_row(float *restrict x, const float *restrict scale, const float *restrict bias, int64_t n,
-                      float eps);
+void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                      int64_t n, float eps);
 int omp_get_max_threads(void);
 """
 

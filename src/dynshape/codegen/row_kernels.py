@@ -13,7 +13,28 @@ import numpy as np
 
 from dynshape.codegen.cgen import prelude
 
-_SRC = r"""
+# One row of LayerNormalization; x and y may be the same row (the fused products normalise in place).
+# Shared with codegen/packed_gemm.py, whose library exports it: @STORAGE@ is how each library declares it.
+LAYERNORM_ROW = r"""
+@STORAGE@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                                int64_t n, float eps) {
+    float s = 0.0f;
+    #pragma omp simd reduction(+:s)
+    for (int64_t i = 0; i < n; i++) s += x[i];
+    const float mean = s / (float)n;
+    float v = 0.0f;
+    #pragma omp simd reduction(+:v)
+    for (int64_t i = 0; i < n; i++) { float d = x[i] - mean; v += d * d; }
+    const float rstd = 1.0f / sqrtf(v / (float)n + eps);
+    if (bias) {
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * scale[i] + bias[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * scale[i];
+    }
+}
+"""
+
+_SRC = LAYERNORM_ROW.replace("@STORAGE@", "static inline") + r"""
 void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n) {
     #pragma omp parallel for schedule(static) if(rows * n >= 32768)
     for (int64_t r = 0; r < rows; r++) {
@@ -33,23 +54,7 @@ void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, in
 void ds_layernorm_f32(const float *restrict x, const float *restrict scale, const float *restrict bias,
                       float *restrict y, int64_t rows, int64_t n, float eps) {
     #pragma omp parallel for schedule(static) if(rows * n >= 32768)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t i = 0; i < n; i++) s += xr[i];
-        const float mean = s / (float)n;
-        float v = 0.0f;
-        #pragma omp simd reduction(+:v)
-        for (int64_t i = 0; i < n; i++) { float d = xr[i] - mean; v += d * d; }
-        const float rstd = 1.0f / sqrtf(v / (float)n + eps);
-        if (bias) {
-            for (int64_t i = 0; i < n; i++) yr[i] = (xr[i] - mean) * rstd * scale[i] + bias[i];
-        } else {
-            for (int64_t i = 0; i < n; i++) yr[i] = (xr[i] - mean) * rstd * scale[i];
-        }
-    }
+    for (int64_t r = 0; r < rows; r++) ds_layernorm_row(x + r * n, y + r * n, scale, bias, n, eps);
 }
 
 /* The same with every argument in one int64 array (eps as the bits of a float): a plan's program can call it. */
