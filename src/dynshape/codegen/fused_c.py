@@ -20,7 +20,7 @@ import numpy as np
 
 from dynshape.codegen.cgen import c_float
 from dynshape.codegen.packed_gemm import NR, PAR_MIN_FLOPS, ROW_BLOCK
-from dynshape.ir.graph import Graph
+from dynshape.ir.graph import Graph, Node
 from dynshape.passes.fusion import (
     AttentionGroup,
     GemmGroup,
@@ -358,76 +358,55 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
     out = env[gg.folded[0].inputs[0] if gg.folded else ln.inputs[0] if ln is not None else gg.outputs[0]]
     epilogue = [] if out == "acc" else [
         f"const int64_t j1 = q * {NR} + {NR} < {n} ? q * {NR} + {NR} : {n};",
-        "#pragma omp simd", f"for (int64_t j = q * {NR}; j < j1; j++) {{", *["    " + ln for ln in body],
+        "#pragma omp simd", f"for (int64_t j = q * {NR}; j < j1; j++) {{", *["    " + b for b in body],
         f"    {at} = {out};", "}"]
     blocks, panels = f"((L0 + {ROW_BLOCK - 1}) / {ROW_BLOCK})", (n + NR - 1) // NR
-    if ln is not None:
-        return _emit_gemm_layernorm(gg, graph, name, lines, epilogue, ops, ln_params, rows, shape, n, k, blocks,
-                                    panels, a_name)
-    lines.append(f"    #pragma omp parallel for collapse(2) schedule(static) if(L0 * {n * k} >= {PAR_MIN_FLOPS})")
-    lines.append(f"    for (int64_t rb = 0; rb < {blocks}; rb++) {{")
-    lines.append(f"        for (int64_t q = 0; q < {panels}; q++) {{")
-    lines.append(f"            const int64_t r0 = rb * {ROW_BLOCK};")
-    lines.append(f"            const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;")
-    ind = "            "
-    if heads:
-        lines += [f"{ind}const int64_t h = q * {NR} / {hd}, d0 = q * {NR} % {hd};",
-                  f"{ind}const int64_t nc = {n} - q * {NR} < {NR} ? {n} - q * {NR} : {NR};",
-                  f"{ind}for (int64_t rs = r0; rs < r1;) {{",
-                  f"{ind}    const int64_t b = rs / L1, s = rs % L1, re = (b + 1) * L1 < r1 ? (b + 1) * L1 : r1;",
-                  f"{ind}    float *dst = o0 + ((b * {heads} + h) * L1 + s) * {hd} + d0;",
-                  f"{ind}    ds_gemm_panel(i0 + rs * {k}, {k}, i1 + q * {k * NR}, {NR}, dst, {hd}, 0, re - rs, nc,",
-                  f"{ind}                  {k});",
-                  f"{ind}    for (int64_t r = rs; r < re; r++) {{"]
-        lines += [f"{ind}        " + ln for ln in epilogue]
-        lines += [f"{ind}    }}", f"{ind}    rs = re;", f"{ind}}}"]
+    rows_of = [f"const int64_t r0 = rb * {ROW_BLOCK};",
+               f"const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;"]
+    if heads:  # rows of one b at a time, straight into their place in (b, heads, s, hd)
+        tile = [f"const int64_t h = q * {NR} / {hd}, d0 = q * {NR} % {hd};",
+                f"const int64_t nc = {n} - q * {NR} < {NR} ? {n} - q * {NR} : {NR};",
+                "for (int64_t rs = r0; rs < r1;) {",
+                "    const int64_t b = rs / L1, s = rs % L1, re = (b + 1) * L1 < r1 ? (b + 1) * L1 : r1;",
+                f"    float *dst = o0 + ((b * {heads} + h) * L1 + s) * {hd} + d0;",
+                f"    ds_gemm_panel(i0 + rs * {k}, {k}, i1 + q * {k * NR}, {NR}, dst, {hd}, 0, re - rs, nc, {k});",
+                "    for (int64_t r = rs; r < re; r++) {", *["        " + e for e in epilogue], "    }",
+                "    rs = re;", "}"]
     else:
-        lines.append(f"{ind}ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});")
+        tile = [f"ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});"]
         if epilogue:
-            lines.append(f"{ind}for (int64_t r = r0; r < r1; r++) {{")
-            lines += [f"{ind}    " + ln for ln in epilogue]
-            lines.append(f"{ind}}}")
-    lines += ["        }", "    }", "}"]
-    src = "\n".join(lines) + "\n"
-    out_shape = tuple(graph.types[gg.outputs[0]].shape)
-    return GroupKernel(name, src, [rows, shape[1]] if heads else [rows], out_shape, [a_name, packed_name(gg)]
-                       + ops.ptrs, list(gg.outputs), [np.dtype(graph.types[o].dtype) for o in gg.outputs])
-
-
-def _emit_gemm_layernorm(gg: GemmGroup, graph: Graph, name: str, lines: list, epilogue: list, ops: _Operands,
-                         ln_params: list, rows, shape: tuple, n: int, k: int, blocks: str, panels: int,
-                         a_name: str) -> GroupKernel:
-    """The product, its epilogue and a LayerNormalization of each row. With enough row blocks for every thread,
-    each block is normalised right after its tiles, in cache; otherwise the tiles are shared out first and the
-    rows normalised after a barrier (a batch-1 request still uses every thread)."""
-    ln = gg.layernorm
-    eps = c_float(float(ln.attrs.get("epsilon", 1e-5)))
-    sp = f"i{2 + len(ops.ptrs)}"
-    bp = f"i{3 + len(ops.ptrs)}" if len(ln_params) > 1 else "NULL"
-    norm = f"ds_layernorm_row(o0 + r * {n}, o0 + r * {n}, {sp}, {bp}, {n}, {eps});"
-    tile = [f"const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;",
-            f"ds_gemm_tile(i0, {k}, i1, o0, {n}, r0, r1, q, {n}, {k});"]
-    if epilogue:
-        tile += ["for (int64_t r = r0; r < r1; r++) {", *["    " + ln_ for ln_ in epilogue], "}"]
+            tile += ["for (int64_t r = r0; r < r1; r++) {", *["    " + e for e in epilogue], "}"]
     par = f"if(L0 * {n * k} >= {PAR_MIN_FLOPS})"
-    lines += [f"    if ({blocks} >= 2 * omp_get_max_threads()) {{",
-              f"        #pragma omp parallel for schedule(static) {par}",
-              f"        for (int64_t rb = 0; rb < {blocks}; rb++) {{",
-              f"            const int64_t r0 = rb * {ROW_BLOCK};",
-              f"            for (int64_t q = 0; q < {panels}; q++) {{",
-              *["                " + t for t in tile], "            }",
-              f"            for (int64_t r = r0; r < (r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0); r++) {norm}",
-              "        }", "    } else {", f"        #pragma omp parallel {par}", "        {",
-              "        #pragma omp for collapse(2) schedule(static)",
-              f"        for (int64_t rb = 0; rb < {blocks}; rb++) {{",
-              f"            for (int64_t q = 0; q < {panels}; q++) {{",
-              f"                const int64_t r0 = rb * {ROW_BLOCK};",
-              *["                " + t for t in tile], "            }", "        }",
-              "        #pragma omp for schedule(static)",
-              f"        for (int64_t r = 0; r < L0; r++) {norm}", "        }", "    }", "}"]
-    return GroupKernel(name, "\n".join(lines) + "\n", [rows], tuple(graph.types[gg.outputs[0]].shape),
-                       [a_name, packed_name(gg)] + ops.ptrs + ln_params, list(gg.outputs),
-                       [np.dtype(graph.types[o].dtype) for o in gg.outputs])
+    tiles = [f"for (int64_t rb = 0; rb < {blocks}; rb++) {{", f"    for (int64_t q = 0; q < {panels}; q++) {{",
+             *["        " + t for t in rows_of + tile], "    }", "}"]
+    if ln is None:
+        lines += [f"    #pragma omp parallel for collapse(2) schedule(static) {par}", *["    " + t for t in tiles]]
+    else:
+        lines += _layernorm_loops(ln, ops, ln_params, n, blocks, panels, par, rows_of, tile, tiles)
+    lines.append("}")
+    return GroupKernel(name, "\n".join(lines) + "\n", [rows, shape[1]] if heads else [rows],
+                       tuple(graph.types[gg.outputs[0]].shape), [a_name, packed_name(gg)] + ops.ptrs + ln_params,
+                       list(gg.outputs), [np.dtype(graph.types[o].dtype) for o in gg.outputs])
+
+
+def _layernorm_loops(ln: Node, ops: _Operands, ln_params: list, n: int, blocks: str, panels: int, par: str,
+                     rows_of: list, tile: list, tiles: list) -> list:
+    """The loops of a product whose rows a LayerNormalization then normalises in place. With enough row blocks
+    for every thread, each block is normalised right after its tiles, in cache; otherwise the tiles are shared
+    out first and the rows normalised after a barrier (a batch-1 request still uses every thread)."""
+    eps = c_float(float(ln.attrs.get("epsilon", 1e-5)))
+    scale = f"i{2 + len(ops.ptrs)}"
+    bias = f"i{3 + len(ops.ptrs)}" if len(ln_params) > 1 else "NULL"
+    norm = f"ds_layernorm_row(o0 + r * {n}, o0 + r * {n}, {scale}, {bias}, {n}, {eps});"
+    return [f"    if ({blocks} >= 2 * omp_get_max_threads()) {{",
+            f"        #pragma omp parallel for schedule(static) {par}",
+            f"        for (int64_t rb = 0; rb < {blocks}; rb++) {{", *["            " + t for t in rows_of],
+            f"            for (int64_t q = 0; q < {panels}; q++) {{", *["                " + t for t in tile],
+            "            }", f"            for (int64_t r = r0; r < r1; r++) {norm}", "        }",
+            "    } else {", f"        #pragma omp parallel {par}", "        {",
+            "        #pragma omp for collapse(2) schedule(static)", *["        " + t for t in tiles],
+            "        #pragma omp for schedule(static)", f"        for (int64_t r = 0; r < L0; r++) {norm}",
+            "        }", "    }"]
 
 
 def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:

@@ -216,13 +216,15 @@ def grow(arena: Arena, total: int) -> None:
     not re-planned on its next call: re-planning is the latency spike a warmed-up stream must not see.  Those
     older buffers are capped at the new buffer's size in all, the plans on the oldest dropped first."""
     arena.buf = np.empty(total + total // 4, np.uint8)
-    by_buffer: dict[int, list] = {}
+    keys_of: dict[int, list] = {}  # id(old buffer) -> keys of the plans bound to it
+    size_of: dict[int, int] = {}
     for key, plan in arena.plans.items():
-        by_buffer.setdefault(id(plan.arena), []).append((key, plan.arena.nbytes))
-    stale = sum(keys[0][1] for keys in by_buffer.values())
-    for keys in sorted(by_buffer.values(), key=lambda ks: ks[0][1]):  # smallest (oldest) buffers first
+        keys_of.setdefault(id(plan.arena), []).append(key)
+        size_of[id(plan.arena)] = plan.arena.nbytes
+    stale = sum(size_of.values())
+    for buf in sorted(size_of, key=size_of.__getitem__):  # the smallest buffers are the oldest
         if stale <= arena.buf.nbytes:
             break
-        for key, _ in keys:
+        for key in keys_of[buf]:
             del arena.plans[key]
-        stale -= keys[0][1]
+        stale -= size_of[buf]

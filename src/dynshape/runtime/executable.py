@@ -322,7 +322,7 @@ class Executable:
                 steps.append(_Step(fn, tuple(k.inputs), tuple(k.outputs), "+".join(n.name for n in item.nodes),
                                    needs_key=True, op_type="fused", kernel=fn.raw))
             else:
-                for n in (item.nodes if isinstance(item, (Group, SoftmaxGroup, GemmGroup, AttentionGroup)) else [item]):
+                for n in (item.nodes if type(item) in emitters else [item]):
                     steps.append(self._node_step(n))
         return steps
 

@@ -269,34 +269,28 @@ def _programs(calls: list, labels: list, keep: list) -> tuple[list, list]:
     lib = program.library()
     if lib is None:
         return calls, labels
-    out, out_labels, run, run_labels = [], [], [], []
+    out: list = []
+    run: list = []  # (call, label, (entry, args)) of the native calls since the last Python one
 
     def flush():
         if len(run) >= 2:
-            prog = np.array([x for fn, args in run for x in (fn, len(args), *args)], dtype=np.int64)
+            prog = np.array([x for _, _, (fn, args) in run for x in (fn, len(args), *args)], dtype=np.int64)
             keep.append(prog)
-            out.append(functools.partial(lib.ds_run_program, prog.ctypes.data, len(run)))
-            out_labels.append(f"{run_labels[0]} .. {run_labels[-1]} ({len(run)} native steps)")
+            out.append((functools.partial(lib.ds_run_program, prog.ctypes.data, len(run)),
+                        f"{run[0][1]} .. {run[-1][1]} ({len(run)} native steps)"))
         else:
-            out.extend(c for c, _ in zip(run_calls, run))
-            out_labels.extend(run_labels)
+            out.extend((call, label) for call, label, _ in run)
         run.clear()
-        run_labels.clear()
-        run_calls.clear()
 
-    run_calls: list = []
     for call, label in zip(calls, labels):
         nat = _native(call)
         if nat is None:
             flush()
-            out.append(call)
-            out_labels.append(label)
+            out.append((call, label))
         else:
-            run.append(nat)
-            run_calls.append(call)
-            run_labels.append(label)
+            run.append((call, label, nat))
     flush()
-    return out, out_labels
+    return [c for c, _ in out], [lb for _, lb in out]
 
 
 def _bind_gather_nd(s: Any, ins: list, outs: list, fixed: dict) -> list | None:
@@ -324,7 +318,8 @@ def _bind_gather_nd(s: Any, ins: list, outs: list, fixed: dict) -> list | None:
 
 
 def _bind_copy(s: Any, ins: list, outs: list, keep: list) -> list | None:
-    """Ops that only move data: the source view is fixed for the key, so the call is one np.copyto."""
+    """Ops that only move data: the source view is fixed for the key, so the call is one strided copy in C
+    (same dtypes) or one np.copyto."""
     op, out = s.op_type, outs[0] if outs else None
     if out is None or not ins or ins[0] is None or len([o for o in outs if o is not None]) != 1:
         return None
