@@ -10,7 +10,7 @@ import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
 
 
-def _positions_model():
+def _positions_model(max_seq: int = 32):
     """y = x + emb[Range(0, seq)]: the gather of position embeddings depends on the key alone."""
     emb = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
     nodes = [
@@ -24,7 +24,7 @@ def _positions_model():
               numpy_helper.from_array(np.array(1, np.int64), "one")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
-    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), dims={"seq": (1, 32)})
+    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), dims={"seq": (1, max_seq)})
 
 
 def test_key_only_steps_leave_the_request_path_and_stay_right_across_keys():
@@ -91,3 +91,11 @@ def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
     plans = exe._pool.arenas[0].plans
     assert sum(p.nbytes for p in plans.values()) <= executable.PLAN_BYTES
     assert [k[1] for k in plans] == [(30,), (29,), (28,)]  # the oldest went first
+
+
+def test_a_per_key_step_that_fails_names_its_node_and_leaves_the_executable_usable():
+    exe = ds.compile(_positions_model(max_seq=40), strategy="generic")  # the table has 32 rows
+    with pytest.raises(ds.DynshapeError, match="Gather"):
+        exe.run({"x": np.zeros((35, 4), np.float32)})
+    x = np.zeros((3, 4), np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], np.arange(12, dtype=np.float32).reshape(3, 4))

@@ -175,7 +175,11 @@ class Planner:
         for i in self.per_key:
             s = variant.steps[i]
             args = [fixed[x] if x else None for x in s.inputs]
-            outs = s.fn(args, key) if s.needs_key else s.fn(args)
+            try:
+                outs = s.fn(args, key) if s.needs_key else s.fn(args)
+            except Exception as e:  # an index the shapes put out of range: name the node, as run time does
+                raise DynshapeError(f"node {s.label!r} ({s.op_type}) failed for this shape: "
+                                    f"{type(e).__name__}: {e}") from e
             for name, out in zip(s.outputs, outs):
                 if name:
                     fixed[name] = v = _contiguous(np.asarray(out, dtype=g.types[name].dtype))
