@@ -107,3 +107,49 @@ def test_attention_writes_its_transposed_output_directly():
         mask = np.zeros((b, 1, 1, n), np.float32)
         got = exe.run({"q": q, "kt": kt, "v": v, "mask": mask})["y"]
         np.testing.assert_allclose(got, _reference(q, kt, v, mask).transpose(0, 2, 1, 3), rtol=2e-5, atol=2e-5)
+
+
+def _attention_from_rows(torch_style: bool):
+    """Attention given K as (b, heads, n, k): Kᵀ made by a Transpose (..., 3, 2), or by torch's exporter's
+    Reshape (b * heads, n, k) -> Transpose (0, 2, 1) -> Reshape (b, heads, k, n)."""
+    i64 = TensorProto.INT64
+    consts = [helper.make_tensor("minus1", i64, [1], [-1])]
+    if torch_style:
+        nodes = [helper.make_node("Shape", ["k"], ["ks"]),
+                 helper.make_node("Slice", ["ks", "at0", "at2"], ["lead"]),
+                 helper.make_node("Slice", ["ks", "at2", "at3"], ["nn"]),
+                 helper.make_node("Slice", ["ks", "at3", "at4"], ["kk"]),
+                 helper.make_node("Concat", ["minus1", "nn", "kk"], ["merged"], axis=0),
+                 helper.make_node("Concat", ["lead", "kk", "nn"], ["split"], axis=0),
+                 helper.make_node("Reshape", ["k", "merged"], ["k3"]),
+                 helper.make_node("Transpose", ["k3"], ["kt3"], perm=[0, 2, 1]),
+                 helper.make_node("Reshape", ["kt3", "split"], ["kt"])]
+        consts += [helper.make_tensor(f"at{i}", i64, [1], [i]) for i in (0, 2, 3, 4)]
+    else:
+        nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
+    nodes += [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Add", ["s", "mask"], ["sm"]),
+              helper.make_node("Softmax", ["sm"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info("q", F, ["b", 3, "m", "k"]),
+              helper.make_tensor_value_info("k", F, ["b", 3, "n", "k"]),
+              helper.make_tensor_value_info("v", F, ["b", 3, "n", 40]),
+              helper.make_tensor_value_info("mask", F, ["b", 1, 1, "n"])]
+    graph = helper.make_graph(nodes, "att_rows", inputs, [helper.make_tensor_value_info("y", F, None)], consts)
+    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]),
+                     dims={"b": (1, 3), "m": (1, 140), "k": (1, 70), "n": (1, 140)})
+
+
+@pytest.mark.parametrize("torch_style", [False, True])
+def test_attention_packs_kt_from_k_as_stored(torch_style):
+    """The copy that makes Kᵀ is gone: the kernel packs Kᵀ's panels from K's rows (ragged panel edges too)."""
+    exe = ds.compile(_attention_from_rows(torch_style))
+    fused = [s for s in exe._generic.steps if s.op_type == "fused"]
+    assert len(fused) == 1 and "Transpose" in fused[0].label, [s.label for s in exe._generic.steps]
+    assert not any(s.op_type == "Transpose" for s in exe._generic.steps)
+    rng = np.random.default_rng(11)
+    for b, m, k, n in [(1, 1, 1, 1), (2, 65, 7, 33), (3, 140, 64, 140), (1, 64, 70, 31)]:
+        q = rng.standard_normal((b, 3, m, k)).astype(np.float32)
+        kr = rng.standard_normal((b, 3, n, k)).astype(np.float32)
+        v = rng.standard_normal((b, 3, n, 40)).astype(np.float32)
+        mask = np.where(rng.random((b, 1, 1, n)) < 0.2, np.float32(-1e9), np.float32(0)).astype(np.float32)
+        got = exe.run({"q": q, "k": kr, "v": v, "mask": mask})["y"]
+        np.testing.assert_allclose(got, _reference(q, kr.swapaxes(-1, -2), v, mask), rtol=2e-5, atol=2e-5)

@@ -452,6 +452,7 @@ def emit_attention(ag: AttentionGroup, graph: Graph, name: str, key_names: set) 
               f"    float scale[{ROW_BLOCK}];",
               "    #pragma omp for schedule(static)",
               "    for (int64_t b = 0; b < NB; b++) {",
+              "        ds_pack_panels_t(i1 + b * N * K, K, K, N, kp);" if ag.k_rows else
               "        ds_pack_panels(i1 + b * K * N, N, K, N, kp);",
               "        ds_pack_panels(i2 + b * N * DV, DV, N, DV, vp);",
               f"        for (int64_t m0 = 0; m0 < M; m0 += {ROW_BLOCK}) {{",

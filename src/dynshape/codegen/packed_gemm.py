@@ -117,6 +117,22 @@ void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, 
     }
 }
 
+/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it):
+   each of a panel's rows is read once, contiguously, and written down one column of the panel (in L1). */
+void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
+    for (int64_t q = 0; q * 32 < n; q++) {
+        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+        float *dst = bp + q * k * 32;
+        int64_t j = 0;
+        for (; j < nc; j++) {
+            const float *src = a + (q * 32 + j) * lda;
+            for (int64_t p = 0; p < k; p++) dst[p * 32 + j] = src[p];
+        }
+        for (; j < 32; j++)
+            for (int64_t p = 0; p < k; p++) dst[p * 32 + j] = 0.0f;
+    }
+}
+
 /* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
    ps floats apart. Tiles are independent, so a parallel loop over them needs no synchronisation. */
 /* The tile (rows i0..i1, panel q) of C = A @ B with B packed by pack_b. */
@@ -180,6 +196,7 @@ SOURCE = (_HEAD + f"#ifdef __AVX512F__\n#define DS_MR {MR_WIDE}\n#else\n#define 
 # What generated kernels include: the library's entry points, resolved when they load (after `library()`).
 DECLS = r"""
 void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp);
+void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp);
 void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
                    float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k);
 void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
@@ -200,7 +217,7 @@ def spec() -> dict:
 
     return {"source": "#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n" + SOURCE, "name": "packed_gemm",
             "flags": DEFAULT_FLAGS, "openmp": True, "share": True,
-            "symbols": ["ds_pack_panels", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed", "ds_layernorm_row"]}
+            "symbols": ["ds_pack_panels", "ds_pack_panels_t", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed", "ds_layernorm_row"]}
 
 
 def library():

@@ -49,10 +49,11 @@ class AttentionGroup:
     inputs: list[str] = field(default_factory=list)  # [Q, KT, V, *softmax operands other than the scores]
     outputs: list[str] = field(default_factory=list)
     folded: list[Node] = field(default_factory=list)  # a Transpose (0, 2, 1, 3) written directly (heads last)
+    k_rows: list[Node] = field(default_factory=list)  # movement making KT from K: the kernel packs KT from K
 
     @property
     def nodes(self) -> list[Node]:
-        return [self.scores, *self.softmax.nodes, self.values, *self.folded]
+        return [*self.k_rows, self.scores, *self.softmax.nodes, self.values, *self.folded]
 
 
 @dataclass
@@ -362,13 +363,46 @@ def _fuse_attention(items: list, graph: Graph, consumers: dict, graph_outputs: s
             continue
         q, kt = item.inputs[:2]
         ag = AttentionGroup(item, sg, items[k])
+        rows = _transposed_rows(kt, graph, consumers, graph_outputs)
+        if rows is not None and all(isinstance(items[slot_of.get(m.outputs[0], -1)], Node) for m in rows[1]):
+            kt, ag.k_rows = rows
         ag.inputs = [q, kt, items[k].inputs[1]] + [z for z in sg.inputs if z != s]
         if len(set(ag.inputs)) != len(ag.inputs):
             continue
         ag.outputs = [items[k].outputs[0]]
         made[k] = ag
-        drop.update((i, j))
+        drop.update((i, j, *(slot_of[m.outputs[0]] for m in ag.k_rows)))
     return [made.get(i, item) for i, item in enumerate(items) if i not in drop]
+
+
+def _transposed_rows(kt: str, graph: Graph, consumers: dict, graph_outputs: set) -> tuple[str, list] | None:
+    """(K, movement nodes) when the only use of the chain is to make `kt` = K with its last two axes swapped,
+    K a stack of row-major matrices: a Transpose (..., 2, 1), or torch's Reshape (b*h, s, d) -> Transpose
+    (0, 2, 1) -> Reshape (b, h, d, s). Each value on the way has one reader."""
+    by_out = {}
+    for users in consumers.values():
+        for n in users:
+            by_out.update({o: n for o in n.outputs if o})
+    chain: list[Node] = []
+    x = kt
+    for _ in range(3):
+        m = by_out.get(x)
+        if m is None or m.op_type not in ("Reshape", "Transpose") or len(consumers.get(x, [])) != 1 \
+                or x in graph_outputs or not _float32(graph.types.get(m.inputs[0])):
+            break
+        chain.insert(0, m)
+        x = m.inputs[0]
+        shapes = [tuple(graph.types[v].shape) for v in (x, *(c.outputs[0] for c in chain))]
+        perms = [list(c.attrs.get("perm", [])) if c.op_type == "Transpose" else None for c in chain]
+        r = len(shapes[0])
+        if len(chain) == 1 and perms[0] == [*range(r - 2), r - 1, r - 2] and r >= 3:
+            return x, chain
+        if len(chain) == 3 and [c.op_type for c in chain] == ["Reshape", "Transpose", "Reshape"] \
+                and perms[1] == [0, 2, 1] and r == 4:
+            (b, h, s, d), merged, swapped, out = shapes
+            if merged == (h * b, s, d) and swapped == (h * b, d, s) and out == (b, h, d, s):
+                return x, chain
+    return None
 
 
 _HEADS_PERM = [0, 2, 1, 3]

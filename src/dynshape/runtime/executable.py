@@ -40,6 +40,7 @@ from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
 from dynshape.passes.cse import eliminate_common
+from dynshape.passes.hoist import hoist_scalar_ops, with_types
 from dynshape.passes.fusion import AttentionGroup, GemmGroup, Group, SoftmaxGroup, fuse
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
@@ -281,8 +282,12 @@ class Executable:
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
         live = eliminate_common(live, {v.name for v in g.outputs})
+        if self.fuse:
+            live, hoisted = hoist_scalar_ops(live, g.types, consts, {v.name for v in g.outputs})
+        else:
+            hoisted = {}
         mapping = dict(zip(self._names, key)) if key is not None else narrow
-        spec = self._specialized(mapping) if mapping else g
+        spec = with_types(self._specialized(mapping) if mapping else g, hoisted)
         steps = self._steps(live, known, spec) if self.fuse else [self._node_step(n) for n in live]
         fixed = {k: v for k, v in consts.items() if k in needed}
         fixed.update(self._pack_weights(steps, consts))
