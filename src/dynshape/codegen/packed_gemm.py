@@ -217,7 +217,8 @@ def spec() -> dict:
 
     return {"source": "#include <stdint.h>\n#include <stdlib.h>\n#include <math.h>\n" + SOURCE, "name": "packed_gemm",
             "flags": DEFAULT_FLAGS, "openmp": True, "share": True,
-            "symbols": ["ds_pack_panels", "ds_pack_panels_t", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed", "ds_layernorm_row"]}
+            "symbols": ["ds_pack_panels", "ds_pack_panels_t", "ds_gemm_panel", "ds_gemm_tile", "ds_gemm_packed",
+                        "ds_layernorm_row"]}
 
 
 def library():

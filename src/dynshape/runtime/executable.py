@@ -40,8 +40,8 @@ from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.ops import registry
 from dynshape.passes.cse import eliminate_common
-from dynshape.passes.hoist import hoist_scalar_ops, with_types
 from dynshape.passes.fusion import AttentionGroup, GemmGroup, Group, SoftmaxGroup, fuse
+from dynshape.passes.hoist import hoist_scalar_ops, with_types
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.binder import InputSpec, make_binder, to_py
 from dynshape.runtime.budget import Arena, ArenaPool, Worst, fmt_bytes, grow, over_budget_text, parse_bytes, worst_case
