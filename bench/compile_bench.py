@@ -4,8 +4,9 @@
 
 Prints, in one run (medians over interleaved rounds, same process, same inputs):
 - compile time from a cold build cache and from the warm disk cache;
-- per fixed shape: the generic build, the fully static variant of that shape, eta = T(static) / T(generic),
-  and each peer with its ratio to dynshape's generic build;
+- per fixed shape: the generic build, the fully static variant of that shape, eta = T(static) / T(generic)
+  (the two builds timed alone, interleaved), and each peer with its ratio to dynshape's generic build (the
+  generic build and the peers interleaved);
 - the per-call tax: binder alone (bind + check + dispatch key), and a whole mlp call at batch 1;
 - --stream: the whole request stream, compile included, from a cold cache (onnxruntime: session included).
 Needs `python ../shared/bench/export_models.py` first (models go to ~/.cache/dynshape-bench/models).
@@ -33,9 +34,24 @@ def build(model: str, specialize=None):
     return exe, time.perf_counter() - t
 
 
-def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 15, settle_s: float = 0.02) -> dict:
+def balanced_orders(n: int) -> list[list[int]]:
+    """A Williams design: orders of range(n) in which each candidate comes right after each other one equally
+    often. (Rotating one order does not: a candidate then always follows the same one, and if that one leaves
+    its thread pool spinning, as torch's does, every block of the follower runs on a contended core.)"""
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    return rows if n % 2 == 0 else rows + [r[::-1] for r in rows]
+
+
+def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 16, settle_s: float = 0.05) -> dict:
     """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
-    (about budget_s / rounds / len(calls) long, at least one call), in a rotating order; the median block.
+    (about budget_s / rounds / len(calls) long, at least one call), in balanced orders; the median block.
     Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
     the machine's drift on every candidate alike."""
     per_call = {}
@@ -50,10 +66,12 @@ def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 1
     block_s = budget_s / rounds / len(calls)
     samples: dict = {k: [] for k in calls}
     names = list(calls)
+    orders = balanced_orders(len(names))
+    rounds = -(-rounds // len(orders)) * len(orders)  # whole designs only
     for r in range(rounds):
-        # the order rotates every round: each candidate follows each other one as often (whoever runs right
-        # after a build that shares its weights finds them in cache)
-        for k in names[r % len(names):] + names[:r % len(names)]:
+        # each candidate follows each other one as often: whoever runs right after a build that shares its
+        # weights finds them in cache, and whoever runs right after torch finds its threads still spinning
+        for k in [names[i] for i in orders[r % len(orders)]]:
             f = calls[k]
             n = max(1, int(block_s / per_call[k]))
             time.sleep(settle_s)  # the previous candidate's idle threads stop spinning before this one runs
@@ -105,8 +123,14 @@ def main() -> None:
     etas, ratios = [], {k: [] for k in calls if k not in ("dynshape", "static")}
     print("|" + "---|" * (2 + len(calls) + len(ratios)))
     for s in shapes:
-        t = time_interleaved(calls, common.make_inputs(model, s, seed=1), budget)
-        eta = t["static"] / t["dynshape"]
+        x = common.make_inputs(model, s, seed=1)
+        # eta from our two builds alone: with the peers in the same rounds their thread pools and caches
+        # moved it by up to 10% either way at 2 threads (0.89..1.07 in successive runs, 1.00 +- 0.04 without)
+        ours = time_interleaved({k: calls[k] for k in ("dynshape", "static")}, x, budget)
+        t = time_interleaved({k: f for k, f in calls.items() if k != "static"}, x, budget)
+        t = {"dynshape": t["dynshape"], "static": ours["static"],
+             **{k: v for k, v in t.items() if k != "dynshape"}}
+        eta = ours["static"] / ours["dynshape"]
         etas.append(eta)
         for k in ratios:
             ratios[k].append(t[k] / t["dynshape"])

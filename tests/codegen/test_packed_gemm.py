@@ -42,7 +42,8 @@ def test_matmul_by_a_constant_matches_numpy_for_every_row_count(k, n):
     g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ["m", k]}, {"w": w}, "y", {"m": (1, 200)})
     exe = ds.compile(g)
     assert len(_kernels(exe)) == 1
-    for m in (1, 2, 3, 7, 8, 9, 11, 12, 13, 16, 24, 59, 60, 61, 63, 64, 65, 130, 200):
+    # 61..72 rows: one block takes the tail (60 + up to 12); 73 and 200: a block of their own
+    for m in (1, 2, 3, 7, 8, 9, 11, 12, 13, 16, 24, 59, 60, 61, 63, 64, 65, 72, 73, 120, 130, 132, 133, 200):
         x = rng.standard_normal((m, k)).astype(np.float32)
         np.testing.assert_allclose(exe.run({"x": x})["y"], x @ w, rtol=2e-5, atol=2e-5 * np.sqrt(k))
     x = rng.standard_normal((9, k)).astype(np.float32)  # the unplanned path (allocating) runs the same kernel
@@ -119,7 +120,7 @@ def test_a_product_reshaped_to_heads_and_transposed_is_written_transposed(heads,
                   dims={"batch": (1, 3), "seq": (1, 130)})
     exe = ds.compile(g)
     assert [s.label for s in exe._generic.steps] == ["MatMul_0+Add_1+Reshape_2+Transpose_3"]
-    for b, s in [(1, 1), (2, 61), (3, 130), (3, 7)]:  # row blocks of 60 straddle the batch boundaries
+    for b, s in [(1, 1), (2, 61), (3, 130), (3, 7), (2, 36)]:  # row blocks straddle the batch boundaries
         x = rng.standard_normal((b, s, 24)).astype(np.float32)
         want = (x @ w + bias).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
         np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
@@ -140,7 +141,7 @@ def test_residual_then_layernorm_runs_in_the_product(with_bias):
     g = _model(nodes, {"x": ["m", 16], "res": ["m", 96]}, consts, "y", {"m": (1, 400)})
     exe = ds.compile(g)
     assert [s.label for s in exe._generic.steps] == ["MatMul_0+Add_1+Add_2+LayerNormalization_3"]
-    for m in (1, 59, 61, 130, 400):
+    for m in (1, 59, 61, 130, 132, 400):
         x = rng.standard_normal((m, 16)).astype(np.float32)
         res = rng.standard_normal((m, 96)).astype(np.float32)
         s = x @ w + b + res

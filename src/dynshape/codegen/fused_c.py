@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape.codegen.cgen import c_float
-from dynshape.codegen.packed_gemm import NR, PAR_MIN_FLOPS, ROW_BLOCK
+from dynshape.codegen.packed_gemm import NR, PAR_MIN_FLOPS, ROW_BLOCK, ROW_TAIL
 from dynshape.ir.graph import Graph, Node
 from dynshape.passes.fusion import (
     AttentionGroup,
@@ -298,6 +298,13 @@ def packed_name(gg: GemmGroup) -> str:
     return f"{gg.weight}::packed{'T' if gg.trans_b else ''}"
 
 
+def row_blocks(m: str) -> str:
+    """C for the number of row blocks of m rows: blocks of ROW_BLOCK, the last one also takes a short tail
+    (64 rows are one block of 64, not 60 + 4: the weights are not streamed again for 4 rows)."""
+    return (f"({m} > {ROW_BLOCK} && {m} % {ROW_BLOCK} <= {ROW_TAIL} ? {m} / {ROW_BLOCK} "
+            f": ({m} + {ROW_BLOCK - 1}) / {ROW_BLOCK})")
+
+
 def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKernel | None:
     """C for a product by a packed constant matrix, its epilogue applied to each block of rows in cache.
 
@@ -360,9 +367,9 @@ def emit_gemm(gg: GemmGroup, graph: Graph, name: str, key_names: set) -> GroupKe
         f"const int64_t j1 = q * {NR} + {NR} < {n} ? q * {NR} + {NR} : {n};",
         "#pragma omp simd", f"for (int64_t j = q * {NR}; j < j1; j++) {{", *["    " + b for b in body],
         f"    {at} = {out};", "}"]
-    blocks, panels = f"((L0 + {ROW_BLOCK - 1}) / {ROW_BLOCK})", (n + NR - 1) // NR
-    rows_of = [f"const int64_t r0 = rb * {ROW_BLOCK};",
-               f"const int64_t r1 = r0 + {ROW_BLOCK} < L0 ? r0 + {ROW_BLOCK} : L0;"]
+    blocks, panels = "NBLK", (n + NR - 1) // NR
+    lines.append(f"    const int64_t NBLK = {row_blocks('L0')};")
+    rows_of = [f"const int64_t r0 = rb * {ROW_BLOCK};", f"const int64_t r1 = rb == NBLK - 1 ? L0 : r0 + {ROW_BLOCK};"]
     if heads:  # rows of one b at a time, straight into their place in (b, heads, s, hd)
         tile = [f"const int64_t h = q * {NR} / {hd}, d0 = q * {NR} % {hd};",
                 f"const int64_t nc = {n} - q * {NR} < {NR} ? {n} - q * {NR} : {NR};",

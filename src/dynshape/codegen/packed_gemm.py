@@ -24,6 +24,7 @@ from dynshape.codegen.row_kernels import LAYERNORM_ROW
 
 NR = 32  # columns per packed panel: two 16-float vectors
 ROW_BLOCK = 60  # rows per block (a multiple of every micro-tile height): the block stays in cache for the epilogue
+ROW_TAIL = 12  # a last block of up to this many rows joins the one before it
 MR_WIDE = 12  # rows per micro-tile with 32 vector registers (AVX-512): 24 accumulators; 12 measured 6-10% over 8
 MR_NARROW = 4  # with 16 registers
 PAR_MIN_FLOPS = 1 << 20  # multiply-adds below which a product runs on one thread
