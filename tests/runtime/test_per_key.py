@@ -90,7 +90,17 @@ def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
         exe.run({"x": np.zeros((seq, 4), np.float32)})
     plans = exe._pool.arenas[0].plans
     assert sum(p.nbytes for p in plans.values()) <= executable.PLAN_BYTES
-    assert [k[1] for k in plans] == [(30,), (29,), (28,)]  # the oldest went first
+    assert [k[1] for k in plans] == [(32,), (31,), (30,)]  # full: keys called no more than the cached ones wait
+    kept = dict(plans)
+    for _ in range(3):  # a stream cycling over more keys than fit: the cached ones stay (FIFO would miss always)
+        for seq in (32, 31, 30, 29, 28):
+            exe.run({"x": np.zeros((seq, 4), np.float32)})
+    assert all(plans.get(k) is p for k, p in kept.items()) and len(plans) == 3
+    for _ in range(3):  # a key called more often than a cached one takes the place of the least called
+        exe.run({"x": np.zeros((28, 4), np.float32)})
+    assert (28,) in [k[1] for k in plans] and sum(p.nbytes for p in plans.values()) <= executable.PLAN_BYTES
+    y = exe.run({"x": np.ones((29, 4), np.float32)})["y"]  # uncached keys still run right
+    np.testing.assert_array_equal(y, 1 + np.arange(29 * 4, dtype=np.float32).reshape(29, 4))
 
 
 def test_a_per_key_step_that_fails_names_its_node_and_leaves_the_executable_usable():
