@@ -109,3 +109,17 @@ def test_a_per_key_step_that_fails_names_its_node_and_leaves_the_executable_usab
         exe.run({"x": np.zeros((35, 4), np.float32)})
     x = np.zeros((3, 4), np.float32)
     np.testing.assert_array_equal(exe.run({"x": x})["y"], np.arange(12, dtype=np.float32).reshape(3, 4))
+
+
+def test_a_memory_budget_also_bounds_the_per_key_values_plans_hold():
+    """Per-key values live beside the arena: with a budget they get only what the arena leaves."""
+    free = ds.compile(_positions_model(), strategy="generic")
+    arena = free.worst_case_memory().reserve
+    exe = ds.compile(_positions_model(), strategy="generic", memory_budget=arena + 24 * 20, arenas=1)
+    for seq in (8, 16, 12, 20, 4):
+        x = np.full((seq, 4), 2.0, np.float32)
+        want = 2 + np.arange(seq * 4, dtype=np.float32).reshape(seq, 4)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], want)
+    plans = exe._pool.arenas[0].plans
+    assert sum(p.nbytes for p in plans.values()) <= 24 * 20  # 24 bytes a position
+    assert sorted(k[1] for k in plans) == [(8,), (12,)]  # 8 + 12 positions fill it; later keys run uncached

@@ -635,15 +635,18 @@ class Executable:
         are: a stream cycling over more keys than fit keeps a fixed set cached (first-in-first-out or LRU would
         miss on every call: 171 keys cycling re-planned all 171 each pass, 1.6 ms a call), and a key that turns
         hot still gets in."""
+        cap = self._plan_bytes()
         held = sum(p.nbytes for p in plans.values()) + plan.nbytes
-        if len(plans) < PLANS_PER_ARENA and held <= PLAN_BYTES:
+        if plan.nbytes > cap:
+            return
+        if len(plans) < PLANS_PER_ARENA and held <= cap:
             plans[slot] = plan
             return
         recent = self.profile_.recent
         mine = recent(slot[1])
         victims = []
         for s, p in sorted(plans.items(), key=lambda sp: recent(sp[0][1])):
-            if len(plans) - len(victims) < PLANS_PER_ARENA and held <= PLAN_BYTES:
+            if len(plans) - len(victims) < PLANS_PER_ARENA and held <= cap:
                 break
             if recent(s[1]) >= mine:
                 return  # everything cached is called at least as often: this plan serves this call only
@@ -658,6 +661,13 @@ class Executable:
         return [out[v.name] for v in self.graph.outputs]
 
     # ---- memory ---------------------------------------------------------------------------------
+    def _plan_bytes(self) -> int:
+        """What an arena's cached plans may hold in per-key values: PLAN_BYTES, and with a memory_budget no more
+        than the budget leaves beside the arena."""
+        if self._budget is None:
+            return PLAN_BYTES
+        return max(0, min(PLAN_BYTES, self._budget - self._arena_bytes))
+
     def _init_memory(self) -> None:
         """Budget / preallocate: size the arenas for the worst case, or refuse now, naming what drives it."""
         what = "memory_budget" if self._budget is not None else "preallocate"
