@@ -75,8 +75,10 @@ def main() -> None:
         if i % step == 0:
             now = rss_bytes()
             peak = max(peak, now)
+            plans = [p for a in exe._pool.arenas for p in a.plans.values()]
             print(f"  {i:>7d} calls: RSS {now / 2**20:.1f} MiB ({100 * (now - base) / base:+.2f}%), "
-                  f"{time.perf_counter() - t:.1f} s")
+                  f"{time.perf_counter() - t:.1f} s; {len(plans)} cached plans holding "
+                  f"{sum(p.nbytes for p in plans) / 2**20:.1f} MiB of per-key values")
     gc.collect()
     end = rss_bytes()
     growth = 100 * (max(end, peak) - base) / base
