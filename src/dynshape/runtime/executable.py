@@ -282,7 +282,7 @@ class Executable:
         known = set(consts) | probe_names
         live, needed = self._live_nodes(known)
         live = eliminate_common(live, {v.name for v in g.outputs})
-        if self.fuse:
+        if self.fuse and os.environ.get("DYNSHAPE_HOIST", "1") != "0":
             live, hoisted = hoist_scalar_ops(live, g.types, consts, {v.name for v in g.outputs})
         else:
             hoisted = {}
