@@ -145,10 +145,10 @@ def bench_tail(graph, with_static: bool, passes: int = 3) -> dict:
         out[name] = p99 / p50
     # the machine's own floor: one mid-size shape, the same call 600 times (no shape changes, no builds)
     shape = (2, 64)
+    feed = {shape: feeds.get(shape) or common.make_inputs("bert_small", shape, 3)}
     exe = ds.compile(graph, strategy="generic")
-    time_stream(exe, [shape] * 50, {shape: feeds.get(shape) or common.make_inputs("bert_small", shape, 3)})
-    _, lat = time_stream(exe, [shape] * len(stream) * passes,
-                         {shape: feeds.get(shape) or common.make_inputs("bert_small", shape, 3)})
+    time_stream(exe, [shape] * 50, feed)
+    _, lat = time_stream(exe, [shape] * len(stream) * passes, feed)
     floor = float(np.percentile(lat, 99) / np.percentile(lat, 50))
     print(f"   noise floor: {shape} alone, {len(lat)} calls: p99/p50 {floor:.3f}")
     out["floor"] = floor

@@ -187,11 +187,16 @@ static inline float ds_expf(float x) {
     return x != x ? x : y;
 }
 
+/* exp(x) for x in [-87.3, 88]: 2^n is a normal number, so one scale and no range checks. */
+static inline float ds_exp_normal(float x) {
+    float n, p = ds_exp_poly(x, &n);
+    return p * ds_bits_to_float(((int32_t)n + 127) << 23);
+}
+
 /* exp of x <= 0 (softmax after subtracting the row maximum): one 2^n scale instead of two, and results that
    would be subnormal (x < -87.3, below 1.2e-38 next to the row maximum's 1) are flushed to zero. */
 static inline float ds_expf_nonpos(float x) {
-    float n, p = ds_exp_poly(x < -87.3f ? -87.3f : x, &n);
-    float y = p * ds_bits_to_float(((int32_t)n + 127) << 23);
+    float y = ds_exp_normal(x < -87.3f ? -87.3f : x);
     y = x < -87.3f ? 0.0f : y;
     return x != x ? x : y;
 }
@@ -213,9 +218,7 @@ static inline float ds_erff(float x) {
     q = q * tc + 6.3826233e-01f;
     q = q * tc + 1.1270185e+00f;
     q = q * tc + 3.5893323e-04f;
-    float n, e = ds_exp_poly(-q, &n);  /* -q in [-16.5, 0): one 2^n scale, no range checks (40% faster) */
-    e *= ds_bits_to_float(((int32_t)n + 127) << 23);
-    float y = t < 1.0f ? x * p : copysignf(1.0f - e, x);
+    float y = t < 1.0f ? x * p : copysignf(1.0f - ds_exp_normal(-q), x);  /* -q in [-16.5, 0) */
     return x != x ? x : y;
 }
 
@@ -226,8 +229,7 @@ static inline float ds_tanhf(float x) {
     p = p * z + -5.3780954e-02f;
     p = p * z + 1.3331886e-01f;
     p = p * z + -3.3333296e-01f;
-    float n, e = ds_exp_poly(2.0f * (t < 9.5f ? t : 9.5f), &n);  /* in [0, 19]: one 2^n scale */
-    e *= ds_bits_to_float(((int32_t)n + 127) << 23);
+    float e = ds_exp_normal(2.0f * (t < 9.5f ? t : 9.5f));
     float y = t < 0.55f ? x * (1.0f + z * p) : copysignf(1.0f - 2.0f / (e + 1.0f), x);
     return x != x ? x : y;
 }

@@ -339,6 +339,7 @@ def _fuse_attention(items: list, graph: Graph, consumers: dict, graph_outputs: s
     if os.environ.get("DYNSHAPE_FUSED_ATTENTION", "1") == "0":
         return items
     slot_of = _slots(items)
+    producer = {o: n for users in consumers.values() for n in users for o in n.outputs if o}
     made: dict[int, AttentionGroup] = {}
     drop: set[int] = set()
     for i, item in enumerate(items):
@@ -363,8 +364,9 @@ def _fuse_attention(items: list, graph: Graph, consumers: dict, graph_outputs: s
             continue
         q, kt = item.inputs[:2]
         ag = AttentionGroup(item, sg, items[k])
-        rows = _transposed_rows(kt, graph, consumers, graph_outputs)
-        if rows is not None and all(isinstance(items[slot_of.get(m.outputs[0], -1)], Node) for m in rows[1]):
+        rows = _transposed_rows(kt, graph, producer, consumers, graph_outputs)
+        if rows is not None and all(m.outputs[0] in slot_of and isinstance(items[slot_of[m.outputs[0]]], Node)
+                                    for m in rows[1]):
             kt, ag.k_rows = rows
         ag.inputs = [q, kt, items[k].inputs[1]] + [z for z in sg.inputs if z != s]
         if len(set(ag.inputs)) != len(ag.inputs):
@@ -375,18 +377,15 @@ def _fuse_attention(items: list, graph: Graph, consumers: dict, graph_outputs: s
     return [made.get(i, item) for i, item in enumerate(items) if i not in drop]
 
 
-def _transposed_rows(kt: str, graph: Graph, consumers: dict, graph_outputs: set) -> tuple[str, list] | None:
+def _transposed_rows(kt: str, graph: Graph, producer: dict, consumers: dict,
+                     graph_outputs: set) -> tuple[str, list] | None:
     """(K, movement nodes) when the only use of the chain is to make `kt` = K with its last two axes swapped,
     K a stack of row-major matrices: a Transpose (..., 2, 1), or torch's Reshape (b*h, s, d) -> Transpose
     (0, 2, 1) -> Reshape (b, h, d, s). Each value on the way has one reader."""
-    by_out = {}
-    for users in consumers.values():
-        for n in users:
-            by_out.update({o: n for o in n.outputs if o})
     chain: list[Node] = []
     x = kt
     for _ in range(3):
-        m = by_out.get(x)
+        m = producer.get(x)
         if m is None or m.op_type not in ("Reshape", "Transpose") or len(consumers.get(x, [])) != 1 \
                 or x in graph_outputs or not _float32(graph.types.get(m.inputs[0])):
             break
