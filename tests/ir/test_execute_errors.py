@@ -8,8 +8,8 @@ from onnx import TensorProto, helper
 
 import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
+from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
-from dynshape.ops.registry import register
 
 F32 = TensorProto.FLOAT
 

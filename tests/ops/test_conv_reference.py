@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dynshape.ops import registry
+from dynshape.ir import opdef
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -34,7 +34,7 @@ def run_ort(op, inputs, attrs, n_out=1):
 
 def check(op, inputs, attrs, n_out=1):
     want = run_ort(op, inputs, attrs, n_out)
-    got = registry.get(op).reference(inputs, {**attrs, "_opset": 19, "_num_outputs": n_out})
+    got = opdef.lookup(op).reference(inputs, {**attrs, "_opset": 19, "_num_outputs": n_out})
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -10,7 +10,7 @@ from test_tensor_rules import infer, tt
 
 import dynshape as ds
 from dynshape.errors import ShapeError
-from dynshape.ops import registry
+from dynshape.ir import opdef
 
 F32 = np.float32
 
@@ -18,7 +18,7 @@ F32 = np.float32
 def _ref_shape(op, x_shape, w_shape=None, **attrs):
     x = np.zeros(x_shape, F32)
     ins = [x] if w_shape is None else [x, np.zeros(w_shape, F32)]
-    return registry.get(op).reference(ins, {**attrs, "_opset": 22, "_num_outputs": 1})[0].shape
+    return opdef.lookup(op).reference(ins, {**attrs, "_opset": 22, "_num_outputs": 1})[0].shape
 
 
 def test_conv_chain_on_symbolic_height_is_exact():

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto
 
 import dynshape.ops.elementwise  # noqa: F401  (registers the ops)
-from dynshape.ops._dtypes import np_dtype
-from dynshape.ops.registry import get
+from dynshape.ir.opdef import lookup as get
+from dynshape.ops.dtypes import np_dtype
 
 
 def ref(op: str, *inputs, **attrs):

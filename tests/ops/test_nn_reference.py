@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 
 import dynshape.ops.nn  # noqa: F401  (registers the ops)
-from dynshape.ops.registry import get
+from dynshape.ir.opdef import lookup as get
 
 
 def ref(op: str, *inputs, **attrs):

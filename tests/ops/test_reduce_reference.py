@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dynshape.ops.reduce  # noqa: F401  (registers the ops)
-from dynshape.ops.registry import get
+from dynshape.ir.opdef import lookup as get
 
 
 def ref(op: str, *inputs, **attrs):

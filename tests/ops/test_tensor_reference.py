@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from dynshape.ops import registry
+from dynshape.ir import opdef
 
 try:
     import onnxruntime as ort
@@ -31,7 +31,7 @@ def one_node_model(op, data, params, attrs, opset):
 
 
 def ours(op, data, params, attrs, opset):
-    return registry.get(op).reference([data, *params], {**attrs, "_opset": opset, "_num_outputs": 1})[0]
+    return opdef.lookup(op).reference([data, *params], {**attrs, "_opset": opset, "_num_outputs": 1})[0]
 
 
 MODES = [
@@ -160,7 +160,7 @@ def test_resize_integer_input_rounds_and_saturates():
 
 def test_upsample_is_asymmetric_floor_resize():
     x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
-    got = registry.get("Upsample").reference(
+    got = opdef.lookup("Upsample").reference(
         [x, np.array([1, 1, 2, 1.5], np.float32)], {"mode": "nearest", "_opset": 9}
     )[0]
     np.testing.assert_array_equal(got, x[:, :, [0, 0, 1, 1]][:, :, :, [0, 0, 1, 2]])

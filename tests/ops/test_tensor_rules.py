@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import dynshape as ds
 from dynshape.errors import ShapeError
+from dynshape.ir import opdef
 from dynshape.ir.types import TensorType
-from dynshape.ops import registry
-from dynshape.ops import tensor as T
+from dynshape.ops import dims as T
 
 I64 = np.dtype(np.int64)
 F32 = np.dtype(np.float32)
@@ -51,7 +51,7 @@ class FakeCtx:
 
 def infer(op, inputs, opset=21, nout=1, **attrs):
     ctx = FakeCtx(op, inputs, attrs, opset, nout)
-    return registry.get(op).infer(ctx), ctx
+    return opdef.lookup(op).infer(ctx), ctx
 
 
 def tt(shape, dtype=F32, value=None):
@@ -121,7 +121,7 @@ def test_static_rule_matches_reference(op, arrays, params, attrs):
         for i, a in enumerate(arrays)
     ]
     types, _ = infer(op, inputs, **attrs)
-    ref = registry.get(op).reference([a for a, _ in pairs], {**attrs, "_opset": 21, "_num_outputs": 1})
+    ref = opdef.lookup(op).reference([a for a, _ in pairs], {**attrs, "_opset": 21, "_num_outputs": 1})
     assert [(t.shape, t.dtype) for t in types] == [(r.shape, r.dtype) for r in ref]
 
 
@@ -139,7 +139,7 @@ def test_split_static(split, num_outputs, n_out, dim):
     attrs = {"axis": 1} | ({"num_outputs": num_outputs} if num_outputs else {})
     inputs = [tt(x.shape), None if split is None else const(split)]
     types, _ = infer("Split", inputs, 18, n_out, **attrs)
-    ref = registry.get("Split").reference(
+    ref = opdef.lookup("Split").reference(
         [x, None if split is None else np.array(split)], {**attrs, "_opset": 18, "_num_outputs": n_out}
     )
     assert [t.shape for t in types] == [r.shape for r in ref]
@@ -249,7 +249,7 @@ def test_data_dependent_sizes_are_fresh():
 # Slice over symbolic dims: the length expression is right for every concrete value
 # ------------------------------------------------------------------------------------------------
 def _py_slice_len(d, s, e, t):
-    return len(T._slice_ref([np.zeros(d), np.array([s]), np.array([e]), None, np.array([t])], {})[0])
+    return len(opdef.lookup("Slice").reference([np.zeros(d), np.array([s]), np.array([e]), None, np.array([t])], {})[0])
 
 
 index = st.one_of(st.integers(-12, 12), st.sampled_from([2**63 - 1, -(2**63), 2**31 - 1]))

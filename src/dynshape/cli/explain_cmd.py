@@ -22,7 +22,7 @@ from dynshape.cli.common import DimOpt, console, fmt_bytes, friendly, load_model
 from dynshape.cli.compile_cmd import SpecializeOpt, TargetArg, kernel_steps, load_artefact, parse_specialize
 from dynshape.ir.graph import format_type
 from dynshape.ir.types import TensorType
-from dynshape.runtime.binder import _bare_or_linear
+from dynshape.runtime.binder import linear_symbol
 from dynshape.runtime.executable import compile as ds_compile
 from dynshape.sym import Cond, Expr
 
@@ -55,7 +55,7 @@ def binding(exe: Any) -> tuple[dict[str, dict], list[dict]]:
             if isinstance(d, int):
                 guards.append({"kind": "static", "text": f"{axis} == {d}"})
                 continue
-            lin = _bare_or_linear(d)
+            lin = linear_symbol(d)
             if lin is not None and lin[0].name not in bound:
                 s, c, k0 = lin
                 read = axis if k0 == 0 else f"({axis} - {k0})"

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from dynshape.codegen import gemm, row_kernels
-from dynshape.ops import registry
+from dynshape.codegen.lowering import register_lowering
+from dynshape.ir import opdef
 
 _FLOATS = (np.float32, np.float64)
 
@@ -212,30 +213,11 @@ def _gelu(attrs: dict):
     return fn
 
 
-_LOWERINGS = {
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Erf": _unary(_erf_native),
-    "Tanh": _unary(np.tanh),
-    "Sqrt": _unary(np.sqrt),
-    "Exp": _unary(np.exp),
-    "Relu": _unary(lambda x: np.maximum(x, 0)),
-    "Add": _binary(np.add),
-    "Sub": _binary(np.subtract),
-    "Mul": _binary(np.multiply),
-    "Div": _binary(np.divide),
-    "Softmax": _softmax,
-    "LayerNormalization": _layernorm,
-    "Gelu": _gelu,
-    "Gather": _gather,
-    "IsNaN": _isnan,
-}
-
-
-def _with_fallback(lower, reference):
-    """Wrap a lowering so that inputs it does not cover (dtype, layout) go to the reference."""
+def _with_fallback(lower, op: str):
+    """Wrap a lowering so that inputs it does not cover (dtype, layout) go to the op's reference."""
 
     def make(attrs: dict):
+        reference = opdef.lookup(op).reference
         fast = lower(attrs)
         if fast is None:
             return None
@@ -249,12 +231,19 @@ def _with_fallback(lower, reference):
     return make
 
 
-def install() -> None:
-    """Register the lowerings on their OpDefs (idempotent)."""
-    for name, lower in _LOWERINGS.items():
-        op = registry.get(name)
-        if op is not None and "numpy" not in op.lower:
-            op.lower["numpy"] = _with_fallback(lower, op.reference)
-
-
-install()
+register_lowering("MatMul", "numpy", _with_fallback(_matmul, "MatMul"))
+register_lowering("Gemm", "numpy", _with_fallback(_gemm, "Gemm"))
+register_lowering("Erf", "numpy", _with_fallback(_unary(_erf_native), "Erf"))
+register_lowering("Tanh", "numpy", _with_fallback(_unary(np.tanh), "Tanh"))
+register_lowering("Sqrt", "numpy", _with_fallback(_unary(np.sqrt), "Sqrt"))
+register_lowering("Exp", "numpy", _with_fallback(_unary(np.exp), "Exp"))
+register_lowering("Relu", "numpy", _with_fallback(_unary(lambda x: np.maximum(x, 0)), "Relu"))
+register_lowering("Add", "numpy", _with_fallback(_binary(np.add), "Add"))
+register_lowering("Sub", "numpy", _with_fallback(_binary(np.subtract), "Sub"))
+register_lowering("Mul", "numpy", _with_fallback(_binary(np.multiply), "Mul"))
+register_lowering("Div", "numpy", _with_fallback(_binary(np.divide), "Div"))
+register_lowering("Softmax", "numpy", _with_fallback(_softmax, "Softmax"))
+register_lowering("LayerNormalization", "numpy", _with_fallback(_layernorm, "LayerNormalization"))
+register_lowering("Gelu", "numpy", _with_fallback(_gelu, "Gelu"))
+register_lowering("Gather", "numpy", _with_fallback(_gather, "Gather"))
+register_lowering("IsNaN", "numpy", _with_fallback(_isnan, "IsNaN"))

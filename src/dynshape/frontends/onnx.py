@@ -23,10 +23,11 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 
+import dynshape.ops  # noqa: F401  (defines every op in the IR's op table)
 from dynshape.errors import DynshapeError, ModelError
+from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
 from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
-from dynshape.ops import registry
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -309,7 +310,7 @@ class _Converter:
         out = []
         for i, p in enumerate(protos):
             f = self.functions.get((p.domain, p.op_type))
-            if f is None or (p.domain in _DEFAULT_DOMAINS and registry.get(p.op_type) is not None):
+            if f is None or (p.domain in _DEFAULT_DOMAINS and opdef.lookup(p.op_type) is not None):
                 out.append(p)
                 continue
             if depth > 32:
@@ -405,7 +406,7 @@ def _attr_type(t: int) -> str:
 
 
 def _dtype(elem_type: int, what: str) -> np.dtype:
-    from dynshape.ops._dtypes import np_dtype
+    from dynshape.ops.dtypes import np_dtype
 
     try:
         return np_dtype(elem_type)
@@ -430,7 +431,7 @@ def _check_supported(graph: Graph) -> None:
 
     def walk(g: Graph) -> None:
         for n in g.nodes:
-            if registry.get(n.op_type, n.domain) is None:
+            if opdef.lookup(n.op_type, n.domain) is None:
                 key = f"{n.domain}::{n.op_type}" if n.domain else n.op_type
                 missing.setdefault(key, []).append(n.name)
             for sub in n.subgraphs():

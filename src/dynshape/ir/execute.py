@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from dynshape.errors import ConstraintViolation, ShapeError
+from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, MemoryBound, Node, format_type, upper_bound
 from dynshape.ir.types import OptionalType, SequenceType, TensorType
-from dynshape.ops import registry
 from dynshape.sym import Expr, Symbol, solve, substitute
 
 
@@ -147,9 +147,7 @@ def _with_facts(msg: str, graph: Graph) -> str:
 def _execute(graph: Graph, values: ChainMap, env: dict[str, int]) -> None:
     opset = graph.opset
     for node in graph.nodes:
-        op = registry.get(node.op_type, node.domain)
-        if op is None:
-            raise ShapeError(f"{node.label()}: op not supported by dynshape")
+        op = opdef.require(node.op_type, node.domain, node.label())
         args = []
         for x in node.inputs:
             if not x:

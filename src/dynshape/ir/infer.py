@@ -18,9 +18,9 @@ from typing import Any, NoReturn
 import numpy as np
 
 from dynshape.errors import DynshapeError, ModelError, ShapeError
+from dynshape.ir import opdef
 from dynshape.ir.graph import Fact, Graph, Node, Value, format_type
 from dynshape.ir.types import OptionalType, SequenceType, TensorType
-from dynshape.ops import registry
 from dynshape.shape import ConstraintStore, broadcast_shapes
 from dynshape.sym import Cond, Expr, Symbol, eq, max_, min_, ne, prove, simplify, sym
 
@@ -298,9 +298,7 @@ class _Engine:
         return outs
 
     def _node(self, graph: Graph, node: Node, scope: ChainMap) -> None:
-        op = registry.get(node.op_type, node.domain)
-        if op is None:
-            raise ModelError(f"{node.label()}: op not supported by dynshape")
+        op = opdef.require(node.op_type, node.domain, node.label())
         ins = []
         for x in node.inputs:
             if not x:

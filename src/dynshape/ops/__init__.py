@@ -1,3 +1,4 @@
-"""Every ONNX op dynshape supports: importing this package registers all op families in `registry.OPS`."""
+"""Every ONNX op dynshape supports. Importing this package defines each op family in the IR's op table
+(`dynshape.ir.opdef.OPS`): one module per family, each op's shape rule beside its numpy reference."""
 
-from dynshape.ops import control, conv, elementwise, nn, reduce, registry, tensor  # noqa: F401
+from dynshape.ops import control, conv, elementwise, indexing, movement, nn, reduce, resize, values  # noqa: F401

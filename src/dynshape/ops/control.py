@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.opdef import register
 from dynshape.ir.types import OptionalType, SequenceType, TensorType
-from dynshape.ops.registry import register
 
 I64 = np.dtype(np.int64)
 BOOL = np.dtype(bool)
@@ -285,7 +285,7 @@ def _seq_empty_ref(inputs: list, attrs: dict) -> list:
 
 
 def _seq_empty_infer(ctx: Any) -> list:
-    from dynshape.ops._dtypes import np_dtype
+    from dynshape.ops.dtypes import np_dtype
 
     return [SequenceType(np_dtype(ctx.attr("dtype", 1)), None)]
 

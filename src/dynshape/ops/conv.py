@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from dynshape.ops.registry import register
-from dynshape.ops.tensor import ceil_div, dmax, dmin, is_static, norm, out_type
+from dynshape.ir.opdef import register
+from dynshape.ops.dims import ceil_div, dmax, dmin, is_static, norm, out_type
 
 I64 = np.dtype(np.int64)
 

@@ -16,9 +16,9 @@ import ml_dtypes
 import numpy as np
 
 from dynshape.errors import ShapeError
+from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
-from dynshape.ops import _dtypes as dt
-from dynshape.ops.registry import register
+from dynshape.ops import dtypes as dt
 from dynshape.sym import eq, is_expr, max_, min_, prove
 
 Fn = Callable[..., Any]

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
-from dynshape.ops import _dtypes as dt
-from dynshape.ops.registry import register
+from dynshape.ops import dtypes as dt
 from dynshape.sym import is_expr
 
 

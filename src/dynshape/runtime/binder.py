@@ -86,7 +86,7 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
             if isinstance(d, int):
                 checks.append(f"{v} != {d}")
                 continue
-            lin = _bare_or_linear(d)
+            lin = linear_symbol(d)
             if lin is not None and lin[0].name not in bound:
                 s, c, k0 = lin
                 n = names[s.name]
@@ -148,7 +148,8 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
     return bind
 
 
-def _bare_or_linear(d: Expr):
+def linear_symbol(d: Expr) -> tuple[Symbol, int, int] | None:
+    """(s, c, k) when d is c*s + k with c > 0: the axis binds s by one division."""
     if len(d.terms) != 1:
         return None
     (m, c), = d.terms

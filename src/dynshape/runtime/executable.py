@@ -30,15 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import numpy_lowering, packed_gemm
+from dynshape.codegen import packed_gemm
 from dynshape.codegen.cc import DEFAULT_FLAGS, build_shared, cache_dir, compile_c, pinned_cache_dir
 from dynshape.codegen.cgen import prelude
 from dynshape.codegen.fused_c import emit_attention, emit_gemm, emit_group, emit_softmax, make_step
+from dynshape.codegen.lowering import get_lowering
 from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.ir import opdef
 from dynshape.ir.execute import bind_inputs
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
-from dynshape.ops import registry
 from dynshape.passes.cse import eliminate_common
 from dynshape.passes.fusion import AttentionGroup, GemmGroup, Group, SoftmaxGroup, fuse
 from dynshape.passes.hoist import hoist_scalar_ops, with_types
@@ -131,17 +132,14 @@ def _symbolic_values(graph: Graph, needed: set, symbols: list) -> Any:
     return scope["symvals"]
 
 
-numpy_lowering.install()
-
-
 def _lower(node, opset: int):
-    op = registry.get(node.op_type, node.domain)
+    op = opdef.lookup(node.op_type, node.domain)
     attrs = dict(node.attrs)
     attrs["_opset"] = opset
     attrs["_num_outputs"] = len(node.outputs)
-    fast = op.lower.get("numpy") if op is not None else None
+    fast = get_lowering(node.op_type, "numpy", node.domain)
     if fast is not None:
-        fn = fast(attrs)
+        fn = fast.rule(attrs)
         if fn is not None:
             return fn
     ref = op.reference

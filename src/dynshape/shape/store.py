@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dynshape.errors import ShapeError
 from dynshape.sym import Cond, Expr, Symbol, divides, eq, le, prove, simplify, substitute
-from dynshape.sym.expr import DimLike, _check
+from dynshape.sym.expr import DimLike, as_dim
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class ConstraintStore:
 
     def resolve(self, e: DimLike) -> DimLike:
         """e with eliminated symbols replaced and refined declarations applied, simplified."""
-        e = _check(e)
+        e = as_dim(e)
         if isinstance(e, Expr):
             for s in e.syms:
                 if s.name not in self.symbols and s.name not in self.bindings:

@@ -11,7 +11,7 @@ import math
 
 from dynshape.errors import ShapeError
 from dynshape.sym.bounds import atom_divisor, interval, without_fdiv
-from dynshape.sym.expr import DimLike, Expr, OpAtom, _check
+from dynshape.sym.expr import DimLike, Expr, OpAtom, as_dim
 from dynshape.sym.rewrite import mod, simplify, substitute_atom
 
 _MAX_DEPTH = 4
@@ -65,32 +65,32 @@ def _describe_syms(e: DimLike) -> str:
 
 
 def lt(a: DimLike, b: DimLike) -> Cond:
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     return Cond("ge", b - a - 1, f"{a} < {b}")
 
 
 def le(a: DimLike, b: DimLike) -> Cond:
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     return Cond("ge", b - a, f"{a} <= {b}")
 
 
 def eq(a: DimLike, b: DimLike) -> Cond:
     """The condition a == b (Python's == on expressions is canonical-form equality, not this)."""
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     return Cond("eq", a - b, f"{a} == {b}")
 
 
 def ne(a: DimLike, b: DimLike) -> Cond:
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     return Cond("ne", a - b, f"{a} != {b}")
 
 
 def divides(k: int, e: DimLike) -> Cond:
     """The condition that the positive integer k divides e."""
-    k = _check(k)
+    k = as_dim(k)
     if not isinstance(k, int) or k < 1:
         raise ShapeError(f"divides(k, e) needs a positive integer k, got {k}")
-    e = _check(e)
+    e = as_dim(e)
     return Cond("div", e, f"{k} divides {e}", k=k)
 
 

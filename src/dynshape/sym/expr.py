@@ -178,7 +178,7 @@ class Expr:
 
     # ---- arithmetic ---------------------------------------------------------------------------
     def __add__(self, other: DimLike) -> DimLike:
-        other = _check(other)
+        other = as_dim(other)
         if isinstance(other, int):
             return self if other == 0 else Expr(self.terms, self.const + other, self.syms)
         d = dict(self.terms)
@@ -192,13 +192,13 @@ class Expr:
         return Expr(tuple((m, -c) for m, c in self.terms), -self.const, self.syms)
 
     def __sub__(self, other: DimLike) -> DimLike:
-        return self + (-_check(other))
+        return self + (-as_dim(other))
 
     def __rsub__(self, other: DimLike) -> DimLike:
-        return (-self) + _check(other)
+        return (-self) + as_dim(other)
 
     def __mul__(self, other: DimLike) -> DimLike:
-        other = _check(other)
+        other = as_dim(other)
         if isinstance(other, int):
             if other == 0:
                 return 0
@@ -347,8 +347,9 @@ class Expr:
     __str__ = __repr__
 
 
-def _check(x: object) -> DimLike:
-    """Admit ints (incl. numpy ints) and Exprs; reject everything else with a clear error."""
+def as_dim(x: object) -> DimLike:
+    """Validate and normalise a dimension-like value: admit ints (incl. numpy ints) and Exprs; reject
+    everything else with a clear error."""
     if isinstance(x, Expr):
         return x
     if isinstance(x, bool):
@@ -367,11 +368,6 @@ def _check(x: object) -> DimLike:
     raise ShapeError(f"dimensions are integers or symbolic expressions; got {type(x).__name__} {x!r}")
 
 
-def as_dim(x: object) -> DimLike:
-    """Validate and normalise a dimension-like value."""
-    return _check(x)
-
-
 def is_expr(x: object) -> bool:
     return isinstance(x, Expr)
 
@@ -380,4 +376,4 @@ def as_int(x: object) -> int | None:
     """The value of a constant dimension, else None."""
     if isinstance(x, Expr):
         return None
-    return int(_check(x))
+    return int(as_dim(x))

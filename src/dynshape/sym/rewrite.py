@@ -18,7 +18,7 @@ import math
 
 from dynshape.errors import ShapeError
 from dynshape.sym.bounds import INF, atom_interval, divisor, interval
-from dynshape.sym.expr import DimLike, Expr, OpAtom, Symbol, _check
+from dynshape.sym.expr import DimLike, Expr, OpAtom, Symbol, as_dim
 
 
 def _positive_divisor(b: DimLike, what: str, a: DimLike) -> None:
@@ -55,7 +55,7 @@ def _gcd_content(e: Expr) -> int:
 
 
 def floordiv(a: DimLike, b: DimLike) -> DimLike:
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     if isinstance(b, int):
         if b == 0:
             raise ShapeError(f"floor division of {a} by zero")
@@ -154,7 +154,7 @@ def _fdiv_const(a: Expr, c: int) -> DimLike:
 
 
 def mod(a: DimLike, b: DimLike) -> DimLike:
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     if isinstance(b, int):
         if b == 0:
             raise ShapeError(f"modulo of {a} by zero")
@@ -201,7 +201,7 @@ def _mod_const(a: Expr, c: int) -> DimLike:
 def _minmax(op: str, args: tuple) -> DimLike:
     flat: list = []
     for x in args:
-        x = _check(x)
+        x = as_dim(x)
         if isinstance(x, Expr) and x.is_atom() and isinstance(x.atom(), OpAtom) and x.atom().op == op:
             flat.extend(x.atom().args)
         else:
@@ -252,7 +252,7 @@ def max_(*args: DimLike) -> DimLike:
 
 def ceil_div(a: DimLike, b: DimLike) -> DimLike:
     """ceil(a / b) for a positive divisor b, as (a + b - 1) // b (exact for every integer a)."""
-    a, b = _check(a), _check(b)
+    a, b = as_dim(a), as_dim(b)
     if isinstance(b, int) and b < 0 or isinstance(b, Expr) and interval(b)[1] < 0:
         return -floordiv(-a, b)
     return floordiv(a + b - 1, b)
@@ -289,7 +289,7 @@ def substitute(e: DimLike, mapping: dict) -> DimLike:
         if a in memo:
             return memo[a]
         if isinstance(a, Symbol):
-            out = _check(by_name[a.name]) if a.name in by_name else Expr.from_atom(a)
+            out = as_dim(by_name[a.name]) if a.name in by_name else Expr.from_atom(a)
         else:
             out = _apply_atom(a, [substitute(x, by_name) for x in a.args])
         memo[a] = out
@@ -300,7 +300,7 @@ def substitute(e: DimLike, mapping: dict) -> DimLike:
 
 def simplify(e: DimLike) -> DimLike:
     """Canonical form using every symbol's range and divisibility (see the module docstring)."""
-    e = _check(e)
+    e = as_dim(e)
     return e if isinstance(e, int) else _simplify(e)
 
 

@@ -7,7 +7,7 @@ as earlier bindings turn other observations linear; whatever stays unsolved is a
 from __future__ import annotations
 
 from dynshape.errors import ConstraintViolation, ShapeError
-from dynshape.sym.expr import Expr, Symbol, _check
+from dynshape.sym.expr import Expr, Symbol, as_dim
 from dynshape.sym.rewrite import substitute
 
 
@@ -36,11 +36,11 @@ def solve(facts: list) -> dict[str, int]:
     for i, f in enumerate(facts):
         if not isinstance(f, (tuple, list)) or len(f) not in (2, 3):
             raise ShapeError(f"solve() takes (expr, int[, label]) tuples; item {i} is {f!r}")
-        e, v = _check(f[0]), f[1]
+        e, v = as_dim(f[0]), f[1]
         label = f[2] if len(f) == 3 else f"observation {i} ({e} == {v})"
         if not isinstance(v, int) or isinstance(v, bool):
             try:
-                v = int(_check(v))
+                v = int(as_dim(v))
             except ShapeError as exc:
                 raise ConstraintViolation(f"{label}: observed value {v!r} is not an integer") from exc
         obs.append((e, v, label))
