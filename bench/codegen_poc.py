@@ -61,7 +61,7 @@ double time_{tag}(int64_t reps, int64_t M_, int64_t N_, int64_t K_, const float 
 
 
 def build(body: str, name: str) -> ctypes.CDLL:
-    lib = cc.compile_c(cgen.PRELUDE + blas.C_DECLS + "#include <time.h>\n" + body, name)
+    lib = cc.compile_c(cgen.PRELUDE + "#include \"ds_blas.h\"\n" + "#include <time.h>\n" + body, name)
     return lib
 
 
@@ -151,7 +151,7 @@ int noop_entry(void *const *ptrs, const int64_t *s) {
 def part_call_tax(args: argparse.Namespace) -> None:
     lib = cc.compile_c(ENTRIES, "poc_entries")
     pylib = ctypes.PyDLL(cc.build_shared(ENTRIES, "poc_entries"))
-    tramp = cc.compile_extension(cgen.TRAMPOLINE, "ds_trampoline")
+    tramp = cc.compile_extension(cc.read_csrc("ds_trampoline.c"), "ds_trampoline")
 
     m, k, n = 4, 256, 1024
     x, w = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32)

@@ -26,7 +26,7 @@ import numpy as np
 from dynshape.codegen import blas, cc, packed_gemm
 
 HARNESS = (
-    blas.C_DECLS
+    '#include "ds_blas.h"\n'
     + r"""
 #include <time.h>
 /* Seconds for `reps` back-to-back calls, measured inside C so no Python overhead is counted. */
@@ -43,7 +43,7 @@ double ds_time_gemm(int ta, int tb, int64_t batch, int64_t m, int64_t n, int64_t
     return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
 """
-    + packed_gemm.SOURCE
+    + '#include "ds_gemm.c"\n'
     + r"""
 /* dynshape's own kernel on weights packed by pack_b (what a fused product by a constant matrix runs). */
 double ds_time_packed(const float *a, const float *bp, float *c, int64_t m, int64_t n, int64_t k, int64_t reps) {

@@ -7,7 +7,7 @@ from dynshape.codegen import blas, cc
 from dynshape.errors import DynshapeError
 
 DRIVER = (
-    blas.C_DECLS
+    '#include "ds_blas.h"\n'
     + r"""
 void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
           const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {

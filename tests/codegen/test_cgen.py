@@ -212,13 +212,13 @@ def test_fast_math_vectorises() -> None:
         "  for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]) + ds_tanhf(x[i]) * ds_expf(x[i]);\n}\n"
     )
     lib = cc.build_shared(src, "vec", flags=[*cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized"])
-    proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized", str(lib.with_suffix(".c")),
-                           "-o", "/dev/null"], capture_output=True, text=True)
+    proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, f"-I{cc.CSRC}", "-fopt-info-vec-optimized",
+                           str(lib.with_suffix(".c")), "-o", "/dev/null"], capture_output=True, text=True)
     assert "loop vectorized" in proc.stderr, proc.stderr
 
 
 def test_trampoline_passes_pointers_shapes_and_status() -> None:
-    tramp = cc.compile_extension(cgen.TRAMPOLINE, "ds_trampoline")
+    tramp = cc.compile_extension(cc.read_csrc("ds_trampoline.c"), "ds_trampoline")
     lib = cc.compile_c(
         "#include <stdint.h>\n#include <string.h>\n"
         "int probe(void *const *p, const int64_t *s) {\n"

@@ -14,7 +14,7 @@ from dynshape.runtime.plan import _programs
 
 @pytest.fixture(scope="module")
 def lib():
-    lib = program.library()
+    lib = program.LIBRARY.try_load()
     if lib is None:
         pytest.skip("no C compiler")
     return lib

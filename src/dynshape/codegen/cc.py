@@ -38,7 +38,9 @@ __all__ = [
     "clear_memory_cache",
     "compile_c",
     "compile_extension",
+    "csrc_digest",
     "find_compiler",
+    "read_csrc",
 ]
 
 
@@ -60,7 +62,8 @@ def _wide_vectors() -> tuple[str, ...]:
 DEFAULT_FLAGS: tuple[str, ...] = (
     "-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", *_wide_vectors()
 )
-_FORMAT = "dynshape-cc-1"  # bump to invalidate every disk entry when the layout or key changes
+_FORMAT = "dynshape-cc-2"  # bump to invalidate every disk entry when the layout or key changes
+CSRC = Path(__file__).resolve().parent / "csrc"  # the static C every build may #include (-I)
 _COMPILE_TIMEOUT_S = 600
 
 _lock = threading.Lock()
@@ -145,10 +148,25 @@ def _machine_tag() -> str:
     return tag + "\n" + "\n".join(sorted(set(keep)))
 
 
+@functools.cache
+def csrc_digest() -> str:
+    """sha256 over every file in csrc/: a source that #includes one of them is a different build when it changes."""
+    h = hashlib.sha256()
+    for f in sorted(CSRC.iterdir()):
+        if f.suffix in (".c", ".h"):
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def read_csrc(name: str) -> str:
+    """The text of one static C file (a library's whole source, compiled with csrc/ on the include path)."""
+    return (CSRC / name).read_text()
+
+
 def _cache_key(source: str, flags: Sequence[str], link: Sequence[str], cc: Sequence[str]) -> str:
     h = hashlib.sha256()
     ident = _compiler_identity(tuple(cc))
-    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, _machine_tag()):
+    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, _machine_tag(), csrc_digest()):
         h.update(part.encode())
         h.update(b"\0\1\0")
     return h.hexdigest()
@@ -236,8 +254,8 @@ def _plan(
     """Cache path, compiler argv and final flags of one build."""
     cc = find_compiler()
     flags = [*flags, "-fopenmp"] if openmp else list(flags)
-    key = _cache_key(source, flags, link, cc)
-    return cache_dir() / key[:2] / f"{name}-{key[:40]}.so", cc, flags
+    key = _cache_key(source, flags, link, cc)  # csrc/ by content (csrc_digest), not by where it is installed
+    return cache_dir() / key[:2] / f"{name}-{key[:40]}.so", cc, [*flags, f"-I{CSRC}"]
 
 
 def build_shared(

@@ -1,92 +1,37 @@
 """MatMul / Gemm through the chosen BLAS (MKL when installed, else numpy's OpenBLAS), called from C.
 
 numpy's matmul picks its own path per call (and leaves BLAS for stacked or strided operands); here every
-float32 product is one `ds_sgemm` or one strided-batched call writing straight into its output buffer.
+float32 product is one `ds_sgemm` or one strided-batched call writing straight into its output buffer
+(csrc/ds_matmul.c, with the BLAS shim csrc/ds_blas.h).
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import numpy as np
 
-from dynshape.codegen.blas import C_DECLS, bind, default_blas
+from dynshape.codegen.blas import bind, default_blas
+from dynshape.codegen.clib import F32, I64, INT, P, declare
 
-_SRC = C_DECLS + r"""
-/* A few rows (batch-1 requests, decoders): BLAS call overhead dominates, so dot products / axpys here. */
-static void ds_small_rows(const float *restrict a, const float *restrict b, float *restrict c, int64_t m,
-                          int64_t n, int64_t k, int tb, float alpha, float beta) {
-    for (int64_t i = 0; i < m; i++) {
-        const float *ai = a + i * k;
-        float *ci = c + i * n;
-        if (tb) {  /* b is (n, k): one contiguous dot product per output */
-            for (int64_t j = 0; j < n; j++) {
-                const float *bj = b + j * k;
-                float acc = 0.0f;
-                #pragma omp simd reduction(+:acc)
-                for (int64_t p = 0; p < k; p++) acc += ai[p] * bj[p];
-                ci[j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * ci[j]);
-            }
-        } else {   /* b is (k, n): accumulate rows of b */
-            for (int64_t j = 0; j < n; j++) ci[j] = beta == 0.0f ? 0.0f : beta * ci[j];
-            for (int64_t p = 0; p < k; p++) {
-                const float s = alpha * ai[p];
-                const float *bp = b + p * n;
-                #pragma omp simd
-                for (int64_t j = 0; j < n; j++) ci[j] += s * bp[j];
-            }
-        }
-    }
-}
-
-void ds_matmul_f32(const float *a, const float *b, float *c, int64_t batch, int64_t m, int64_t n, int64_t k,
-                   int64_t sa, int64_t sb, int ta, int tb, float alpha, float beta) {
-    if (batch == 1 && m <= 4 && !ta && k > 0) {
-        ds_small_rows(a, b, c, m, n, k, tb, alpha, beta);
-        return;
-    }
-    ds_sgemm_batched(ta, tb, batch, m, n, k, alpha, a, ta ? m : k, sa, b, tb ? k : n, sb, beta, c, n, m * n);
-}
-
-/* The same with every argument in two arrays: one cheap foreign call from a pre-bound plan. */
-void ds_matmul_packed(const int64_t *p, const float *f) {
-    ds_matmul_f32((const float *)p[0], (const float *)p[1], (float *)p[2], p[3], p[4], p[5], p[6], p[7], p[8],
-                  (int)p[9], (int)p[10], f[0], f[1]);
-}
-"""
+LIBRARY = declare("gemm", "ds_matmul.c", {
+    "ds_matmul_f32": (P, P, P, I64, I64, I64, I64, I64, I64, INT, INT, F32, F32),
+    "ds_matmul_packed": (P, P), "ds_bind_blas": (P, P)}, flags=("-fopenmp-simd",))
 
 _fn = None
 _blas_name = ""
 _packed: list = [None]
 
 
-def spec() -> dict:
-    """How this helper library is built (shared with artefacts, which ship it)."""
-    from dynshape.codegen.cc import DEFAULT_FLAGS
-
-    return {"source": _SRC, "name": "gemm", "flags": (*DEFAULT_FLAGS, "-fopenmp-simd"),
-            "symbols": ["ds_matmul_f32", "ds_matmul_packed", "ds_bind_blas"]}
-
-
 def _kernel():
     global _fn, _blas_name
     if _fn is None:
         try:
-            from dynshape.codegen.cc import compile_c
-
-            lib = compile_c(**spec())
+            lib = LIBRARY.load()
             blas = default_blas()
             bind(lib, blas)
-            fn = lib.ds_matmul_f32
-            p, i64 = ctypes.c_void_p, ctypes.c_int64
-            fn.argtypes = [p, p, p, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_int, ctypes.c_float,
-                           ctypes.c_float]
-            fn.restype = None
-            packed = lib.ds_matmul_packed
-            packed.argtypes, packed.restype = [p, p], None
-            _fn, _blas_name = fn, blas.name
-            _packed[0] = packed
+            _fn, _blas_name = lib.ds_matmul_f32, blas.name
+            _packed[0] = lib.ds_matmul_packed
         except Exception:  # noqa: BLE001 - no compiler or no usable BLAS: numpy's matmul instead
             _fn = False
     return _fn or None

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from dynshape.codegen import gemm, row_kernels
+from dynshape.codegen.clib import I64, P, declare
 from dynshape.codegen.lowering import register_lowering
 from dynshape.ir import opdef
 
@@ -91,43 +92,17 @@ def _erf32(x: np.ndarray) -> np.ndarray:
     return np.copysign(r, x).astype(x.dtype, copy=False)
 
 
-_ERF_C = """
-void ds_erf_f32(const float *restrict x, float *restrict y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]);
-}
-"""
-_erf_kernel = None
-
-
-def erf_spec() -> dict:
-    """How the erf helper library is built (shared with artefacts, which ship it)."""
-    from dynshape.codegen.cgen import prelude
-
-    return {"source": prelude() + _ERF_C, "name": "erf_f32", "symbols": ["ds_erf_f32"]}
+ERF_LIBRARY = declare("erf_f32", "ds_erf.c", {"ds_erf_f32": (P, P, I64)})
 
 
 def _erf_native(x: np.ndarray) -> np.ndarray:
-    """erf through a vectorised C kernel (codegen.cgen's ds_erff); numpy fallback without a compiler."""
-    global _erf_kernel
-    if x.dtype != np.float32:
-        return _erf32(x)
-    if _erf_kernel is None:
-        try:
-            import ctypes
-
-            from dynshape.codegen.cc import compile_c
-
-            lib = compile_c(**erf_spec())
-            fn = lib.ds_erf_f32
-            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
-            _erf_kernel = fn
-        except Exception:  # noqa: BLE001 - no compiler: the numpy formula is exact enough, just slower
-            _erf_kernel = False
-    if not _erf_kernel:
+    """erf through a vectorised C kernel (the prelude's ds_erff); numpy fallback without a compiler."""
+    lib = ERF_LIBRARY.try_load() if x.dtype == np.float32 else None
+    if lib is None:
         return _erf32(x)
     x = np.ascontiguousarray(x)
     y = np.empty_like(x)
-    _erf_kernel(x.ctypes.data, y.ctypes.data, x.size)
+    lib.ds_erf_f32(x.ctypes.data, y.ctypes.data, x.size)
     return y
 
 

@@ -163,7 +163,7 @@ def _warm_helpers(where) -> None:
 
     def warm():
         with pinned_cache_dir(where):
-            program.library(), gemm._kernel(), row_kernels.library()
+            program.LIBRARY.try_load(), gemm._kernel(), row_kernels.library()
 
     threading.Thread(target=warm, daemon=True, name="dynshape-helpers").start()
 
@@ -341,7 +341,7 @@ class Executable:
         jobs = {}
         for gemms, ks in parts.items():
             if ks:
-                src = prelude() + "#include <stdlib.h>\n" + (packed_gemm.DECLS if gemms else "") + \
+                src = prelude() + ('#include "ds_gemm.h"\n' if gemms else "") + \
                     "".join(k.source for k in ks)
                 jobs[gemms] = (src, f"{graph_name}_{'products' if gemms else 'fused'}", [k.name for k in ks])
         flags = {"flags": DEFAULT_FLAGS, "openmp": True}

@@ -270,7 +270,7 @@ def _native(call) -> tuple | None:
 
 def _programs(calls: list, labels: list, keep: list) -> tuple[list, list]:
     """Runs of two or more native calls become one ds_run_program call over an int64 program."""
-    lib = program.library()
+    lib = program.LIBRARY.try_load()
     if lib is None:
         return calls, labels
     out: list = []
@@ -357,7 +357,7 @@ def _bind_copy(s: Any, ins: list, outs: list, keep: list) -> list | None:
         return None
     if src.shape != out.shape:
         return None
-    lib = program.library()
+    lib = program.LIBRARY.try_load()
     if lib is not None and src.dtype == out.dtype and out.flags.c_contiguous and src.ndim <= 16:
         desc = np.array([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides],
                         dtype=np.int64)

@@ -1,0 +1,84 @@
+"""The helper libraries built from the static C in csrc/: one `CLibrary` per file, loaded once per process.
+
+Each names its source file, the entry points it must export and their ctypes signatures, so the Python side
+of a library is one declaration. Artefacts ship every library in `LIBRARIES` (built into their libs/ when
+saved, loaded from there, never compiled, when loaded).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+
+from dynshape.codegen.cc import DEFAULT_FLAGS, CompileError, compile_c, read_csrc
+
+P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+
+
+@dataclass(frozen=True)
+class CLibrary:
+    name: str
+    source: str  # file in csrc/
+    signatures: dict[str, tuple]  # entry point -> argtypes (restype void)
+    openmp: bool = False
+    share: bool = False  # symbols global: libraries loaded later (generated kernels) resolve calls here
+    flags: tuple[str, ...] = ()
+    _loaded: list = field(default_factory=list, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def spec(self) -> dict:
+        """The arguments of `cc.compile_c` that build this library."""
+        return {"source": read_csrc(self.source), "name": self.name, "flags": (*DEFAULT_FLAGS, *self.flags),
+                "openmp": self.openmp, "share": self.share, "symbols": list(self.signatures)}
+
+    def load(self) -> ctypes.CDLL:
+        """Compile (or fetch from the build cache) and load, once; every entry point gets its signature.
+        A failure is remembered: without a compiler every later call raises the same CompileError at once."""
+        with self._lock:
+            if not self._loaded:
+                try:
+                    lib = compile_c(**self.spec())
+                except CompileError as e:
+                    self._loaded.append(e)
+                    raise
+                for fn, argtypes in self.signatures.items():
+                    f = getattr(lib, fn)
+                    f.argtypes, f.restype = list(argtypes), None
+                self._loaded.append(lib)
+            got = self._loaded[0]
+        if isinstance(got, CompileError):
+            raise got
+        return got
+
+    def try_load(self) -> ctypes.CDLL | None:
+        """`load()`, or None without a working C compiler (callers then take their numpy path)."""
+        try:
+            return self.load()
+        except CompileError:
+            return None
+
+
+LIBRARIES: list[CLibrary] = []
+
+
+def declare(name: str, source: str, signatures: dict[str, tuple], **kw) -> CLibrary:
+    """Declare a helper library (each module that wraps one calls this once, beside its Python side)."""
+    lib = CLibrary(name, source, signatures, **kw)
+    LIBRARIES.append(lib)
+    return lib
+
+
+def build_all() -> None:
+    """Compile (or fetch) every declared library into the current cache directory; silent without a compiler."""
+    for lib in LIBRARIES:
+        try:
+            compile_c(**lib.spec())
+        except CompileError:
+            return
+
+
+def load_all() -> None:
+    """Load every declared library into this process now (an artefact being loaded: from its libs/)."""
+    for lib in LIBRARIES:
+        lib.try_load()

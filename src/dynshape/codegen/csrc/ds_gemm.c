@@ -1,0 +1,183 @@
+/* dynshape's sgemm for products with a constant right operand (weights), with the epilogue fused in.
+
+   Why our own: the weights are known at compile time, so they are packed once into 32-column panels
+   (codegen/packed_gemm.py: pack_b), and a register-blocked micro-kernel streams them without the per-call
+   packing a BLAS does. It matched MKL and beat OpenBLAS (bench/gemm_bench.py --packed: 130-157 GFLOP/s on
+   one AVX-512 core at M = 7..4096). Generated kernels call ds_gemm_tile for the tile (rows i0..i1, panel q)
+   of C = A @ B, then apply their epilogue to that tile while it is in cache.
+
+   Plain C with GCC vector extensions (no intrinsics): 16-float vectors become one zmm register with AVX-512,
+   two ymm with AVX2, four xmm elsewhere. Micro-tiles are DS_MR rows x 32 columns in 2*DS_MR registers:
+   12 rows with 32 vector registers (AVX-512; measured 6-10% over 8), 4 with 16. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "ds_gemm.h"
+#include "ds_layernorm_row.h"
+
+#ifndef DS_ROW_BLOCK
+#define DS_ROW_BLOCK 60 /* rows per block: a multiple of every micro-tile height */
+#endif
+#ifndef DS_PAR_MIN_FLOPS
+#define DS_PAR_MIN_FLOPS (1 << 20) /* multiply-adds below which a product runs on one thread */
+#endif
+#ifdef __AVX512F__
+#define DS_MR 12
+#else
+#define DS_MR 4
+#endif
+
+typedef float ds_v16 __attribute__((vector_size(64)));
+typedef float ds_v16u __attribute__((vector_size(64), aligned(4), may_alias));
+static inline ds_v16 ds_ld16(const float *p) { return *(const ds_v16u *)p; }
+static inline void ds_st16(float *p, ds_v16 v) { *(ds_v16u *)p = v; }
+static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
+    if (n == 32) { ds_st16(c, x0); ds_st16(c + 16, x1); return; }
+    float t[32];
+    ds_st16(t, x0);
+    ds_st16(t + 16, x1);
+    for (int64_t j = 0; j < n; j++) c[j] = t[j];
+}
+
+/* One row: two independent accumulator pairs hide the FMA latency. The 32-wide rows of the B panel are ps
+   floats apart (32 when packed, the matrix's row stride when read in place). */
+static void ds_micro_1(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, int64_t k,
+                       float *restrict c, int64_t ldc, int64_t ncols) {
+    (void)lda; (void)ldc;
+    ds_v16 c00 = {0}, c01 = {0}, e0 = {0}, e1 = {0};
+    int64_t p = 0;
+    for (; p + 1 < k; p += 2) {
+        const float *q = bp + p * ps, *q1 = q + ps;
+        c00 += a[p] * ds_ld16(q); c01 += a[p] * ds_ld16(q + 16);
+        e0 += a[p + 1] * ds_ld16(q1); e1 += a[p + 1] * ds_ld16(q1 + 16);
+    }
+    c00 += e0; c01 += e1;
+    for (; p < k; p++) {
+        const ds_v16 b0 = ds_ld16(bp + p * ps), b1 = ds_ld16(bp + p * ps + 16);
+        c00 += a[p] * b0; c01 += a[p] * b1;
+    }
+    ds_store_row(c, c00, c01, ncols);
+}
+
+/* MR rows: each row r keeps its 32 columns in two named registers c<r>0, c<r>1 (the macros below write the
+   rows out, so the compiler sees straight-line code, not an array it might keep in memory). */
+#define DS_ROW_INIT(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}; const float *a##r = a + r * lda;
+#define DS_ROW_FMA(r) { const float x = a##r[p]; c##r##0 += x * b0; c##r##1 += x * b1; }
+#define DS_ROW_STORE(r) ds_store_row(c + r * ldc, c##r##0, c##r##1, ncols);
+#define DS_ROWS2(M) M(0) M(1)
+#define DS_ROWS3(M) DS_ROWS2(M) M(2)
+#define DS_ROWS4(M) DS_ROWS3(M) M(3)
+#define DS_ROWS5(M) DS_ROWS4(M) M(4)
+#define DS_ROWS6(M) DS_ROWS5(M) M(5)
+#define DS_ROWS7(M) DS_ROWS6(M) M(6)
+#define DS_ROWS8(M) DS_ROWS7(M) M(7)
+#define DS_ROWS9(M) DS_ROWS8(M) M(8)
+#define DS_ROWS10(M) DS_ROWS9(M) M(9)
+#define DS_ROWS11(M) DS_ROWS10(M) M(10)
+#define DS_ROWS12(M) DS_ROWS11(M) M(11)
+#define DS_MICRO(MR)                                                                                      \
+    static void ds_micro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, \
+                              int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                 \
+        DS_ROWS##MR(DS_ROW_INIT)                                                                          \
+        for (int64_t p = 0; p < k; p++) {                                                                 \
+            const ds_v16 b0 = ds_ld16(bp + p * ps), b1 = ds_ld16(bp + p * ps + 16);                       \
+            DS_ROWS##MR(DS_ROW_FMA)                                                                       \
+        }                                                                                                 \
+        DS_ROWS##MR(DS_ROW_STORE)                                                                         \
+    }
+DS_MICRO(2)
+DS_MICRO(3)
+DS_MICRO(4)
+#if DS_MR > 4
+DS_MICRO(5)
+DS_MICRO(6)
+DS_MICRO(7)
+DS_MICRO(8)
+DS_MICRO(9)
+DS_MICRO(10)
+DS_MICRO(11)
+DS_MICRO(12)
+#endif
+
+/* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
+   ps floats apart. Micro-tiles of DS_MR rows down the block, a shorter one at the bottom. Tiles are
+   independent, so a parallel loop over them needs no synchronisation. */
+void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                   float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
+    for (int64_t i = i0; i < i1; i += DS_MR) {
+        const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
+        const float *ai = a + i * lda;
+        float *ci = c + i * ldc;
+        switch (mr) {
+        case 1: ds_micro_1(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 2: ds_micro_2(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 3: ds_micro_3(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+#if DS_MR > 4
+        case 4: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 5: ds_micro_5(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 6: ds_micro_6(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 7: ds_micro_7(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 8: ds_micro_8(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 9: ds_micro_9(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 10: ds_micro_10(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 11: ds_micro_11(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        default: ds_micro_12(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+#else
+        default: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+#endif
+        }
+    }
+}
+
+/* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
+void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
+    for (int64_t q = 0; q * 32 < n; q++) {
+        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+        float *dst = bp + q * k * 32;
+        for (int64_t p = 0; p < k; p++) {
+            const float *src = b + p * ldb + q * 32;
+            int64_t j = 0;
+            for (; j < nc; j++) dst[p * 32 + j] = src[j];
+            for (; j < 32; j++) dst[p * 32 + j] = 0.0f;
+        }
+    }
+}
+
+/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it):
+   each of a panel's rows is read once, contiguously, and written down one column of the panel (in L1). */
+void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
+    for (int64_t q = 0; q * 32 < n; q++) {
+        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+        float *dst = bp + q * k * 32;
+        int64_t j = 0;
+        for (; j < nc; j++) {
+            const float *src = a + (q * 32 + j) * lda;
+            for (int64_t p = 0; p < k; p++) dst[p * 32 + j] = src[p];
+        }
+        for (; j < 32; j++)
+            for (int64_t p = 0; p < k; p++) dst[p * 32 + j] = 0.0f;
+    }
+}
+
+/* The tile (rows i0..i1, panel q) of C = A @ B with B packed by pack_b. */
+void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                  int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
+    ds_gemm_panel(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k);
+}
+
+/* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
+void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                    int64_t ldc, int64_t m, int64_t n, int64_t k) {
+    const int64_t blocks = (m + DS_ROW_BLOCK - 1) / DS_ROW_BLOCK, panels = (n + 31) / 32;
+    #pragma omp parallel for collapse(2) schedule(static) if(m * n * k >= DS_PAR_MIN_FLOPS)
+    for (int64_t rb = 0; rb < blocks; rb++)
+        for (int64_t q = 0; q < panels; q++) {
+            const int64_t r0 = rb * DS_ROW_BLOCK, r1 = r0 + DS_ROW_BLOCK < m ? r0 + DS_ROW_BLOCK : m;
+            ds_gemm_tile(a, lda, bp, c, ldc, r0, r1, q, n, k);
+        }
+}
+
+void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                      int64_t n, float eps) {
+    ds_layernorm_row_inline(x, y, scale, bias, n, eps);
+}

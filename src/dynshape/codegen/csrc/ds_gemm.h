@@ -1,0 +1,20 @@
+/* The packed-GEMM library's entry points, for generated kernels (resolved when they load: the library is
+   loaded first, with its symbols global). See ds_gemm.c for the layout of packed panels. */
+#ifndef DS_GEMM_H
+#define DS_GEMM_H
+#include <stdint.h>
+
+#define DS_NR 32 /* columns per packed panel: two 16-float vectors */
+
+void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp);
+void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp);
+void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                   float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k);
+void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                  int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
+void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                    int64_t ldc, int64_t m, int64_t n, int64_t k);
+void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                      int64_t n, float eps);
+int omp_get_max_threads(void);
+#endif

@@ -1,0 +1,113 @@
+/* What every generated kernel includes: headers, Python-semantics integer helpers for symbolic dims, and
+   branch-free float32 transcendental functions.
+
+   Why these exist: generated code must reproduce Python semantics exactly. Dims use floor division and a
+   modulo with the divisor's sign (C truncates), and the transcendental functions must vectorise (glibc's
+   expf/erff/tanhf only do under -ffast-math, which would also break NaN/Inf semantics), hence our own
+   branch-free versions, accurate to a few float ulp. Define DS_LIBM_MATH for libm's instead. */
+#ifndef DS_PRELUDE_H
+#define DS_PRELUDE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Python semantics for // and % (floor; the remainder takes the divisor's sign). Division by zero is
+   undefined here as in C; the runtime's shape checks rule it out before any kernel runs. */
+static inline int64_t ds_floordiv(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t ds_mod(int64_t a, int64_t b) {
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t ds_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t ds_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#ifndef DS_LIBM_MATH
+/* Coefficients: exp is Cephes' expf polynomial; the erf and tanh polynomials were fitted for dynshape
+   (iteratively reweighted least squares toward minimax relative error in float64): erf(x) = x*P(x^2) on
+   |x| < 1 (rel. err 2e-9), erf = 1 - exp(-Q(|x|)) on [1, 4] (abs. err of erfc 1e-9), tanh(x) =
+   x*(1 + x^2*R(x^2)) on |x| < 0.55 (rel. err 3e-9). Measured in float32 against float64 references by
+   tests/codegen/test_cgen.py: max relative error < 1e-6 over [-100, 100]. */
+static inline float ds_bits_to_float(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
+
+/* exp(xc) = 2^n * P(r): n = round(xc / ln 2), r = xc - n ln 2 (Cody-Waite, two parts), P Cephes' polynomial. */
+static inline float ds_exp_poly(float xc, float *n) {
+    *n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    float r = xc - *n * 0.693359375f;
+    r = r - *n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    return p * (r * r) + r + 1.0f;
+}
+
+static inline float ds_expf(float x) {
+    float n, p = ds_exp_poly(x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x), &n);
+    int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1; /* two steps: 2^n may be subnormal or 2^128 */
+    float y = p * ds_bits_to_float((n1 + 127) << 23) * ds_bits_to_float((n2 + 127) << 23);
+    y = x < -103.972084f ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+/* exp(x) for x in [-87.3, 88]: 2^n is a normal number, so one scale and no range checks. */
+static inline float ds_exp_normal(float x) {
+    float n, p = ds_exp_poly(x, &n);
+    return p * ds_bits_to_float(((int32_t)n + 127) << 23);
+}
+
+/* exp of x <= 0 (softmax after subtracting the row maximum): one 2^n scale instead of two, and results that
+   would be subnormal (x < -87.3, below 1.2e-38 next to the row maximum's 1) are flushed to zero. */
+static inline float ds_expf_nonpos(float x) {
+    float y = ds_exp_normal(x < -87.3f ? -87.3f : x);
+    y = x < -87.3f ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+static inline float ds_erff(float x) {
+    float t = fabsf(x), z = x * x;
+    float p = 7.820643e-05f;
+    p = p * z + -7.999558e-04f;
+    p = p * z + 5.1870267e-03f;
+    p = p * z + -2.6853057e-02f;
+    p = p * z + 1.12835646e-01f;
+    p = p * z + -3.7612623e-01f;
+    p = p * z + 1.1283791e+00f;
+    float tc = t < 4.0f ? t : 4.0f;
+    float q = -1.8514993e-04f;
+    q = q * tc + 2.9355406e-03f;
+    q = q * tc + -2.178941e-02f;
+    q = q * tc + 1.0300486e-01f;
+    q = q * tc + 6.3826233e-01f;
+    q = q * tc + 1.1270185e+00f;
+    q = q * tc + 3.5893323e-04f;
+    float y = t < 1.0f ? x * p : copysignf(1.0f - ds_exp_normal(-q), x);  /* -q in [-16.5, 0) */
+    return x != x ? x : y;
+}
+
+static inline float ds_tanhf(float x) {
+    float t = fabsf(x), z = x * x;
+    float p = -5.885589e-03f;
+    p = p * z + 2.0787114e-02f;
+    p = p * z + -5.3780954e-02f;
+    p = p * z + 1.3331886e-01f;
+    p = p * z + -3.3333296e-01f;
+    float e = ds_exp_normal(2.0f * (t < 9.5f ? t : 9.5f));
+    float y = t < 0.55f ? x * (1.0f + z * p) : copysignf(1.0f - 2.0f / (e + 1.0f), x);
+    return x != x ? x : y;
+}
+#else
+static inline float ds_expf(float x) { return expf(x); }
+static inline float ds_expf_nonpos(float x) { return expf(x); }
+static inline float ds_erff(float x) { return erff(x); }
+static inline float ds_tanhf(float x) { return tanhf(x); }
+#endif
+
+#endif /* DS_PRELUDE_H */

@@ -1,0 +1,97 @@
+/* The program runner and the strided copy: what lets a bound plan run its native steps in one foreign call.
+
+   A planned call is a list of pre-bound steps whose arguments are fixed integers (addresses, extents); each
+   ctypes call costs about a microsecond, so consecutive native steps are packed into one int64 program
+       [fn, nargs, arg0, ..., fn, nargs, ...]
+   that ds_run_program walks. Every entry is called through a function type of `nargs` int64 parameters: the
+   steps take pointers and int64 extents only, which travel in the same registers on the 64-bit ABIs we build
+   for (x86-64, aarch64). Data-movement steps (Transpose, Expand: a strided view copied into a contiguous
+   buffer) get ds_copy_strided, so they join the program instead of splitting it. */
+#include <stdint.h>
+#include <string.h>
+
+#define DS_PROGRAM_MAX_ARGS 16
+/* dst (contiguous) = the strided view described by a: [ndim, itemsize, dst, src, shape[ndim], strides[ndim]]
+   (strides in bytes, 0 where the source broadcasts). The innermost dim is a memcpy when it is contiguous. */
+void ds_copy_strided(const int64_t *a) {
+    const int64_t nd = a[0], size = a[1];
+    char *dst = (char *)a[2];
+    const char *src = (const char *)a[3];
+    const int64_t *shape = a + 4, *stride = a + 4 + nd;
+    int64_t idx[16] = {0};
+    if (nd == 0) { memcpy(dst, src, size); return; }
+    for (int64_t d = 0; d < nd; d++) if (shape[d] == 0) return;
+    const int64_t inner = shape[nd - 1], ist = stride[nd - 1];
+    if (size == 4 && nd >= 2 && stride[nd - 2] == 4 && ist != 4) {
+        /* the last two dims swapped (a matrix transpose per outer index): 16 x 16 tiles, so every cache line
+           read or written is used whole instead of one float of it */
+        const int64_t rows = shape[nd - 2];
+        for (;;) {
+            const char *s = src;
+            for (int64_t d = 0; d < nd - 2; d++) s += idx[d] * stride[d];
+            float *o = (float *)dst;
+            for (int64_t r0 = 0; r0 < rows; r0 += 16)
+                for (int64_t c0 = 0; c0 < inner; c0 += 16) {
+                    const int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows, c1 = c0 + 16 < inner ? c0 + 16 : inner;
+                    for (int64_t c = c0; c < c1; c++)
+                        for (int64_t r = r0; r < r1; r++) memcpy(o + r * inner + c, s + r * 4 + c * ist, 4);
+                }
+            dst += rows * inner * 4;
+            int64_t d = nd - 3;
+            for (; d >= 0; d--) {
+                if (++idx[d] < shape[d]) break;
+                idx[d] = 0;
+            }
+            if (d < 0) return;
+        }
+    }
+    for (;;) {
+        const char *s = src;
+        for (int64_t d = 0; d < nd - 1; d++) s += idx[d] * stride[d];
+        if (ist == size) {
+            memcpy(dst, s, inner * size);
+            dst += inner * size;
+        } else if (size == 4) {
+            float *o = (float *)dst;
+            for (int64_t i = 0; i < inner; i++) memcpy(o + i, s + i * ist, 4);
+            dst += inner * 4;
+        } else {
+            for (int64_t i = 0; i < inner; i++, dst += size) memcpy(dst, s + i * ist, size);
+        }
+        int64_t d = nd - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+/* Each step is called through a type of `nargs` int64 parameters (I below); at most DS_PROGRAM_MAX_ARGS. */
+typedef int64_t I;
+void ds_run_program(const int64_t *p, int64_t n) {
+    for (int64_t s = 0; s < n; s++) {
+        const void *fn = (const void *)p[0];
+        const int64_t nargs = p[1], *a = p + 2;
+        switch (nargs) {
+        case 0: ((void (*)(void))fn)(); break;
+        case 1: ((void (*)(I))fn)(a[0]); break;
+        case 2: ((void (*)(I, I))fn)(a[0], a[1]); break;
+        case 3: ((void (*)(I, I, I))fn)(a[0], a[1], a[2]); break;
+        case 4: ((void (*)(I, I, I, I))fn)(a[0], a[1], a[2], a[3]); break;
+        case 5: ((void (*)(I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4]); break;
+        case 6: ((void (*)(I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5]); break;
+        case 7: ((void (*)(I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]); break;
+        case 8: ((void (*)(I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]); break;
+        case 9: ((void (*)(I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]); break;
+        case 10: ((void (*)(I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9]); break;
+        case 11: ((void (*)(I, I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]); break;
+        case 12: ((void (*)(I, I, I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11]); break;
+        case 13: ((void (*)(I, I, I, I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]); break;
+        case 14: ((void (*)(I, I, I, I, I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13]); break;
+        case 15: ((void (*)(I, I, I, I, I, I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14]); break;
+        case 16: ((void (*)(I, I, I, I, I, I, I, I, I, I, I, I, I, I, I, I))fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]); break;
+        }
+        p += 2 + nargs;
+    }
+}

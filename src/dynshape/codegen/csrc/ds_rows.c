@@ -1,0 +1,36 @@
+/* Row-wise kernels for the reductions transformers spend time in: softmax and layer norm on the last axis.
+
+   numpy needs five to eight passes with temporaries for these; one row at a time in C keeps the row in
+   cache. The row length is a runtime argument, so one build serves every shape. */
+#include "ds_prelude.h"
+#include "ds_layernorm_row.h"
+
+
+void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n) {
+    #pragma omp parallel for schedule(static) if(rows * n >= 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float m = -INFINITY;
+        #pragma omp simd reduction(max:m)
+        for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
+        float s = 0.0f;
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) { float e = ds_expf_nonpos(xr[i] - m); yr[i] = e; s += e; }
+        const float inv = 1.0f / s;
+        for (int64_t i = 0; i < n; i++) yr[i] *= inv;
+    }
+}
+
+void ds_layernorm_f32(const float *restrict x, const float *restrict scale, const float *restrict bias,
+                      float *restrict y, int64_t rows, int64_t n, float eps) {
+    #pragma omp parallel for schedule(static) if(rows * n >= 32768)
+    for (int64_t r = 0; r < rows; r++) ds_layernorm_row_inline(x + r * n, y + r * n, scale, bias, n, eps);
+}
+
+/* The same with every argument in one int64 array (eps as the bits of a float): a plan's program can call it. */
+void ds_layernorm_args(const int64_t *a) {
+    float eps;
+    memcpy(&eps, &a[6], sizeof eps);
+    ds_layernorm_f32((const float *)a[0], (const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], eps);
+}
