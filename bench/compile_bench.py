@@ -142,7 +142,7 @@ def main() -> None:
 
     feed = common.make_inputs(model, shapes[0], seed=1)
     n = 20000
-    bind = generic._bind
+    bind = generic.binder
     t_bind = min(timeit.repeat(lambda: bind(feed), number=n, repeat=5)) / n
     t_call = min(timeit.repeat(lambda: generic.run(feed), number=n // 10, repeat=5)) / (n // 10)
     print(f"call tax at {shapes[0]}: binder {1e6 * t_bind:.2f} us; whole call {1e6 * t_call:.1f} us")

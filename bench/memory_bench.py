@@ -75,8 +75,8 @@ def main() -> None:
         if i % step == 0:
             now = rss_bytes()
             peak = max(peak, now)
-            n_plans = sum(len(a.plans) for a in exe._pool.arenas)  # counted, not held: a list of them would
-            held = sum(p.nbytes for a in exe._pool.arenas for p in a.plans.values())  # keep evicted plans alive
+            n_plans = sum(len(a.plans) for a in exe.arenas)  # counted, not held: a list of them would
+            held = sum(p.nbytes for a in exe.arenas for p in a.plans.values())  # keep evicted plans alive
             print(f"  {i:>7d} calls: RSS {now / 2**20:.1f} MiB ({100 * (now - base) / base:+.2f}%), "
                   f"{time.perf_counter() - t:.1f} s; {n_plans} cached plans holding {held / 2**20:.1f} MiB of "
                   "per-key values")
@@ -86,7 +86,7 @@ def main() -> None:
     print(f"\nRSS growth after warm-up over {args.calls} calls: {growth:+.2f}% (peak {peak / 2**20:.1f} MiB); "
           f"goal < 1%: {'met' if growth < 1 else 'not met'}")
     st = exe.stats()
-    print(f"stats: calls {st['calls']}, arena bytes {st.get('arena_bytes')}, variants {len(exe._variants)}")
+    print(f"stats: calls {st['calls']}, arena bytes {st.get('arena_bytes')}, variants {len(exe.variants)}")
 
 
 if __name__ == "__main__":

@@ -157,22 +157,19 @@ def bench_tail(graph, with_static: bool, passes: int = 3) -> dict:
 
 def bench_dispatch(graph) -> dict:
     exe = ds.compile(graph, strategy="generic")
-    dummy = exe._generic
-    exe._variants = {(b, s): dummy for b in range(1, 9) for s in range(1, 126)}  # 1,000 keys
-    assert len(exe._variants) == 1000
+    table = exe.table
+    table.exact = {(b, s): table.generic for b in range(1, 9) for s in range(1, 126)}  # 1,000 keys
+    assert len(table.exact) == 1000
     hit, miss = (5, 77), (8, 500)
     n = 200_000
-
-    def lookup(key):
-        return exe._variants.get(key) or exe._default or exe._pick(key)
+    lookup = table.lookup
 
     t_hit = min(timeit.repeat(lambda: lookup(hit), number=n, repeat=5)) / n
     t_miss = min(timeit.repeat(lambda: lookup(miss), number=n, repeat=5)) / n
     t_empty = min(timeit.repeat(lambda: None, number=n, repeat=5)) / n
     buckets = ds.compile(graph, fuse=False, strategy="bucketed")
-    buckets._variants = exe._variants
-    t_bucket = min(timeit.repeat(lambda: buckets._variants.get(miss) or buckets._default or buckets._pick(miss),
-                                 number=n, repeat=5)) / n
+    buckets.table.exact = table.exact
+    t_bucket = min(timeit.repeat(lambda: buckets.table.lookup(miss), number=n, repeat=5)) / n
     print(f"4. dispatch with 1,000 exact-key variants: hit {(t_hit - t_empty) * 1e9:.0f} ns, miss -> generic "
           f"{(t_miss - t_empty) * 1e9:.0f} ns, miss -> 8 buckets {(t_bucket - t_empty) * 1e9:.0f} ns "
           f"(a bare lambda call, {t_empty * 1e9:.0f} ns, subtracted)")

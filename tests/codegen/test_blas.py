@@ -5,6 +5,7 @@ import pytest
 
 from dynshape.codegen import blas, cc
 from dynshape.errors import DynshapeError
+from dynshape.options import Options
 
 DRIVER = (
     '#include "ds_blas.h"\n'
@@ -92,7 +93,8 @@ def test_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert blas.openblas().sgemm != 0
     with pytest.raises(DynshapeError, match="unknown BLAS"):
         blas.get("atlas")
-    monkeypatch.setenv("DYNSHAPE_BLAS", "openblas")
-    assert blas.default_blas().name == "openblas"
+    monkeypatch.setenv("DYNSHAPE_BLAS", "openblas")  # the environment fills the option's default
+    assert blas.resolve(Options().blas).name == "openblas"
     monkeypatch.delenv("DYNSHAPE_BLAS")
-    assert blas.default_blas().name == ("mkl" if blas.mkl() else "openblas")
+    assert Options().blas == "auto"
+    assert blas.resolve("auto").name == ("mkl" if blas.mkl() else "openblas")

@@ -8,6 +8,7 @@ from onnx import TensorProto, helper
 
 import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
+from dynshape.runtime.build import KernelStep
 
 F = TensorProto.FLOAT
 
@@ -49,7 +50,7 @@ def _reference(q, kt, v, mask):
 def test_fused_attention_matches_numpy_on_ragged_shapes(mask_shape, post):
     g = _attention(mask_shape, post)
     exe = ds.compile(g)
-    labels = [s.label for s in exe._generic.steps]
+    labels = [s.name for s in exe.generic.steps]
     assert len(labels) == 1 and labels[0].startswith("MatMul_0+Add_1+Softmax_2"), labels
     rng = np.random.default_rng(len(mask_shape))
     for b, m, k, n in [(1, 1, 1, 1), (2, 65, 7, 33), (3, 140, 64, 140), (1, 64, 70, 31)]:
@@ -93,12 +94,12 @@ def test_fully_masked_rows_give_zeros_not_nan():
 def test_attention_fusion_off_by_environment(monkeypatch):
     monkeypatch.setenv("DYNSHAPE_FUSED_ATTENTION", "0")
     exe = ds.compile(_attention(["n"], post_nan_clean=False))
-    assert [s.op_type for s in exe._generic.steps][0] == "MatMul"
+    assert [s.op for s in exe.generic.steps][0] == "MatMul"
 
 
 def test_attention_writes_its_transposed_output_directly():
     exe = ds.compile(_attention(["b", 1, 1, "n"], transpose_out=True))
-    assert [s.label for s in exe._generic.steps][0].endswith("Transpose_6")
+    assert [s.name for s in exe.generic.steps][0].endswith("Transpose_6")
     rng = np.random.default_rng(5)
     for b, m, k, n in [(1, 1, 1, 1), (3, 70, 16, 33)]:
         q = rng.standard_normal((b, 3, m, k)).astype(np.float32)
@@ -142,9 +143,9 @@ def _attention_from_rows(torch_style: bool):
 def test_attention_packs_kt_from_k_as_stored(torch_style):
     """The copy that makes Kᵀ is gone: the kernel packs Kᵀ's panels from K's rows (ragged panel edges too)."""
     exe = ds.compile(_attention_from_rows(torch_style))
-    fused = [s for s in exe._generic.steps if s.op_type == "fused"]
-    assert len(fused) == 1 and "Transpose" in fused[0].label, [s.label for s in exe._generic.steps]
-    assert not any(s.op_type == "Transpose" for s in exe._generic.steps)
+    fused = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
+    assert len(fused) == 1 and "Transpose" in fused[0].name, [s.name for s in exe.generic.steps]
+    assert not any(s.op == "Transpose" for s in exe.generic.steps)
     rng = np.random.default_rng(11)
     for b, m, k, n in [(1, 1, 1, 1), (2, 65, 7, 33), (3, 140, 64, 140), (1, 64, 70, 31)]:
         q = rng.standard_normal((b, 3, m, k)).astype(np.float32)

@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
+from dynshape.codegen.lowering import PackedWeight
 from dynshape.codegen.packed_gemm import NR, pack_b
 from dynshape.frontends.onnx import load_onnx
 
@@ -22,7 +23,7 @@ def _model(nodes, inputs, consts, output, dims):
 
 
 def _kernels(exe) -> list:
-    return [s.label for s in exe._generic.steps]
+    return [s.name for s in exe.generic.steps]
 
 
 def test_pack_b_panels_are_zero_padded_columns():
@@ -100,7 +101,7 @@ def test_packed_products_off_by_environment(monkeypatch):
     w = np.ones((4, 4), np.float32)
     g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": [2, 4]}, {"w": w}, "y", None)
     exe = ds.compile(g)
-    assert [s.op_type for s in exe._generic.steps] == ["MatMul"]
+    assert [s.op for s in exe.generic.steps] == ["MatMul"]
     np.testing.assert_allclose(exe.run({"x": np.ones((2, 4), np.float32)})["y"], np.full((2, 4), 4.0))
 
 
@@ -119,7 +120,7 @@ def test_a_product_reshaped_to_heads_and_transposed_is_written_transposed(heads,
     g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]),
                   dims={"batch": (1, 3), "seq": (1, 130)})
     exe = ds.compile(g)
-    assert [s.label for s in exe._generic.steps] == ["MatMul_0+Add_1+Reshape_2+Transpose_3"]
+    assert [s.name for s in exe.generic.steps] == ["MatMul_0+Add_1+Reshape_2+Transpose_3"]
     for b, s in [(1, 1), (2, 61), (3, 130), (3, 7), (2, 36)]:  # row blocks straddle the batch boundaries
         x = rng.standard_normal((b, s, 24)).astype(np.float32)
         want = (x @ w + bias).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
@@ -140,7 +141,7 @@ def test_residual_then_layernorm_runs_in_the_product(with_bias):
     consts = {"w": w, "b": b, "scale": scale} | ({"shift": shift} if with_bias else {})
     g = _model(nodes, {"x": ["m", 16], "res": ["m", 96]}, consts, "y", {"m": (1, 400)})
     exe = ds.compile(g)
-    assert [s.label for s in exe._generic.steps] == ["MatMul_0+Add_1+Add_2+LayerNormalization_3"]
+    assert [s.name for s in exe.generic.steps] == ["MatMul_0+Add_1+Add_2+LayerNormalization_3"]
     for m in (1, 59, 61, 130, 132, 400):
         x = rng.standard_normal((m, 16)).astype(np.float32)
         res = rng.standard_normal((m, 96)).astype(np.float32)
@@ -154,6 +155,6 @@ def test_executables_of_one_graph_share_packed_weights():
     w = np.ones((8, 40), np.float32)
     g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ["m", 8]}, {"w": w}, "y", {"m": (1, 9)})
     a, b = ds.compile(g), ds.compile(g, specialize=[{"m": 3}])
-    packed_a = [v for k, v in a._generic.fixed.items() if "::packed" in k]
-    packed_b = [v for k, v in b._variants[(3,)].fixed.items() if "::packed" in k]
+    packed_a = [v for k, v in a.generic.fixed.items() if isinstance(k, PackedWeight)]
+    packed_b = [v for k, v in b.variants[(3,)].fixed.items() if isinstance(k, PackedWeight)]
     assert len(packed_a) == 1 and packed_a[0] is packed_b[0]

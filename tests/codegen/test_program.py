@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import numpy as np
 import pytest
 
 from dynshape.codegen import program
+from dynshape.codegen.lowering import NativeCall
 from dynshape.runtime.plan import _programs
 
 
@@ -48,7 +48,7 @@ def test_consecutive_native_calls_run_as_one_program(lib):
     def copy_call(src, out):
         d = np.array([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides], np.int64)
         keep.append(d)
-        return functools.partial(lib.ds_copy_strided, d.ctypes.data)
+        return NativeCall(lib.ds_copy_strided, (d.ctypes.data,))
 
     seen = []
     calls = [copy_call(a.T, b), copy_call(b.T, c), lambda: seen.append(c.copy()), copy_call(a.T, b)]
@@ -58,4 +58,4 @@ def test_consecutive_native_calls_run_as_one_program(lib):
         call()
     np.testing.assert_array_equal(seen[0], a)
     np.testing.assert_array_equal(b, a.T)
-    assert isinstance(out[0].func, ctypes._CFuncPtr)
+    assert isinstance(out[0].fn, ctypes._CFuncPtr)

@@ -29,8 +29,8 @@ def _positions_model(max_seq: int = 32):
 
 def test_key_only_steps_leave_the_request_path_and_stay_right_across_keys():
     exe = ds.compile(_positions_model())
-    planner = exe._generic.planner
-    assert [exe._generic.steps[i].op_type for i in planner.per_key] == ["Range", "Gather"]
+    planner = exe.generic.planner
+    assert [exe.generic.steps[i].op for i in planner.per_key] == ["Range", "Gather"]
     emb = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
     for seq in (3, 17, 3, 32, 1):  # keys interleaved: each plan keeps its own per-key values
         x = np.full((seq, 4), 0.5, np.float32)
@@ -57,12 +57,13 @@ def test_gather_nd_with_fixed_indices_matches_the_reference_and_refuses_out_of_r
 
 def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
     """A key planned before the arena grew is not re-planned afterwards (no latency spike after warm-up)."""
-    from dynshape.runtime.budget import Arena, grow
+    from dynshape.runtime.arenas import Arena, grow
+    from dynshape.runtime.plan_cache import PlanCache
 
     exe = ds.compile(_positions_model(), strategy="generic")
     small, big = np.zeros((2, 4), np.float32), np.zeros((32, 4), np.float32)
     exe.run({"x": small})
-    arena = exe._pool.arenas[0]
+    arena = exe.arenas[0]
     before = dict(arena.plans)
     exe.run({"x": big})  # grows the arena
     assert all(arena.plans.get(k) is p for k, p in before.items())
@@ -73,7 +74,7 @@ def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
             self.arena = np.empty(n, np.uint8)
 
     a = Arena(0)
-    a.plans = {1: Plan(100), 2: Plan(400), 3: Plan(400)}
+    a.plans = PlanCache({1: Plan(100), 2: Plan(400), 3: Plan(400)})
     a.plans[3].arena = a.plans[2].arena  # two plans on one buffer
     grow(a, 400)  # new buffer 500 bytes: stale 500 fits, nothing dropped
     assert set(a.plans) == {1, 2, 3}
@@ -82,14 +83,14 @@ def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
 
 
 def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
-    from dynshape.runtime import executable
+    from dynshape.runtime import memory
 
-    monkeypatch.setattr(executable, "PLAN_BYTES", 3 * 32 * 24)  # per key: 8*seq (ids) + 16*seq (embeddings)
+    monkeypatch.setattr(memory, "PLAN_BYTES", 3 * 32 * 24)  # per key: 8*seq (ids) + 16*seq (embeddings)
     exe = ds.compile(_positions_model(), strategy="generic")
     for seq in (32, 31, 30, 29, 28):
         exe.run({"x": np.zeros((seq, 4), np.float32)})
-    plans = exe._pool.arenas[0].plans
-    assert sum(p.nbytes for p in plans.values()) <= executable.PLAN_BYTES
+    plans = exe.arenas[0].plans
+    assert sum(p.nbytes for p in plans.values()) <= memory.PLAN_BYTES
     assert [k[1] for k in plans] == [(30,), (29,), (28,)]  # the oldest went first
 
 
@@ -110,7 +111,7 @@ def test_a_memory_budget_also_bounds_the_per_key_values_plans_hold():
         x = np.full((seq, 4), 2.0, np.float32)
         want = 2 + np.arange(seq * 4, dtype=np.float32).reshape(seq, 4)
         np.testing.assert_array_equal(exe.run({"x": x})["y"], want)
-        plans = exe._pool.arenas[0].plans
+        plans = exe.arenas[0].plans
         assert [k[1][0] for k in plans] == cached  # 24 bytes a position, 480 beside the arena
         assert sum(p.nbytes for p in plans.values()) <= 24 * 20
 

@@ -49,17 +49,17 @@ def test_a_key_becomes_a_variant_once_hot_and_a_frequent_but_rare_one_does_not()
 def test_the_request_path_never_waits_for_a_build():
     exe = ds.compile(_graph(), fuse=False, hot_calls=2, hot_share=0.0)
     started, release, events = threading.Event(), threading.Event(), []
-    real = exe._build
+    real = exe._variant
 
-    def slow_build(key, narrow=None):
+    def slow_build(key, guard, narrow=None):
         events.append("build started")
         started.set()
         assert release.wait(30), "the build was never released"
-        variant = real(key, narrow)
+        variant = real(key, guard, narrow)
         events.append("build finished")
         return variant
 
-    exe._build = slow_build
+    exe._variant = slow_build
     exe.run(_x(5))
     exe.run(_x(5))  # hot: queued, and this call goes on with the generic build
     assert started.wait(10)
@@ -223,16 +223,16 @@ def test_concurrent_calls_while_variants_are_installed_match_serial_calls():
     for j in jobs:
         for name in want[j]:
             np.testing.assert_allclose(got[j][name], want[j][name], rtol=1e-5, atol=1e-5)
-    assert len(exe._pool.arenas) <= 2
+    assert len(exe.arenas) <= 2
 
 
 def test_a_bucket_build_compiles_its_pinned_symbols_as_literals():
     graph = ds.load_onnx(build_encoder(layers=1, hidden=32), dims={"batch": (1, 4), "seq": (1, 32)})
     exe = ds.compile(graph, strategy="bucketed", buckets=[{"batch": 1, "seq": {"multiple_of": 8}}])
-    (bucket,) = exe._buckets
+    (bucket,) = exe.buckets
     assert bucket.guard.text() == "batch == 1 and seq % 8 == 0" and bucket.guard.kind == "predicate"
     assert bucket.guard.dropped == ("seq >= 8: implied by seq % 8 == 0 and the declaration seq in [1, 32]",)
-    hidden = bucket.graph.types[graph.outputs[0].name].shape
+    hidden = bucket.build.graph.types[graph.outputs[0].name].shape
     assert hidden[0] == 1 and str(hidden[1]) == "seq" and hidden[1].atom().mult == 8
     rng = np.random.default_rng(0)
     for b, s in [(1, 16), (1, 7), (2, 16)]:

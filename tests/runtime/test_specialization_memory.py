@@ -27,7 +27,7 @@ def test_the_worst_case_bounds_every_shape():
     w = exe.worst_case_memory()
     assert w.at == {"batch": 4, "seq": 32} and w.monotone and w.layout <= w.sound
     assert w.sound == w.expr.evaluate(w.at) and {"batch", "seq"} <= w.expr.free_symbols
-    planner = exe._generic.planner
+    planner = exe.generic.planner
     for key in [(1, 1), (4, 32), (3, 31), (2, 17), (4, 1), (1, 32)]:
         _, _, total = planner.layout(key)
         assert total <= w.reserve
@@ -115,4 +115,4 @@ def test_concurrent_calls_each_take_a_preallocated_arena():
         t.start()
     for t in threads:
         t.join()
-    assert not errors and exe.stats()["arena_bytes"] == arena and len(exe._pool.arenas) == 3
+    assert not errors and exe.stats()["arena_bytes"] == arena and len(exe.arenas) == 3

@@ -16,6 +16,7 @@ from dynshape.cli.args import parse_dims
 from dynshape.cli.common import DimOpt, ModelArg, console, fmt_bytes, friendly
 from dynshape.ir.graph import describe_symbol
 from dynshape.runtime import artifact
+from dynshape.runtime.build import KernelStep
 
 EPILOG = """Examples:
 
@@ -61,9 +62,9 @@ def load_artefact(path: Path, dim: list[str] | None, specialize: list[str] | Non
     return artifact.load(path)
 
 
-def kernel_steps(exe: Any) -> list[Any]:
-    """The generic build's steps that run a fused C kernel (the others call numpy/BLAS lowerings)."""
-    return [s for s in exe._generic.steps if s.needs_key]
+def kernel_steps(exe: Any) -> list[KernelStep]:
+    """The generic build's steps that run a generated C kernel (the others: native or numpy lowerings)."""
+    return [s for s in exe.generic.steps if isinstance(s, KernelStep)]
 
 
 @friendly
@@ -91,11 +92,11 @@ def compile_model(
     table.add_row("artefact", Text(str(out)))
     table.add_row("symbols", Text(", ".join(describe_symbol(s) for s in exe.graph.signature.symbols.values())
                                   or "none (every input shape is static)"))
-    table.add_row("steps", f"{len(exe._generic.steps)} (from {len(exe.graph.nodes)} nodes)")
+    table.add_row("steps", f"{len(exe.generic.steps)} (from {len(exe.graph.nodes)} nodes)")
     table.add_row("kernels", f"{len(kernel_steps(exe))} fused C kernel(s) in {len(libs)} librar"
                              f"{'y' if len(libs) == 1 else 'ies'} ({fmt_bytes(sum(p.stat().st_size for p in libs))})")
     names = [s.name for s in exe.symbols]
-    variants = ["generic"] + [", ".join(f"{n}={v}" for n, v in zip(names, key)) for key in exe._variants]
+    variants = ["generic"] + [", ".join(f"{n}={v}" for n, v in zip(names, key)) for key in exe.variants]
     table.add_row("variants", Text("; ".join(variants)))
     table.add_row("time", f"{seconds:.2f} s")
     console.print(Text(f"compiled {model}", style="bold"))

@@ -203,7 +203,7 @@ def run_encoder_demo(n_shapes: int, seed: int) -> bool:
             n = 2000
             t0 = time.perf_counter()
             for _ in range(n):
-                exe._bind(feeds[0])
+                exe.binder(feeds[0])
             tax = (time.perf_counter() - t0) / n * 1e6
             console.print(Text(f"call tax: binding symbols + checking every constraint + dispatch key: {tax:.1f} us "
                                "per call"))

@@ -23,6 +23,7 @@ from dynshape.cli.compile_cmd import SpecializeOpt, TargetArg, kernel_steps, loa
 from dynshape.ir.graph import format_type
 from dynshape.ir.types import TensorType
 from dynshape.runtime.binder import linear_symbol
+from dynshape.runtime.build import NodeStep
 from dynshape.runtime.executable import compile as ds_compile
 from dynshape.sym import Cond, Expr
 
@@ -88,16 +89,17 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
     graph = exe.graph
     names = [s.name for s in exe.symbols]
     bound, guards = binding(exe)
-    ops = {n.name: n.op_type for n in graph.nodes}
-    variants = [{"values": None, "why": "generic: serves every admissible shape", "steps": len(exe._generic.steps)}]
+    variants = [{"values": None, "why": "generic: serves every admissible shape", "steps": len(exe.generic.steps)}]
     variants += [{"values": dict(zip(names, key)), "steps": len(v.steps), "guard": v.guard.text(),
                   "why": f"declared by {declared_by}: shapes precomputed, chosen by a dict lookup on the bound symbols"
                   if v.guard.where == "compile" and v.guard.why.startswith("declared") else
                   f"{v.guard.why} ({v.guard.where})"}
-                 for key, v in exe._variants.items()]
-    kernels = [{"name": f"kernel {i}", "ops": [{"node": n, "op": ops.get(n, "?")} for n in s.label.split("+")],
-                "inputs": list(s.inputs), "outputs": list(s.outputs)} for i, s in enumerate(kernel_steps(exe), 1)]
-    lowered = Counter(ops.get(s.label, "?") for s in exe._generic.steps if not s.needs_key)
+                 for key, v in exe.variants.items()]
+    kernels = [{"name": f"kernel {i}", "kind": s.kind, "ops": [{"node": n.name, "op": n.op_type} for n in s.nodes],
+                "inputs": [str(x) for x in s.inputs], "outputs": list(s.outputs), "shares_code_with": s.shared_with}
+               for i, s in enumerate(kernel_steps(exe), 1)]
+    lowered = Counter(f"{s.node.op_type} ({s.how})" for s in exe.generic.steps if isinstance(s, NodeStep))
+    built = exe.explain_build()
     mem = graph.memory_bound()
     return {
         "target": str(target),
@@ -107,8 +109,10 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
         "guards": guards,
         "kernels": kernels,
         "library_steps": dict(sorted(lowered.items())),
+        "uncompiled": built["uncompiled"],
+        "options": built["options"],
         "memory": {"bytes": mem.bytes, "peak_node": mem.peak_node, "unbounded": mem.unbounded, "text": str(mem)},
-        "binder_source": getattr(exe._bind, "source", None),
+        "binder_source": getattr(exe.binder, "source", None),
         "specialisation": exe.explain_strategy(),
     }
 
@@ -140,7 +144,14 @@ def _print(data: dict[str, Any]) -> None:
         line(f"{k['name']}: " + " -> ".join(f"{o['op']} {o['node']}" for o in k["ops"]),
              f"outputs {', '.join(k['outputs'])}")
     if data["library_steps"]:
-        line("other steps (numpy/BLAS): " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
+        line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
+    head(f"nodes without a compiled kernel ({len(data['uncompiled'])})")
+    for u in data["uncompiled"]:
+        line(f"{u['op']} {u['node']}: runs its {u['runs']}", u["why"])
+    head("options (explicit ones marked; 'build' options are part of the kernels' cache key)")
+    for o in data["options"]:
+        mark = "" if o["origin"] == "default" else f" [{o['origin']}]"
+        line(f"{o['name']} = {o['value']!r}{mark}", f"{o['kind']}: {o['doc']}")
     mem = data["memory"]
     head("worst-case memory")
     line(f"{fmt_bytes(mem['bytes'])}; {mem['text']}")

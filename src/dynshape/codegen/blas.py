@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from dynshape.errors import DynshapeError
+from dynshape.options import mkl_threading_layer
 
-__all__ = ["Blas", "available", "bind", "default_blas", "get", "mkl", "openblas"]
+__all__ = ["Blas", "available", "bind", "get", "mkl", "openblas", "resolve"]
 
 # The C side of the contract is csrc/ds_blas.h: ds_sgemm / ds_sgemm_batched through the pointers ds_bind_blas sets.
 
@@ -128,7 +129,7 @@ def mkl() -> Blas | None:
     lib = ctypes.CDLL(path)
     if not hasattr(lib, "cblas_sgemm_64"):  # no ILP64 `_64` entry points (tested: mkl 2026.2): unusable
         return None
-    layer = os.environ.get("MKL_THREADING_LAYER", "gnu").lower()
+    layer = mkl_threading_layer()
     lib.MKL_Set_Threading_Layer.argtypes, lib.MKL_Set_Threading_Layer.restype = [ctypes.c_int], ctypes.c_int
     lib.MKL_Set_Threading_Layer(_MKL_LAYERS.get(layer, 3))  # must precede any other MKL call
     set_t = lib.MKL_Set_Num_Threads
@@ -155,17 +156,15 @@ def get(name: str) -> Blas:
     raise DynshapeError(f"unknown BLAS {name!r}: choose 'openblas' or 'mkl'")
 
 
-def default_blas() -> Blas:
-    """$DYNSHAPE_BLAS if set, else MKL when installed (measured faster, see bench/gemm_bench.py), else OpenBLAS."""
-    name = os.environ.get("DYNSHAPE_BLAS")
-    if name:
-        return get(name.lower())
-    return mkl() or openblas()
+def resolve(choice: str = "auto") -> Blas:
+    """The library for a `blas` option: auto (MKL when installed, measured faster: bench/gemm_bench.py; else
+    OpenBLAS), mkl or openblas."""
+    return (mkl() or openblas()) if choice == "auto" else get(choice)
 
 
 def bind(lib: ctypes.CDLL, blas: Blas | None = None) -> None:
-    """Install `blas` (default: default_blas()) into a library compiled with C_DECLS."""
-    blas = blas or default_blas()
+    """Install `blas` (default: resolve("auto")) into a library that includes ds_blas.h."""
+    blas = blas or resolve()
     fn = lib.ds_bind_blas
     fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
     fn(blas.sgemm, blas.sgemm_strided or None)

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from dynshape.errors import DynshapeError
+from dynshape.options import compiler_command, default_cache_dir
 
 __all__ = [
     "DEFAULT_FLAGS",
@@ -38,8 +39,12 @@ __all__ = [
     "clear_memory_cache",
     "compile_c",
     "compile_extension",
+    "compiler_identity",
     "csrc_digest",
     "find_compiler",
+    "is_offline",
+    "machine_tag",
+    "offline",
     "read_csrc",
 ]
 
@@ -92,21 +97,14 @@ def pinned_cache_dir(path: str | os.PathLike) -> Iterator[None]:
 
 
 def cache_dir() -> Path:
-    """Disk cache root: the thread's pinned directory, else $DYNSHAPE_CACHE_DIR, else $XDG_CACHE_HOME/dynshape,
-    else ~/.cache/dynshape."""
+    """Disk cache root: the thread's pinned directory, else the default (`options.default_cache_dir`)."""
     pinned = getattr(_pinned, "path", None)
-    if pinned is not None:
-        return pinned
-    explicit = os.environ.get("DYNSHAPE_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "dynshape"
+    return pinned if pinned is not None else Path(default_cache_dir())
 
 
 def find_compiler() -> list[str]:
     """The compiler command: $CC (may carry arguments, e.g. 'ccache gcc'), else cc, gcc or clang on PATH."""
-    cc = os.environ.get("CC")
+    cc = compiler_command()
     if cc:
         argv = shlex.split(cc)
         exe = shutil.which(argv[0]) if argv else None
@@ -137,7 +135,7 @@ def _compiler_identity(argv: tuple[str, ...]) -> str:
 
 
 @functools.cache
-def _machine_tag() -> str:
+def machine_tag() -> str:
     """Arch plus CPU model/flags: -march=native binaries must not reach an older CPU via a shared cache."""
     tag = platform.machine()
     try:
@@ -163,10 +161,9 @@ def read_csrc(name: str) -> str:
     return (CSRC / name).read_text()
 
 
-def _cache_key(source: str, flags: Sequence[str], link: Sequence[str], cc: Sequence[str]) -> str:
+def _cache_key(source: str, flags: Sequence[str], link: Sequence[str], ident: str) -> str:
     h = hashlib.sha256()
-    ident = _compiler_identity(tuple(cc))
-    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, _machine_tag(), csrc_digest()):
+    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, machine_tag(), csrc_digest()):
         h.update(part.encode())
         h.update(b"\0\1\0")
     return h.hexdigest()
@@ -248,14 +245,46 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name)[:48] or "kernel"
 
 
+@contextlib.contextmanager
+def offline(identity: str) -> Iterator[None]:
+    """Builds in this thread only load (an artefact being loaded): cache keys use `identity`, the compiler the
+    libraries were built with, so no compiler is looked for or run; a library not in the cache is a
+    CompileError instead of a compilation."""
+    old = getattr(_pinned, "identity", None)
+    _pinned.identity = identity
+    try:
+        yield
+    finally:
+        _pinned.identity = old
+
+
+def is_offline() -> bool:
+    return getattr(_pinned, "identity", None) is not None
+
+
+def compiler_identity() -> str:
+    """The identity of the compiler builds use here (raises CompileError without one)."""
+    return _compiler_identity(tuple(find_compiler()))
+
+
 def _plan(
     source: str, name: str, flags: Sequence[str], openmp: bool, link: Sequence[str]
 ) -> tuple[Path, list[str], list[str]]:
-    """Cache path, compiler argv and final flags of one build."""
-    cc = find_compiler()
+    """Cache path, compiler argv (empty when offline) and final flags of one build."""
+    ident = getattr(_pinned, "identity", None)
+    cc = [] if ident is not None else find_compiler()
     flags = [*flags, "-fopenmp"] if openmp else list(flags)
-    key = _cache_key(source, flags, link, cc)  # csrc/ by content (csrc_digest), not by where it is installed
+    key = _cache_key(source, flags, link, ident if ident is not None else _compiler_identity(tuple(cc)))
+    # csrc/ enters the key by content (csrc_digest), not by where it is installed
     return cache_dir() / key[:2] / f"{name}-{key[:40]}.so", cc, [*flags, f"-I{CSRC}"]
+
+
+def _need_build(source: str, name: str, flags: Sequence[str], link: Sequence[str], cc: list[str],
+                so: Path) -> None:
+    if not cc:
+        raise CompileError(f"kernel {name!r} is not in the build cache {so.parent.parent} and this thread only "
+                           "loads (an artefact must ship every library it uses): rebuild the artefact")
+    _compile(source, name, flags, link, cc, so)
 
 
 def build_shared(
@@ -273,7 +302,7 @@ def build_shared(
     name = _safe_name(name)
     so, cc, flags = _plan(source, name, flags, openmp, link)
     if not _entry_ok(so):
-        _compile(source, name, flags, link, cc, so)
+        _need_build(source, name, flags, link, cc, so)
     return so
 
 
@@ -301,14 +330,14 @@ def compile_c(
         if lib is None:
             for attempt in (0, 1):
                 if not _entry_ok(so):
-                    _compile(source, name, all_flags, link, cc, so)
+                    _need_build(source, name, all_flags, link, cc, so)
                 try:
                     lib = ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL if share else ctypes.DEFAULT_MODE)
                     break
                 except OSError as e:
                     # Verified bytes that still fail to load: rebuild once, never trust the entry.
                     Path(str(so) + ".sha256").unlink(missing_ok=True)
-                    if attempt:
+                    if attempt or not cc:
                         raise CompileError(f"kernel {name!r} compiled but cannot be loaded: {e}") from e
             _loaded[str(so)] = lib
     missing = [s for s in symbols if not hasattr(lib, s)]

@@ -14,9 +14,13 @@ What has none of these runs its reference, and `explain` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from dynshape.codegen import kir
+from dynshape.ir.graph import Graph, Node
+from dynshape.options import Options
 
 Backend = Literal["expr", "kernel", "native", "numpy"]
 BACKENDS: tuple[Backend, ...] = ("expr", "kernel", "native", "numpy")
@@ -59,3 +63,78 @@ def get_lowering(op: str, backend: Backend, domain: str = "") -> Lowering | None
 def lowerings(backend: Backend | None = None) -> list[Lowering]:
     """Every registered lowering (for one backend), sorted by op."""
     return sorted((v for v in _TABLE.values() if backend is None or v.backend == backend), key=lambda v: v.op)
+
+
+# ---- what a kernel lowering receives and returns ---------------------------------------------------------
+@dataclass(frozen=True)
+class PackedWeight:
+    """A constant matrix a kernel reads packed into 32-column panels (`packed_gemm.pack_b`): packed once per
+    weight array and shared by every build and variant of the graph."""
+
+    weight: str
+    trans: bool = False
+
+
+KernelArg = str | PackedWeight  # a graph value, or a packed constant matrix
+
+
+@dataclass(frozen=True)
+class LowerCtx:
+    """What a kernel lowering may look at: the graph (types, constants), the kernel's name, the call's symbols
+    (loop bounds must follow from them) and the options (thread thresholds, math)."""
+
+    graph: Graph
+    name: str
+    key_names: frozenset[str]
+    options: Options
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A kernel and how the runtime binds it: `outputs` are the graph values its output parameters write,
+    `inputs` what its input parameters read (graph values or packed weights), in parameter order; `needs` the
+    helper libraries its C calls, which must be loaded first (their symbols resolve the kernel's calls)."""
+
+    kernel: kir.Kernel
+    outputs: tuple[str, ...]
+    inputs: tuple[KernelArg, ...]
+    needs: tuple[str, ...] = ()
+
+
+# ---- native lowerings: pre-built C entry points bound to a plan's buffers --------------------------------
+@dataclass(frozen=True)
+class NativeCall:
+    """One pre-bound call of a C entry point taking only pointers and int64s: a plan packs runs of these into
+    one program (`codegen.program`), so they cost one foreign call together."""
+
+    fn: Any  # a ctypes function whose argtypes are pointers / int64s
+    args: tuple[int, ...]
+
+    def __call__(self) -> None:
+        self.fn(*self.args)
+
+
+@dataclass
+class BindRequest:
+    """What a native lowering binds: the node, its attributes, the buffers of this key's plan (inputs, and the
+    outputs it must fill; None for omitted ones), the values fixed for the key, and where to keep what the
+    calls' raw addresses point into."""
+
+    node: Node
+    attrs: dict
+    ins: list
+    outs: list
+    fixed: Mapping[str, Any]  # constants and per-key values (numpy arrays)
+    keep: list
+    addr: Callable[[Any], int]  # the address of a buffer (cached by the plan)
+    options: Options
+
+
+@dataclass(frozen=True)
+class NativeRule:
+    """`accepts(node, graph)`: None when the node can run natively, else why not (decided at build time, shown
+    by explain); `bind(request)`: zero-argument calls filling the outputs, or None when this key's shapes are
+    not covered (the step then runs its numpy path into the planned buffers)."""
+
+    accepts: Callable[[Node, Graph], str | None]
+    bind: Callable[[BindRequest], list[Callable[[], None]] | None]

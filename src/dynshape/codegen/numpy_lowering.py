@@ -1,7 +1,8 @@
 """Fast numpy lowerings of the hot ops, used by compiled executables instead of the references.
 
 The references favour exactness over speed (float64 internals, every dtype, every attribute). A lowering
-is specialised at compile time for one node's attributes and returns `fn(inputs) -> outputs`, or None when
+is specialised at compile time for one node's attributes (and the build's options) and returns
+`fn(inputs) -> outputs`, or None when
 that node needs something it does not cover (then the reference runs). Every lowering computes in the
 input's own dtype; tests compare them with the references.
 """
@@ -16,6 +17,7 @@ from dynshape.codegen import gemm, row_kernels
 from dynshape.codegen.clib import I64, P, declare
 from dynshape.codegen.lowering import register_lowering
 from dynshape.ir import opdef
+from dynshape.options import Options
 
 _FLOATS = (np.float32, np.float64)
 
@@ -24,12 +26,12 @@ def _is_float(x: np.ndarray) -> bool:
     return x.dtype.type in _FLOATS
 
 
-def _matmul(attrs: dict):
+def _matmul(attrs: dict, options: Options):
     def fn(args):
         a, b = args
         if not (_is_float(a) and a.dtype == b.dtype):
             return None
-        y = gemm.matmul(a, b)
+        y = gemm.matmul(a, b, options.blas)
         if y is not None:
             return [y]
         if b.ndim == 2 and a.ndim > 2:  # one BLAS call over all rows instead of numpy's per-matrix loop
@@ -41,16 +43,16 @@ def _matmul(attrs: dict):
     return fn
 
 
-def _gemm(attrs: dict):
+def _gemm(attrs: dict, options: Options):
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
-    ta, tb = attrs.get("transA", 0), attrs.get("transB", 0)
+    ta, tb = int(bool(attrs.get("transA", 0))), int(bool(attrs.get("transB", 0)))
 
     def fn(args):
         a, b = args[0], args[1]
         c = args[2] if len(args) > 2 else None
         if not _is_float(a):
             return None
-        y = gemm.gemm(a, b, c, alpha, beta, ta, tb)
+        y = gemm.gemm(a, b, c, alpha, beta, ta, tb, options.blas)
         if y is not None:
             return [y]
         y = (a.T if ta else a) @ (b.T if tb else b)
@@ -63,7 +65,7 @@ def _gemm(attrs: dict):
     return fn
 
 
-def _gather(attrs: dict):
+def _gather(attrs: dict, options: Options):
     axis = attrs.get("axis", 0)
 
     def fn(args):
@@ -75,7 +77,7 @@ def _gather(attrs: dict):
     return fn
 
 
-def _isnan(attrs: dict):
+def _isnan(attrs: dict, options: Options):
     def fn(args):
         return [np.isnan(args[0])] if _is_float(args[0]) else None
 
@@ -107,7 +109,7 @@ def _erf_native(x: np.ndarray) -> np.ndarray:
 
 
 def _unary(f):
-    def lower(attrs: dict):
+    def lower(attrs: dict, options: Options):
         def fn(args):
             x = args[0]
             return [f(x)] if _is_float(x) else None
@@ -118,7 +120,7 @@ def _unary(f):
 
 
 def _binary(ufunc):
-    def lower(attrs: dict):
+    def lower(attrs: dict, options: Options):
         def fn(args):
             a, b = args
             if not (_is_float(a) and a.dtype == b.dtype):
@@ -130,7 +132,7 @@ def _binary(ufunc):
     return lower
 
 
-def _softmax(attrs: dict):
+def _softmax(attrs: dict, options: Options):
     if attrs.get("_opset", 13) < 13:
         return None
     axis = attrs.get("axis", -1)
@@ -151,7 +153,7 @@ def _softmax(attrs: dict):
     return fn
 
 
-def _layernorm(attrs: dict):
+def _layernorm(attrs: dict, options: Options):
     axis, eps = attrs.get("axis", -1), attrs.get("epsilon", 1e-5)
     if attrs.get("_num_outputs", 1) > 1:  # Mean / InvStdDev requested: the reference provides them
         return None
@@ -176,7 +178,7 @@ def _layernorm(attrs: dict):
     return fn
 
 
-def _gelu(attrs: dict):
+def _gelu(attrs: dict, options: Options):
     if attrs.get("approximate", "none") != "none":
         return None
     inv = 1.0 / math.sqrt(2.0)
@@ -191,9 +193,9 @@ def _gelu(attrs: dict):
 def _with_fallback(lower, op: str):
     """Wrap a lowering so that inputs it does not cover (dtype, layout) go to the op's reference."""
 
-    def make(attrs: dict):
+    def make(attrs: dict, options: Options):
         reference = opdef.lookup(op).reference
-        fast = lower(attrs)
+        fast = lower(attrs, options)
         if fast is None:
             return None
 

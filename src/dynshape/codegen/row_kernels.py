@@ -12,6 +12,9 @@ import ctypes
 import numpy as np
 
 from dynshape.codegen.clib import F32, I64, P, declare
+from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
+from dynshape.ir.graph import Graph, Node
+from dynshape.passes.values import is_float32
 
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
@@ -47,3 +50,55 @@ def layernorm_last(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, ep
     lib.ds_layernorm_f32(x.ctypes.data, scale.ctypes.data, None if bias_ptr is None else bias_ptr.ctypes.data,
                          y.ctypes.data, x.size // n, n, eps)
     return y
+
+
+# ---- native lowerings: LayerNormalization / Softmax rows bound to a plan's buffers -------------------------
+def _last_axis(node: Node, graph: Graph, default: int) -> str | None:
+    x, y = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    if not (is_float32(x) and is_float32(y)):
+        return "not float32"
+    rank = len(x.shape)
+    if node.attrs.get("axis", default) not in (-1, rank - 1) or rank == 0:
+        return f"axis {node.attrs.get('axis', default)} is not the last of rank {rank}"
+    return None
+
+
+def _layernorm_accepts(node: Node, graph: Graph) -> str | None:
+    if any(o for o in node.outputs[1:]):
+        return "Mean / InvStdDev outputs are requested"
+    if not all(is_float32(graph.types.get(x)) for x in node.inputs if x):
+        return "scale or bias is not float32"
+    return _last_axis(node, graph, -1)
+
+
+def _bind_layernorm(r: BindRequest) -> list | None:
+    lib = library()
+    x, scale = r.ins[0], r.ins[1]
+    bias = r.ins[2] if len(r.ins) > 2 else None
+    n = x.shape[-1] if x.ndim else 0
+    if lib is None or not n or scale.size != n or (bias is not None and bias.size != n):
+        return None
+    eps = np.array([r.attrs.get("epsilon", 1e-5)], np.float32).view(np.int32)[0]
+    args = np.array([r.addr(x), r.addr(scale), 0 if bias is None else r.addr(bias), r.addr(r.outs[0]), x.size // n,
+                     n, eps], dtype=np.int64)
+    r.keep.append(args)
+    return [NativeCall(lib.ds_layernorm_args, (args.ctypes.data,))]
+
+
+def _softmax_accepts(node: Node, graph: Graph) -> str | None:
+    if node.attrs.get("_opset", graph.opset) < 13:
+        return "opset < 13 softmax (flattened 2-D semantics)"
+    return _last_axis(node, graph, -1)
+
+
+def _bind_softmax(r: BindRequest) -> list | None:
+    lib = library()
+    x = r.ins[0]
+    if lib is None or x.ndim == 0 or not x.shape[-1]:
+        return None
+    n = x.shape[-1]
+    return [NativeCall(lib.ds_softmax_f32, (r.addr(x), r.addr(r.outs[0]), x.size // n, n))]
+
+
+register_lowering("LayerNormalization", "native", NativeRule(_layernorm_accepts, _bind_layernorm))
+register_lowering("Softmax", "native", NativeRule(_softmax_accepts, _bind_softmax))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from collections import ChainMap
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from dynshape.errors import ConstraintViolation, ShapeError
+from dynshape.errors import ConstraintViolation, DynshapeError, ShapeError
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, MemoryBound, Node, format_type, upper_bound
 from dynshape.ir.types import OptionalType, SequenceType, TensorType
@@ -144,37 +145,89 @@ def _with_facts(msg: str, graph: Graph) -> str:
 
 
 # ---- execution -----------------------------------------------------------------------------------------------
-def _execute(graph: Graph, values: ChainMap, env: dict[str, int]) -> None:
-    opset = graph.opset
-    for node in graph.nodes:
+@dataclass(frozen=True)
+class Scope:
+    """What a step may look at besides its arguments: every visible value (subgraph bodies read their enclosing
+    graphs' values), the bound symbols, and the call's key (compiled kernels compute their extents from it)."""
+
+    values: Mapping[str, Any]
+    env: dict[str, int]
+    key: tuple = ()
+
+
+class Step(Protocol):
+    """One unit of execution: a node run by its reference, or a compiled kernel / lowering (the runtime's)."""
+
+    label: str
+    inputs: tuple[str, ...]  # '' marks an omitted optional input
+    outputs: tuple[str, ...]
+
+    def run(self, args: list, scope: Scope) -> list: ...
+
+
+@dataclass(frozen=True)
+class ReferenceStep:
+    """A node run by its op's numpy reference."""
+
+    node: Node
+    attrs: dict
+    reference: Any
+    label: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @staticmethod
+    def of(node: Node, opset: int) -> ReferenceStep:
         op = opdef.require(node.op_type, node.domain, node.label())
+        attrs = {**node.attrs, "_opset": opset, "_num_outputs": len(node.outputs)}
+        return ReferenceStep(node, attrs, op.reference, node.label(), tuple(node.inputs), tuple(node.outputs))
+
+    def run(self, args: list, scope: Scope) -> list:
+        if self.node.subgraphs():
+            return self.reference(args, {**self.attrs, "_scope": scope.values, "_env": scope.env})
+        return self.reference(args, self.attrs)
+
+
+def interpret(steps: Iterable[Step], values: MutableMapping[str, Any], scope: Scope,
+              check: Callable[[Step, str, Any], None] | None = None) -> None:
+    """Run `steps` in order over `values` (read and written in place): the one loop behind the reference executor
+    and the compiled executable's unplanned path. A failure inside a step is a DynshapeError naming it."""
+    for step in steps:
         args = []
-        for x in node.inputs:
+        for x in step.inputs:
             if not x:
                 args.append(None)
             elif x in values:
                 args.append(values[x])
             else:
-                raise ShapeError(f"{node.label()}: input {x!r} has no value (graph not in topological order?)")
-        attrs = dict(node.attrs)
-        attrs["_opset"] = opset
-        attrs["_num_outputs"] = len(node.outputs)
-        if node.subgraphs():
-            attrs["_scope"] = values
-            attrs["_env"] = env
-        outs = op.reference(args, attrs)
-        names = [o for o in node.outputs]
-        if len(outs) < len([o for o in names if o]):
-            raise ShapeError(f"{node.label()}: reference returned {len(outs)} outputs for {len(names)}")
-        for name, out in zip(names, outs):
+                raise ShapeError(f"{step.label}: input {x!r} has no value (graph not in topological order?)")
+        try:
+            outs = step.run(args, scope)
+        except DynshapeError:
+            raise
+        except Exception as e:  # data-dependent failures (an index out of range): name the node
+            raise DynshapeError(f"{step.label} failed at run time: {type(e).__name__}: {e}") from e
+        if len(outs) < len([o for o in step.outputs if o]):
+            raise ShapeError(f"{step.label}: returned {len(outs)} outputs for {len(step.outputs)}")
+        for name, out in zip(step.outputs, outs):
             if not name:
                 continue
             if isinstance(out, np.generic):  # numpy ufuncs turn 0-d results into scalars
                 out = np.asarray(out)
-            t = graph.types.get(name)
-            if t is not None:
-                _check_value(node, name, out, t, env)
+            if check is not None:
+                check(step, name, out)
             values[name] = out
+
+
+def _execute(graph: Graph, values: ChainMap, env: dict[str, int]) -> None:
+    steps = [ReferenceStep.of(node, graph.opset) for node in graph.nodes]
+
+    def check(step: Step, name: str, out: Any) -> None:
+        t = graph.types.get(name)
+        if t is not None:
+            _check_value(step.node, name, out, t, env)
+
+    interpret(steps, values, Scope(values, env), check)
 
 
 def _check_value(node: Node | None, name: str, x: Any, t: Any, env: dict, what: str = "output") -> None:

@@ -25,8 +25,6 @@ from dynshape.shape import ConstraintStore, broadcast_shapes
 from dynshape.sym import Cond, Expr, Symbol, eq, max_, min_, ne, prove, simplify, sym
 
 FOLD_LIMIT = 1 << 16  # fold an op only when its constant inputs hold at most this many elements in all
-NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-           "Bernoulli", "Dropout"}
 
 
 # ---- facts ----------------------------------------------------------------------------------------------
@@ -337,7 +335,7 @@ class _Engine:
             graph.types[name] = t
 
     def _fold(self, op: Any, node: Node, ins: list, graph: Graph) -> list | None:
-        if node.op_type in NO_FOLD or node.subgraphs():
+        if node.op_type in opdef.RANDOM_OPS or node.subgraphs():
             return None
         total = 0
         for t in ins:

@@ -32,6 +32,11 @@ class OpDef:
 
 OPS: dict[tuple[str, str], OpDef] = {}
 
+# Ops whose outputs are not a function of their inputs (random draws; Dropout in training mode): never folded,
+# deduplicated or computed once per shape.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli", "Dropout"})
+
 
 def _domain(domain: str) -> str:
     return "" if domain in ("ai.onnx", "onnx") else domain

@@ -15,8 +15,8 @@ import dataclasses
 
 from dynshape.ir.graph import Node
 from dynshape.ir.types import TensorType
+from dynshape.passes.values import MOVEMENT_OPS
 
-MOVEMENT = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
 _SCALAR_OPS = {"Mul", "Div", "Add", "Sub"}
 
 
@@ -53,7 +53,7 @@ def hoist_scalar_ops(nodes: list[Node], types: dict, consts: dict, keep: set[str
                 continue
             chain: list[Node] = []  # movement nodes, last first
             x = n.inputs[i]
-            while (m := producer.get(x)) is not None and m.op_type in MOVEMENT and m.domain in ("", "ai.onnx") \
+            while (m := producer.get(x)) is not None and m.op_type in MOVEMENT_OPS and m.domain in ("", "ai.onnx") \
                     and len([o for o in m.outputs if o]) == 1 and readers.get(x) == 1 and x not in keep:
                 chain.append(m)
                 x = m.inputs[0]

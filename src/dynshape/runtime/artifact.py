@@ -2,15 +2,17 @@
 
 Layout of an artefact directory OUT:
   model.onnx                       the model exactly as compiled
-  config.json                      declared dims, specialisations, fuse flag: everything `compile` was given
+  config.json                      declared dims, specialisations and the options: everything `compile` was given
   signature.txt, signature.json    what every call's inputs must satisfy (for people and for tools)
   libs/                            the C build cache of this build: generated .c, built .so, sha256 sidecars
   manifest.json                    sha256 of every other file, dynshape version, compiler identity, machine tag
 
-Why libs/ is a build cache: `save` builds with DYNSHAPE_CACHE_DIR=OUT/libs, so `compile_c` writes each library
-under its content key; `load` points `compile_c` at the same directory, where the same generated sources find
-those libraries by key and nothing is compiled.  The manifest is checked first, so a tampered, missing or
-unlisted file, or libraries built for another CPU or compiler, are refused before any of them is loaded.
+Why libs/ is a build cache: `save` builds into OUT/libs, so `compile_c` writes each library under its content
+key; `load` points `compile_c` at the same directory in offline mode (`cc.offline`: keys use the compiler
+identity the manifest records, no compiler is looked for or run, a missing library is an error, never a
+compilation), where the same options make the same generated sources, hence the same keys. The manifest is
+checked first, so a tampered, missing or unlisted file, or libraries built for another CPU, are refused before
+any of them is loaded; so are options that would make different kernels.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dynshape.codegen import cc
 from dynshape.errors import DynshapeError, ModelError
 from dynshape.frontends.onnx import load_onnx
 from dynshape.ir.graph import Graph, describe_symbol, format_type
+from dynshape.options import Options, make
 from dynshape.runtime.executable import Executable
 from dynshape.sym import is_expr, sym
 
@@ -57,15 +60,22 @@ def build_cache(path: Path) -> Iterator[None]:
 
 # ---- saving ---------------------------------------------------------------------------------------------
 def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None = None,
-         specialize: list[Mapping[str, int]] | None = None, *, fuse: bool = True,
-         on_step: StepFn | None = None) -> Executable:
+         specialize: list[Mapping[str, int]] | None = None, *, options: Options | None = None,
+         on_step: StepFn | None = None, **knobs: Any) -> Executable:
     """Compile `model` (path, bytes or ModelProto) once and write the artefact to `out_dir`; returns the executable.
+    `options` / keyword options as for `ds.compile` (the strategy is always generic: a loaded artefact never
+    compiles, so it cannot build variants as calls arrive).
 
     The directory is built beside `out_dir` and moved into place at the end, so a failed build leaves nothing
     half-written; an existing artefact there is replaced, any other non-empty directory is refused.
     """
     out = Path(out_dir)
     _check_target(out)
+    opts = make(options, **knobs)
+    if opts.strategy not in ("auto", "generic") or opts.auto_specialize or opts.profile or opts.buckets:
+        raise DynshapeError("an artefact serves its generic build and the declared specialisations only: "
+                            "strategy, auto_specialize, profile and buckets are for ds.compile")
+    opts = opts.replace(strategy="generic", cache_dir=None)
     specs = [dict(s) for s in specialize or []]
     total, done = 4 + len(specs), 0
 
@@ -87,7 +97,7 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
         infer_graph(graph)
         with build_cache(tmp / LIBS):
             step("compiling kernels")
-            exe = Executable(graph, None, fuse)
+            exe = Executable(graph, None, opts)
             names = [s.name for s in exe.symbols]
             for spec in specs:
                 unknown = sorted(set(spec) - set(names))
@@ -99,7 +109,7 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
             _native_helpers(graph)
         step("writing artefact")
         config = {"dims": {n: _dim_json(n, d) for n, d in (dims or {}).items()},
-                  "specialize": [{k: int(v) for k, v in s.items()} for s in specs], "fuse": fuse}
+                  "specialize": [{k: int(v) for k, v in s.items()} for s in specs], "options": opts.to_json()}
         (tmp / MODEL).write_bytes(data)
         (tmp / CONFIG).write_text(json.dumps(config, indent=1) + "\n")
         (tmp / "signature.txt").write_text(str(graph.signature) + "\n")
@@ -179,37 +189,64 @@ def signature_json(graph: Graph) -> dict:
     }
 
 
-def _native_helpers(graph: Graph) -> None:
+def _native_helpers(graph: Graph, build: bool = True) -> None:
     """Build (save) or fetch (load) the C helpers the lowerings compile lazily, inside the artefact's libs/.
 
     Building them here and loading them into the process at load time means a run never compiles them.
     """
     from dynshape.codegen import native_helpers
 
-    native_helpers.build_all()
+    if build:
+        native_helpers.build_all()
     native_helpers.load_all()
 
 
+def _loaded_options(out: Path, saved: Options, overrides: Mapping[str, Any], config: dict) -> Options:
+    """The saved options with the caller's serving overrides; a kernel-changing difference is refused now."""
+    build_fields = set(saved.build_fields())
+    changed = {k: v for k, v in overrides.items() if k in build_fields and getattr(saved, k) != v}
+    if changed:
+        what = ", ".join(f"{k}={v!r} (built with {getattr(saved, k)!r})" for k, v in changed.items())
+        raise DynshapeError(f"artefact {out} was built with other kernel options: {what}; rebuild it with those "
+                            f"options: {_rebuild_hint(out, config)}")
+    for k in ("strategy", "auto_specialize", "profile", "buckets"):
+        if k in overrides:
+            raise DynshapeError(f"ds.load(..., {k}=...): a loaded artefact never compiles, so it serves its "
+                                "generic build and declared specialisations only")
+    return make(saved, **{k: v for k, v in overrides.items() if k not in build_fields})
+
+
 # ---- loading --------------------------------------------------------------------------------------------
-def load(out_dir: str | os.PathLike) -> Executable:
-    """The executable saved in `out_dir`, after verifying every file; never invokes the C compiler."""
+def load(out_dir: str | os.PathLike, **overrides: Any) -> Executable:
+    """The executable saved in `out_dir`, after verifying every file; never invokes the C compiler.
+
+    `overrides`: options of how calls are served (memory_budget, preallocate, arenas, ...). Options that change
+    the kernels must match the artefact's (they are compared before anything is built): rebuild otherwise."""
     out = Path(out_dir)
     manifest = _read_manifest(out)
     contents = _verify(out, manifest)
     try:
         config = json.loads(contents[CONFIG])
         dims = _dims_from_json(config["dims"])
-        specialize, fuse = list(config["specialize"]), bool(config["fuse"])
-    except (ValueError, KeyError, TypeError) as e:
+        specialize = list(config["specialize"])
+        saved = Options.from_json(config["options"])
+    except (ValueError, KeyError, TypeError, AttributeError, DynshapeError) as e:
         raise DynshapeError(f"artefact {out}: {CONFIG} is malformed ({type(e).__name__}: {e}); "
                             f"rebuild it with `dynshape compile`") from None
+    opts = _loaded_options(out, saved, overrides, config)
     libs = out / LIBS
     if any(rel.startswith(LIBS + "/") for rel in manifest["files"]):
-        _check_toolchain(out, manifest, config)
-    with build_cache(libs):
+        _check_machine(out, manifest, config)
+    with build_cache(libs), cc.offline(manifest.get("compiler") or "none"):
         graph = load_onnx(contents[MODEL], dims)
-        exe = Executable(graph, specialize, fuse)
-        _native_helpers(graph)
+        try:
+            exe = Executable(graph, specialize, opts)
+        except cc.CompileError as e:  # a library the manifest's compiler identity does not find
+            raise DynshapeError(f"artefact {out} does not hold the libraries this model needs under the compiler "
+                                f"its manifest names ({_first_line(manifest.get('compiler'))}): the artefact is "
+                                f"damaged or was made by another dynshape ({e}); rebuild it: "
+                                f"{_rebuild_hint(out, config)}") from None
+        _native_helpers(graph, build=False)
     built = sorted(set(_files(libs, LIBS + "/")) - set(manifest["files"]))
     if built:  # a guard, not a path: the checks above make identical sources, hence identical keys
         for rel in built:
@@ -267,18 +304,14 @@ def _verify(out: Path, manifest: dict) -> dict[str, bytes]:
     return contents
 
 
-def _check_toolchain(out: Path, manifest: dict, config: dict) -> None:
-    """Native code is only valid on the CPU (-march=native) and under the compiler identity it was built with."""
-    here = _toolchain()
-    hint = _rebuild_hint(out, config)
-    if manifest.get("machine") != here["machine"]:
-        diff = _machine_diff(manifest.get("machine"), here["machine"])
+def _check_machine(out: Path, manifest: dict, config: dict) -> None:
+    """Native code is only valid on the CPU it was built for (-march=native)."""
+    here = cc.machine_tag()
+    if manifest.get("machine") != here:
+        diff = _machine_diff(manifest.get("machine"), here)
         raise DynshapeError(f"artefact {out} was built for another machine ({diff}): its kernels target that CPU "
-                            f"(-march=native) and may not run here; rebuild it on this machine: {hint}")
-    if manifest.get("compiler") != here["compiler"]:
-        built, now = _first_line(manifest.get("compiler")), _first_line(here["compiler"])
-        raise DynshapeError(f"artefact {out} was built with another C compiler ({built}; here: {now}), so its kernels "
-                            f"would not be found and would be recompiled; rebuild it here: {hint}")
+                            f"(-march=native) and may not run here; rebuild it on this machine: "
+                            f"{_rebuild_hint(out, config)}")
 
 
 def _rebuild_hint(out: Path, config: dict) -> str:
@@ -300,10 +333,10 @@ def _rebuild_hint(out: Path, config: dict) -> str:
 def _toolchain() -> dict[str, str | None]:
     """Compiler identity (None without a compiler) and machine tag: what the libraries' cache keys bind to."""
     try:
-        compiler: str | None = cc._compiler_identity(tuple(cc.find_compiler()))
+        compiler: str | None = cc.compiler_identity()
     except cc.CompileError:
         compiler = None
-    return {"compiler": compiler, "machine": cc._machine_tag()}
+    return {"compiler": compiler, "machine": cc.machine_tag()}
 
 
 def _machine_diff(built: str | None, here: str) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from dynshape.errors import ConstraintViolation
 from dynshape.sym import Cond, Expr, Symbol, solve
-from dynshape.sym.expr import DimLike, OpAtom
+from dynshape.sym.pysource import to_py
 from dynshape.sym.solve import check_symbol
 
 
@@ -24,28 +24,6 @@ class InputSpec:
     name: str
     dtype: np.dtype
     shape: tuple
-
-
-def to_py(e: DimLike, names: dict[str, str]) -> str:
-    """Python source for e with symbols renamed (Python's // and % are floor-based, like ours)."""
-    if isinstance(e, int):
-        return f"({e})"
-    parts = []
-    for m, c in e.terms:
-        parts.append("*".join([str(c)] + [_atom_py(a, names) for a in m]))
-    if e.const:
-        parts.append(str(e.const))
-    return "(" + " + ".join(parts) + ")"
-
-
-def _atom_py(a, names: dict[str, str]) -> str:
-    if isinstance(a, Symbol):
-        return names[a.name]
-    assert isinstance(a, OpAtom)
-    args = [to_py(x, names) for x in a.args]
-    if a.op in ("min", "max"):
-        return f"{a.op}({', '.join(args)})"
-    return f"({args[0]} {'//' if a.op == 'fdiv' else '%'} {args[1]})"
 
 
 def symbols_of(inputs: list[InputSpec], facts: list) -> list[Symbol]:

@@ -15,14 +15,13 @@ Two numbers bound the arena of a memory plan over every admissible shape:
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dynshape.errors import DynshapeError
-from dynshape.runtime.plan import ALIGN
+from dynshape.runtime.plan import ALIGN, Planner
 from dynshape.sym import Expr, bounds, simplify, substitute, sym
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -80,10 +79,10 @@ class Worst:
                 f"{how}; sound bound (sum of all buffers) {fmt_bytes(self.sound)} = {self.expr}")
 
 
-def worst_case(planner: Any, symbols: list, his: dict[str, int] | None = None) -> Worst:
+def worst_case(planner: Planner, symbols: list, his: dict[str, int] | None = None) -> Worst:
     """Worst case of `planner`'s build with each symbol up to its declared max, or up to `his[name]`."""
     his = his or {}
-    g = planner.variant.graph
+    g = planner.graph
     narrow = {s.name: sym(s.name, s.lo, his[s.name], s.mult) for s in symbols if s.name in his}
     sizes: dict[str, Any] = {}
     for b in planner.buffers:
@@ -106,7 +105,7 @@ def worst_case(planner: Any, symbols: list, his: dict[str, int] | None = None) -
     return Worst(at, expr, sound, total, offsets, all(ub[b] == at_size[b] for b in sizes), [])
 
 
-def drivers(planner: Any, symbols: list, worst: Worst) -> list[tuple[str, float]]:
+def drivers(planner: Planner, symbols: list, worst: Worst) -> list[tuple[str, float]]:
     """Symbols the worst case grows with, largest factor first: (name, reserve at max / reserve at min)."""
     out = []
     free = worst.expr.free_symbols if isinstance(worst.expr, Expr) else frozenset()
@@ -117,7 +116,7 @@ def drivers(planner: Any, symbols: list, worst: Worst) -> list[tuple[str, float]
     return sorted(out, key=lambda x: -x[1])
 
 
-def largest_fit(planner: Any, symbols: list, name: str, budget: int) -> int | None:
+def largest_fit(planner: Planner, symbols: list, name: str, budget: int) -> int | None:
     """Largest max of one symbol (the others at their max) whose worst case fits `budget`; None if none does."""
     s = next(s for s in symbols if s.name == name)
 
@@ -133,7 +132,7 @@ def largest_fit(planner: Any, symbols: list, name: str, budget: int) -> int | No
     return s.lo + lo * s.mult
 
 
-def over_budget_text(planner: Any, symbols: list, worst: Worst, budget: int) -> str:
+def over_budget_text(planner: Planner, symbols: list, worst: Worst, budget: int) -> str:
     """Which symbols drive the worst case and the largest range of each that fits the budget."""
     grow = drivers(planner, symbols, worst)
     parts = []
@@ -145,86 +144,3 @@ def over_budget_text(planner: Any, symbols: list, worst: Worst, budget: int) -> 
     grows = ", ".join(f"{n} (x{f:.3g} over its range)" if f < 1000 else f"{n} (x{f:,.0f} over its range)"
                       for n, f in grow) or "nothing symbolic"
     return f"it grows with {grows}; " + "; ".join(parts)
-
-
-class Arena:
-    """One contiguous buffer and the plans bound to its addresses, (variant uid, key) -> BoundPlan."""
-
-    __slots__ = ("buf", "plans")
-
-    def __init__(self, nbytes: int):
-        self.buf = np.empty(nbytes, np.uint8)
-        self.plans: dict = {}
-
-
-class ArenaPool:
-    """Arenas for concurrent planned calls: a call takes one and gives it back, so no two calls share one.
-
-    Up to `limit` arenas are made, on demand or up front (`fill`).  The request path pops from and appends to
-    `free` itself (atomic under the GIL, no lock, no call); only when `free` is empty does it call `take`,
-    which makes another arena, returns None (the caller runs the allocating path) or, with `wait`, blocks
-    until one is given back: a budgeted executable waits rather than allocate outside its budget.  Whoever
-    gives an arena back while `waiting` calls `wake`.
-    """
-
-    def __init__(self, limit: int, nbytes: int = 0, wait: bool = False):
-        self.limit, self.nbytes, self.wait = limit, nbytes, wait
-        self.arenas: list[Arena] = []
-        self.free: list[Arena] = []
-        self.waiting = 0
-        self._cond = threading.Condition()
-
-    def fill(self) -> None:
-        with self._cond:
-            while len(self.arenas) < self.limit:
-                self.free.append(self._new())
-
-    def _new(self) -> Arena:
-        arena = Arena(self.nbytes)
-        self.arenas.append(arena)
-        return arena
-
-    def take(self) -> Arena | None:
-        with self._cond:
-            if len(self.arenas) < self.limit:
-                return self._new()
-            if not self.wait:
-                return None
-            self.waiting += 1
-            try:
-                while True:
-                    try:
-                        return self.free.pop()
-                    except IndexError:
-                        self._cond.wait()
-            finally:
-                self.waiting -= 1
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
-
-    @property
-    def nbytes_total(self) -> int:
-        return sum(int(a.buf.size) for a in self.arenas)
-
-
-def grow(arena: Arena, total: int) -> None:
-    """Grow an arena to hold `total` bytes (25% headroom).
-
-    Plans bound to older buffers stay valid (each keeps its buffer alive), so a key seen before the growth is
-    not re-planned on its next call: re-planning is the latency spike a warmed-up stream must not see.  Those
-    older buffers are capped at the new buffer's size in all, the plans on the oldest dropped first."""
-    arena.buf = np.empty(total + total // 4, np.uint8)
-    keys_of: dict[int, list] = {}  # id(old buffer) -> keys of the plans bound to it
-    size_of: dict[int, int] = {}
-    for key, plan in arena.plans.items():
-        keys_of.setdefault(id(plan.arena), []).append(key)
-        size_of[id(plan.arena)] = plan.arena.nbytes
-    stale = sum(size_of.values())
-    for buf in sorted(size_of, key=size_of.__getitem__):  # the smallest buffers are the oldest
-        if stale <= arena.buf.nbytes:
-            break
-        for key in keys_of[buf]:
-            del arena.plans[key]
-        stale -= size_of[buf]

@@ -1,17 +1,30 @@
-"""Keep freed tensor memory for reuse instead of returning it to the OS after every call.
+"""Memory policy: budgets, preallocation, the cap on cached plans, and the allocator's settings.
 
-glibc serves allocations above its mmap threshold (128 KiB at start) with fresh mmaps, so every large
-intermediate of every call pays one page fault per 4 KiB when first written: measured on bert_small at
-(8, 128), 127 ms per call with the defaults against 85 ms with the settings below. Raising the mmap threshold
-to its maximum and disabling heap trimming keeps those pages mapped and reused, bounded by the peak of one
-call. Set DYNSHAPE_TUNE_MALLOC=0 to leave the allocator alone.
+With `memory_budget` or `preallocate`, every arena is sized for the worst case over the declared ranges at
+compile time (or the compile is refused, naming the symbols that drive it and the largest range of each that
+fits); a variant is admitted only if its worst case fits the arenas; a call whose plan needs more than the
+budget is refused before anything is allocated. Unbounded executables lay out each key as it comes.
+
+Allocator: keep freed tensor memory for reuse instead of returning it to the OS after every call. glibc
+serves allocations above its mmap threshold (128 KiB at start) with fresh mmaps, so every large intermediate of
+every call pays one page fault per 4 KiB when first written: measured on bert_small at (8, 128), 127 ms per call
+with the defaults against 85 ms with the settings below. Raising the mmap threshold to its maximum and disabling
+heap trimming keeps those pages mapped and reused, bounded by the peak of one call. Option `tune_malloc=False`
+(or DYNSHAPE_TUNE_MALLOC=0) leaves the allocator alone.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
+from dataclasses import dataclass, field
+
+from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.options import Options
+from dynshape.runtime.budget import Worst, fmt_bytes, over_budget_text, parse_bytes, worst_case
+from dynshape.runtime.plan import Planner
+from dynshape.runtime.plan_cache import PLAN_BYTES
+from dynshape.sym import Symbol
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -19,12 +32,12 @@ _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's ceiling on 64-bit
 _done = False
 
 
-def tune_allocator() -> bool:
+def tune_allocator(enabled: bool = True) -> bool:
     """Apply the settings once per process; False when not glibc or disabled."""
     global _done
     if _done:
         return True
-    if os.environ.get("DYNSHAPE_TUNE_MALLOC", "1") == "0":
+    if not enabled:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -35,3 +48,101 @@ def tune_allocator() -> bool:
     ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
     _done = ok
     return ok
+
+
+@dataclass
+class MemoryPolicy:
+    """What an executable may allocate: the arenas' size when bounded, and the cap on cached plans' values."""
+
+    options: Options
+    symbols: list[Symbol]
+    notes: list[str] = field(default_factory=list)  # shared with the executable's explain
+    budget: int | None = None
+    arena_bytes: int = 0
+    generic: Planner | None = None
+    worst: Worst | None = None  # bounded: the generic build's worst case, used by every call
+    _over_text: str | None = None
+    _report: Worst | None = None
+
+    def __post_init__(self) -> None:
+        self.budget = None if self.options.memory_budget is None else parse_bytes(self.options.memory_budget)
+
+    @property
+    def bounded(self) -> bool:
+        return self.budget is not None or self.options.preallocate
+
+    def init(self, generic: Planner | None, why_unplanned: str) -> None:
+        """Size the arenas for the worst case, or refuse now, naming what drives it."""
+        self.generic = generic
+        if not self.bounded:
+            return
+        what = "memory_budget" if self.budget is not None else "preallocate"
+        if generic is None:
+            raise DynshapeError(f"{what} needs a memory-planned executable: {why_unplanned}")
+        w = self.worst = worst_case(generic, self.symbols)
+        if w.unbounded:
+            dims = ", ".join(f"{n!r}: (1, N)" for n in w.unbounded)
+            raise DynshapeError(f"{what} needs an upper bound on every symbol the memory depends on: "
+                                f"{', '.join(w.unbounded)} {'is' if len(w.unbounded) == 1 else 'are'} unbounded; "
+                                f"declare a max, e.g. dims={{{dims}}}")
+        self.arena_bytes = w.reserve
+        if self.budget is not None and w.reserve > self.budget:
+            at = ", ".join(f"{k}={v}" for k, v in w.at.items())
+            if self.options.over_budget == "error":
+                raise DynshapeError(f"memory_budget {fmt_bytes(self.budget)}: the worst-case arena is "
+                                    f"{fmt_bytes(w.reserve)} (at {at}); {self.fits_text()}. Declare narrower dims "
+                                    "or raise the budget; over_budget='refuse_calls' serves the shapes that fit and "
+                                    "refuses the others per call")
+            self.arena_bytes = self.budget
+            self.notes.append(f"worst-case arena {fmt_bytes(w.reserve)} exceeds memory_budget "
+                              f"{fmt_bytes(self.budget)}: calls that need more are refused ({self.fits_text()})")
+
+    def fits_text(self) -> str:
+        if self._over_text is None:
+            w = self.worst or worst_case(self.generic, self.symbols)
+            self._over_text = over_budget_text(self.generic, self.symbols, w, self.budget or 0)
+        return self._over_text
+
+    def admit(self, planner: Planner | None, his: dict[str, int] | None, what: str, at_compile: bool) -> Worst | None:
+        """Bounded memory: a variant's worst case must fit the arenas (at compile time they grow to hold it).
+        Returns its worst case; raises (at compile time) or returns None (later: not installed) when it does
+        not fit."""
+        w = worst_case(planner, self.symbols, his) if planner is not None else None
+        need = None if w is None else w.reserve
+        if need is not None and need <= self.arena_bytes:
+            return w
+        if need is None:
+            why = "it has no memory plan"
+        elif at_compile and (self.budget is None or need <= self.budget):
+            self.arena_bytes = need
+            return w
+        else:
+            why = f"it needs a {fmt_bytes(need)} arena, the arenas hold {fmt_bytes(self.arena_bytes)}"
+        if at_compile:
+            raise DynshapeError(f"{what}: {why}" + (f" (memory_budget {fmt_bytes(self.budget)})"
+                                                   if self.budget is not None else ""))
+        self.notes.append(f"variant {what} not installed: {why}")
+        return None
+
+    def refuse(self, total: int, key_text: str) -> None:
+        """A call whose plan needs more than the budget: refused before allocating."""
+        if self.budget is not None and total > self.budget:
+            raise ConstraintViolation(f"memory_budget {fmt_bytes(self.budget)}: {key_text} needs a "
+                                      f"{fmt_bytes(total)} arena; refused before allocating ({self.fits_text()})")
+
+    def plan_bytes(self) -> int:
+        """What an arena's cached plans may hold in per-key values: PLAN_BYTES, and with a memory_budget no more
+        than the budget leaves beside the arena."""
+        if self.budget is None:
+            return PLAN_BYTES
+        return max(0, min(PLAN_BYTES, self.budget - self.arena_bytes))
+
+    def report(self) -> Worst | None:
+        """The generic build's worst-case arena over the declared ranges (None without a memory plan)."""
+        if self.generic is None:
+            return None
+        if self.worst is not None:
+            return self.worst
+        if self._report is None:
+            self._report = worst_case(self.generic, self.symbols)
+        return self._report

@@ -15,44 +15,15 @@ of the same guard is dropped and recorded, so dispatch tests only what can fail.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynshape.errors import DynshapeError
+from dynshape.options import Options
 
-STRATEGIES = ("auto", "generic", "multi_version", "bucketed", "static")
 HANDFUL = 8  # `auto`: at most this many distinct shapes (declared or profiled) get one static variant each
 MAX_BUCKETS = 8
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything `ds.compile` takes about specialisation and memory (see `compile` for the defaults' why)."""
-
-    strategy: str = "generic"
-    profile: str | os.PathLike | None = None
-    auto_specialize: bool | None = None  # None: on for `multi_version` (and `auto` when it chooses that)
-    hot_calls: int = 20
-    hot_share: float = 0.05
-    hot_window: int = 1000
-    max_variants: int | None = 16  # variants built from hotness; declared ones are not counted
-    buckets: list | None = None
-    memory_budget: int | str | None = None
-    over_budget: str = "error"  # "error": refuse at compile time; "refuse_calls": refuse each call that needs more
-    preallocate: bool = False
-    arenas: int = 4
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise DynshapeError(f"strategy={self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
-        if self.over_budget not in ("error", "refuse_calls"):
-            raise DynshapeError(f"over_budget={self.over_budget!r}: choose 'error' or 'refuse_calls'")
-        if self.hot_calls < 1 or self.hot_window < 1 or not 0.0 <= self.hot_share <= 1.0 or self.arenas < 1:
-            raise DynshapeError("hot_calls, hot_window and arenas must be >= 1 and hot_share in [0, 1]")
-        if self.max_variants is not None and self.max_variants < 1:
-            raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""A build's kernels -> C files -> shared libraries -> entry points.
+
+Kernels whose C is the same but for the name (one per layer of a transformer) share one function: the
+compiler sees each body once, and their loop extents stay their own (computed per kernel from the key).
+Kernels that call the packed-GEMM library and the others are two libraries, compiled at the same time as
+that library: on a cold cache the C compiler is most of the build. Each library's source carries the digest
+of the build options, so two builds that differ in any option never share a library by accident.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from dynshape.codegen import packed_gemm
+from dynshape.codegen.cc import DEFAULT_FLAGS, build_shared, cache_dir, compile_c, pinned_cache_dir
+from dynshape.codegen.cgen import prelude
+from dynshape.codegen.lowering import Lowered
+from dynshape.codegen.printer import print_c
+from dynshape.options import Options
+
+_HELPERS = {"packed_gemm": (packed_gemm.LIBRARY, '#include "ds_gemm.h"\n')}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A kernel's C entry point (shared with its identical twins) and the source it came from."""
+
+    entry: ctypes._CFuncPtr
+    source: str
+    shared_with: str  # the kernel whose function this one calls (itself when unique)
+
+
+def compile_kernels(kernels: list[Lowered], graph_name: str, options: Options,
+                    parallel: bool = True) -> dict[str, Compiled]:
+    """Kernel name -> its compiled entry. `parallel`: compile the libraries at the same time (False in the
+    background builder, whose compiler processes would otherwise take the cores of the requests it serves)."""
+    first: dict[str, str] = {}  # body text -> the first kernel with it
+    sources: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for lk in kernels:
+        name = lk.kernel.name
+        text = print_c(lk.kernel)
+        body = text.replace(name + "(", "@(", 1)
+        owner[name] = first.setdefault(body, name)
+        sources[name] = text
+    groups: dict[tuple[str, ...], list[Lowered]] = {}
+    for lk in kernels:
+        if owner[lk.kernel.name] == lk.kernel.name:
+            groups.setdefault(lk.needs, []).append(lk)
+    jobs = []
+    for needs, ks in groups.items():
+        head = prelude(options.fast_math) + f"/* dynshape build options {options.build_key()} */\n"
+        head += "".join(_HELPERS[n][1] for n in needs)
+        src = head + "".join(sources[k.kernel.name] for k in ks)
+        tag = "products" if needs else "fused"
+        jobs.append((src, f"{graph_name}_{tag}", [k.kernel.name for k in ks], needs))
+    flags = {"flags": DEFAULT_FLAGS, "openmp": True}
+    tasks: list[Callable[[], object]] = [functools.partial(build_shared, src, name, **flags)
+                                         for src, name, _, _ in jobs]
+    helpers = {n for _, _, _, needs in jobs for n in needs}
+    tasks += [_HELPERS[n][0].load for n in sorted(helpers)]
+    if parallel and len(tasks) > 1:
+        where = cache_dir()  # the workers build where this thread would (an artefact's libs/ while saving)
+
+        def run(task: Callable[[], object]) -> object:
+            with pinned_cache_dir(where):
+                return task()
+
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(run, tasks))
+    else:
+        for task in tasks:
+            task()
+    for n in sorted(helpers):  # loaded (symbols global) before the kernels that call them
+        _HELPERS[n][0].load()
+    out: dict[str, Compiled] = {}
+    for src, name, names, _ in jobs:
+        lib = compile_c(src, name, symbols=names, **flags)
+        for k in names:
+            fn = getattr(lib, k)
+            fn.restype = None
+            out[k] = Compiled(fn, sources[k], k)
+    for lk in kernels:
+        k = lk.kernel.name
+        if k not in out:
+            out[k] = Compiled(out[owner[k]].entry, sources[k], owner[k])
+    return out

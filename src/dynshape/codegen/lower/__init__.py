@@ -1,0 +1,11 @@
+"""Every lowering dynshape has, each registered beside the code that implements it. Importing this package
+fills the lowering table (`codegen.lowering`); the list below is the whole inventory:
+
+- expr and kernel: `elementwise` (scalar rules, loop nests), `softmax`, `product`, `attention`;
+- native: `codegen.gemm` (MatMul, Gemm through the BLAS), `codegen.row_kernels` (LayerNormalization, Softmax
+  rows), `movement` (Transpose, Expand, Cast, Gather, GatherND);
+- numpy: `codegen.numpy_lowering`.
+"""
+
+from dynshape.codegen import gemm, numpy_lowering, row_kernels  # noqa: F401
+from dynshape.codegen.lower import attention, elementwise, movement, product, softmax  # noqa: F401

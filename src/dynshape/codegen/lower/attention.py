@@ -1,0 +1,132 @@
+"""An `Attention` item as one kernel: softmax(pre(Q @ KT)) @ V without materialising the scores.
+
+Per batch matrix, KT and V are packed once (rows 2 KiB apart would alias in L1), then ROW_BLOCK query rows at a
+time go through the micro-kernels into a row block that stays in cache for the softmax (at batch 8 x 512
+tokens the scores would be 33 MB per layer). When the softmax's consumer is nothing or the NaN clean-up, rows
+of O are scaled instead of a third pass over the scores; when KT is K with its last two axes swapped, KT's
+panels are packed from K's rows; with a folded transpose, O is written as (batch, seq, heads, d).
+"""
+
+from __future__ import annotations
+
+from dynshape.codegen import kir
+from dynshape.codegen.lower.operands import computable, operands
+from dynshape.codegen.lower.softmax import deferrable, softmax_passes
+from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
+from dynshape.codegen.packed_gemm import NR, ROW_BLOCK
+from dynshape.passes.items import Attention
+
+I64 = kir.I64
+
+
+def _i(x: int) -> kir.Const:
+    return kir.Const(x, I64)
+
+
+def _call(fn: str, *args: kir.Expr) -> kir.Eval:
+    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+
+
+def _mul(*xs: kir.Expr) -> kir.Expr:
+    return kir.product(xs)
+
+
+def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
+    g, sm = ctx.graph, at.softmax
+    shape = tuple(sm.shape)
+    out_shape = tuple(g.types[at.outputs[0]].shape)
+    folded = bool(at.folded) and len(shape) == 4
+    if at.folded and not folded:
+        raise Unsupported("a folded output transpose needs 4-D scores")
+    q_name, kt_name, v_name = at.inputs[:3]
+    k_dim, dv = g.types[q_name].shape[-1], g.types[v_name].shape[-1]
+    for t in (shape, out_shape, (k_dim, dv)):
+        computable(t, ctx.key_names)
+    ops = operands(at.inputs[3:], shape, g, first_param=3)
+    n = len(shape)
+    ext = (*shape, k_dim, dv)  # every dim its own level: a row's operand offsets come from its indices
+    L = [kir.Extent(i) for i in range(len(ext))]
+    body: list[kir.Stmt] = []
+    table: list[list[kir.Var]] = []
+    for j, span in enumerate(ops.patterns):
+        row_s = []
+        for i in range(n):
+            v = kir.Var(f"S{j}_{i}")
+            body.append(kir.Let(v, kir.product(L[m] for m in range(i + 1, n) if span[m]) if span[i] else _i(0)))
+            row_s.append(v)
+        table.append(row_s)
+    NB, M, N, K, DV = (kir.Var(x) for x in ("NB", "M", "N", "K", "DV"))
+    NP, DP = kir.Var("NP"), kir.Var("DP")
+    body += [kir.Let(NB, kir.product(L[:n - 2])), kir.Let(M, L[n - 2]), kir.Let(N, L[n - 1]), kir.Let(K, L[n]),
+             kir.Let(DV, L[n + 1]),
+             kir.Let(NP, kir.Bin("/", kir.Bin("+", N, _i(NR - 1)), _i(NR))),
+             kir.Let(DP, kir.Bin("/", kir.Bin("+", DV, _i(NR - 1)), _i(NR)))]
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    qb, kb, vb = kir.Buffer("i0"), kir.Buffer("i1"), kir.Buffer("i2")
+    kp, vp, sb = (kir.Buffer(x, kir.F32, const=False) for x in ("kp", "vp", "sb"))
+    scale = kir.Buffer("scale", kir.F32, const=False)
+    b, m0, m1, m, q = (kir.Var(x) for x in ("b", "m0", "m1", "m", "q"))
+    row = kir.Buffer("row", kir.F32, const=False)
+    rest = kir.Var("rest")
+    per_row: list[kir.Stmt] = [kir.Pointer(row, kir.Addr(sb, _mul(kir.Bin("-", m, m0), N))),
+                               kir.Decl(rest, kir.Bin("+", kir.Bin("*", b, M), m))]
+    idx: dict[int, kir.Var] = {}
+    for i in range(n - 2, -1, -1):
+        idx[i] = kir.Var(f"a{i}")
+        per_row += [kir.Let(idx[i], kir.Bin("%", rest, L[i])), kir.Assign(rest, kir.Bin("/", rest, L[i]))]
+    base = [kir.total(kir.Bin("*", idx[i], table[j][i]) for i in range(n - 1)) for j in range(len(ops.ptrs))]
+
+    def load(nodes: tuple, extra: tuple, c: kir.Var) -> tuple[list[kir.Stmt], dict[str, kir.Expr]]:
+        env: dict[str, kir.Expr] = dict(ops.scalars)
+        used = {z for nd in nodes for z in nd.inputs}
+        stmts: list[kir.Stmt] = []
+        for j, z in enumerate(ops.ptrs):
+            if z in used:
+                v = kir.Var(f"v{j}", ops.buffers[j].dtype)
+                stmts.append(kir.Let(v, kir.Load(ops.buffers[j], kir.Bin("+", base[j], kir.Bin("*", c,
+                                                                                              table[j][n - 1])))))
+                env[z] = v
+        return stmts, env
+
+    defer = deferrable(sm, g)
+    rel = kir.Bin("-", m, m0)
+    softmax_passes(sm, g, per_row, "c", N, row, load, {at.scores.outputs[0]: lambda c: kir.Load(row, c)},
+                   lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])], (scale, rel) if defer else None)
+    # O as (batch, heads, seq, d), or with its Transpose folded as (batch, seq, heads, d): row stride heads * d
+    if folded:
+        L1 = L[1]
+        o_at = kir.Addr(o0, _mul(kir.Bin("+", _mul(kir.Bin("+", _mul(kir.Bin("/", b, L1), M), m0), L1),
+                                         kir.Bin("%", b, L1)), DV))
+        ldc: kir.Expr = _mul(L1, DV)
+    else:
+        o_at, ldc = kir.Addr(o0, _mul(kir.Bin("+", _mul(b, M), m0), DV)), DV
+    block: list[kir.Stmt] = [
+        kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, _i(ROW_BLOCK)), M), kir.Bin("+", m0, _i(ROW_BLOCK)), M)),
+        kir.For(q, NP, (_call("ds_gemm_tile", kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m0), K)), K, kir.Addr(kp),
+                              kir.Addr(sb), N, _i(0), kir.Bin("-", m1, m0), q, N, K),)),
+        kir.For(m, m1, tuple(per_row), start=m0)]
+    q2 = kir.Var("q")
+    block.append(kir.For(q2, DP, (_call("ds_gemm_tile", kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
+                                        kir.Bin("-", m1, m0), q2, DV, N),)))
+    if defer:  # rows of O times their softmax scale
+        mm, jj = kir.Var("m"), kir.Var("j")
+        o = kir.Buffer("o", kir.F32, const=False)
+        rel2 = kir.Bin("-", mm, m0)
+        block.append(kir.For(mm, m1, (
+            kir.Pointer(o, kir.Addr(o0, kir.Bin("+", o_at.offset, _mul(rel2, ldc)))),
+            kir.For(jj, DV, (kir.Store(o, jj, kir.Bin("*", kir.Load(o, jj), kir.Load(scale, rel2))),),
+                    omp=kir.Omp(simd=True, schedule=None))), start=m0))
+    pack_k = (_call("ds_pack_panels_t", kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
+              _call("ds_pack_panels", kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
+    batch = kir.For(b, NB, (pack_k, _call("ds_pack_panels", kir.Addr(vb, _mul(b, N, DV)), DV, N, DV, kir.Addr(vp)),
+                            kir.For(m0, M, tuple(block), step=_i(ROW_BLOCK))),
+                    omp=kir.Omp(shared=True))
+    flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))
+    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _mul(N, DP, _i(NR))),
+                            kir.Alloc(sb, _mul(_i(ROW_BLOCK), N)), kir.Array(scale, ROW_BLOCK), batch,
+                            kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
+    kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body))
+    return Lowered(kernel, at.outputs, (q_name, kt_name, v_name, *ops.ptrs), needs=("packed_gemm",))
+
+
+register_lowering("attention", "kernel", lower_attention)

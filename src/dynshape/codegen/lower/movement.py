@@ -1,0 +1,121 @@
+"""Native lowerings of data movement and indexing: what a plan binds once per key, so the call is one copy.
+
+Transpose, Expand and Cast: the source view is fixed for the key, so the call is one strided copy in C
+(`ds_copy_strided`, csrc/ds_program.c: it joins the plan's program of native calls) or one np.copyto. Gather
+checks its indices and takes into the planned buffer; GatherND whose indices are fixed for the key (built from
+shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from dynshape.codegen import program
+from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
+from dynshape.errors import DynshapeError
+from dynshape.ir.graph import Graph, Node
+
+_PLAIN = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+          "float64"}
+
+
+def _one_output(node: Node, graph: Graph) -> str | None:
+    return None if len([o for o in node.outputs if o]) == 1 else "more than one output"
+
+
+def _copy(src: np.ndarray, out: np.ndarray, keep: list) -> list | None:
+    """out[...] = src as one call: the C strided copy (same dtype), else np.copyto."""
+    if src.shape != out.shape:
+        return None
+    lib = program.LIBRARY.try_load()
+    if lib is not None and src.dtype == out.dtype and out.flags.c_contiguous and src.ndim <= 16:
+        desc = np.array([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides],
+                        dtype=np.int64)
+        keep.extend((desc, src))
+        return [NativeCall(lib.ds_copy_strided, (desc.ctypes.data,))]
+    return [functools.partial(np.copyto, out, src, casting="unsafe")]
+
+
+def _bind_transpose(r: BindRequest) -> list | None:
+    x, out = r.ins[0], r.outs[0]
+    perm = r.attrs.get("perm")
+    return _copy(x.transpose(perm) if perm is not None else x.T, out, r.keep)
+
+
+def _bind_expand(r: BindRequest) -> list | None:
+    x, out = r.ins[0], r.outs[0]
+    if x.dtype != out.dtype:
+        return None
+    try:
+        src = np.broadcast_to(x, out.shape)
+    except ValueError:
+        return None
+    return _copy(src, out, r.keep)
+
+
+def _cast_accepts(node: Node, graph: Graph) -> str | None:
+    a, b = (np.dtype(graph.types[v].dtype) for v in (node.inputs[0], node.outputs[0]))
+    if a.name not in _PLAIN or b.name not in _PLAIN:
+        return f"Cast {a} -> {b} (ml_dtypes formats keep the reference's rounding)"
+    if a.kind == "f" and b.kind in "iub":
+        return f"Cast {a} -> {b} (float to integer follows ONNX, not numpy's conversion)"
+    return _one_output(node, graph)
+
+
+def _bind_cast(r: BindRequest) -> list | None:
+    return _copy(r.ins[0], r.outs[0], r.keep)
+
+
+def _gather_accepts(node: Node, graph: Graph) -> str | None:
+    x, idx = graph.types.get(node.inputs[0]), graph.types.get(node.inputs[1])
+    if not getattr(x, "shape", ()) or np.dtype(idx.dtype).kind not in "iu" or not idx.shape:
+        return "scalar data or indices, or non-integer indices"
+    return _one_output(node, graph)
+
+
+def _bind_gather(r: BindRequest) -> list | None:
+    x, idx, out = r.ins[0], r.ins[1], r.outs[0]
+    axis = r.attrs.get("axis", 0)
+    axis = axis + x.ndim if axis < 0 else axis
+    n = x.shape[axis]
+
+    def gather() -> None:
+        # mode="raise" copies through a temporary buffer (3x slower on bert's embeddings): the indices are
+        # checked here, then "wrap" maps the admissible negative ones as ONNX does (-1 is the last)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            np.take(x, idx, axis=axis)  # raises the out-of-range error, names the index
+        np.take(x, idx, axis=axis, out=out, mode="wrap")
+
+    return [gather]
+
+
+def _bind_gather_nd(r: BindRequest) -> list | None:
+    if len(r.ins) != 2 or r.node.inputs[1] not in r.fixed or r.outs[0] is None:
+        return None
+    x, idx = r.ins
+    b = int(r.attrs.get("batch_dims", 0))
+    k = idx.shape[-1]
+    dims = np.array(x.shape[b:b + k], dtype=np.int64)
+    idx = idx.astype(np.int64)
+    idx = np.where(idx < 0, idx + dims, idx)
+    if ((idx < 0) | (idx >= dims)).any():
+        raise DynshapeError(f"{r.node.label()}: an index is out of range for data of shape {x.shape}")
+    nb, inner = math.prod(x.shape[:b]), math.prod(x.shape[b + k:])
+    pos = np.ravel_multi_index(tuple(np.moveaxis(idx.reshape(nb, -1, k), -1, 0)), x.shape[b:b + k]) if k else \
+        np.zeros((nb, 1), np.int64)
+    pos = pos + (np.arange(nb)[:, None] * math.prod(x.shape[b:b + k]))
+    flat = (pos[..., None] * inner + np.arange(inner)).reshape(-1)
+    src, dst = x.reshape(-1), r.outs[0].reshape(-1)
+    if dst.size != flat.size:
+        return None
+    return [functools.partial(np.take, src, flat, out=dst, mode="clip")]
+
+
+register_lowering("Transpose", "native", NativeRule(_one_output, _bind_transpose))
+register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand))
+register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
+register_lowering("Gather", "native", NativeRule(_gather_accepts, _bind_gather))
+register_lowering("GatherND", "native", NativeRule(_one_output, _bind_gather_nd))

@@ -1,0 +1,167 @@
+"""A `Product` item as one kernel: a product by a packed constant matrix, its epilogue applied to each block of
+rows while it is in cache.
+
+Tiles are ROW_BLOCK rows x 32 columns (one packed panel), run by dynshape's micro-kernels (csrc/ds_gemm.c),
+OpenMP over tiles. The last block of rows also takes a short tail (64 rows are one block of 64, not 60 + 4:
+the weights are not streamed again for 4 rows). With folded head transposes, (b, s, heads * d) is written as
+(b, heads, s, d) directly; with a LayerNormalization, rows are normalised per block when there are enough
+blocks for every thread, else after all tiles (a batch-1 request still uses every thread).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynshape.codegen import kir
+from dynshape.codegen.lower.elementwise import emit_nodes
+from dynshape.codegen.lower.operands import computable, operands, prod
+from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
+from dynshape.codegen.packed_gemm import NR, ROW_BLOCK, ROW_TAIL
+from dynshape.passes.items import Product
+from dynshape.passes.values import row_pattern
+
+I64 = kir.I64
+
+
+def _i(x: int) -> kir.Const:
+    return kir.Const(x, I64)
+
+
+def _call(fn: str, *args: kir.Expr) -> kir.Eval:
+    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+
+
+def row_blocks(m: kir.Expr) -> kir.Expr:
+    """The number of row blocks of m rows: blocks of ROW_BLOCK, the last one also takes a short tail."""
+    short_tail = kir.Bin("&&", kir.Bin(">", m, _i(ROW_BLOCK)), kir.Bin("<=", kir.Bin("%", m, _i(ROW_BLOCK)),
+                                                                        _i(ROW_TAIL)))
+    return kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
+                      kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))
+
+
+def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
+    g, node, shape = ctx.graph, pr.node, tuple(pr.shape)
+    computable(shape, ctx.key_names)
+    a_name = node.inputs[0]
+    k = g.types[a_name].shape[-1]
+    n = shape[-1] if shape else 1
+    if not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
+        raise Unsupported(f"the contraction ({k}) and output ({n}) widths must be static and positive")
+    rows = prod(shape, list(range(len(shape) - 1)))
+    ln = pr.layernorm
+    ln_params = [x for x in ln.inputs[1:3] if x] if ln is not None else []
+    extra = pr.inputs[1:len(pr.inputs) - len(ln_params)]
+    ops = operands(extra, shape, g, first_param=2)
+    if not all(row_pattern(p) for p in ops.patterns):
+        raise Unsupported("an epilogue operand is neither a full tensor, a row vector nor one value")
+    if any(np.dtype(g.types[x].dtype) != np.float32 for x in pr.outputs):
+        raise Unsupported("the result is not float32")
+    if pr.folded and not (len(shape) == 3 and pr.heads and n % pr.heads == 0):
+        raise Unsupported(f"head folding needs (b, s, heads * d) with d whole; got {shape} for {pr.heads} heads")
+    if ln is not None and pr.folded:
+        raise Unsupported("a layer norm of heads-transposed rows")
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    a, bp = kir.Buffer("i0"), kir.Buffer("i1")
+    ln_bufs = [kir.Buffer(f"i{2 + len(ops.ptrs) + j}") for j in range(len(ln_params))]
+    heads = pr.heads if pr.folded else 0
+    ext = [rows, shape[1]] if heads else [rows]
+    L0 = kir.Extent(0)
+    q, r, j = kir.Var("q"), kir.Var("r"), kir.Var("j")
+    hd = n // heads if heads else 0
+    dst = kir.Buffer("dst", kir.F32, const=False)
+    rs = kir.Var("rs")
+    if heads:
+        at_index = kir.Bin("-", kir.Bin("+", kir.Bin("*", kir.Bin("-", r, rs), _i(hd)), j), kir.Bin("*", q, _i(NR)))
+        at_buf = dst
+    else:
+        at_index, at_buf = kir.Bin("+", kir.Bin("*", r, _i(n)), j), o0
+    # the epilogue of one row r, columns of panel q
+    acc = kir.Var("acc", kir.F32)
+    body: list[kir.Stmt] = [kir.Let(acc, kir.Load(at_buf, at_index))]
+    env: dict[str, kir.Expr] = dict(ops.scalars)
+    for jj, (x, buf) in enumerate(zip(ops.ptrs, ops.buffers)):
+        pat = ops.patterns[jj]
+        idx = kir.Bin("+", kir.Bin("*", r, _i(n)), j) if all(pat) and len(pat) > 1 else (j if pat[-1] else _i(0))
+        v = kir.Var(f"v{jj}", buf.dtype)
+        body.append(kir.Let(v, kir.Load(buf, idx)))
+        env[x] = v
+    value: kir.Expr = acc
+    if node.op_type == "Gemm":
+        alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+        if alpha != 1.0:
+            value = kir.Bin("*", kir.Const(alpha, kir.F32), acc)
+        if len(node.inputs) > 2 and node.inputs[2] and beta != 0.0:
+            c = env[node.inputs[2]]
+            value = kir.Bin("+", value, c if beta == 1.0 else kir.Bin("*", kir.Const(beta, kir.F32), c))
+    env[node.outputs[0]] = value
+    if pr.epilogue:
+        emit_nodes(pr.epilogue.nodes, env, g, body, "")
+    # the value before the folded reshapes or the LayerNormalization
+    out = env[pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else pr.outputs[0]]
+    epilogue: list[kir.Stmt] = []
+    if out is not acc:
+        j1 = kir.Var("j1")
+        panel_end = kir.Bin("+", kir.Bin("*", q, _i(NR)), _i(NR))
+        epilogue = [kir.Let(j1, kir.Select(kir.Bin("<", panel_end, _i(n)), panel_end, _i(n))),
+                    kir.For(j, j1, (*body, kir.Store(at_buf, at_index, out)), start=kir.Bin("*", q, _i(NR)),
+                            omp=kir.Omp(simd=True, schedule=None))]
+    nblk = kir.Var("NBLK")
+    rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
+    rows_of = [kir.Let(r0, kir.Bin("*", rb, _i(ROW_BLOCK))),
+               kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), L0,
+                                      kir.Bin("+", r0, _i(ROW_BLOCK))))]
+    if heads:  # rows of one b at a time, straight into their place in (b, heads, s, hd)
+        L1 = kir.Extent(1)
+        h, d0, nc = kir.Var("h"), kir.Var("d0"), kir.Var("nc")
+        b, sq, re = kir.Var("b"), kir.Var("s"), kir.Var("re")
+        rest = kir.Bin("-", _i(n), kir.Bin("*", q, _i(NR)))
+        next_b = kir.Bin("*", kir.Bin("+", b, _i(1)), L1)
+        tile = [kir.Let(h, kir.Bin("/", kir.Bin("*", q, _i(NR)), _i(hd))),
+                kir.Let(d0, kir.Bin("%", kir.Bin("*", q, _i(NR)), _i(hd))),
+                kir.Let(nc, kir.Select(kir.Bin("<", rest, _i(NR)), rest, _i(NR))),
+                kir.Decl(rs, r0),
+                kir.While(kir.Bin("<", rs, r1), (
+                    kir.Let(b, kir.Bin("/", rs, L1)), kir.Let(sq, kir.Bin("%", rs, L1)),
+                    kir.Let(re, kir.Select(kir.Bin("<", next_b, r1), next_b, r1)),
+                    kir.Pointer(dst, kir.Addr(o0, kir.Bin("+", kir.Bin("*", kir.Bin(
+                        "+", kir.Bin("*", kir.Bin("+", kir.Bin("*", b, _i(heads)), h), L1), sq), _i(hd)), d0))),
+                    _call("ds_gemm_panel", kir.Addr(a, kir.Bin("*", rs, _i(k))), _i(k),
+                          kir.Addr(bp, kir.Bin("*", q, _i(k * NR))), _i(NR), kir.Addr(dst), _i(hd), _i(0),
+                          kir.Bin("-", re, rs), nc, _i(k)),
+                    kir.For(r, re, tuple(epilogue), start=rs),
+                    kir.Assign(rs, re)))]
+    else:
+        tile = [_call("ds_gemm_tile", kir.Addr(a), _i(k), kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n), _i(k))]
+        if epilogue:
+            tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
+    panels = (n + NR - 1) // NR
+    par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
+    lines: list[kir.Stmt] = [kir.Let(nblk, row_blocks(L0))]
+
+    def tiles(omp: kir.Omp | None) -> kir.For:
+        return kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),), omp=omp)
+
+    if ln is None:
+        lines.append(tiles(kir.Omp(parallel=True, collapse=2, if_=par)))
+    else:
+        eps = kir.Const(float(ln.attrs.get("epsilon", 1e-5)), kir.F32)
+        scale = kir.Addr(ln_bufs[0])
+        bias = kir.Addr(ln_bufs[1]) if len(ln_bufs) > 1 else kir.NULL
+        rr = kir.Var("r")
+        row_at = kir.Addr(o0, kir.Bin("*", rr, _i(n)))
+        norm = (_call("ds_layernorm_row", row_at, row_at, scale, bias, _i(n), eps),)
+        per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, _i(panels), tuple(tile)), kir.For(rr, r1, norm, start=r0)),
+                            omp=kir.Omp(parallel=True, if_=par))
+        rr2 = kir.Var("r")
+        norm2 = (_call("ds_layernorm_row", kir.Addr(o0, kir.Bin("*", rr2, _i(n))),
+                       kir.Addr(o0, kir.Bin("*", rr2, _i(n))), scale, bias, _i(n), eps),)
+        after = kir.Region((tiles(kir.Omp(shared=True, collapse=2)),
+                            kir.For(rr2, L0, norm2, omp=kir.Omp(shared=True))), if_=par)
+        threads = kir.Call("omp_get_max_threads", (), I64)
+        lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines))
+    return Lowered(kernel, pr.outputs, (a_name, PackedWeight(pr.weight, pr.trans_b), *ops.ptrs, *ln_params),
+                   needs=("packed_gemm",))
+
+
+register_lowering("product", "kernel", lower_product)

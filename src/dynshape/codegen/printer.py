@@ -1,0 +1,198 @@
+"""The one printer: kernel IR (`kir`) -> C source.
+
+It owns everything textual: the names (every `Var` and `Buffer` gets a unique C identifier from its hint,
+in order of first declaration), indentation, C types, exact literals (`cgen.c_float` round-trips float32
+bit for bit) and the OpenMP pragmas. Every expression is fully parenthesised, so precedence never depends
+on how a lowering nested its nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from dynshape.codegen import kir
+from dynshape.codegen.cgen import c_float, c_int, c_type
+
+_INDENT = "    "
+
+
+class _Names:
+    def __init__(self) -> None:
+        self.taken: set[str] = set()
+        self.of: dict[int, str] = {}
+
+    def declare(self, obj: object, hint: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        self.of[id(obj)] = name
+        return name
+
+    def __call__(self, obj: object) -> str:
+        try:
+            return self.of[id(obj)]
+        except KeyError:
+            raise ValueError(f"kernel IR uses {obj!r} before declaring it") from None
+
+
+def ctype(dtype: str) -> str:
+    return "void *" if dtype == "ptr" else c_type(np.dtype(dtype))
+
+
+class Printer:
+    def __init__(self, kernel: kir.Kernel):
+        self.k = kernel
+        self.names = _Names()
+        self.lines: list[str] = []
+        self.extent_names: list[str] = []
+
+    # ---- expressions -------------------------------------------------------------------------------------
+    def expr(self, e: kir.Expr) -> str:
+        if isinstance(e, kir.Const):
+            return self.const(e)
+        if isinstance(e, (kir.Var, kir.Buffer)):
+            return self.names(e)
+        if isinstance(e, kir.Extent):
+            return self.extent_names[e.k]
+        if isinstance(e, kir.Bin):
+            return f"({self.expr(e.a)} {e.op} {self.expr(e.b)})"
+        if isinstance(e, kir.Un):
+            return f"({e.op}{self.expr(e.a)})"
+        if isinstance(e, kir.Call):
+            return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})"
+        if isinstance(e, kir.Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, kir.Cast):
+            return f"({ctype(e.dtype)})({self.expr(e.a)})"
+        if isinstance(e, kir.Load):
+            return f"{self.names(e.buf)}[{self.expr(e.index)}]"
+        if isinstance(e, kir.Addr):
+            base = self.names(e.buf)
+            return base if e.offset is None else f"{base} + {self.expr(e.offset)}"
+        raise TypeError(f"not a kernel IR expression: {e!r}")
+
+    @staticmethod
+    def const(e: kir.Const) -> str:
+        if e.dtype == kir.BOOL:
+            return "1" if e.value else "0"
+        if e.dtype == "ptr":
+            return "NULL" if not e.value else c_int(int(e.value))
+        if e.dtype in (kir.F32, "float64"):
+            return c_float(float(e.value), np.dtype(e.dtype))
+        return c_int(int(e.value))
+
+    # ---- statements --------------------------------------------------------------------------------------
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append(_INDENT * depth + line)
+
+    def block(self, stmts: Iterable[kir.Stmt], depth: int) -> None:
+        for s in stmts:
+            self.stmt(s, depth)
+
+    def stmt(self, s: kir.Stmt, depth: int) -> None:
+        if isinstance(s, kir.Let):
+            value = self.expr(s.value)
+            self.emit(f"const {ctype(s.var.dtype)} {self.names.declare(s.var, s.var.hint)} = {value};", depth)
+        elif isinstance(s, kir.Decl):
+            value = self.expr(s.value)
+            self.emit(f"{ctype(s.var.dtype)} {self.names.declare(s.var, s.var.hint)} = {value};", depth)
+        elif isinstance(s, kir.Assign):
+            self.emit(f"{self.names(s.var)} = {self.expr(s.value)};", depth)
+        elif isinstance(s, kir.Store):
+            self.emit(f"{self.names(s.buf)}[{self.expr(s.index)}] = {self.expr(s.value)};", depth)
+        elif isinstance(s, kir.Eval):
+            self.emit(self.expr(s.call) + ";", depth)
+        elif isinstance(s, kir.For):
+            self.loop(s, depth)
+        elif isinstance(s, kir.If):
+            self.emit(f"if ({self.expr(s.cond)}) {{", depth)
+            self.block(s.then, depth + 1)
+            if s.orelse:
+                self.emit("} else {", depth)
+                self.block(s.orelse, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, kir.While):
+            self.emit(f"while ({self.expr(s.cond)}) {{", depth)
+            self.block(s.body, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, kir.Pointer):
+            value = self.expr(s.value)
+            self.emit(f"{ctype(s.buf.dtype)} *{self.names.declare(s.buf, s.buf.hint)} = {value};", depth)
+        elif isinstance(s, kir.Region):
+            self.emit("#pragma omp parallel" + (f" if({self.expr(s.if_)})" if s.if_ is not None else ""), depth)
+            self.emit("{", depth)
+            self.block(s.body, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, kir.Alloc):
+            t, n = ctype(s.buf.dtype), self.expr(s.count)
+            name = self.names.declare(s.buf, s.buf.hint)
+            self.emit(f"{t} *{name} = ({t} *)malloc(sizeof({t}) * ({n} > 0 ? {n} : 1));", depth)
+        elif isinstance(s, kir.Free):
+            self.emit(f"free({self.names(s.buf)});", depth)
+        elif isinstance(s, kir.Array):
+            self.emit(f"{ctype(s.buf.dtype)} {self.names.declare(s.buf, s.buf.hint)}[{s.size}];", depth)
+        else:
+            raise TypeError(f"not a kernel IR statement: {s!r}")
+
+    def loop(self, s: kir.For, depth: int) -> None:
+        i = self.names.declare(s.var, s.var.hint)
+        if s.omp is not None:
+            self.emit(self.pragma(s.omp), depth)
+        step = f"{i}++" if isinstance(s.step, kir.Const) and s.step.value == 1 else f"{i} += {self.expr(s.step)}"
+        self.emit(f"for (int64_t {i} = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {step}) {{", depth)
+        self.block(s.body, depth + 1)
+        self.emit("}", depth)
+
+    def pragma(self, o: kir.Omp) -> str:
+        words = ["#pragma omp"]
+        if o.parallel:
+            words += ["parallel", "for"]
+        elif o.shared:
+            words.append("for")
+        if o.simd:
+            words.append("simd")
+        if o.collapse > 1:
+            words.append(f"collapse({o.collapse})")
+        if (o.parallel or o.shared) and o.schedule:
+            words.append(f"schedule({o.schedule})")
+        if o.reduction is not None:
+            op, var = o.reduction
+            words.append(f"reduction({op}:{self.names(var)})")
+        if o.if_ is not None and o.parallel:
+            words.append(f"if({self.expr(o.if_)})")
+        return " ".join(words)
+
+    # ---- the function --------------------------------------------------------------------------------------
+    def function(self) -> str:
+        k = self.k
+        self.names.declare(k, k.name)
+        d = self.names.declare(object(), "d")
+        params = [f"const int64_t *{d}"]
+        for b in k.outputs:
+            params.append(f"{ctype(b.dtype)} *restrict {self.names.declare(b, b.hint)}")
+        for b in k.inputs:
+            params.append(f"const {ctype(b.dtype)} *restrict {self.names.declare(b, b.hint)}")
+        self.lines.append(f"void {self.names(k)}({', '.join(params)}) {{")
+        j = 0
+        for i, e in enumerate(k.extents):
+            name = self.names.declare(object(), f"L{i}")
+            self.extent_names.append(name)
+            if isinstance(e, int):
+                value = c_int(e)
+            else:
+                value, j = f"{d}[{j}]", j + 1
+            self.emit(f"const int64_t {name} = {value};", 1)
+        self.block(k.body, 1)
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"
+
+
+def print_c(kernel: kir.Kernel) -> str:
+    """C source of one kernel function (the file's includes are the caller's: see `prelude`)."""
+    return Printer(kernel).function()

@@ -1,0 +1,194 @@
+"""Every knob of the compiler, in one typed, frozen object: `ds.compile(graph, options=Options(...))`, or the
+same fields as keyword arguments (`ds.compile(graph, strategy="generic", fused_attention=False)`).
+
+Why one object: a switch that changes the generated code must be visible wherever that code is cached or
+shipped. Each field is marked with what it affects:
+- "build": the kernels themselves (fusion switches, BLAS, thread thresholds, math). These fields are part of the
+  build cache key (`Options.build_key`), saved in an artefact's config (so `ds.load` compares them before
+  building anything) and printed by `explain`;
+- "runtime": how calls are served (specialisation strategy, memory policy): recorded and explained, but two
+  executables differing only there share every kernel.
+
+The environment is read here and only here, to fill defaults (`DYNSHAPE_HOIST=0` and friends are escape
+hatches for experiments; an explicit field always wins).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from dynshape.errors import DynshapeError
+
+STRATEGIES = ("auto", "generic", "multi_version", "bucketed", "static")
+BLAS_CHOICES = ("auto", "mkl", "openblas")
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    raise DynshapeError(f"{name}={raw!r}: expected 0 or 1")
+
+
+def _env_str(name: str, default: str | None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def _build(doc: str, env: str | None = None, default: Any = None, kind: str = "build") -> Any:
+    """A field; `env` names the environment variable that fills its default."""
+    meta = {"kind": kind, "doc": doc, "env": env, "default": default}
+    if env is None:
+        return field(default=default, metadata=meta)
+    if isinstance(default, bool):
+        return field(default_factory=lambda: _env_flag(env, default), metadata=meta)
+    return field(default_factory=lambda: _env_str(env, default), metadata=meta)
+
+
+def _run(doc: str, default: Any = None, env: str | None = None) -> Any:
+    return _build(doc, env, default, kind="runtime")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `ds.compile` takes; see `ds.compile` for how the specialisation and memory fields interact."""
+
+    # ---- what the kernels are (build cache key, artefact config) -------------------------------------------
+    fuse: bool = _build("fuse ops into generated C kernels (False: one step per op, the baseline)", default=True)
+    planned: bool = _build("memory plan per shape in pooled arenas (False: allocate every tensor per call)",
+                           default=True)
+    hoist: bool = _build("move scalar ops above data movement so they join a product's epilogue", "DYNSHAPE_HOIST",
+                         True)
+    packed_gemm: bool = _build("products by constant matrices on dynshape's packed micro-kernels with fused "
+                               "epilogues (False: through the BLAS)", "DYNSHAPE_PACKED_GEMM", True)
+    fused_softmax: bool = _build("a softmax joins its producer and consumer elementwise groups", default=True)
+    fused_attention: bool = _build("softmax(Q @ KT) @ V without materialised scores", "DYNSHAPE_FUSED_ATTENTION",
+                                   True)
+    fold_transposes: bool = _build("head transposes written by the product or attention kernel itself",
+                                   "DYNSHAPE_FOLD_TRANSPOSES", True)
+    fused_layernorm: bool = _build("a last-axis LayerNormalization of a product runs on its blocks of rows",
+                                   "DYNSHAPE_FUSED_LAYERNORM", True)
+    blas: str = _build("BLAS for the products not on our micro-kernels: auto (MKL when installed), mkl, openblas",
+                       "DYNSHAPE_BLAS", "auto")
+    par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",
+                                   default=1 << 15)
+    par_min_flops: int = _build("multiply-adds below which a product runs on one thread", default=1 << 20)
+    fast_math: bool = _build("dynshape's vectorised exp/erf/tanh (a few ulp; False: libm's)", default=True)
+
+    # ---- how calls are served ---------------------------------------------------------------------------------
+    strategy: str = _run("specialisation: auto, generic, multi_version, bucketed or static", "auto")
+    profile: str | None = _run("path of a profile written by exe.save_profile: its hot shapes are prebuilt")
+    auto_specialize: bool | None = _run("build hot shapes in the background (None: on for multi_version)")
+    hot_calls: int = _run("calls in the current window that make a shape hot", 20)
+    hot_share: float = _run("share of the last window's calls that make a shape hot", 0.05)
+    hot_window: int = _run("calls per profile window", 1000)
+    max_variants: int | None = _run("cap on variants built from hotness (declared ones do not count)", 16)
+    buckets: tuple | None = _run("range buckets, e.g. ({'seq': (65, 128)}, {'batch': 1})")
+    memory_budget: int | str | None = _run("refuse shapes whose arena exceeds this (bytes or '2GiB')")
+    over_budget: str = _run("error: refuse at compile time; refuse_calls: refuse each call that needs more", "error")
+    preallocate: bool = _run("reserve the worst-case arenas at compile time", False)
+    arenas: int = _run("arenas in the pool (concurrent planned calls)", 4)
+    tune_malloc: bool = _run("keep freed memory mapped for reuse (glibc mallopt, process-wide)", True,
+                             "DYNSHAPE_TUNE_MALLOC")
+    cache_dir: str | None = _run("build cache directory (default ~/.cache/dynshape)", None, "DYNSHAPE_CACHE_DIR")
+
+    def __post_init__(self) -> None:
+        if self.buckets is not None and not isinstance(self.buckets, tuple):
+            object.__setattr__(self, "buckets", tuple(self.buckets))
+        if self.strategy not in STRATEGIES:
+            raise DynshapeError(f"strategy={self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.over_budget not in ("error", "refuse_calls"):
+            raise DynshapeError(f"over_budget={self.over_budget!r}: choose 'error' or 'refuse_calls'")
+        if self.hot_calls < 1 or self.hot_window < 1 or not 0.0 <= self.hot_share <= 1.0 or self.arenas < 1:
+            raise DynshapeError("hot_calls, hot_window and arenas must be >= 1 and hot_share in [0, 1]")
+        if self.max_variants is not None and self.max_variants < 1:
+            raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
+        if self.blas not in BLAS_CHOICES:
+            raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
+        for name in ("par_min_elements", "par_min_flops"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
+                raise DynshapeError(f"{name}={v!r}: expected an int in [0, 2**62)")
+
+    # ---- views ----------------------------------------------------------------------------------------------
+    def replace(self, **changes: Any) -> Options:
+        return dataclasses.replace(self, **changes)
+
+    def build_fields(self) -> dict[str, Any]:
+        """The fields that change the generated kernels, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["kind"] == "build"}
+
+    def build_key(self) -> str:
+        """A digest of the build fields: part of every kernel library's cache key."""
+        text = json.dumps(self.build_fields(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = os.fspath(v) if isinstance(v, os.PathLike) else (list(v) if isinstance(v, tuple) else v)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Options:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DynshapeError(f"options: unknown field(s) {', '.join(unknown)}")
+        return cls(**dict(data))
+
+    def explain(self) -> list[dict[str, Any]]:
+        """Every field with its value, kind, where the value came from (default, $ENV or given) and what it does."""
+        rows = []
+        for f in fields(self):
+            v, env = getattr(self, f.name), f.metadata["env"]
+            if v == f.metadata["default"]:
+                origin = "default"
+            elif env and os.environ.get(env) and v == Options.__dataclass_fields__[f.name].default_factory():
+                origin = f"${env}"
+            else:
+                origin = "given"
+            rows.append({"name": f.name, "value": v, "kind": f.metadata["kind"], "origin": origin,
+                         "doc": f.metadata["doc"]})
+        return rows
+
+
+def make(options: Options | None = None, **kwargs: Any) -> Options:
+    """`options` with the keyword fields applied; an unknown keyword is an error naming the valid ones."""
+    base = options or Options()
+    if not kwargs:
+        return base
+    known = {f.name for f in fields(Options)}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise DynshapeError(f"unknown compile option(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+    return dataclasses.replace(base, **kwargs)
+
+
+def default_cache_dir() -> str:
+    """$DYNSHAPE_CACHE_DIR, else $XDG_CACHE_HOME/dynshape, else ~/.cache/dynshape."""
+    explicit = os.environ.get("DYNSHAPE_CACHE_DIR")
+    if explicit:
+        return explicit
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return os.path.join(xdg or os.path.join(os.path.expanduser("~"), ".cache"), "dynshape")
+
+
+def compiler_command() -> str | None:
+    """$CC: the C compiler command (may carry arguments, e.g. 'ccache gcc'); None to search PATH."""
+    return os.environ.get("CC") or None
+
+
+def mkl_threading_layer() -> str:
+    """$MKL_THREADING_LAYER (default gnu: the OpenMP runtime our kernels use, so the two share one pool)."""
+    return os.environ.get("MKL_THREADING_LAYER", "gnu").lower()

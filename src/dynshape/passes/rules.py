@@ -1,0 +1,246 @@
+"""The fusion rules, as data: each one a `Rule(name, option, match)` the driver applies in order.
+
+A rule's `match(schedule, slot, item)` looks at one item and returns the bigger item it becomes (and the
+neighbouring slots that one absorbs), or None. Matches only read the schedule; the driver applies them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynshape.ir.graph import Node
+from dynshape.ir.types import TensorType
+from dynshape.passes.items import Attention, Elementwise, Item, Product, Single, Softmax
+from dynshape.passes.schedule import Match, Rule, Schedule
+from dynshape.passes.values import broadcast_pattern, const_value, is_float32, row_pattern, scalar_const
+
+_HEADS_PERM = [0, 2, 1, 3]
+
+
+def _default_domain(n: Node) -> bool:
+    return n.domain in ("", "ai.onnx")
+
+
+def _dedup(*parts: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(x for p in parts for x in p))
+
+
+# ---- softmax ------------------------------------------------------------------------------------------------
+def _softmax_node(item: Item, s: Schedule) -> Node | None:
+    if not isinstance(item, Single) or item.node.op_type != "Softmax" or not _default_domain(item.node):
+        return None
+    n = item.node
+    t = s.type(n.outputs[0]) if n.outputs else None
+    if not is_float32(t) or not t.shape or s.graph.opset < 13 or n.attrs.get("axis", -1) not in (-1, len(t.shape) - 1):
+        return None
+    return n
+
+
+def match_softmax(s: Schedule, i: int, item: Item) -> Match | None:
+    """A last-axis Softmax absorbs the elementwise group that alone feeds it and the one that consumes it."""
+    node = _softmax_node(item, s)
+    if node is None:
+        return None
+    x, y = node.inputs[0], node.outputs[0]
+    shape = tuple(s.type(y).shape)
+    pre_i = s.slot_of.get(x)
+    pre = s.items[pre_i] if pre_i is not None else None
+    if not (isinstance(pre, Elementwise) and pre.outputs == (x,) and pre.shape == shape
+            and all(c is node for c in s.consumers.get(x, []))):
+        pre, pre_i = None, None
+    at = pre_i if pre_i is not None else i
+    post_i = s.item_reading(y)
+    post = s.items[post_i] if post_i is not None else None
+    if not (isinstance(post, Elementwise) and post.shape == shape and y not in s.graph_outputs
+            and s.read_only_by(y, post_i) and all(s.slot_of.get(z, -1) < at for z in post.inputs if z != y)):
+        post, post_i = None, None
+    inputs = _dedup(pre.inputs if pre else (x,), [z for z in (post.inputs if post else ()) if z != y])
+    outputs = post.outputs if post else (y,)
+    return Match(Softmax(inputs, outputs, node, pre, post, shape), at,
+                 frozenset(j for j in (i, pre_i, post_i) if j is not None))
+
+
+# ---- products by constant matrices ------------------------------------------------------------------------
+def product_operands(n: Node, s: Schedule) -> tuple[str, bool] | None:
+    """(weight, transB) when n is a float32 product by a constant matrix that a Product item can run."""
+    if not _default_domain(n) or len(n.outputs) != 1 or len(n.inputs) < 2 or "" in n.inputs[:2]:
+        return None
+    a, b, y = (s.type(x) for x in (n.inputs[0], n.inputs[1], n.outputs[0]))
+    if not (is_float32(a) and is_float32(y) and is_float32(b) and a.shape and len(b.shape) == 2):
+        return None
+    w = const_value(n.inputs[1], s.graph)
+    if w is None or w.dtype != np.float32 or not all(isinstance(d, int) and d > 0 for d in b.shape):
+        return None
+    if n.op_type == "MatMul":
+        return n.inputs[1], False
+    if n.op_type == "Gemm" and not n.attrs.get("transA", 0) and len(a.shape) == 2:
+        if len(n.inputs) > 2 and n.inputs[2] and not is_float32(s.type(n.inputs[2])):
+            return None
+        return n.inputs[1], bool(n.attrs.get("transB", 0))
+    return None
+
+
+def match_product(s: Schedule, i: int, item: Item) -> Match | None:
+    """A product by a constant matrix takes, as its epilogue, the elementwise group that alone reads it."""
+    if not isinstance(item, Single) or (ok := product_operands(item.node, s)) is None:
+        return None
+    node = item.node
+    y = node.outputs[0]
+    shape = tuple(s.type(y).shape)
+    j = s.item_reading(y)
+    epi = s.items[j] if j is not None else None
+    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
+            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
+            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
+                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
+        epi, j = None, None
+    inputs = _dedup((node.inputs[0],), [z for z in node.inputs[2:3] if z],
+                    [z for z in (epi.inputs if epi else ()) if z != y])
+    outputs = epi.outputs if epi else (y,)
+    at = j if j is not None else i
+    return Match(Product(inputs, outputs, node, ok[0], ok[1], epi, shape), at,
+                 frozenset(k for k in (i, j) if k is not None))
+
+
+def match_layernorm(s: Schedule, i: int, item: Item) -> Match | None:
+    """A product whose result only a last-axis LayerNormalization reads (constant scale and bias over the whole
+    last axis) normalises each block of rows while it is in cache: the residual add + LayerNorm that closes
+    every transformer sub-layer."""
+    if not isinstance(item, Product) or len(item.outputs) != 1 or not item.shape or item.layernorm is not None:
+        return None
+    y = item.outputs[0]
+    ln = s.sole_reader(y)
+    if ln is None or ln.op_type != "LayerNormalization" or ln.inputs[0] != y or len(ln.inputs) < 2 \
+            or any(o for o in ln.outputs[1:]) or ln.attrs.get("axis", -1) not in (-1, len(item.shape) - 1):
+        return None
+    n = item.shape[-1]
+    params = [const_value(x, s.graph) for x in ln.inputs[1:3] if x]
+    if not all(c is not None and c.dtype == np.float32 and c.shape in ((n,), (1, n)) for c in params):
+        return None
+    if not is_float32(s.type(ln.outputs[0])):
+        return None
+    new = Product(item.inputs + tuple(x for x in ln.inputs[1:3] if x), (ln.outputs[0],), item.node, item.weight,
+                  item.trans_b, item.epilogue, item.shape, item.folded, item.heads, ln)
+    return Match(new, i, frozenset((i, s.slot_of[ln.outputs[0]])))
+
+
+# ---- attention ------------------------------------------------------------------------------------------------
+def _batched_matmul(item: Item, s: Schedule) -> tuple | None:
+    """(a, b, y) types of a float32 MatMul of two matrix stacks with the same batch dims, else None."""
+    if not isinstance(item, Single):
+        return None
+    n = item.node
+    if n.op_type != "MatMul" or not _default_domain(n) or len(n.outputs) != 1:
+        return None
+    a, b, y = (s.type(x) for x in (*n.inputs[:2], n.outputs[0]))
+    if not (is_float32(a) and is_float32(b) and is_float32(y)) or len(a.shape) < 2 or len(a.shape) != len(b.shape):
+        return None
+    if tuple(a.shape[:-2]) != tuple(b.shape[:-2]) or const_value(n.inputs[1], s.graph) is not None:
+        return None
+    return a, b, y
+
+
+def transposed_rows(kt: str, s: Schedule) -> tuple[str, list[Node]] | None:
+    """(K, movement nodes) when the only use of the chain is to make `kt` = K with its last two axes swapped,
+    K a stack of row-major matrices: a Transpose (..., 2, 1), or torch's Reshape (b*h, s, d) -> Transpose
+    (0, 2, 1) -> Reshape (b, h, d, s). Each value on the way has one reader."""
+    chain: list[Node] = []
+    x = kt
+    for _ in range(3):
+        m = s.producer.get(x)
+        if m is None or m.op_type not in ("Reshape", "Transpose") or len(s.consumers.get(x, [])) != 1 \
+                or x in s.graph_outputs or not is_float32(s.type(m.inputs[0])):
+            break
+        chain.insert(0, m)
+        x = m.inputs[0]
+        shapes = [tuple(s.type(v).shape) for v in (x, *(c.outputs[0] for c in chain))]
+        perms = [list(c.attrs.get("perm", [])) if c.op_type == "Transpose" else None for c in chain]
+        r = len(shapes[0])
+        if len(chain) == 1 and perms[0] == [*range(r - 2), r - 1, r - 2] and r >= 3:
+            return x, chain
+        if len(chain) == 3 and [c.op_type for c in chain] == ["Reshape", "Transpose", "Reshape"] \
+                and perms[1] == [0, 2, 1] and r == 4:
+            (b, h, sq, d), merged, swapped, out = shapes
+            if merged == (h * b, sq, d) and swapped == (h * b, d, sq) and out == (b, h, d, sq):
+                return x, chain
+    return None
+
+
+def match_attention(s: Schedule, i: int, item: Item) -> Match | None:
+    """MatMul -> Softmax item -> MatMul, each result with one reader, becomes one Attention item."""
+    if (t1 := _batched_matmul(item, s)) is None:
+        return None
+    scores = item.node
+    sc = scores.outputs[0]
+    j = s.item_reading(sc)
+    sm = s.items[j] if j is not None else None
+    if not isinstance(sm, Softmax) or sc in s.graph_outputs or len(sm.outputs) != 1 \
+            or tuple(sm.shape) != tuple(t1[2].shape) or not s.read_only_by(sc, j):
+        return None
+    if sm.post is not None and sc in sm.post.inputs:
+        return None
+    p = sm.outputs[0]
+    users = s.consumers.get(p, [])
+    if len(users) != 1 or p in s.graph_outputs or users[0].inputs[0] != p or p in users[0].inputs[1:]:
+        return None
+    k = s.slot_of.get(users[0].outputs[0])
+    t2 = _batched_matmul(s.items[k], s) if k is not None else None
+    if t2 is None or tuple(t2[1].shape[:-2]) != tuple(t1[2].shape[:-2]):
+        return None
+    values = s.items[k].node
+    q, kt = scores.inputs[:2]
+    k_rows: tuple[Node, ...] = ()
+    rows = transposed_rows(kt, s)
+    if rows is not None and all(m.outputs[0] in s.slot_of and isinstance(s.items[s.slot_of[m.outputs[0]]], Single)
+                                for m in rows[1]):
+        kt, k_rows = rows[0], tuple(rows[1])
+    inputs = (q, kt, values.inputs[1], *(z for z in sm.inputs if z != sc))
+    if len(set(inputs)) != len(inputs):
+        return None
+    new = Attention(inputs, (values.outputs[0],), scores, sm, values, (), k_rows)
+    return Match(new, k, frozenset((i, j, k, *(s.slot_of[m.outputs[0]] for m in k_rows))))
+
+
+# ---- head transposes ------------------------------------------------------------------------------------------
+def match_heads(s: Schedule, i: int, item: Item) -> Match | None:
+    """The copies attention layers make between (batch, seq, heads, d) and (batch, heads, seq, d) disappear: a
+    product whose result is only reshaped to heads and transposed writes the transposed layout itself, and
+    attention whose result is only transposed back writes (batch, seq, heads, d)."""
+    if isinstance(item, Product) and len(item.outputs) == 1 and len(item.shape) == 3 and not item.layernorm \
+            and not item.folded:
+        y = item.outputs[0]
+        rs = s.sole_reader(y)
+        if rs is None or rs.op_type != "Reshape" or rs.inputs[0] != y:
+            return None
+        t4 = s.type(rs.outputs[0])
+        tr = s.sole_reader(rs.outputs[0])
+        if tr is None or tr.op_type != "Transpose" or list(tr.attrs.get("perm", [])) != _HEADS_PERM \
+                or not isinstance(t4, TensorType) or len(t4.shape) != 4:
+            return None
+        b, sq, h, d = t4.shape
+        n = item.shape[-1]
+        if (b, sq) != tuple(item.shape[:2]) or not (isinstance(h, int) and isinstance(d, int) and h * d == n
+                                                    and d % 32 == 0):
+            return None
+        new = Product(item.inputs, (tr.outputs[0],), item.node, item.weight, item.trans_b, item.epilogue, item.shape,
+                      (rs, tr), h, None)
+        return Match(new, i, frozenset((i, s.slot_of[rs.outputs[0]], s.slot_of[tr.outputs[0]])))
+    if isinstance(item, Attention) and len(item.outputs) == 1 and not item.folded:
+        o = item.outputs[0]
+        tr = s.sole_reader(o)
+        to = s.type(o)
+        if tr is None or tr.op_type != "Transpose" or list(tr.attrs.get("perm", [])) != _HEADS_PERM \
+                or to is None or len(to.shape) != 4:
+            return None
+        new = Attention(item.inputs, (tr.outputs[0],), item.scores, item.softmax, item.values, (tr,), item.k_rows)
+        return Match(new, i, frozenset((i, s.slot_of[tr.outputs[0]])))
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("softmax with its producer and consumer groups", "fused_softmax", match_softmax),
+    Rule("attention without materialised scores", "fused_attention", match_attention),
+    Rule("products by constant matrices with their epilogues", "packed_gemm", match_product),
+    Rule("layer norm on a product's blocks of rows", "fused_layernorm", match_layernorm),
+    Rule("head transposes written by the kernel", "fold_transposes", match_heads),
+)

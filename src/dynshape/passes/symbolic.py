@@ -1,0 +1,85 @@
+"""Shape arithmetic compiled away, and what is left alive.
+
+Exporters compute shapes at run time (Shape -> Gather -> Concat -> Reshape, Range, ConstantOfShape). Inference
+already knows those values as expressions of the input symbols (`TensorType.value`), so here they become one
+compiled function of the call's key (`SymbolicValues`), and the nodes that computed them are dead code. The
+rest is liveness: the nodes some graph output needs, given what is already known (constants and symbolic
+values), including the values a subgraph (If / Loop / Scan body) reads from its enclosing graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynshape.ir.graph import Graph, Node
+from dynshape.ir.types import TensorType
+from dynshape.sym import Expr, Symbol, substitute
+from dynshape.sym.pysource import compile_key_function, key_names, to_py
+
+
+@dataclass(frozen=True)
+class SymbolicValues:
+    """`fn(key) -> {value name: array}` for every value whose content follows from the symbols alone; `names`
+    are those it computes (probed once at the symbols' lower bounds)."""
+
+    fn: Callable[[tuple], dict[str, np.ndarray]]
+    names: frozenset[str]
+
+    def __call__(self, key: tuple) -> dict[str, np.ndarray]:
+        return self.fn(key)
+
+
+def symbolic_values(graph: Graph, symbols: list[Symbol]) -> SymbolicValues:
+    """Compile one function computing every value inference knows as an expression of `symbols`."""
+    names = key_names([s.name for s in symbols])
+    exprs = []
+    for name, t in sorted(graph.types.items()):
+        if not isinstance(t, TensorType) or t.value is None or t.value.dtype != object:
+            continue
+        if any(isinstance(d, Expr) for d in t.value.shape):
+            continue
+        flat = list(t.value.reshape(-1))
+        if not all(isinstance(v, (int, np.integer, Expr)) for v in flat):
+            continue
+        if any(isinstance(v, Expr) and not v.free_symbols <= set(names) for v in flat):
+            continue
+        items = ", ".join(to_py(v, names) if isinstance(v, Expr) else str(int(v)) for v in flat)
+        exprs.append(f"out[{name!r}] = _np.array([{items}], dtype=_np.{np.dtype(t.dtype).name})"
+                     f".reshape({tuple(t.value.shape)!r})")
+    body = "out = {}\n" + "\n".join(exprs) + "\nreturn out"
+    fn = compile_key_function("symvals", list(names), body, {"_np": np})
+    probe = tuple(max(s.lo, 1) for s in symbols)
+    try:
+        computed = frozenset(fn(probe))
+    except Exception:  # noqa: BLE001 - a probe failure just means "compute at run time instead"
+        computed = frozenset()
+    return SymbolicValues(fn, computed)
+
+
+def live_nodes(graph: Graph, known: set[str]) -> tuple[list[Node], set[str]]:
+    """The nodes some graph output needs (in order), and every value they read; values in `known` need no
+    producer. A node with subgraphs also needs what its bodies read from this graph."""
+    needed = {v.name for v in graph.outputs}
+    live = []
+    for node in reversed(graph.nodes):
+        outs = [o for o in node.outputs if o]
+        if any(o in needed and o not in known for o in outs):
+            live.append(node)
+            needed.update(x for x in node.inputs if x)
+            needed.update(node.free_names())
+    return list(reversed(live)), needed
+
+
+def specialized(graph: Graph, mapping: Mapping[str, int | Expr]) -> Graph:
+    """The graph with symbols replaced by values (static variants) or narrower symbols (buckets)."""
+    types = {}
+    for name, t in graph.types.items():
+        if isinstance(t, TensorType) and any(isinstance(d, Expr) for d in t.shape):
+            t = TensorType(t.dtype, tuple(substitute(d, mapping) if isinstance(d, Expr) else d for d in t.shape),
+                           t.value)
+        types[name] = t
+    return dataclasses.replace(graph, types=types)

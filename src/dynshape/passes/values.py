@@ -1,0 +1,64 @@
+"""What passes and lowerings ask about a graph's values: constants, float32-ness, broadcast patterns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynshape.ir.graph import Graph
+from dynshape.ir.types import TensorType
+
+# Ops whose output is their input's buffer reinterpreted (a plan makes them views, no copy).
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+# Pure data movement: the views, and Transpose (a copy, but of unchanged values).
+MOVEMENT_OPS = VIEW_OPS | {"Transpose"}
+
+
+def is_float32(t: object) -> bool:
+    return isinstance(t, TensorType) and np.dtype(t.dtype) == np.float32
+
+
+def tensor_type(graph: Graph, name: str) -> TensorType | None:
+    t = graph.types.get(name)
+    return t if isinstance(t, TensorType) else None
+
+
+def const_value(name: str, graph: Graph) -> np.ndarray | None:
+    """The numeric value of an initializer or of a value inference knows exactly, else None."""
+    c = graph.initializers.get(name)
+    if c is None:
+        t = graph.types.get(name)
+        c = t.value if isinstance(t, TensorType) and t.value is not None and t.value.dtype != object else None
+    return c
+
+
+def scalar_const(name: str, graph: Graph) -> float | None:
+    """The value of a one-element numeric constant, else None (such operands are inlined as literals)."""
+    c = const_value(name, graph)
+    if c is None or c.size != 1 or c.dtype.kind not in "biuf":
+        return None
+    return float(np.asarray(c).reshape(-1)[0])
+
+
+def broadcast_pattern(shape: tuple, out: tuple) -> tuple | None:
+    """Per output axis: True where `shape` (right-aligned) spans it, False where it broadcasts; None if neither."""
+    if len(shape) > len(out):
+        return None
+    pad = len(out) - len(shape)
+    pattern = []
+    for k, d in enumerate(out):
+        if k < pad:
+            pattern.append(False)
+            continue
+        e = shape[k - pad]
+        if isinstance(e, int) and e == 1 and not (isinstance(d, int) and d == 1):
+            pattern.append(False)
+        elif e == d:
+            pattern.append(True)
+        else:
+            return None
+    return tuple(pattern)
+
+
+def row_pattern(pat: tuple) -> bool:
+    """Operands an epilogue can index as [row * n + j] (full), [j] (a row vector) or [0] (one value)."""
+    return all(pat) or not any(pat[:-1])

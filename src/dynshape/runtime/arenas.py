@@ -1,0 +1,78 @@
+"""The arenas planned calls run in: one contiguous buffer each, with the plans bound to its addresses, in a pool
+so that concurrent calls never share one."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from dynshape.runtime.plan_cache import PlanCache
+
+
+class Arena:
+    """One contiguous buffer and the plans bound to its addresses."""
+
+    __slots__ = ("buf", "plans")
+
+    def __init__(self, nbytes: int):
+        self.buf = np.empty(nbytes, np.uint8)
+        self.plans = PlanCache()
+
+
+class ArenaPool:
+    """Arenas for concurrent planned calls: a call takes one and gives it back, so no two calls share one.
+
+    Up to `limit` arenas are made, on demand or up front (`fill`).  The request path pops from and appends to
+    `free` itself (atomic under the GIL, no lock, no call); only when `free` is empty does it call `take`,
+    which makes another arena, returns None (the caller runs the allocating path) or, with `wait`, blocks
+    until one is given back: a budgeted executable waits rather than allocate outside its budget.  Whoever
+    gives an arena back while `waiting` calls `wake`.
+    """
+
+    def __init__(self, limit: int, nbytes: int = 0, wait: bool = False):
+        self.limit, self.nbytes, self.wait = limit, nbytes, wait
+        self.arenas: list[Arena] = []
+        self.free: list[Arena] = []
+        self.waiting = 0
+        self._cond = threading.Condition()
+
+    def fill(self) -> None:
+        with self._cond:
+            while len(self.arenas) < self.limit:
+                self.free.append(self._new())
+
+    def _new(self) -> Arena:
+        arena = Arena(self.nbytes)
+        self.arenas.append(arena)
+        return arena
+
+    def take(self) -> Arena | None:
+        with self._cond:
+            if len(self.arenas) < self.limit:
+                return self._new()
+            if not self.wait:
+                return None
+            self.waiting += 1
+            try:
+                while True:
+                    try:
+                        return self.free.pop()
+                    except IndexError:
+                        self._cond.wait()
+            finally:
+                self.waiting -= 1
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    @property
+    def nbytes_total(self) -> int:
+        return sum(int(a.buf.size) for a in self.arenas)
+
+
+def grow(arena: Arena, total: int) -> None:
+    """Grow an arena to hold `total` bytes (25% headroom); plans bound to older buffers stay (see PlanCache)."""
+    arena.buf = np.empty(total + total // 4, np.uint8)
+    arena.plans.drop_stale(arena.buf.nbytes)

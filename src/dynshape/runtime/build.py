@@ -1,0 +1,239 @@
+"""The build step, pure: a graph, its symbols and the options -> a typed `Build` (steps, constants, kernels).
+
+1. shape arithmetic compiled away (`passes.symbolic`): every value inference knows as an expression of the
+   symbols is computed per key by one function; its producing nodes are dead, and so is whatever no output
+   needs;
+2. common subexpressions removed (`passes.cse`), scalar ops moved above data movement (`passes.hoist`);
+3. fusion (`passes.fusion`) into a schedule of items; each fused item goes to its kernel lowering
+   (`codegen.lower`), which builds kernel IR, printed to C and compiled (`codegen.library`); an item a
+   lowering declines runs node by node, and the reason is kept (`Build.uncompiled`, shown by explain);
+4. every other node becomes a `NodeStep`: bound natively per plan when its op has a native lowering that
+   accepts it, else its numpy lowering, else its reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import dynshape.codegen.lower  # noqa: F401  (fills the lowering table)
+from dynshape.codegen import packed_gemm
+from dynshape.codegen.library import compile_kernels
+from dynshape.codegen.lower.elementwise import fusible
+from dynshape.codegen.lowering import (
+    KernelArg,
+    LowerCtx,
+    Lowered,
+    NativeRule,
+    PackedWeight,
+    Unsupported,
+    get_lowering,
+)
+from dynshape.ir import opdef
+from dynshape.ir.execute import Scope
+from dynshape.ir.graph import Graph, Node
+from dynshape.ir.types import TensorType
+from dynshape.options import Options
+from dynshape.passes import hoist
+from dynshape.passes.cse import eliminate_common
+from dynshape.passes.fusion import fuse
+from dynshape.passes.items import Item, Single
+from dynshape.passes.symbolic import SymbolicValues, live_nodes, specialized, symbolic_values
+from dynshape.sym import Symbol
+from dynshape.sym.pysource import compile_key_function, key_names, to_py
+
+
+@dataclass(frozen=True, eq=False)
+class KernelStep:
+    """A compiled kernel: its C entry, what it reads (graph values, packed weights) and writes, and per key the
+    extents it takes (`dims`) and the shapes of its outputs (`shapes`). `name`: its nodes' names joined by '+';
+    `label`: how messages name it."""
+
+    label: str
+    name: str
+    kind: str
+    nodes: tuple[Node, ...]
+    inputs: tuple[KernelArg, ...]
+    outputs: tuple[str, ...]
+    entry: ctypes._CFuncPtr
+    dims: Callable[[tuple], tuple[int, ...]]
+    shapes: Callable[[tuple], tuple[tuple[int, ...], ...]]
+    out_dtypes: tuple[np.dtype, ...]
+    source: str
+    shared_with: str
+
+    @property
+    def op(self) -> str:
+        return self.kind
+
+    def run(self, args: list, scope: Scope) -> list:
+        """Unplanned execution: fresh output arrays, contiguous inputs."""
+        d = np.array(self.dims(scope.key), dtype=np.int64)
+        outs = [np.empty(s, dt) for s, dt in zip(self.shapes(scope.key), self.out_dtypes)]
+        ins = [np.ascontiguousarray(a) for a in args]
+        self.entry(d.ctypes.data, *[o.ctypes.data for o in outs], *[a.ctypes.data for a in ins])
+        return outs
+
+
+@dataclass(frozen=True, eq=False)
+class NodeStep:
+    """One node run outside a generated kernel: `native` (bound to the plan's buffers), `numpy` (a faster
+    numpy/BLAS lowering) or `reference`; `why` says why it has no generated kernel."""
+
+    label: str
+    name: str
+    node: Node
+    attrs: dict
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fn: Callable[[list], list]
+    how: str
+    why: str
+    native: NativeRule | None = None
+
+    @property
+    def op(self) -> str:
+        return self.node.op_type
+
+    def run(self, args: list, scope: Scope) -> list:
+        if self.node.subgraphs():
+            return self.fn(args, {**self.attrs, "_scope": scope.values, "_env": scope.env})
+        return self.fn(args)
+
+    @property
+    def scoped(self) -> bool:
+        """Runs bodies (If / Loop / Scan) that read the enclosing values: only the interpreter can run it."""
+        return bool(self.node.subgraphs())
+
+
+Step = KernelStep | NodeStep
+
+
+@dataclass(frozen=True)
+class Uncompiled:
+    """A node that runs without a generated kernel, how it runs, and why (for explain)."""
+
+    label: str
+    op: str
+    how: str
+    why: str
+
+
+@dataclass(frozen=True, eq=False)
+class Build:
+    """One compiled build: the graph it compiled (the symbolic one, or with a variant's symbols substituted),
+    its steps in order, the values fixed before any call (constants, packed weights; for a static variant also
+    every symbolic value), the per-key symbolic values of a generic build, and what runs uncompiled."""
+
+    graph: Graph
+    key: tuple | None
+    steps: tuple[Step, ...]
+    fixed: Mapping[str | PackedWeight, np.ndarray]
+    symbolic: SymbolicValues | None
+    uncompiled: tuple[Uncompiled, ...]
+    options: Options
+    kernels: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | None = None,
+          narrow: Mapping[str, Any] | None = None, parallel: bool = True) -> Build:
+    """The generic build (key None), a bucket's (`narrow`: name -> int or narrower symbol) or a static one."""
+    consts = graph.constants()
+    symvals = symbolic_values(graph, symbols)
+    known = set(consts) | symvals.names
+    live, needed = live_nodes(graph, known)
+    outputs = {v.name for v in graph.outputs}
+    live = eliminate_common(live, outputs)
+    hoisted: dict[str, str] = {}
+    if options.fuse and options.hoist:
+        live, hoisted = hoist.hoist_scalar_ops(live, graph.types, consts, outputs)
+    names = [s.name for s in symbols]
+    mapping = dict(zip(names, key)) if key is not None else narrow
+    spec = hoist.with_types(specialized(graph, mapping) if mapping else graph, hoisted)
+    if options.fuse:
+        steps, uncompiled, nk = _fused_steps(live, known, spec, symbols, options, parallel)
+    else:
+        steps = [_node_step(n, spec, options, "fuse=False") for n in live]
+        uncompiled, nk = [_uncompiled(s) for s in steps if s.how != "native"], 0
+    fixed: dict[str | PackedWeight, np.ndarray] = {k: v for k, v in consts.items() if k in needed}
+    for s in steps:
+        for x in s.inputs:
+            if isinstance(x, PackedWeight) and x not in fixed:
+                fixed[x] = packed_gemm.packed(consts[x.weight], trans=x.trans)
+    if key is not None:
+        fixed.update({k: v for k, v in symvals(key).items() if k in needed})
+    return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)
+
+
+def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symbol], options: Options,
+                 parallel: bool) -> tuple[list[Step], list[Uncompiled], int]:
+    items = fuse(live, g, known, options, fusible)
+    key_names_ = frozenset(s.name for s in symbols)
+    lowered: dict[int, Lowered] = {}
+    declined: dict[int, str] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Single):
+            continue
+        rule = get_lowering(item.kind, "kernel")
+        if rule is None:
+            declined[i] = f"no kernel lowering for {item.kind} items"
+            continue
+        try:
+            lowered[i] = rule.rule(item, LowerCtx(g, f"ds_fused_{i}", key_names_, options))
+        except Unsupported as e:
+            declined[i] = f"{item.kind} kernel declined: {e}"
+    compiled = compile_kernels(list(lowered.values()), g.name or "graph", options, parallel) if lowered else {}
+    steps: list[Step] = []
+    for i, item in enumerate(items):
+        if i in lowered:
+            steps.append(_kernel_step(item, lowered[i], compiled[lowered[i].kernel.name], g, symbols))
+        else:
+            why = declined.get(i, "")
+            steps += [_node_step(n, g, options, why) for n in item.nodes]
+    uncompiled = [_uncompiled(s) for s in steps if isinstance(s, NodeStep) and s.how != "native"]
+    return steps, uncompiled, len(lowered)
+
+
+def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol]) -> KernelStep:
+    names = key_names([s.name for s in symbols])
+    dyn = "".join(to_py(d, names) + ", " for d in lk.kernel.dynamic)
+    dims = compile_key_function("dims", list(names), f"return ({dyn})")
+    shapes_src = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[o].shape) + ")" for o in lk.outputs)
+    shapes = compile_key_function("shapes", list(names), f"return ({shapes_src},)")
+    c.entry.argtypes = [ctypes.c_void_p] * (1 + len(lk.outputs) + len(lk.inputs))
+    return KernelStep(f"kernel {item.label!r} ({item.kind})", item.label, item.kind, item.nodes, lk.inputs,
+                      lk.outputs, c.entry, dims, shapes,
+                      tuple(np.dtype(g.types[o].dtype) for o in lk.outputs), c.source, c.shared_with)
+
+
+def _node_step(n: Node, g: Graph, options: Options, why: str) -> NodeStep:
+    """How one node runs: native when its rule accepts it, else its numpy lowering, else its reference."""
+    attrs = {**n.attrs, "_opset": g.opset, "_num_outputs": len(n.outputs)}
+    op = opdef.require(n.op_type, n.domain, n.label())
+    native = get_lowering(n.op_type, "native", n.domain)
+    declined = native.rule.accepts(n, g) if native is not None and _tensors(n, g) else "no native lowering"
+    fast = get_lowering(n.op_type, "numpy", n.domain)
+    fn = fast.rule(attrs, options) if fast is not None else None
+    how = "numpy" if fn is not None else "reference"
+    if fn is None:
+        fn = op.reference if n.subgraphs() else (lambda args, ref=op.reference, a=attrs: ref(args, a))
+    reason = why or f"no kernel lowering for {n.op_type}"
+    if native is not None and declined is None:
+        return NodeStep(n.label(), n.name, n, attrs, tuple(n.inputs), tuple(n.outputs), fn, "native", reason,
+                        native.rule)
+    if native is not None:
+        reason += f"; native lowering declined: {declined}"
+    return NodeStep(n.label(), n.name, n, attrs, tuple(n.inputs), tuple(n.outputs), fn, how, reason)
+
+
+def _tensors(n: Node, g: Graph) -> bool:
+    return all(isinstance(g.types.get(x), TensorType) for x in (*n.inputs, *n.outputs) if x)
+
+
+def _uncompiled(s: NodeStep) -> Uncompiled:
+    return Uncompiled(s.label, s.node.op_type, s.how, s.why)
