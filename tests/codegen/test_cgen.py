@@ -21,12 +21,6 @@ def test_c_type() -> None:
         cgen.c_type(np.complex64)
 
 
-def test_c_ident() -> None:
-    assert cgen.c_ident("batch") == "batch"
-    a, b = cgen.c_ident("seq-len"), cgen.c_ident("seq_len")
-    assert a != b and a.isidentifier() and cgen.c_ident("3d").isidentifier()
-
-
 def _literal_bits(dtype: type, values: np.ndarray) -> np.ndarray:
     ctype = cgen.c_type(dtype)
     body = ",\n".join(cgen.c_float(v, dtype) for v in values)
@@ -131,10 +125,11 @@ def test_c_dim_matches_evaluate() -> None:
     assert "ds_floordiv" in cgen.c_dim((n - m) // 3, names)
 
 
-def test_c_dim_default_names_and_errors() -> None:
-    assert cgen.c_dim(sym("seq-len") + 1) == f"({cgen.c_ident('seq-len')} + 1)"
+def test_c_dim_names_symbols_through_the_mapping_and_refuses_non_dims() -> None:
+    """Symbol names never reach C: a kernel reads each symbol from its key array, whatever its name."""
+    assert cgen.c_dim(sym("seq-len") + 1, lambda name: "key[3]") == "(key[3] + 1)"
     with pytest.raises(DynshapeError, match="not a dimension"):
-        cgen.c_dim(1.5)
+        cgen.c_dim(1.5, {})
 
 
 @pytest.fixture(scope="module")

@@ -119,6 +119,10 @@ def test_a_fresh_process_never_invokes_the_compiler(tmp_path, monkeypatch):
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert log.read_text().count("build") == builds
+    # loading looks for no compiler at all: a CC that does not exist changes nothing
+    r = subprocess.run([sys.executable, "-c", script], env={**env, "CC": str(tmp_path / "no-such-cc")},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
     assert not (tmp_path / "empty-cache").exists()
 
 
@@ -195,3 +199,32 @@ def test_declared_symbols_survive_the_round_trip(tmp_path, monkeypatch):
     _no_compiler(monkeypatch)
     (s,) = artifact.load(tmp_path / "b.ds").symbols
     assert (s.name, s.lo, s.hi, s.mult) == ("B", 2, 8, 2)
+
+
+def test_the_options_are_saved_and_compared_before_anything_is_built(tmp_path, monkeypatch):
+    out = tmp_path / "opts.ds"
+    artifact.save(_model(), out, dims={"batch": (1, 8)}, hoist=False, par_min_elements=1)
+    saved = json.loads((out / "config.json").read_text())["options"]
+    assert saved["hoist"] is False and saved["par_min_elements"] == 1 and saved["strategy"] == "generic"
+    _no_compiler(monkeypatch)
+    monkeypatch.setenv("DYNSHAPE_HOIST", "1")  # the environment fills defaults only: the artefact's options win
+    exe = artifact.load(out, arenas=2)
+    assert exe.options.hoist is False and exe.options.arenas == 2
+    np.testing.assert_allclose(exe.run({"x": _x(3)})["y"], ds.load_onnx(_model(), dims={"batch": (1, 8)})
+                               .run({"x": _x(3)})["y"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ds.DynshapeError, match=r"other kernel options: fused_attention=False \(built with True\)"):
+        artifact.load(out, fused_attention=False)
+    with pytest.raises(ds.DynshapeError, match="never compiles"):
+        artifact.load(out, strategy="multi_version")
+
+
+def test_build_options_are_part_of_every_kernel_library_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("DYNSHAPE_CACHE_DIR", str(tmp_path / "keys"))
+    g = ds.load_onnx(_model(), dims={"batch": (1, 8)})
+    ds.compile(g)
+    ds.compile(g, par_min_elements=7)  # same ops, another threshold: its own libraries
+    ds.compile(g, strategy="generic")  # a serving option only: no new library
+    libs = sorted(p.name.split("-")[0] for p in (tmp_path / "keys").rglob("tiny_*.so"))
+    assert libs == ["tiny_products", "tiny_products"], libs
+    with pytest.raises(ds.DynshapeError, match="unknown compile option.*fused_attention"):
+        ds.compile(g, fused_attentoin=False)

@@ -147,7 +147,7 @@ def _print(data: dict[str, Any]) -> None:
         line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
     head(f"nodes without a compiled kernel ({len(data['uncompiled'])})")
     for u in data["uncompiled"]:
-        line(f"{u['op']} {u['node']}: runs its {u['runs']}", u["why"])
+        line(f"{u['node']}: runs its {u['runs']}, {u['when']}", u["why"])
     head("options (explicit ones marked; 'build' options are part of the kernels' cache key)")
     for o in data["options"]:
         mark = "" if o["origin"] == "default" else f" [{o['origin']}]"

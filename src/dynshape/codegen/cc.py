@@ -26,6 +26,7 @@ import tempfile
 import threading
 import types
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dynshape.errors import DynshapeError
@@ -38,6 +39,9 @@ __all__ = [
     "cache_dir",
     "clear_memory_cache",
     "compile_c",
+    "BuildContext",
+    "adopt",
+    "build_context",
     "compile_extension",
     "compiler_identity",
     "csrc_digest",
@@ -260,6 +264,29 @@ def offline(identity: str) -> Iterator[None]:
 
 def is_offline() -> bool:
     return getattr(_pinned, "identity", None) is not None
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Where this thread builds and whether it only loads: what a worker thread must adopt to build for it."""
+
+    cache: Path
+    identity: str | None
+
+
+def build_context() -> BuildContext:
+    return BuildContext(cache_dir(), getattr(_pinned, "identity", None))
+
+
+@contextlib.contextmanager
+def adopt(ctx: BuildContext) -> Iterator[None]:
+    """Build in this (worker) thread as the thread that made `ctx` would."""
+    with pinned_cache_dir(ctx.cache):
+        if ctx.identity is None:
+            yield
+        else:
+            with offline(ctx.identity):
+                yield
 
 
 def compiler_identity() -> str:

@@ -7,9 +7,7 @@ round-trip bit for bit.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,7 +15,7 @@ import numpy as np
 
 from dynshape.errors import DynshapeError
 
-__all__ = ["PRELUDE", "c_dim", "c_float", "c_ident", "c_int", "c_type", "prelude"]
+__all__ = ["PRELUDE", "c_dim", "c_float", "c_int", "c_type", "prelude"]
 
 _C_TYPES = {
     "float32": "float",
@@ -74,30 +72,16 @@ def c_float(x: float, dtype: Any = np.float32) -> str:
     return f"({body})" if text.startswith("-") else body
 
 
-def c_ident(name: str) -> str:
-    """A valid, collision-free C identifier for an arbitrary name (ONNX dim_params contain '-', ' ', ...)."""
-    safe = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    if safe != name or not safe or safe[0].isdigit():
-        safe = f"{safe}_{hashlib.sha256(name.encode()).hexdigest()[:6]}"
-    return "s_" + safe if safe[0].isdigit() else safe
-
-
-def c_dim(e: Any, names: Mapping[str, str] | Callable[[str], str] | None = None) -> str:
+def c_dim(e: Any, names: Mapping[str, str] | Callable[[str], str]) -> str:
     """int64_t C expression for a dimension (int or dynshape.sym.Expr), with Python's // and % semantics.
 
-    `names` maps symbol names to C variables (default: c_ident of the name).  Floor division by a positive
-    constant of a provably non-negative numerator uses plain `/` `%` (vectorisable, cheaper); everything
-    else calls ds_floordiv/ds_mod from the prelude.
+    `names` maps symbol names to C expressions (a kernel reads them from its key array).  Floor division by a
+    positive constant of a provably non-negative numerator uses plain `/` `%` (vectorisable, cheaper);
+    everything else calls ds_floordiv/ds_mod from the prelude.
     """
     if isinstance(e, (int, np.integer)) and not isinstance(e, bool):
         return c_int(int(e))
-    lookup: Callable[[str], str]
-    if names is None:
-        lookup = c_ident
-    elif callable(names):
-        lookup = names
-    else:
-        lookup = names.__getitem__
+    lookup: Callable[[str], str] = names if callable(names) else names.__getitem__
     terms = getattr(e, "terms", None)
     if terms is None:
         raise DynshapeError(f"not a dimension: {e!r} ({type(e).__name__})")

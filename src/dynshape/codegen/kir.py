@@ -337,11 +337,12 @@ DimLike = Any  # int | dynshape.sym.Expr
 
 @dataclass(frozen=True, eq=False)
 class Kernel:
-    """One C function `void name(const int64_t *d, outputs..., inputs...)`.
+    """One C function `void name(const int64_t *key, outputs..., inputs...)`.
 
-    `extents[k]` is what `Extent(k)` stands for: an int (printed as a literal) or a symbolic dim (read from d[],
-    which the runtime fills per call with the non-literal extents in order). `outputs`/`inputs` are the
-    pointer parameters, named for the values (graph values, packed weights) the runtime binds to them.
+    `key` holds the call's symbol values, in the order of `symbols`. `extents[k]` is what `Extent(k)` stands
+    for: an int (printed as a literal the C compiler unrolls and vectorises) or a symbolic dim (computed in the
+    prologue from the key, with Python's floor semantics). `outputs`/`inputs` are the pointer parameters, in the
+    order the runtime binds them.
     """
 
     name: str
@@ -349,11 +350,7 @@ class Kernel:
     outputs: tuple[Buffer, ...]
     inputs: tuple[Buffer, ...]
     body: tuple[Stmt, ...]
-
-    @property
-    def dynamic(self) -> list[DimLike]:
-        """The extents the runtime passes in d[], in order."""
-        return [e for e in self.extents if not isinstance(e, int)]
+    symbols: tuple[str, ...] = ()
 
 
 def walk(stmts: Iterable[Stmt]) -> Iterable[Stmt]:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dynshape.codegen import packed_gemm
-from dynshape.codegen.cc import DEFAULT_FLAGS, build_shared, cache_dir, compile_c, pinned_cache_dir
+from dynshape.codegen.cc import DEFAULT_FLAGS, adopt, build_context, build_shared, compile_c
 from dynshape.codegen.cgen import prelude
 from dynshape.codegen.lowering import Lowered
 from dynshape.codegen.printer import print_c
@@ -64,10 +64,10 @@ def compile_kernels(kernels: list[Lowered], graph_name: str, options: Options,
     helpers = {n for _, _, _, needs in jobs for n in needs}
     tasks += [_HELPERS[n][0].load for n in sorted(helpers)]
     if parallel and len(tasks) > 1:
-        where = cache_dir()  # the workers build where this thread would (an artefact's libs/ while saving)
+        ctx = build_context()  # the workers build where this thread would (an artefact's libs/), offline if it is
 
         def run(task: Callable[[], object]) -> object:
-            with pinned_cache_dir(where):
+            with adopt(ctx):
                 return task()
 
         with ThreadPoolExecutor(2) as pool:

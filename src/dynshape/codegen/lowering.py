@@ -81,12 +81,16 @@ KernelArg = str | PackedWeight  # a graph value, or a packed constant matrix
 @dataclass(frozen=True)
 class LowerCtx:
     """What a kernel lowering may look at: the graph (types, constants), the kernel's name, the call's symbols
-    (loop bounds must follow from them) and the options (thread thresholds, math)."""
+    in key order (loop bounds must follow from them) and the options (thread thresholds, math)."""
 
     graph: Graph
     name: str
-    key_names: frozenset[str]
+    symbols: tuple[str, ...]
     options: Options
+
+    @property
+    def key_names(self) -> frozenset[str]:
+        return frozenset(self.symbols)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from dynshape.codegen import kir
-from dynshape.codegen.cgen import c_float, c_int, c_type
+from dynshape.codegen.cgen import c_dim, c_float, c_int, c_type
 
 _INDENT = "    "
 
@@ -172,22 +172,18 @@ class Printer:
     def function(self) -> str:
         k = self.k
         self.names.declare(k, k.name)
-        d = self.names.declare(object(), "d")
+        d = self.names.declare(object(), "key")
         params = [f"const int64_t *{d}"]
+        position = {s: i for i, s in enumerate(k.symbols)}
         for b in k.outputs:
             params.append(f"{ctype(b.dtype)} *restrict {self.names.declare(b, b.hint)}")
         for b in k.inputs:
             params.append(f"const {ctype(b.dtype)} *restrict {self.names.declare(b, b.hint)}")
         self.lines.append(f"void {self.names(k)}({', '.join(params)}) {{")
-        j = 0
         for i, e in enumerate(k.extents):
             name = self.names.declare(object(), f"L{i}")
             self.extent_names.append(name)
-            if isinstance(e, int):
-                value = c_int(e)
-            else:
-                value, j = f"{d}[{j}]", j + 1
-            self.emit(f"const int64_t {name} = {value};", 1)
+            self.emit(f"const int64_t {name} = {c_dim(e, lambda s: f'{d}[{position[s]}]')};", 1)
         self.block(k.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"

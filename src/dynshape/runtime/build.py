@@ -49,9 +49,9 @@ from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
 @dataclass(frozen=True, eq=False)
 class KernelStep:
-    """A compiled kernel: its C entry, what it reads (graph values, packed weights) and writes, and per key the
-    extents it takes (`dims`) and the shapes of its outputs (`shapes`). `name`: its nodes' names joined by '+';
-    `label`: how messages name it."""
+    """A compiled kernel: its C entry (which takes the key's symbol values first), what it reads (graph values,
+    packed weights) and writes, and per key the shapes of its outputs (`shapes`). `name`: its nodes' names
+    joined by '+'; `label`: how messages name it."""
 
     label: str
     name: str
@@ -60,7 +60,6 @@ class KernelStep:
     inputs: tuple[KernelArg, ...]
     outputs: tuple[str, ...]
     entry: ctypes._CFuncPtr
-    dims: Callable[[tuple], tuple[int, ...]]
     shapes: Callable[[tuple], tuple[tuple[int, ...], ...]]
     out_dtypes: tuple[np.dtype, ...]
     source: str
@@ -72,7 +71,7 @@ class KernelStep:
 
     def run(self, args: list, scope: Scope) -> list:
         """Unplanned execution: fresh output arrays, contiguous inputs."""
-        d = np.array(self.dims(scope.key), dtype=np.int64)
+        d = np.array(scope.key, dtype=np.int64)
         outs = [np.empty(s, dt) for s, dt in zip(self.shapes(scope.key), self.out_dtypes)]
         ins = [np.ascontiguousarray(a) for a in args]
         self.entry(d.ctypes.data, *[o.ctypes.data for o in outs], *[a.ctypes.data for a in ins])
@@ -173,7 +172,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
 def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symbol], options: Options,
                  parallel: bool) -> tuple[list[Step], list[Uncompiled], int]:
     items = fuse(live, g, known, options, fusible)
-    key_names_ = frozenset(s.name for s in symbols)
+    key_names_ = tuple(s.name for s in symbols)
     lowered: dict[int, Lowered] = {}
     declined: dict[int, str] = {}
     for i, item in enumerate(items):
@@ -201,13 +200,11 @@ def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symb
 
 def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol]) -> KernelStep:
     names = key_names([s.name for s in symbols])
-    dyn = "".join(to_py(d, names) + ", " for d in lk.kernel.dynamic)
-    dims = compile_key_function("dims", list(names), f"return ({dyn})")
     shapes_src = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[o].shape) + ")" for o in lk.outputs)
     shapes = compile_key_function("shapes", list(names), f"return ({shapes_src},)")
     c.entry.argtypes = [ctypes.c_void_p] * (1 + len(lk.outputs) + len(lk.inputs))
     return KernelStep(f"kernel {item.label!r} ({item.kind})", item.label, item.kind, item.nodes, lk.inputs,
-                      lk.outputs, c.entry, dims, shapes,
+                      lk.outputs, c.entry, shapes,
                       tuple(np.dtype(g.types[o].dtype) for o in lk.outputs), c.source, c.shared_with)
 
 

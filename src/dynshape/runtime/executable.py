@@ -380,11 +380,20 @@ class Executable:
 
     def explain_build(self) -> dict:
         """The generic build: its kernels, and every node that runs without a generated kernel, how and why."""
-        b = self.generic.build
+        b, pl = self.generic.build, self.generic.planner
+        once = {b.steps[i].label for i in pl.per_key} if pl is not None else set()
+        views = {b.steps[i].label for i in pl.alias_step} if pl is not None else set()
+
+        def when(label: str) -> str:
+            if label in once:
+                return "once per shape (it reads only constants and the shape), not per call"
+            return "never: a view of its input's buffer" if label in views else "every call"
+
         return {
-            "kernels": [{"kind": s.kind, "nodes": s.label, "shared_with": s.shared_with}
+            "kernels": [{"kind": s.kind, "nodes": s.name, "shared_with": s.shared_with}
                         for s in b.steps if isinstance(s, KernelStep)],
-            "uncompiled": [{"node": u.label, "op": u.op, "runs": u.how, "why": u.why} for u in b.uncompiled],
+            "uncompiled": [{"node": u.label, "op": u.op, "runs": u.how, "why": u.why, "when": when(u.label)}
+                           for u in b.uncompiled],
             "options": self.options.explain(),
         }
 

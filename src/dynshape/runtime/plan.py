@@ -216,7 +216,7 @@ class Planner:
     def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict) -> list[Call]:
         """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
         if isinstance(s, KernelStep):  # dims and every address fixed now
-            d = np.array(s.dims(key), dtype=np.int64)
+            d = np.array(key, dtype=np.int64)
             keep.append(d)
             keep.extend(ins)
             return [NativeCall(s.entry, (addr(d), *[addr(o) for o in outs], *[addr(a) for a in ins]))]

@@ -125,7 +125,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _mul(N, DP, _i(NR))),
                             kir.Alloc(sb, _mul(_i(ROW_BLOCK), N)), kir.Array(scale, ROW_BLOCK), batch,
                             kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
-    kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body))
+    kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, at.outputs, (q_name, kt_name, v_name, *ops.ptrs), needs=("packed_gemm",))
 
 

@@ -181,7 +181,7 @@ def lower_elementwise(item: Elementwise, ctx: LowerCtx) -> Lowered:
         stmts = tuple(inner) if loop is None else (loop,)
         loop = kir.For(idx[i], L[i], stmts, omp=omp if i == 0 else None)
     body.append(loop)
-    kernel = kir.Kernel(ctx.name, tuple(ext), tuple(outs), tuple(ops.buffers), tuple(body))
+    kernel = kir.Kernel(ctx.name, tuple(ext), tuple(outs), tuple(ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, item.outputs, tuple(ops.ptrs))
 
 

@@ -159,7 +159,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                             kir.For(rr2, L0, norm2, omp=kir.Omp(shared=True))), if_=par)
         threads = kir.Call("omp_get_max_threads", (), I64)
         lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines))
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), ctx.symbols)
     return Lowered(kernel, pr.outputs, (a_name, PackedWeight(pr.weight, pr.trans_b), *ops.ptrs, *ln_params),
                    needs=("packed_gemm",))
 

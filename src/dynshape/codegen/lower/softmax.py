@@ -145,7 +145,7 @@ def lower_softmax(sm: Softmax, ctx: LowerCtx) -> Lowered:
         body.append(kir.Region(tuple(region), if_=work))
     else:  # one row: nothing to share out
         body += region
-    kernel = kir.Kernel(ctx.name, tuple(ext), tuple(outs), tuple(ops.buffers), tuple(body))
+    kernel = kir.Kernel(ctx.name, tuple(ext), tuple(outs), tuple(ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, sm.outputs, tuple(ops.ptrs))
 
 
