@@ -69,6 +69,16 @@ def test_odd_sizes_layout_and_lengths(op, layout):
     _check(_native(op, feeds, attrs), _reference(op, feeds, attrs))
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("hid", [1, 5, 37, 96])
+def test_one_row_products_at_every_panel_count(op, hid):
+    """Batch 1 takes the kernel's own one-row product (two panels at a time): odd and partial panel counts."""
+    feeds = _inputs(op, seq=6, batch=1, inp=9, hid=hid, direction="bidirectional", seed=hid)
+    attrs = {"direction": "bidirectional", "linear_before_reset": int(hid % 2)} if op == "GRU" else \
+        {"direction": "bidirectional"}
+    _check(_native(op, feeds, attrs), _reference(op, feeds, attrs))
+
+
 @pytest.mark.parametrize("op,attrs", [
     ("LSTM", {"input_forget": 1}), ("LSTM", {"clip": 0.05}), ("GRU", {"linear_before_reset": 1}),
     ("GRU", {"clip": 0.05, "linear_before_reset": 1}), ("GRU", {"clip": 0.05}),

@@ -26,6 +26,7 @@ import numpy as np
 
 from dynshape.codegen import packed_gemm
 from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.ops.dims import ceil_div
 from dynshape.ops.rnn import CELLS, RnnAttrs, parse_attrs
 
 SOURCE_PATH = Path(__file__).resolve().parent / "csrc" / "ds_rnn.c"
@@ -102,11 +103,25 @@ def _float_bits(v: float) -> int:
 
 
 def workspace_floats(op: str, seq: Any, batch: Any, hidden: Any, num_directions: Any) -> Any:
-    """Floats of scratch one call needs (the same formula as ds_rnn_workspace, over `int | Expr`)."""
-    g = CELLS[op].gates
-    per_dir = batch * g * hidden + 4 * batch * hidden
-    return seq * batch * num_directions * g * hidden + num_directions * per_dir + num_directions * g * hidden \
-        + num_directions * hidden + 3 * hidden
+    """Floats of scratch one call needs (the same formula as ds_rnn_workspace, over `int | Expr`): 16 to align
+    its start, then every buffer rounded up to 16 floats."""
+    g, nd = CELLS[op].gates, num_directions
+
+    def r16(n: Any) -> Any:
+        return ceil_div(n, 16) * 16
+
+    per_dir = r16(batch * g * hidden) + 4 * r16(batch * hidden)
+    return 16 + r16(seq * batch * nd * g * hidden) + nd * per_dir + r16(nd * g * hidden) + r16(nd * hidden) \
+        + r16(3 * hidden)
+
+
+def aligned(n: int, dtype: Any = np.float32) -> np.ndarray:
+    """An uninitialised 1-D array of n elements starting on a 64-byte boundary (cache lines: a misaligned packed
+    R makes every 64-byte vector load touch two lines)."""
+    dtype = np.dtype(dtype)
+    buf = np.empty(n * dtype.itemsize + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + n * dtype.itemsize].view(dtype)
 
 
 @dataclass
@@ -176,7 +191,7 @@ class RnnKernel:
         want = [w and (i < 2 or op == "LSTM") for i, w in enumerate(outputs)] + [False] * (3 - len(outputs))
         y_shape = (seq, nd, batch, hid) if a.layout == 0 else (batch, seq, nd, hid)
         outs = [np.empty(s, np.float32) if w else None for w, s in zip(want, (y_shape, state, state))]
-        ws = np.empty(max(int(self.workspace_floats(seq, batch)), 1), np.float32)
+        ws = aligned(int(self.workspace_floats(seq, batch)))
         block = self.args(x=x.ctypes.data, seq=seq, batch=batch, ws=ws.ctypes.data,
                           b=arr(b, "B", (nd, 2 * g * hid)), seq_lens=lens, h0=arr(h0, "initial_h", state),
                           c0=arr(c0, "initial_c", state), p=arr(p, "P", (nd, 3 * hid)),
@@ -206,13 +221,16 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
     hid = r.shape[2]
     if w.shape[1] != g * hid or r.shape[1] != g * hid or (a.hidden_size is not None and a.hidden_size != hid):
         raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
-    wp = packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True)
+    parts = [packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1)]
     if op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
-        parts = [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
-                 for m in (r[d, :2 * hid], r[d, 2 * hid:])]
+        parts += [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
+                  for m in (r[d, :2 * hid], r[d, 2 * hid:])]
     else:
-        parts = [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
-    return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, np.ascontiguousarray(np.concatenate(parts)))
+        parts += [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
+    wp, rp = aligned(parts[0].size), aligned(sum(p.size for p in parts[1:]))
+    wp[:] = parts[0]
+    rp[:] = np.concatenate(parts[1:])
+    return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, rp)
 
 
 def _run(op: str, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, seq_lens: np.ndarray | None,
