@@ -4,10 +4,11 @@ Shapes: a VAD-like LSTM (input 64 or 576, hidden 128, 1..100 frames, batch 1, st
 BiLSTM (hidden 96 or 256, input 2*hidden, seq 80..1000, batch 1 or 4). Every candidate runs the same one-node
 ONNX LSTM: `native` is the kernel bound once (W and R packed) and called through its pre-built argument block,
 as a compiled plan calls it; `numpy` the op's reference; `ort` an InferenceSession with all graph optimisations.
-Each cell is the median over --rounds rounds; a round times every candidate on the case (blocks of calls lasting
-about --sample-ms), so machine noise hits them alike. Outputs are checked against each other first.
+Times are the median (or min) over --rounds rounds; a round times every candidate on the case (blocks of calls
+lasting about --sample-ms), and the ratio columns are medians of per-round ratios, so load that drifts between
+rounds (other processes on the cores) cancels. Outputs are checked against each other first.
 
-Run: python bench/rnn_bench.py [--threads 1] [--rounds 7] [--sample-ms 50] [--stat median|min] [--quick]
+Run: python bench/rnn_bench.py [--threads 1] [--rounds 15] [--sample-ms 20] [--stat median|min] [--quick]
      [--no-numpy] [--json out.json]
 """
 
@@ -26,8 +27,8 @@ from pathlib import Path
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--sample-ms", type=float, default=50.0)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--sample-ms", type=float, default=20.0)
     p.add_argument("--quick", action="store_true", help="a few cases only")
     p.add_argument("--no-numpy", action="store_true", help="skip the numpy reference (slow at seq 1000)")
     p.add_argument("--stat", choices=["median", "min"], default="median",
@@ -133,7 +134,7 @@ def main() -> int:
         print("onnxruntime not installed: its column is skipped", file=sys.stderr)
     print(f"threads={a.threads} rounds={a.rounds} sample={a.sample_ms} ms; {a.stat} microseconds per call; "
           f"load average {os.getloadavg()[0]:.2f}")
-    head = f"{'case':28s} {'native':>10s} {'numpy':>10s} {'ort':>10s} {'ort/native':>10s} {'numpy/native':>12s}"
+    head = f"{'case':28s} {'native':>10s} {'numpy':>10s} {'ort':>10s} {'ort/native':>11s} {'numpy/native':>12s}"
     print(head)
     for c in cases(a.quick):
         f = feeds(c)
@@ -144,12 +145,12 @@ def main() -> int:
         got = keep[1:4]
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-        if not a.no_numpy:
-            cands["numpy"] = reference(c, f)
-        if have_ort:
+        if have_ort:  # right after native in every round: their ratio is the one that matters
             cands["ort"] = ort_session(c, f, a.threads)
             for g, w in zip(cands["ort"](), want):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        if not a.no_numpy:
+            cands["numpy"] = reference(c, f)
         for fn in cands.values():  # warm-up
             block_time(fn, a.sample_ms / 1e3 / 5)
         times: dict[str, list[float]] = {k: [] for k in cands}
@@ -158,14 +159,15 @@ def main() -> int:
                 times[k].append(block_time(fn, a.sample_ms / 1e3))
         stat = statistics.median if a.stat == "median" else min
         med = {k: stat(v) * 1e6 for k, v in times.items()}
-        row = {**{k: v for k, v in c.items()}, **{f"{k}_us": v for k, v in med.items()}}
+        # paired ratios: both sides of a ratio come from the same round, so load that drifts between rounds cancels
+        paired = {k: statistics.median(x / n for x, n in zip(v, times["native"])) for k, v in times.items()}
+        row = {**c, **{f"{k}_us": v for k, v in med.items()}, **{f"{k}_over_native": v for k, v in paired.items()}}
         rows.append(row)
-        nat = med["native"]
-        print(f"{c['name']:28s} {nat:10.1f} {med.get('numpy', float('nan')):10.1f} {med.get('ort', float('nan')):10.1f}"
-              f" {med.get('ort', float('nan')) / nat:10.2f}x {med.get('numpy', float('nan')) / nat:11.1f}x",
-              flush=True)
+        nan = float("nan")
+        print(f"{c['name']:28s} {med['native']:10.1f} {med.get('numpy', nan):10.1f} {med.get('ort', nan):10.1f}"
+              f" {paired.get('ort', nan):10.2f}x {paired.get('numpy', nan):11.1f}x", flush=True)
     if have_ort:
-        ratios = [r["ort_us"] / r["native_us"] for r in rows]
+        ratios = [r["ort_over_native"] for r in rows]
         print(f"geometric mean ort/native: {float(np.exp(np.mean(np.log(ratios)))):.2f}x")
     if a.json:
         a.json.write_text(json.dumps({"threads": a.threads, "stat": a.stat, "rows": rows}, indent=1))

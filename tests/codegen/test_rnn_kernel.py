@@ -108,6 +108,16 @@ def test_empty_sequence_and_all_zero_lengths():
     assert not y.any() and not y_h.any()
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_nan_propagates_like_the_reference(op):
+    feeds = _inputs(op, seq=5, batch=2, inp=4, hid=20)
+    feeds["X"][2, 0, 1] = np.nan
+    got, want = _native(op, feeds, {}), _reference(op, feeds, {})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    assert np.isnan(got[0][2:, 0, 0]).all() and not np.isnan(got[0][:, 0, 1]).any()
+
+
 def test_torch_style_multilayer_stack():
     """Two stacked bidirectional LSTM layers (a CRNN head) through the kernel: layer 2 reads layer 1's Y."""
     f1 = _inputs("LSTM", seq=40, batch=2, inp=96, hid=96, direction="bidirectional")

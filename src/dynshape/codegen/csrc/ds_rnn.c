@@ -8,12 +8,13 @@
    the packed micro-kernels; then each step is the recurrent product H [batch, hidden] @ R^T (R packed once) into
    a [batch, gates*hidden] row block (all gates of a row contiguous, in the ONNX gate order), followed by one
    pass per row that adds the projection and bias, applies the activations and updates the state while the row
-   is in L1.  No transposes, no per-step allocation, no reversed copies (a reverse pass reads its time steps
-   backwards, each batch entry from its own last valid step).
+   is in L1.  No transposes (layout 1 is a stride), no per-step allocation, no reversed copies (a reverse pass
+   reads its time steps backwards, each batch entry from its own last valid step).  With OpenMP, the two
+   directions of a bidirectional layer run on two threads, and a step big enough (batch * gates * hidden^2 >=
+   2^20) splits its product panels and rows over the team.
 
    Entry points take one pointer to int64 arguments, so they can join a compiled program of native calls
-   (codegen/program.py); floats travel as their IEEE bits.  The argument block (see ARGS below) is the same for
-   the three ops:
+   (codegen/program.py); floats travel as their IEEE bits.  The argument block is the same for the three ops:
      a[0]  x            const float*  [seq, batch, input] (layout 0) or [batch, seq, input] (layout 1)
      a[1]  wp           const float*  W of all directions, W.reshape(dirs*gates*hidden, input), packed as
                                        packed_gemm.pack_b(that, trans=True): n = dirs*gates*hidden, k = input
@@ -98,43 +99,74 @@ static inline float dsr_tanh(float x) {
 
 static inline float dsr_clip(float x, float c) { return x < -c ? -c : x > c ? c : x; }
 
+/* e^x for the fused gates below (x clamped to [-87, 88], so at most 6e37: a product of two such terms' (1 + e)
+   factors with a (2 + u) <= 2 stays finite). */
+static inline float dsr_exp(float x) {
+    float s, em = dsr_expm1_reduced(x, &s);
+    return s + s * em;
+}
+
+/* tanh(x) as num / den (den in [1, 2]), so a product with a sigmoid shares one division. */
+static inline float dsr_tanh_frac(float x, float *den) {
+    const float a = fabsf(x), t = a > 10.0f ? 10.0f : a;
+    float s, em = dsr_expm1_reduced(-2.0f * t, &s);
+    const float u = s * em + (s - 1.0f);
+    *den = 2.0f + u;
+    return copysignf(-u, x);
+}
+
 /* ---- one row of one step per op (s: the recurrent product, g: the input projection, both gate-contiguous) ---- */
+/* LSTM: sigmoid(a) * tanh(b) = num_b / ((1 + e^-a) den_b), so the five activations cost three divisions, not
+   five (a vector division is the costliest instruction here). NaN inputs propagate through the arithmetic. */
 static inline __attribute__((always_inline)) void dsr_lstm_row(
     const float *restrict s, const float *restrict g, const float *restrict bias, const float *restrict peep,
     float *restrict h, float *restrict c, int64_t hid, float clip, int coupled) {
     const float *pi = peep, *po = peep + hid, *pf = peep + 2 * hid;
     for (int64_t j = 0; j < hid; j++) {
         const float cp = c[j];
-        const float i = dsr_sigmoid(dsr_clip(g[j] + bias[j] + s[j] + pi[j] * cp, clip));
+        const float xi = dsr_clip(g[j] + bias[j] + s[j] + pi[j] * cp, clip);
         const float xo = g[hid + j] + bias[hid + j] + s[hid + j];
         const float xf = g[2 * hid + j] + bias[2 * hid + j] + s[2 * hid + j] + pf[j] * cp;
-        const float f = coupled ? 1.0f - i : dsr_sigmoid(dsr_clip(xf, clip));
-        const float cn = f * cp + i * dsr_tanh(dsr_clip(g[3 * hid + j] + bias[3 * hid + j] + s[3 * hid + j], clip));
-        const float o = dsr_sigmoid(dsr_clip(xo + po[j] * cn, clip));
+        const float xc = dsr_clip(g[3 * hid + j] + bias[3 * hid + j] + s[3 * hid + j], clip);
+        float dc, cn;
+        const float nc = dsr_tanh_frac(xc, &dc);
+        if (coupled) { /* f = 1 - i */
+            const float i = dsr_sigmoid(xi);
+            cn = (1.0f - i) * cp + i * (nc / dc);
+        } else {
+            const float ei = 1.0f + dsr_exp(-xi), ef = 1.0f + dsr_exp(-dsr_clip(xf, clip));
+            cn = cp / ef + nc / (ei * dc);
+        }
+        const float eo = 1.0f + dsr_exp(-dsr_clip(xo + po[j] * cn, clip));
+        float dh;
+        const float nh = dsr_tanh_frac(cn, &dh);
         c[j] = cn;
-        h[j] = o * dsr_tanh(cn);
+        h[j] = nh / (eo * dh);
     }
 }
 
-/* GRU, first half: z and r; keeps z, and r (linear_before_reset) or r * H (default) for the h gate. */
+/* GRU, first half: keeps 1 + e^-z_in (z = its reciprocal), and r (linear_before_reset) or r * H (default). */
 static inline void dsr_gru_zr(const float *restrict s, const float *restrict g, const float *restrict bias,
-                              const float *restrict h, float *restrict z, float *restrict rr, int64_t hid, float clip,
+                              const float *restrict h, float *restrict ez, float *restrict rr, int64_t hid, float clip,
                               int lbr) {
     for (int64_t j = 0; j < hid; j++) {
-        z[j] = dsr_sigmoid(dsr_clip(g[j] + bias[j] + s[j], clip));
+        ez[j] = 1.0f + dsr_exp(-dsr_clip(g[j] + bias[j] + s[j], clip));
         const float r = dsr_sigmoid(dsr_clip(g[hid + j] + bias[hid + j] + s[hid + j], clip));
         rr[j] = lbr ? r : r * h[j];
     }
 }
 
-/* GRU, second half: sh = H Rh^T (linear_before_reset) or (r * H) Rh^T; the state is updated in place. */
+/* GRU, second half: sh = H Rh^T (linear_before_reset) or (r * H) Rh^T; the state is updated in place, as
+   (1 - z) tanh + z H = ((ez - 1) num + H den) / (ez den): one division. */
 static inline void dsr_gru_h(const float *restrict sh, const float *restrict g, const float *restrict bias,
-                             const float *restrict rbh, const float *restrict z, const float *restrict rr,
+                             const float *restrict rbh, const float *restrict ez, const float *restrict rr,
                              float *restrict h, int64_t hid, float clip, int lbr) {
     for (int64_t j = 0; j < hid; j++) {
         const float lin = sh[j] + rbh[j];
         const float pre = g[2 * hid + j] + bias[2 * hid + j] + (lbr ? rr[j] * lin : lin);
-        h[j] = (1.0f - z[j]) * dsr_tanh(dsr_clip(pre, clip)) + z[j] * h[j];
+        float den;
+        const float num = dsr_tanh_frac(dsr_clip(pre, clip), &den);
+        h[j] = ((ez[j] - 1.0f) * num + h[j] * den) / (ez[j] * den);
     }
 }
 
