@@ -40,6 +40,9 @@ def _args() -> argparse.Namespace:
 ARGS = _args() if __name__ == "__main__" else None
 if ARGS is not None:
     os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)  # before any OpenMP runtime loads
+    # Both runtimes spin-wait after a parallel region by default; in one process, interleaved, each one's spinning
+    # threads would steal the cores the other runs on. Passive waiting for both keeps the rounds independent.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
@@ -85,6 +88,7 @@ def ort_session(c: dict, f: dict, threads: int):
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see OMP_WAIT_POLICY above
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     feed = {k: f[k] for k in ("X", "initial_h", "initial_c")}
     return lambda: sess.run(None, feed)

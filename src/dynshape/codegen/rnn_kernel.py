@@ -154,7 +154,11 @@ class RnnKernel:
 
     def args(self, *, x: int, seq: int, batch: int, ws: int, b: int = 0, seq_lens: int = 0, h0: int = 0, c0: int = 0,
              p: int = 0, y: int = 0, y_h: int = 0, y_c: int = 0) -> np.ndarray:
-        """The int64 argument block for addresses (0 for an omitted input or output) and runtime extents."""
+        """The int64 argument block for addresses (0 for an omitted input or output) and runtime extents.
+
+        The block holds the addresses of this kernel's packed W and R: keep the kernel alive while it is used.
+        `ws` needs `workspace_floats(seq, batch)` floats; sequence_lens values must already be known to lie in
+        0..seq (the kernel clamps them, it cannot raise)."""
         clip = np.inf if self.attrs.clip is None else self.attrs.clip
         return np.array([x, self.wp.ctypes.data, self.rp.ctypes.data, b, seq_lens, h0, c0, p, y, y_h, y_c, ws, seq,
                          batch, self.input_size, self.hidden, self.flags, _float_bits(clip)], dtype=np.int64)
