@@ -1,0 +1,261 @@
+"""Native LSTM / GRU / RNN layers (csrc/ds_rnn.c): the library, which nodes it serves, and a Python binding.
+
+Why native: the numpy reference pays a few microseconds of dispatch per op per time step (a VAD-sized LSTM step
+is ~20 numpy calls on 128-wide rows); the C kernel does a step as one recurrent product on weights packed once
+plus one fused pass over the gates, and the projection of every step as one product up front.
+
+For the compiler (lowering registry, programs of native calls):
+- `supported(op, attrs, dtype)` says whether a node can run here, else why not (a sentence);
+- `bind(op, w, r, attrs)` packs W and R once and returns an `RnnKernel`: `kernel.entry` is the C entry
+  point's address, `kernel.args(...)` builds its int64 argument block (layout in ds_rnn.c's header),
+  `kernel.workspace_floats(seq, batch)` the scratch it needs (a formula over `int | Expr`, so a plan can size
+  its arena symbolically);
+- `lstm_f32` / `gru_f32` / `rnn_f32` run one node on numpy arrays (tests, benchmarks).
+The library links against `packed_gemm.library()` (loaded first, symbols global).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynshape.codegen import packed_gemm
+from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.ops.dims import ceil_div
+from dynshape.ops.rnn import CELLS, RnnAttrs, parse_attrs
+
+SOURCE_PATH = Path(__file__).resolve().parent / "csrc" / "ds_rnn.c"
+ENTRY = {"LSTM": "ds_lstm_f32", "GRU": "ds_gru_f32", "RNN": "ds_rnn_f32"}
+OP_CODE = {"LSTM": 0, "GRU": 1, "RNN": 2}
+DIR_CODE = {"forward": 0, "reverse": 1, "bidirectional": 2}
+RNN_ACT_CODE = {"tanh": 0, "relu": 1, "sigmoid": 2}
+DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
+N_ARGS = 18
+
+_lib: list = []
+
+
+class NotSupported(DynshapeError):
+    """The native kernel does not implement this node's attributes (the reference still does)."""
+
+
+def spec() -> dict:
+    """How the library is built (same flags as the micro-kernel library it calls)."""
+    from dynshape.codegen.cc import DEFAULT_FLAGS
+
+    return {"source": SOURCE_PATH.read_text(), "name": "ds_rnn", "flags": DEFAULT_FLAGS, "openmp": True,
+            "symbols": [*ENTRY.values(), "ds_rnn_workspace", "ds_rnn_activation_f32"]}
+
+
+def library() -> ctypes.CDLL:
+    """The kernel library (built once per machine, cached on disk); the micro-kernels load first."""
+    if not _lib:
+        from dynshape.codegen.cc import compile_c
+
+        packed_gemm.library()
+        lib = compile_c(**spec())
+        for fn in ENTRY.values():
+            getattr(lib, fn).argtypes, getattr(lib, fn).restype = [ctypes.c_void_p], None
+        lib.ds_rnn_workspace.argtypes = [ctypes.c_int64] * 5
+        lib.ds_rnn_workspace.restype = ctypes.c_int64
+        lib.ds_rnn_activation_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        lib.ds_rnn_activation_f32.restype = None
+        _lib.append(lib)
+    return _lib[0]
+
+
+def activation(x: np.ndarray, kind: str) -> np.ndarray:
+    """The kernel's own sigmoid or tanh on a float32 array (to test their accuracy)."""
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.empty_like(x)
+    library().ds_rnn_activation_f32(x.ctypes.data, y.ctypes.data, x.size, {"sigmoid": 0, "tanh": 1}[kind])
+    return y
+
+
+def supported(op: str, attrs: dict, dtype: Any = np.float32) -> str | None:
+    """None when the kernel runs a node with these attributes and dtype, else the reason it does not."""
+    if op not in ENTRY:
+        return f"{op} is not a recurrent op"
+    if np.dtype(dtype) != np.float32:
+        return f"the native {op} is float32 only (X is {np.dtype(dtype)}): the reference runs it"
+    try:
+        a = parse_attrs(op, attrs.get)
+    except DynshapeError as e:
+        return str(e)
+    for d, acts in enumerate(a.acts):
+        names = tuple(x.name for x in acts)
+        if op == "RNN":
+            if names[0] not in RNN_ACT_CODE:
+                return f"RNN activation {acts[0].name!r} (direction {d}): the native RNN has tanh, relu, sigmoid"
+        elif names != DEFAULTS[op]:
+            return (f"{op} activations {list(names)} (direction {d}): the native {op} has only the defaults "
+                    f"{list(DEFAULTS[op])}")
+    return None
+
+
+def _float_bits(v: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", v))[0]
+
+
+def workspace_floats(op: str, seq: Any, batch: Any, hidden: Any, num_directions: Any) -> Any:
+    """Floats of scratch one call needs (the same formula as ds_rnn_workspace, over `int | Expr`): 16 to align
+    its start, then every buffer rounded up to 16 floats."""
+    g, nd = CELLS[op].gates, num_directions
+
+    def r16(n: Any) -> Any:
+        return ceil_div(n, 16) * 16
+
+    per_dir = r16(batch * g * hidden) + 4 * r16(batch * hidden)
+    return 16 + r16(seq * batch * nd * g * hidden) + nd * per_dir + r16(nd * g * hidden) + r16(nd * hidden) \
+        + r16(3 * hidden)
+
+
+def aligned(n: int, dtype: Any = np.float32) -> np.ndarray:
+    """An uninitialised 1-D array of n elements starting on a 64-byte boundary (cache lines: a misaligned packed
+    R makes every 64-byte vector load touch two lines)."""
+    dtype = np.dtype(dtype)
+    buf = np.empty(n * dtype.itemsize + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + n * dtype.itemsize].view(dtype)
+
+
+@dataclass
+class RnnKernel:
+    """One node's weights packed for the kernel, and how to call it."""
+
+    op: str
+    attrs: RnnAttrs
+    input_size: int
+    hidden: int
+    wp: np.ndarray
+    rp: np.ndarray
+
+    @property
+    def entry(self) -> int:
+        """Address of the C entry point (one argument: the address of the block `args` returns)."""
+        return ctypes.cast(getattr(library(), ENTRY[self.op]), ctypes.c_void_p).value
+
+    @property
+    def flags(self) -> int:
+        a = self.attrs
+        f = DIR_CODE[a.direction] | (a.input_forget << 2) | (a.layout << 3) | (a.linear_before_reset << 4)
+        if self.op == "RNN":
+            for d, acts in enumerate(a.acts):
+                f |= RNN_ACT_CODE[acts[0].name] << (8 + 2 * d)
+        return f
+
+    def workspace_floats(self, seq: Any, batch: Any) -> Any:
+        return workspace_floats(self.op, seq, batch, self.hidden, self.attrs.num_directions)
+
+    def args(self, *, x: int, seq: int, batch: int, ws: int, b: int = 0, seq_lens: int = 0, h0: int = 0, c0: int = 0,
+             p: int = 0, y: int = 0, y_h: int = 0, y_c: int = 0) -> np.ndarray:
+        """The int64 argument block for addresses (0 for an omitted input or output) and runtime extents.
+
+        The block holds the addresses of this kernel's packed W and R: keep the kernel alive while it is used.
+        `ws` needs `workspace_floats(seq, batch)` floats; sequence_lens values must already be known to lie in
+        0..seq (the kernel clamps them, it cannot raise)."""
+        clip = np.inf if self.attrs.clip is None else self.attrs.clip
+        return np.array([x, self.wp.ctypes.data, self.rp.ctypes.data, b, seq_lens, h0, c0, p, y, y_h, y_c, ws, seq,
+                         batch, self.input_size, self.hidden, self.flags, _float_bits(clip)], dtype=np.int64)
+
+    def __call__(self, x: np.ndarray, b: np.ndarray | None = None, seq_lens: np.ndarray | None = None,
+                 h0: np.ndarray | None = None, c0: np.ndarray | None = None, p: np.ndarray | None = None,
+                 outputs: tuple[bool, ...] = (True, True, True)) -> tuple:
+        """Run on arrays (checked and made contiguous float32); (Y, Y_h, Y_c), None for what is not asked."""
+        a, op, hid, nd = self.attrs, self.op, self.hidden, self.attrs.num_directions
+        g = CELLS[op].gates
+        x = _f32(x, "X", 3)
+        seq, batch = (x.shape[0], x.shape[1]) if a.layout == 0 else (x.shape[1], x.shape[0])
+        if x.shape[2] != self.input_size:
+            raise ConstraintViolation(f"{op}: X has input size {x.shape[2]}, the weights take {self.input_size}")
+        state = (nd, batch, hid) if a.layout == 0 else (batch, nd, hid)
+        keep = [x]
+
+        def arr(v: np.ndarray | None, name: str, shape: tuple) -> int:
+            if v is None:
+                return 0
+            v = _f32(v, name, len(shape))
+            if v.shape != shape:
+                raise ConstraintViolation(f"{op}: {name} has shape {v.shape}, expected {shape}")
+            keep.append(v)
+            return v.ctypes.data
+
+        lens = 0
+        if seq_lens is not None:
+            sl = np.ascontiguousarray(seq_lens, dtype=np.int32)
+            if sl.shape != (batch,) or ((sl < 0) | (sl > seq)).any():
+                raise ConstraintViolation(f"{op}: sequence_lens must be {batch} values in 0..{seq}, got {sl}")
+            keep.append(sl)
+            lens = sl.ctypes.data
+        want = [w and (i < 2 or op == "LSTM") for i, w in enumerate(outputs)] + [False] * (3 - len(outputs))
+        y_shape = (seq, nd, batch, hid) if a.layout == 0 else (batch, seq, nd, hid)
+        outs = [np.empty(s, np.float32) if w else None for w, s in zip(want, (y_shape, state, state))]
+        ws = aligned(int(self.workspace_floats(seq, batch)))
+        block = self.args(x=x.ctypes.data, seq=seq, batch=batch, ws=ws.ctypes.data,
+                          b=arr(b, "B", (nd, 2 * g * hid)), seq_lens=lens, h0=arr(h0, "initial_h", state),
+                          c0=arr(c0, "initial_c", state), p=arr(p, "P", (nd, 3 * hid)),
+                          **{k: 0 if o is None else o.ctypes.data for k, o in zip(("y", "y_h", "y_c"), outs)})
+        getattr(library(), ENTRY[op])(block.ctypes.data)
+        return tuple(outs)
+
+
+def _f32(v: np.ndarray, name: str, rank: int) -> np.ndarray:
+    v = np.asarray(v)
+    if v.dtype != np.float32 or v.ndim != rank:
+        raise ConstraintViolation(f"{name} must be a float32 array of rank {rank}, got {v.dtype} of rank {v.ndim}")
+    return np.ascontiguousarray(v)
+
+
+def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
+    """Pack a node's W and R for the kernel (once: at bind / compile time); NotSupported says why not."""
+    reason = supported(op, attrs, np.asarray(w).dtype)
+    if reason is not None:
+        raise NotSupported(reason)
+    a = parse_attrs(op, attrs.get)
+    w, r = np.asarray(w, np.float32), np.asarray(r, np.float32)
+    nd, g = a.num_directions, CELLS[op].gates
+    if w.ndim != 3 or r.ndim != 3 or w.shape[0] != nd or r.shape[0] != nd:
+        raise ConstraintViolation(f"{op}: W {w.shape} and R {r.shape} must be [{nd}, {g}*hidden, ...] "
+                                  f"for direction={a.direction!r}")
+    hid = r.shape[2]
+    if w.shape[1] != g * hid or r.shape[1] != g * hid or (a.hidden_size is not None and a.hidden_size != hid):
+        raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
+    parts = [packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1)]
+    if op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
+        parts += [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
+                  for m in (r[d, :2 * hid], r[d, 2 * hid:])]
+    else:
+        parts += [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
+    wp, rp = aligned(parts[0].size), aligned(sum(p.size for p in parts[1:]))
+    wp[:] = parts[0]
+    rp[:] = np.concatenate(parts[1:])
+    return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, rp)
+
+
+def _run(op: str, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, seq_lens: np.ndarray | None,
+         h0: np.ndarray | None, c0: np.ndarray | None, p: np.ndarray | None, attrs: dict) -> tuple:
+    return bind(op, w, r, attrs)(x, b, seq_lens, h0, c0, p)
+
+
+def lstm_f32(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
+             seq_lens: np.ndarray | None = None, h0: np.ndarray | None = None, c0: np.ndarray | None = None,
+             p: np.ndarray | None = None, attrs: dict | None = None) -> tuple:
+    """ONNX LSTM on float32 arrays -> (Y, Y_h, Y_c). Packs the weights per call: bind() once for repeated calls."""
+    return _run("LSTM", x, w, r, b, seq_lens, h0, c0, p, attrs or {})
+
+
+def gru_f32(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
+            seq_lens: np.ndarray | None = None, h0: np.ndarray | None = None, attrs: dict | None = None) -> tuple:
+    """ONNX GRU on float32 arrays -> (Y, Y_h)."""
+    return _run("GRU", x, w, r, b, seq_lens, h0, None, None, attrs or {})[:2]
+
+
+def rnn_f32(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = None,
+            seq_lens: np.ndarray | None = None, h0: np.ndarray | None = None, attrs: dict | None = None) -> tuple:
+    """ONNX RNN on float32 arrays -> (Y, Y_h)."""
+    return _run("RNN", x, w, r, b, seq_lens, h0, None, None, attrs or {})[:2]
