@@ -16,7 +16,7 @@ from dynshape.codegen.cc import DEFAULT_FLAGS, CompileError, compile_c, read_csr
 P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CLibrary:
     name: str
     source: str  # file in csrc/
@@ -24,6 +24,8 @@ class CLibrary:
     openmp: bool = False
     share: bool = False  # symbols global: libraries loaded later (generated kernels) resolve calls here
     flags: tuple[str, ...] = ()
+    needs: tuple[CLibrary, ...] = ()  # libraries whose symbols this one calls: loaded first (share=True)
+    restypes: dict[str, object] = field(default_factory=dict)  # entry points that return something
     _loaded: list = field(default_factory=list, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -35,6 +37,8 @@ class CLibrary:
     def load(self) -> ctypes.CDLL:
         """Compile (or fetch from the build cache) and load, once; every entry point gets its signature.
         A failure is remembered: without a compiler every later call raises the same CompileError at once."""
+        for dep in self.needs:
+            dep.load()
         with self._lock:
             if not self._loaded:
                 try:
@@ -44,7 +48,7 @@ class CLibrary:
                     raise
                 for fn, argtypes in self.signatures.items():
                     f = getattr(lib, fn)
-                    f.argtypes, f.restype = list(argtypes), None
+                    f.argtypes, f.restype = list(argtypes), self.restypes.get(fn)
                 self._loaded.append(lib)
             got = self._loaded[0]
         if isinstance(got, CompileError):
@@ -57,6 +61,9 @@ class CLibrary:
             return self.load()
         except CompileError:
             return None
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 LIBRARIES: list[CLibrary] = []

@@ -6,9 +6,9 @@ saving), and `load_all()` makes this process load them now, from that cache, so 
 
 from __future__ import annotations
 
-from dynshape.codegen import clib, gemm, numpy_lowering, packed_gemm, program, row_kernels
+from dynshape.codegen import clib, gemm, numpy_lowering, packed_gemm, program, rnn_kernel, row_kernels
 
-MODULES = (gemm, numpy_lowering, packed_gemm, program, row_kernels)  # each declares its clib.CLibrary
+MODULES = (gemm, numpy_lowering, packed_gemm, program, rnn_kernel, row_kernels)  # each declares its clib.CLibrary
 
 
 def build_all() -> None:

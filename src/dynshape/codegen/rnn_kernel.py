@@ -17,19 +17,25 @@ The library links against `packed_gemm.library()` (loaded first, symbols global)
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
+import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dynshape.codegen import packed_gemm
+from dynshape.codegen.clib import I64, P, declare
+from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.ir import opdef
+from dynshape.ir.graph import Graph, Node
 from dynshape.ops.dims import ceil_div
 from dynshape.ops.rnn import CELLS, RnnAttrs, parse_attrs
+from dynshape.options import Options
+from dynshape.passes.values import const_value
 
-SOURCE_PATH = Path(__file__).resolve().parent / "csrc" / "ds_rnn.c"
 ENTRY = {"LSTM": "ds_lstm_f32", "GRU": "ds_gru_f32", "RNN": "ds_rnn_f32"}
 OP_CODE = {"LSTM": 0, "GRU": 1, "RNN": 2}
 DIR_CODE = {"forward": 0, "reverse": 1, "bidirectional": 2}
@@ -37,36 +43,19 @@ RNN_ACT_CODE = {"tanh": 0, "relu": 1, "sigmoid": 2}
 DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
 N_ARGS = 18
 
-_lib: list = []
-
-
 class NotSupported(DynshapeError):
     """The native kernel does not implement this node's attributes (the reference still does)."""
 
 
-def spec() -> dict:
-    """How the library is built (same flags as the micro-kernel library it calls)."""
-    from dynshape.codegen.cc import DEFAULT_FLAGS
-
-    return {"source": SOURCE_PATH.read_text(), "name": "ds_rnn", "flags": DEFAULT_FLAGS, "openmp": True,
-            "symbols": [*ENTRY.values(), "ds_rnn_workspace", "ds_rnn_activation_f32"]}
+LIBRARY = declare("ds_rnn", "ds_rnn.c", {**{fn: (P,) for fn in ENTRY.values()},
+                                          "ds_rnn_workspace": (I64, I64, I64, I64, I64),
+                                          "ds_rnn_activation_f32": (P, P, I64, I64)},
+                  openmp=True, needs=(packed_gemm.LIBRARY,), restypes={"ds_rnn_workspace": ctypes.c_int64})
 
 
 def library() -> ctypes.CDLL:
     """The kernel library (built once per machine, cached on disk); the micro-kernels load first."""
-    if not _lib:
-        from dynshape.codegen.cc import compile_c
-
-        packed_gemm.library()
-        lib = compile_c(**spec())
-        for fn in ENTRY.values():
-            getattr(lib, fn).argtypes, getattr(lib, fn).restype = [ctypes.c_void_p], None
-        lib.ds_rnn_workspace.argtypes = [ctypes.c_int64] * 5
-        lib.ds_rnn_workspace.restype = ctypes.c_int64
-        lib.ds_rnn_activation_f32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-        lib.ds_rnn_activation_f32.restype = None
-        _lib.append(lib)
-    return _lib[0]
+    return LIBRARY.load()
 
 
 def activation(x: np.ndarray, kind: str) -> np.ndarray:
@@ -259,3 +248,98 @@ def rnn_f32(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = 
             seq_lens: np.ndarray | None = None, h0: np.ndarray | None = None, attrs: dict | None = None) -> tuple:
     """ONNX RNN on float32 arrays -> (Y, Y_h)."""
     return _run("RNN", x, w, r, b, seq_lens, h0, None, None, attrs or {})[:2]
+
+
+# ---- lowerings: LSTM / GRU / RNN nodes on this kernel ------------------------------------------------------
+_bound: dict[tuple, tuple] = {}  # (op, id(W), id(R), attrs) -> (weakref W, weakref R, RnnKernel)
+
+
+def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
+    """bind() once per node's weights (shared by every plan, key and variant), while the weights live."""
+    key = (op, id(w), id(r), repr(sorted((k, v) for k, v in attrs.items() if not k.startswith("_"))))
+    hit = _bound.get(key)
+    if hit is not None and hit[0]() is w and hit[1]() is r:
+        return hit[2]
+    k = bind(op, w, r, attrs)
+    try:
+        _bound[key] = (weakref.ref(w), weakref.ref(r), k)
+    except TypeError:  # not weak-referenceable: no sharing
+        pass
+    return k
+
+
+def _accepts(node: Node, graph: Graph) -> str | None:
+    x = graph.types.get(node.inputs[0])
+    reason = supported(node.op_type, node.attrs, getattr(x, "dtype", None) or np.float32)
+    if reason is not None:
+        return reason
+    if getattr(x, "shape", None) is None or len(x.shape) != 3:
+        return "X is not a rank-3 tensor"
+    for name in node.inputs[1:3]:
+        if const_value(name, graph) is None:
+            return f"{name!r} (W or R) is not a constant: the native kernel packs the weights once"
+    for i, name in enumerate(node.inputs[3:], start=3):
+        t = graph.types.get(name) if name else None
+        if name and (t is None or np.dtype(t.dtype) != (np.int32 if i == 4 else np.float32)):
+            return f"input {i} ({name!r}) is {getattr(t, 'dtype', '?')}"
+    return None
+
+
+def _check_lens(lens: np.ndarray, seq: int, label: str) -> None:
+    if lens.size and (lens.min() < 0 or lens.max() > seq):
+        raise ConstraintViolation(f"{label}: sequence_lens must lie in 0..{seq} (the sequence length), got "
+                                  f"{lens.min()}..{lens.max()}")
+
+
+def _bind_native(r: BindRequest) -> list:
+    op, node = r.node.op_type, r.node
+    ins = list(r.ins) + [None] * (8 - len(r.ins))
+    outs = list(r.outs) + [None] * (3 - len(r.outs))
+    k = _kernel_for(op, ins[1], ins[2], node.attrs)
+    x = ins[0]
+    seq, batch = (x.shape[0], x.shape[1]) if k.attrs.layout == 0 else (x.shape[1], x.shape[0])
+    ws = aligned(int(k.workspace_floats(seq, batch)))
+    addr = {i: r.addr(a) for i, a in enumerate(ins) if a is not None}
+    block = k.args(x=addr[0], seq=seq, batch=batch, ws=ws.ctypes.data, b=addr.get(3, 0), seq_lens=addr.get(4, 0),
+                   h0=addr.get(5, 0), c0=addr.get(6, 0), p=addr.get(7, 0),
+                   **{n: 0 if o is None else r.addr(o) for n, o in zip(("y", "y_h", "y_c"), outs)})
+    r.keep.extend((k, ws, block))
+    calls: list = []
+    if ins[4] is not None and node.inputs[4] not in r.fixed:  # data: checked per call (the kernel cannot raise)
+        calls.append(functools.partial(_check_lens, ins[4], seq, node.label()))
+    elif ins[4] is not None:
+        _check_lens(ins[4], seq, node.label())
+    calls.append(NativeCall(getattr(library(), ENTRY[op]), (block.ctypes.data,)))
+    return calls
+
+
+def _numpy_for(op: str):
+    """The unplanned path's lowering: the same kernel on arrays (weights packed once per node); a node the
+    kernel does not implement, or another dtype, runs the reference."""
+
+    def make(attrs: dict, options: Options):
+        params = {k: v for k, v in attrs.items() if not k.startswith("_")}
+        n_out = attrs.get("_num_outputs", 3 if op == "LSTM" else 2)
+        reference = opdef.lookup(op).reference
+
+        def fn(args: list) -> list:
+            x, w, r = args[0], args[1], args[2]
+            if x.dtype != np.float32 or supported(op, params, x.dtype) is not None:
+                return reference(args, attrs)
+            b, lens, h0, c0, p = (list(args[3:]) + [None] * 5)[:5]
+            k = _kernel_for(op, w, r, params)
+            if lens is not None:
+                lens = np.asarray(lens)
+                _check_lens(lens, x.shape[0] if k.attrs.layout == 0 else x.shape[1], op)
+            outs = k(x, b, lens, h0, c0 if op == "LSTM" else None, p if op == "LSTM" else None,
+                     outputs=tuple(i < n_out for i in range(3)))
+            return list(outs[:n_out])
+
+        return fn
+
+    return make
+
+
+for _op in ENTRY:
+    register_lowering(_op, "native", NativeRule(_accepts, _bind_native))
+    register_lowering(_op, "numpy", _numpy_for(_op))

@@ -41,15 +41,9 @@
 #include <math.h>
 #include <stdint.h>
 
-/* From dynshape's packed micro-kernel library (codegen/packed_gemm.py, DECLS), which is loaded with its symbols
-   global before this library, so these resolve at load time. */
-void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
-                  int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
-void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
-                    int64_t ldc, int64_t m, int64_t n, int64_t k);
-#ifdef _OPENMP
-int omp_get_max_threads(void);
-#endif
+/* The packed micro-kernel library (csrc/ds_gemm.c), loaded with its symbols global before this library, so its
+   entry points resolve at load time. */
+#include "ds_gemm.h"
 
 enum { DSR_LSTM = 0, DSR_GRU = 1, DSR_RNN = 2 };
 #define DSR_PAR_MIN (1 << 20)          /* multiply-adds per step below which a step stays on one thread */

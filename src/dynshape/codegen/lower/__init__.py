@@ -3,9 +3,10 @@ fills the lowering table (`codegen.lowering`); the list below is the whole inven
 
 - expr and kernel: `elementwise` (scalar rules, loop nests), `softmax`, `product`, `attention`;
 - native: `codegen.gemm` (MatMul, Gemm through the BLAS), `codegen.row_kernels` (LayerNormalization, Softmax
-  rows), `movement` (Transpose, Expand, Cast, Gather, GatherND);
+  rows), `codegen.rnn_kernel` (LSTM, GRU, RNN; also their numpy-path lowering), `movement` (Transpose, Expand,
+  Cast, Gather, GatherND);
 - numpy: `codegen.numpy_lowering`.
 """
 
-from dynshape.codegen import gemm, numpy_lowering, row_kernels  # noqa: F401
+from dynshape.codegen import gemm, numpy_lowering, rnn_kernel, row_kernels  # noqa: F401
 from dynshape.codegen.lower import attention, elementwise, movement, product, softmax  # noqa: F401
