@@ -77,6 +77,10 @@ class Options:
                                    "DYNSHAPE_FOLD_TRANSPOSES", True)
     fused_layernorm: bool = _build("a last-axis LayerNormalization of a product runs on its blocks of rows",
                                    "DYNSHAPE_FUSED_LAYERNORM", True)
+    fold_batchnorm: bool = _build("an inference BatchNormalization folds into the weights of the conv before it",
+                                  default=True)
+    channels_last: bool = _build("CNNs run channels last: spatial ops wrapped, their transposes cancelled",
+                                 "DYNSHAPE_CHANNELS_LAST", True)
     blas: str = _build("BLAS for the products not on our micro-kernels: auto (MKL when installed), mkl, openblas",
                        "DYNSHAPE_BLAS", "auto")
     par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",

@@ -309,10 +309,11 @@ class Region(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class Alloc(Stmt):
-    """buf = malloc(count elements) (at least one); freed by a matching `Free`."""
+    """buf = malloc(count elements) (at least one; `zero`: calloc); freed by a matching `Free`."""
 
     buf: Buffer
     count: Expr
+    zero: bool = False
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,11 +18,21 @@ from dataclasses import dataclass
 from dynshape.codegen import packed_gemm
 from dynshape.codegen.cc import DEFAULT_FLAGS, adopt, build_context, build_shared, compile_c
 from dynshape.codegen.cgen import prelude
+from dynshape.codegen.clib import CLibrary
 from dynshape.codegen.lowering import Lowered
 from dynshape.codegen.printer import print_c
 from dynshape.options import Options
 
-_HELPERS = {"packed_gemm": (packed_gemm.LIBRARY, '#include "ds_gemm.h"\n')}
+_HELPERS: dict[str, tuple[CLibrary, str]] = {}
+
+
+def register_helper(name: str, lib: CLibrary, header: str) -> None:
+    """A static C library generated kernels may call (`Lowered.needs`): loaded, symbols global, before them;
+    `header` (in csrc/) declares its entry points to them."""
+    _HELPERS[name] = (lib, f'#include "{header}"\n')
+
+
+register_helper("packed_gemm", packed_gemm.LIBRARY, "ds_gemm.h")
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ class PackedWeight:
 
     weight: str
     trans: bool = False
+    shape: tuple[int, ...] | None = None  # the constant reshaped to this matrix first (a 1x1 conv's (Co, Ci))
+    layout: str = "panels"  # panels (pack_b), conv (pack_conv: per group), taps (pack_taps: depthwise)
+    groups: int = 1
 
 
 KernelArg = str | PackedWeight  # a graph value, or a packed constant matrix

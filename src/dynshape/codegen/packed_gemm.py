@@ -42,17 +42,44 @@ def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
 
 
-_packed: dict[tuple[int, bool], tuple] = {}  # (id(weight), trans) -> (weakref to the weight, its packed form)
+def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
+    """A convolution's weights (Co, Ci / groups, KH, KW) (or (Co, Ci / groups, KW): 1-D) as, per group, panels
+    [ceil(Co_g / 32), KH * KW * Ci_g, 32] whose rows run over k = (kh * KW + kw) * Ci_g + c: the layout
+    ds_conv_tile reads (csrc/ds_conv.h). Groups follow each other."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim == 3:
+        w = w[:, :, None, :]
+    co, cig, kh, kw = w.shape
+    cog = co // groups
+    mats = [w[g * cog:(g + 1) * cog].transpose(2, 3, 1, 0).reshape(kh * kw * cig, cog) for g in range(groups)]
+    return np.ascontiguousarray(np.concatenate([pack_b(m) for m in mats]))
 
 
-def packed(w: np.ndarray, trans: bool = False) -> np.ndarray:
-    """pack_b(w, trans), computed once per weight array while that array lives (shared by every executable
-    compiled from the same graph)."""
-    key = (id(w), trans)
+def pack_taps(w: np.ndarray) -> np.ndarray:
+    """A depthwise convolution's weights (C, 1, KH, KW) (or (C, 1, KW)) as (KH * KW, C): per tap, the channels
+    contiguous, as the channels-last depthwise kernel reads them."""
+    w = np.asarray(w, dtype=np.float32)
+    return np.ascontiguousarray(w.reshape(w.shape[0], -1).T)
+
+
+_packed: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to the weight, its packed form)
+
+
+def packed(w: np.ndarray, trans: bool = False, shape: tuple | None = None, layout: str = "panels",
+           groups: int = 1) -> np.ndarray:
+    """The packed form of a constant (pack_b of it, reshaped to `shape` and maybe transposed; pack_conv;
+    pack_taps), computed once per weight array while that array lives (shared by every executable compiled
+    from the same graph)."""
+    key = (id(w), trans, shape, layout, groups)
     hit = _packed.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
-    out = pack_b(w, trans)
+    if layout == "conv":
+        out = pack_conv(w, groups)
+    elif layout == "taps":
+        out = pack_taps(w)
+    else:
+        out = pack_b(w if shape is None else w.reshape(shape), trans)
     try:
         ref = weakref.ref(w, lambda _, key=key: _packed.pop(key, None))
     except TypeError:  # not weak-referenceable: no sharing

@@ -132,7 +132,10 @@ class Printer:
         elif isinstance(s, kir.Alloc):
             t, n = ctype(s.buf.dtype), self.expr(s.count)
             name = self.names.declare(s.buf, s.buf.hint)
-            self.emit(f"{t} *{name} = ({t} *)malloc(sizeof({t}) * ({n} > 0 ? {n} : 1));", depth)
+            if s.zero:
+                self.emit(f"{t} *{name} = ({t} *)calloc({n} > 0 ? {n} : 1, sizeof({t}));", depth)
+            else:
+                self.emit(f"{t} *{name} = ({t} *)malloc(sizeof({t}) * ({n} > 0 ? {n} : 1));", depth)
         elif isinstance(s, kir.Free):
             self.emit(f"free({self.names(s.buf)});", depth)
         elif isinstance(s, kir.Array):

@@ -10,7 +10,8 @@ The kinds:
 - `Softmax`: a last-axis softmax with the elementwise group feeding it and the one consuming it, row by row;
 - `Product`: a product by a constant matrix with the elementwise group that alone reads it as its epilogue,
   and optionally the head transposes it writes itself or the LayerNormalization that closes it;
-- `Attention`: softmax(pre(Q @ KT)) @ V, a block of query rows at a time (the scores never reach memory).
+- `Attention`: softmax(pre(Q @ KT)) @ V, a block of query rows at a time (the scores never reach memory);
+- `Conv`: a channels-last convolution with its epilogue (bias, activation, residual add).
 """
 
 from __future__ import annotations
@@ -88,12 +89,30 @@ class Product(Item):
     folded: tuple[Node, ...] = ()  # Reshape to heads + Transpose (0, 2, 1, 3), written directly
     heads: int = 0  # with `folded`: (b, s, heads * d) is written as (b, heads, s, d)
     layernorm: Node | None = None  # a last-axis LayerNormalization of the result, applied per block of rows
+    weight_shape: tuple[int, ...] | None = None  # the weight as a matrix (a 1x1 conv's (Co, Ci, 1, 1) -> (Co, Ci))
     kind: ClassVar[str] = "product"
 
     @property
     def nodes(self) -> tuple[Node, ...]:
         return (self.node, *(self.epilogue.nodes if self.epilogue else ()), *self.folded,
                 *((self.layernorm,) if self.layernorm else ()))
+
+
+@dataclass(frozen=True, eq=False)
+class Conv(Item):
+    """A channels-last Conv (`dynshape::ChannelsLast(op=Conv)`) with constant weights and the elementwise group
+    that alone reads it as its epilogue. inputs: [X, bias?, *epilogue operands]; `shape` is the output's
+    (N, *spatial, C). (A 1x1 stride-1 unpadded one is a `Product` instead: a product of pixel rows.)"""
+
+    node: Node | None = None
+    weight: str = ""
+    epilogue: Elementwise | None = None
+    shape: tuple = ()
+    kind: ClassVar[str] = "conv"
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return (self.node, *(self.epilogue.nodes if self.epilogue else ()))
 
 
 @dataclass(frozen=True, eq=False)

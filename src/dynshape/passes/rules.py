@@ -10,7 +10,7 @@ import numpy as np
 
 from dynshape.ir.graph import Node
 from dynshape.ir.types import TensorType
-from dynshape.passes.items import Attention, Elementwise, Item, Product, Single, Softmax
+from dynshape.passes.items import Attention, Conv, Elementwise, Item, Product, Single, Softmax
 from dynshape.passes.schedule import Match, Rule, Schedule
 from dynshape.passes.values import broadcast_pattern, const_value, is_float32, row_pattern, scalar_const
 
@@ -122,6 +122,58 @@ def match_layernorm(s: Schedule, i: int, item: Item) -> Match | None:
     new = Product(item.inputs + tuple(x for x in ln.inputs[1:3] if x), (ln.outputs[0],), item.node, item.weight,
                   item.trans_b, item.epilogue, item.shape, item.folded, item.heads, ln)
     return Match(new, i, frozenset((i, s.slot_of[ln.outputs[0]])))
+
+
+# ---- convolutions ---------------------------------------------------------------------------------------------
+def _channels_last(item: Item, op: str) -> Node | None:
+    if isinstance(item, Single) and item.node.op_type == "ChannelsLast" and item.node.domain == "dynshape" \
+            and item.node.attrs.get("op") == op:
+        return item.node
+    return None
+
+
+def _epilogue_of(s: Schedule, y: str, shape: tuple) -> tuple[Elementwise | None, int | None]:
+    """The elementwise group that alone reads `y` and can run on each tile as its epilogue (operands: full
+    tensors, per-channel vectors or one value), and its slot."""
+    j = s.item_reading(y)
+    epi = s.items[j] if j is not None else None
+    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
+            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
+            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
+                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
+        return None, None
+    return epi, j
+
+
+def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
+    """A channels-last float32 Conv with constant weights (and bias) takes its epilogue. A 1x1, stride-1,
+    unpadded, ungrouped one is a product of pixel rows by the (Co, Ci) weight matrix."""
+    node = _channels_last(item, "Conv")
+    if node is None or len(node.inputs) < 2:
+        return None
+    x, w, y = (s.type(v) for v in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    wv = const_value(node.inputs[1], s.graph)
+    if not (is_float32(x) and is_float32(y) and wv is not None and wv.dtype == np.float32 and len(x.shape) in (3, 4)):
+        return None
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    if bias is not None and not is_float32(s.type(bias)):
+        return None
+    shape = tuple(y.shape)
+    epi, j = _epilogue_of(s, node.outputs[0], shape)
+    inputs = _dedup((node.inputs[0],), [bias] if bias else [],
+                    [z for z in (epi.inputs if epi else ()) if z != node.outputs[0]])
+    outputs = epi.outputs if epi else (node.outputs[0],)
+    at = j if j is not None else i
+    absorbed = frozenset(k for k in (i, j) if k is not None)
+    nd = len(x.shape) - 2
+    a = node.attrs
+    pointwise = all(k == 1 for k in wv.shape[2:]) and int(a.get("group", 1)) == 1 \
+        and all(v == 1 for v in a.get("strides", [1] * nd)) and not any(a.get("pads", [0] * 2 * nd)) \
+        and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+    if pointwise:
+        return Match(Product(inputs, outputs, node, node.inputs[1], True, epi, shape,
+                             weight_shape=tuple(wv.shape[:2])), at, absorbed)
+    return Match(Conv(inputs, outputs, node, node.inputs[1], epi, shape), at, absorbed)
 
 
 # ---- attention ------------------------------------------------------------------------------------------------
@@ -241,6 +293,7 @@ RULES: tuple[Rule, ...] = (
     Rule("softmax with its producer and consumer groups", "fused_softmax", match_softmax),
     Rule("attention without materialised scores", "fused_attention", match_attention),
     Rule("products by constant matrices with their epilogues", "packed_gemm", match_product),
+    Rule("convolutions with their epilogues", "packed_gemm", match_conv),
     Rule("layer norm on a product's blocks of rows", "fused_layernorm", match_layernorm),
     Rule("head transposes written by the kernel", "fold_transposes", match_heads),
 )

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,10 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes import hoist
 from dynshape.passes.cse import eliminate_common
+from dynshape.passes.fold import fold_batchnorm
 from dynshape.passes.fusion import fuse
 from dynshape.passes.items import Item, Single
+from dynshape.passes.layout import channels_last
 from dynshape.passes.symbolic import SymbolicValues, live_nodes, specialized, symbolic_values
 from dynshape.sym import Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
@@ -148,12 +151,24 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     live, needed = live_nodes(graph, known)
     outputs = {v.name for v in graph.outputs}
     live = eliminate_common(live, outputs)
+    types = dict(graph.types)
+    added: dict[str, np.ndarray] = {}
+    for enabled, rewrite in ((options.fuse and options.fold_batchnorm, fold_batchnorm),
+                             (options.fuse and options.channels_last, channels_last)):
+        if enabled:
+            rw = rewrite(live, types, {**consts, **added}, outputs)
+            live = rw.nodes
+            types.update(rw.types)
+            added.update(rw.consts)
+    consts = {**consts, **added}
     hoisted: dict[str, str] = {}
     if options.fuse and options.hoist:
-        live, hoisted = hoist.hoist_scalar_ops(live, graph.types, consts, outputs)
+        live, hoisted = hoist.hoist_scalar_ops(live, types, consts, outputs)
+    needed |= {x for n in live for x in (*n.inputs, *n.free_names()) if x}
     names = [s.name for s in symbols]
     mapping = dict(zip(names, key)) if key is not None else narrow
-    spec = hoist.with_types(specialized(graph, mapping) if mapping else graph, hoisted)
+    rewritten = dataclasses.replace(graph, types=types, initializers={**graph.initializers, **added})
+    spec = hoist.with_types(specialized(rewritten, mapping) if mapping else rewritten, hoisted)
     if options.fuse:
         steps, uncompiled, nk = _fused_steps(live, known, spec, symbols, options, parallel)
     else:
@@ -163,7 +178,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     for s in steps:
         for x in s.inputs:
             if isinstance(x, PackedWeight) and x not in fixed:
-                fixed[x] = packed_gemm.packed(consts[x.weight], trans=x.trans)
+                fixed[x] = packed_gemm.packed(consts[x.weight], x.trans, x.shape, x.layout, x.groups)
     if key is not None:
         fixed.update({k: v for k, v in symvals(key).items() if k in needed})
     return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)

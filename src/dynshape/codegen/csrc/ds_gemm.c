@@ -21,23 +21,7 @@
 #ifndef DS_PAR_MIN_FLOPS
 #define DS_PAR_MIN_FLOPS (1 << 20) /* multiply-adds below which a product runs on one thread */
 #endif
-#ifdef __AVX512F__
-#define DS_MR 12
-#else
-#define DS_MR 4
-#endif
-
-typedef float ds_v16 __attribute__((vector_size(64)));
-typedef float ds_v16u __attribute__((vector_size(64), aligned(4), may_alias));
-static inline ds_v16 ds_ld16(const float *p) { return *(const ds_v16u *)p; }
-static inline void ds_st16(float *p, ds_v16 v) { *(ds_v16u *)p = v; }
-static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
-    if (n == 32) { ds_st16(c, x0); ds_st16(c + 16, x1); return; }
-    float t[32];
-    ds_st16(t, x0);
-    ds_st16(t + 16, x1);
-    for (int64_t j = 0; j < n; j++) c[j] = t[j];
-}
+#include "ds_simd.h"
 
 /* One row: two independent accumulator pairs hide the FMA latency. The 32-wide rows of the B panel are ps
    floats apart (32 when packed, the matrix's row stride when read in place). */
@@ -59,22 +43,10 @@ static void ds_micro_1(const float *restrict a, int64_t lda, const float *restri
     ds_store_row(c, c00, c01, ncols);
 }
 
-/* MR rows: each row r keeps its 32 columns in two named registers c<r>0, c<r>1 (the macros below write the
-   rows out, so the compiler sees straight-line code, not an array it might keep in memory). */
+/* MR rows: each row r keeps its 32 columns in two named registers c<r>0, c<r>1. */
 #define DS_ROW_INIT(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}; const float *a##r = a + r * lda;
 #define DS_ROW_FMA(r) { const float x = a##r[p]; c##r##0 += x * b0; c##r##1 += x * b1; }
 #define DS_ROW_STORE(r) ds_store_row(c + r * ldc, c##r##0, c##r##1, ncols);
-#define DS_ROWS2(M) M(0) M(1)
-#define DS_ROWS3(M) DS_ROWS2(M) M(2)
-#define DS_ROWS4(M) DS_ROWS3(M) M(3)
-#define DS_ROWS5(M) DS_ROWS4(M) M(4)
-#define DS_ROWS6(M) DS_ROWS5(M) M(5)
-#define DS_ROWS7(M) DS_ROWS6(M) M(6)
-#define DS_ROWS8(M) DS_ROWS7(M) M(7)
-#define DS_ROWS9(M) DS_ROWS8(M) M(8)
-#define DS_ROWS10(M) DS_ROWS9(M) M(9)
-#define DS_ROWS11(M) DS_ROWS10(M) M(10)
-#define DS_ROWS12(M) DS_ROWS11(M) M(11)
 #define DS_MICRO(MR)                                                                                      \
     static void ds_micro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, \
                               int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                 \

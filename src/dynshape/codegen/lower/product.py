@@ -14,10 +14,11 @@ import numpy as np
 
 from dynshape.codegen import kir
 from dynshape.codegen.lower.elementwise import emit_nodes
-from dynshape.codegen.lower.operands import computable, operands, prod
+from dynshape.codegen.lower.operands import Operands, computable, operands, prod
 from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR, ROW_BLOCK, ROW_TAIL
-from dynshape.passes.items import Product
+from dynshape.ir.graph import Graph, Node
+from dynshape.passes.items import Elementwise, Product
 from dynshape.passes.values import row_pattern
 
 I64 = kir.I64
@@ -37,6 +38,47 @@ def row_blocks(m: kir.Expr) -> kir.Expr:
                                                                         _i(ROW_TAIL)))
     return kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
                       kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))
+
+
+def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
+                  at_index: kir.Expr, r: kir.Var, j: kir.Var, cols: tuple[kir.Expr, kir.Expr], n: int
+                  ) -> list[kir.Stmt]:
+    """The epilogue of row r (a product row, a convolution's output pixel), columns cols[0] <= j < cols[1], in cache:
+    the product's own bias (Gemm's alpha / beta C, a convolution's bias), then the elementwise group, stored
+    back where the tile is (`at_buf[at_index]`). Operands are indexed as full rows (`r * n + j`: row-major with
+    n columns), row vectors (`j`: per output channel) or one value. Empty when there is nothing to apply."""
+    acc = kir.Var("acc", kir.F32)
+    body: list[kir.Stmt] = [kir.Let(acc, kir.Load(at_buf, at_index))]
+    env: dict[str, kir.Expr] = dict(ops.scalars)
+    for jj, (x, buf) in enumerate(zip(ops.ptrs, ops.buffers)):
+        pat = ops.patterns[jj]
+        idx = kir.Bin("+", kir.Bin("*", r, _i(n)), j) if all(pat) and len(pat) > 1 else (j if pat[-1] else _i(0))
+        v = kir.Var(f"v{jj}", buf.dtype)
+        body.append(kir.Let(v, kir.Load(buf, idx)))
+        env[x] = v
+    value: kir.Expr = acc
+    alpha = float(node.attrs.get("alpha", 1.0)) if node.op_type == "Gemm" else 1.0
+    beta = float(node.attrs.get("beta", 1.0)) if node.op_type == "Gemm" else 1.0
+    if alpha != 1.0:
+        value = kir.Bin("*", kir.Const(alpha, kir.F32), acc)
+    if len(node.inputs) > 2 and node.inputs[2] and beta != 0.0:  # Gemm's C, a convolution's bias
+        c = env[node.inputs[2]]
+        value = kir.Bin("+", value, c if beta == 1.0 else kir.Bin("*", kir.Const(beta, kir.F32), c))
+    env[node.outputs[0]] = value
+    if group:
+        emit_nodes(group.nodes, env, g, body, "")
+    out = env[out_name]
+    if out is acc:
+        return []
+    return [kir.For(j, cols[1], (*body, kir.Store(at_buf, at_index, out)), start=cols[0],
+                    omp=kir.Omp(simd=True, schedule=None))]
+
+
+def panel_columns(q: kir.Var, n: int) -> tuple[list[kir.Stmt], tuple[kir.Expr, kir.Expr]]:
+    """The columns of panel q of an n-column product: [q * 32, min(q * 32 + 32, n))."""
+    j1 = kir.Var("j1")
+    panel_end = kir.Bin("+", kir.Bin("*", q, _i(NR)), _i(NR))
+    return [kir.Let(j1, kir.Select(kir.Bin("<", panel_end, _i(n)), panel_end, _i(n)))], (kir.Bin("*", q, _i(NR)), j1)
 
 
 def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
@@ -75,36 +117,11 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         at_buf = dst
     else:
         at_index, at_buf = kir.Bin("+", kir.Bin("*", r, _i(n)), j), o0
-    # the epilogue of one row r, columns of panel q
-    acc = kir.Var("acc", kir.F32)
-    body: list[kir.Stmt] = [kir.Let(acc, kir.Load(at_buf, at_index))]
-    env: dict[str, kir.Expr] = dict(ops.scalars)
-    for jj, (x, buf) in enumerate(zip(ops.ptrs, ops.buffers)):
-        pat = ops.patterns[jj]
-        idx = kir.Bin("+", kir.Bin("*", r, _i(n)), j) if all(pat) and len(pat) > 1 else (j if pat[-1] else _i(0))
-        v = kir.Var(f"v{jj}", buf.dtype)
-        body.append(kir.Let(v, kir.Load(buf, idx)))
-        env[x] = v
-    value: kir.Expr = acc
-    if node.op_type == "Gemm":
-        alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
-        if alpha != 1.0:
-            value = kir.Bin("*", kir.Const(alpha, kir.F32), acc)
-        if len(node.inputs) > 2 and node.inputs[2] and beta != 0.0:
-            c = env[node.inputs[2]]
-            value = kir.Bin("+", value, c if beta == 1.0 else kir.Bin("*", kir.Const(beta, kir.F32), c))
-    env[node.outputs[0]] = value
-    if pr.epilogue:
-        emit_nodes(pr.epilogue.nodes, env, g, body, "")
     # the value before the folded reshapes or the LayerNormalization
-    out = env[pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else pr.outputs[0]]
-    epilogue: list[kir.Stmt] = []
-    if out is not acc:
-        j1 = kir.Var("j1")
-        panel_end = kir.Bin("+", kir.Bin("*", q, _i(NR)), _i(NR))
-        epilogue = [kir.Let(j1, kir.Select(kir.Bin("<", panel_end, _i(n)), panel_end, _i(n))),
-                    kir.For(j, j1, (*body, kir.Store(at_buf, at_index, out)), start=kir.Bin("*", q, _i(NR)),
-                            omp=kir.Omp(simd=True, schedule=None))]
+    out_name = pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else pr.outputs[0]
+    lets, cols = panel_columns(q, n)
+    epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n)
+    epilogue = [*lets, *epilogue] if epilogue else []
     nblk = kir.Var("NBLK")
     rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
     rows_of = [kir.Let(r0, kir.Bin("*", rb, _i(ROW_BLOCK))),
@@ -160,8 +177,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         threads = kir.Call("omp_get_max_threads", (), I64)
         lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), ctx.symbols)
-    return Lowered(kernel, pr.outputs, (a_name, PackedWeight(pr.weight, pr.trans_b), *ops.ptrs, *ln_params),
-                   needs=("packed_gemm",))
+    weight = PackedWeight(pr.weight, pr.trans_b, shape=pr.weight_shape)
+    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params), needs=("packed_gemm",))
 
 
 register_lowering("product", "kernel", lower_product)

@@ -1,0 +1,29 @@
+/* Channels-last convolution tiles on dynshape's micro-kernels (csrc/ds_conv.c), for generated kernels.
+
+   An output tile is up to DS_CONV_ROWS consecutive output pixels of one output row, times one 32-column panel
+   of one group's output channels. The weights are packed once per graph into panels of 32 output channels
+   whose rows run over k = (kh * KW + kw) * CG + c (the layout `pack_conv` makes), so a tile is an implicit
+   GEMM: no im2col buffer, the input rows are read where they are, a zero row standing in for padding. */
+#ifndef DS_CONV_INCLUDED
+#define DS_CONV_INCLUDED
+#include <stdint.h>
+
+/* geo[]: the convolution's geometry, in this order (H = KH = 1 for 1-D). */
+enum {
+    DS_CONV_H, DS_CONV_W, DS_CONV_C,        /* input rows, columns, channels (a pixel is C floats) */
+    DS_CONV_OH, DS_CONV_OW, DS_CONV_OC,     /* output rows, columns, channels */
+    DS_CONV_KH, DS_CONV_KW, DS_CONV_SH, DS_CONV_SW, DS_CONV_DH, DS_CONV_DW,
+    DS_CONV_PT, DS_CONV_PL,                 /* begin pads (top, left) */
+    DS_CONV_G, DS_CONV_CG, DS_CONV_OCG,     /* groups, input and output channels per group */
+    DS_CONV_LDY,                            /* output pixel stride in floats (>= OC: a concat slice) */
+    DS_CONV_GEO
+};
+
+#define DS_CONV_ROWS 60 /* output pixels per block: a multiple of every micro-tile height */
+
+/* y[pixel (n, ho, wo)][g * OCG + q * 32 + j] = sum_k x[...] * w[...], for wo0 <= wo < wo1 and the columns of
+   panel q of group g; `zeros` holds at least CG zero floats (what a padded tap reads). */
+void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
+                  const float *restrict zeros, int64_t n, int64_t ho, int64_t wo0, int64_t wo1, int64_t g,
+                  int64_t q);
+#endif

@@ -1,0 +1,164 @@
+"""A `Conv` item (channels last) as one kernel, its epilogue applied to each tile while it is in cache.
+
+Two strategies, chosen by the weights' shape:
+- depthwise (one input and one output channel per group): a loop nest vectorised over the contiguous channels,
+  per output pixel the taps accumulated into a row of C floats (in L1), then the epilogue on the way out;
+- every other convolution (dense, grouped, strided, dilated, padded, 1-D or 2-D): implicit GEMM on packed
+  weights (`ds_conv_tile`, csrc/ds_conv.c), OpenMP over (image row, block of columns, group, panel) tiles.
+Runtime dims (batch, H, W, and the pads SAME_* derives from them) are computed from the key; static ones
+(channels, kernel sizes, strides) are literals.
+"""
+
+from __future__ import annotations
+
+from dynshape.codegen import kir
+from dynshape.codegen.clib import I64 as C_I64
+from dynshape.codegen.clib import P, declare
+from dynshape.codegen.library import register_helper
+from dynshape.codegen.lower.operands import computable, operands
+from dynshape.codegen.lower.product import epilogue_loop
+from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
+from dynshape.codegen.packed_gemm import NR
+from dynshape.ops.conv import window_out, window_params
+from dynshape.passes.items import Conv
+from dynshape.passes.values import const_value, row_pattern
+
+I64 = kir.I64
+ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
+
+
+def _i(x: int) -> kir.Const:
+    return kir.Const(x, I64)
+
+
+def _call(fn: str, *args: kir.Expr) -> kir.Eval:
+    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+
+
+def geometry(cv: Conv, ctx: LowerCtx) -> dict:
+    """The convolution's sizes as `int | sym.Expr`: input/output spatial sizes, kernel, strides, dilations,
+    begin pads (SAME_* pads follow from the input size), channels and groups. 1-D is 2-D with H = KH = 1."""
+    g, node = ctx.graph, cv.node
+    x, y = g.types[node.inputs[0]], g.types[node.outputs[0]]
+    w = const_value(node.inputs[1], g)
+    nd = len(x.shape) - 2
+    strides, dilations, pbs, pes, auto_pad = window_params(node.attrs.get, nd)
+    kernel = list(w.shape[2:])
+    spatial = list(x.shape[1:1 + nd])
+    begins = [window_out(h, k, s, d, pb, pe, auto_pad, False)[1]
+              for h, k, s, d, pb, pe in zip(spatial, kernel, strides, dilations, pbs, pes)]
+    out = list(y.shape[1:1 + nd])
+    if nd == 1:
+        spatial, out, kernel, strides, dilations, begins = ([1, *v] for v in (spatial, out, kernel, strides,
+                                                                              dilations, begins))
+        strides[0] = dilations[0] = 1
+        begins[0] = 0
+    groups = int(node.attrs.get("group", 1))
+    c, oc = x.shape[-1], y.shape[-1]
+    return {"N": x.shape[0], "H": spatial[0], "W": spatial[1], "C": c, "OH": out[0], "OW": out[1], "OC": oc,
+            "KH": kernel[0], "KW": kernel[1], "SH": int(strides[0]), "SW": int(strides[1]),
+            "DH": int(dilations[0]), "DW": int(dilations[1]), "PT": begins[0], "PL": begins[1], "G": groups,
+            "CG": c // groups, "OCG": oc // groups}
+
+
+def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
+    g = ctx.graph
+    shape = tuple(cv.shape)
+    computable(shape, ctx.key_names)
+    computable(tuple(g.types[cv.node.inputs[0]].shape), ctx.key_names)
+    geo = geometry(cv, ctx)
+    if not all(isinstance(geo[k], int) for k in ("C", "OC", "KH", "KW", "G")):
+        raise Unsupported("channels, kernel size and groups must be static")
+    ops = operands(cv.inputs[1:], shape, g, first_param=2)
+    if not all(row_pattern(p) for p in ops.patterns):
+        raise Unsupported("an epilogue operand is neither a full tensor, a per-channel vector nor one value")
+    names = ("N", "H", "W", "OH", "OW", "PT", "PL")
+    ext = [geo[k] for k in names]
+    E = {k: kir.Extent(i) for i, k in enumerate(names)}
+    depthwise = geo["CG"] == 1 and geo["OCG"] == 1
+    lower = _depthwise if depthwise else _implicit_gemm
+    return lower(cv, ctx, geo, ops, ext, E)
+
+
+def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
+    node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    x, bp = kir.Buffer("i0"), kir.Buffer("i1")
+    geo_buf, zeros = kir.Buffer("geo", I64, const=False), kir.Buffer("zeros", kir.F32, const=False)
+    order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
+    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 1)]
+    for i, k in enumerate(order):
+        v = E[k] if k in E else _i(geo[k])
+        body.append(kir.Store(geo_buf, _i(i), v))
+    body.append(kir.Store(geo_buf, _i(len(order)), _i(oc)))  # LDY: the output row is the whole pixel
+    panels = (ocg + NR - 1) // NR
+    nho, wb, gq = kir.Var("nho"), kir.Var("wb"), kir.Var("gq")
+    n, ho, gi, q, wo0, wo1 = (kir.Var(v) for v in ("n", "ho", "g", "q", "wo0", "wo1"))
+    r, j, wo = kir.Var("r"), kir.Var("j"), kir.Var("wo")
+    oh, ow = E["OH"], E["OW"]
+    blocks = kir.Bin("/", kir.Bin("+", ow, _i(ROWS - 1)), _i(ROWS))
+    tile = [kir.Let(n, kir.Bin("/", nho, oh)), kir.Let(ho, kir.Bin("%", nho, oh)),
+            kir.Let(gi, kir.Bin("/", gq, _i(panels))), kir.Let(q, kir.Bin("%", gq, _i(panels))),
+            kir.Let(wo0, kir.Bin("*", wb, _i(ROWS))),
+            kir.Let(wo1, kir.Select(kir.Bin("<", kir.Bin("+", wo0, _i(ROWS)), ow), kir.Bin("+", wo0, _i(ROWS)), ow)),
+            _call("ds_conv_tile", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), n, ho,
+                  wo0, wo1, gi, q)]
+    first = kir.Bin("+", kir.Bin("*", gi, _i(ocg)), kir.Bin("*", q, _i(NR)))
+    last = kir.Bin("+", kir.Bin("*", gi, _i(ocg)),
+                   kir.Select(kir.Bin("<", kir.Bin("*", kir.Bin("+", q, _i(1)), _i(NR)), _i(ocg)),
+                              kir.Bin("*", kir.Bin("+", q, _i(1)), _i(NR)), _i(ocg)))
+    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0,
+                             kir.Bin("+", kir.Bin("*", r, _i(oc)), j), r, j, (first, last), oc)
+    if epilogue:
+        tile.append(kir.For(wo, wo1, (kir.Let(r, kir.Bin("+", kir.Bin("*", nho, ow), wo)), *epilogue), start=wo0))
+    flops = kir.product([E["N"], oh, ow, _i(oc * geo["KH"] * geo["KW"] * cg)])
+    loop = kir.For(nho, kir.Bin("*", E["N"], oh), (kir.For(wb, blocks, (kir.For(gq, _i(geo["G"] * panels),
+                                                                                  tuple(tile)),)),),
+                   omp=kir.Omp(parallel=True, collapse=3, if_=kir.Bin(">=", flops, _i(ctx.options.par_min_flops))))
+    body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), ctx.symbols)
+    weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",))
+
+
+def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
+    node, c = cv.node, geo["C"]
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    x, wt = kir.Buffer("i0"), kir.Buffer("i1")
+    acc = kir.Buffer("acc", kir.F32, const=False)
+    nho, n, ho, wo, r, j = (kir.Var(v) for v in ("nho", "n", "ho", "wo", "r", "j"))
+    ch, ch_init, ch_out = kir.Var("c"), kir.Var("c"), kir.Var("c")  # one variable per channel loop
+    kh, kw, ih, iw, base = (kir.Var(v) for v in ("kh", "kw", "ih", "iw", "base"))
+    H, W, oh, ow = E["H"], E["W"], E["OH"], E["OW"]
+    simd = kir.Omp(simd=True, schedule=None)
+    tap = kh * geo["KW"] + kw
+    accumulate = kir.For(ch, _i(c), (kir.Store(acc, ch, kir.Load(acc, ch) + kir.Load(x, base + ch)
+                                               * kir.Load(wt, tap * c + ch)),), omp=simd)
+    per_kw = kir.For(kw, _i(geo["KW"]), (
+        kir.Let(iw, wo * geo["SW"] - E["PL"] + kw * geo["DW"]),
+        kir.If(kir.Bin("&&", iw >= 0, iw < W), (kir.Let(base, ((n * H + ih) * W + iw) * c), accumulate)),))
+    per_kh = kir.For(kh, _i(geo["KH"]), (
+        kir.Let(ih, ho * geo["SH"] - E["PT"] + kh * geo["DH"]),
+        kir.If(kir.Bin("&&", ih >= 0, ih < H), (per_kw,))))
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    zero = kir.Const(0.0, kir.F32)
+    init = kir.Load(ops.buffers[ops.ptrs.index(bias)], ch_init) if bias in ops.ptrs else \
+        ops.scalars.get(bias, zero) if bias else zero
+    store = kir.For(ch_out, _i(c), (kir.Store(o0, r * c + ch_out, kir.Load(acc, ch_out)),), omp=simd)
+    # the bias is in `acc` already: the epilogue sees the node without it
+    bare = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs)
+    epilogue = epilogue_loop(ctx.graph, ops, bare, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j, (_i(0), _i(c)), c)
+    pixel = (kir.Let(r, nho * ow + wo), kir.For(ch_init, _i(c), (kir.Store(acc, ch_init, init),), omp=simd),
+             per_kh, store, *epilogue)
+    rows = kir.For(nho, E["N"] * oh, (kir.Let(n, nho / oh), kir.Let(ho, nho % oh), kir.For(wo, ow, pixel)),
+                   omp=kir.Omp(shared=True))
+    work = kir.product([E["N"], oh, ow, _i(c * geo["KH"] * geo["KW"])])
+    body = [kir.Region((kir.Alloc(acc, _i(c)), rows, kir.Free(acc)), if_=work >= ctx.options.par_min_elements)]
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
+    return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs))
+
+
+LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)},
+                  share=True)
+register_helper("conv", LIBRARY, "ds_conv.h")
+register_lowering("conv", "kernel", lower_conv)

@@ -1,0 +1,229 @@
+"""One activation layout for CNNs: channels last, converted only where the graph's ops need channels first.
+
+1. Every float32 spatial op (Conv, ConvTranspose, pools, global pools, Resize on the spatial axes) becomes
+   Transpose(to channels-last) -> dynshape::ChannelsLast(op) -> Transpose(back).
+2. Transposes sink: an op that computes the same thing in either layout (elementwise ops, whose other operands
+   are constants, one-element values or the same-permuted values; Concat, Split, Softmax and keepdims reductions,
+   with their axes permuted) is moved above the Transpose that feeds it, the Transpose re-made below it.
+3. Transposes that meet their inverse cancel. What remains converts at the edges: graph inputs and outputs, and
+   ops that need the channels-first order (a Reshape to a sequence, a Flatten of a feature map).
+
+Exact: every rewrite computes the same values in another order (constants are transposed, never rounded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+
+from dynshape.ir.graph import Node
+from dynshape.ir.types import TensorType
+from dynshape.ops.layout import DOMAIN, to_first, to_last
+
+SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
+           "Upsample", "LpPool", "GlobalLpPool"}
+# ops computing the same values on permuted operands (their non-data inputs, if any, listed in _PARAMS)
+ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Relu", "Sigmoid",
+               "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf", "Clip", "LeakyRelu", "HardSigmoid",
+               "HardSwish", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Swish", "Gelu", "Identity",
+               "Cast", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "Equal", "Less", "Greater",
+               "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "ThresholdedRelu", "Shrink", "Dropout"}
+_PARAMS = {"Clip": 1}  # Clip's min/max are scalars, not data: only input 0 is permuted
+_AXIS = {"Concat", "Split", "Softmax", "LogSoftmax"}
+_REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL2", "ReduceL1",
+           "ReduceSumSquare", "ReduceLogSumExp"}
+
+
+@dataclasses.dataclass
+class Rewrite:
+    nodes: list[Node]
+    types: dict  # name -> TensorType of every new value
+    consts: dict  # name -> ndarray of every new constant (transposed operands)
+    seq: int = 0
+
+    def fresh(self, base: str, taken: dict) -> str:
+        while True:
+            self.seq += 1
+            name = f"{base}__cl{self.seq}"
+            if name not in taken and name not in self.types:
+                return name
+
+
+def _perm(n: Node) -> list[int] | None:
+    return list(n.attrs.get("perm", [])) if n.op_type == "Transpose" and n.domain in ("", "ai.onnx") else None
+
+
+def _f32(t: object) -> bool:
+    return isinstance(t, TensorType) and np.dtype(t.dtype) == np.float32
+
+
+def _permuted(t: TensorType, perm: list[int]) -> TensorType:
+    return TensorType(t.dtype, tuple(t.shape[p] for p in perm))
+
+
+def _inverse(perm: list[int]) -> list[int]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+def _wrappable(n: Node, types: dict) -> bool:
+    if n.op_type not in SPATIAL or n.domain not in ("", "ai.onnx") or len([o for o in n.outputs if o]) != 1:
+        return False
+    x = types.get(n.inputs[0])
+    if not _f32(x) or len(x.shape) < 3 or not _f32(types.get(n.outputs[0])):
+        return False
+    if n.op_type in ("Resize", "Upsample"):  # only when N and C keep their size (scales 1 there)
+        y = types[n.outputs[0]]
+        return tuple(x.shape[:2]) == tuple(y.shape[:2])
+    return True
+
+
+def channels_last(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
+    """The rewritten schedule, with the types and constants of the values it makes (see the module doc)."""
+    rw = Rewrite([], {}, {})
+    all_types = dict(types)
+    for n in nodes:
+        if not _wrappable(n, all_types):
+            rw.nodes.append(n)
+            continue
+        x, y = n.inputs[0], n.outputs[0]
+        r = len(all_types[x].shape)
+        xl, yl = rw.fresh(x, all_types), rw.fresh(y, all_types)
+        for name, t in ((xl, _permuted(all_types[x], to_last(r))), (yl, _permuted(all_types[y], to_last(r)))):
+            rw.types[name] = all_types[name] = t
+        rw.nodes += [Node("Transpose", "", f"{n.name}__to_last", {"perm": to_last(r)}, [x], [xl]),
+                     Node("ChannelsLast", DOMAIN, n.name, {"op": n.op_type, **n.attrs}, [xl, *n.inputs[1:]], [yl]),
+                     Node("Transpose", "", f"{n.name}__to_first", {"perm": to_first(r)}, [yl], [y])]
+    if len(rw.nodes) == len(nodes):
+        return rw
+    for _ in range(len(rw.nodes) * 4):  # each round moves one Transpose down or cancels a pair
+        if not (_cancel_once(rw, keep) or _sink_once(rw, all_types, consts, keep)):
+            break
+    return rw
+
+
+def _producers(nodes: list[Node]) -> dict[str, Node]:
+    return {o: n for n in nodes for o in n.outputs if o}
+
+
+def _readers(nodes: list[Node]) -> dict[str, list[Node]]:
+    out: dict[str, list[Node]] = {}
+    for n in nodes:
+        for x in n.inputs:
+            if x:
+                out.setdefault(x, []).append(n)
+    return out
+
+
+def _cancel_once(rw: Rewrite, keep: set[str]) -> bool:
+    """Transpose(Transpose(a, P1), P2) with P1 then P2 the identity: its readers read `a`."""
+    prod = _producers(rw.nodes)
+    for n in rw.nodes:
+        p2 = _perm(n)
+        first = prod.get(n.inputs[0]) if p2 is not None else None
+        p1 = _perm(first) if first is not None else None
+        if p1 is None or len(p1) != len(p2) or any(p1[p2[i]] != i for i in range(len(p2))):
+            continue
+        src, dead = first.inputs[0], n.outputs[0]
+        if dead in keep:
+            continue
+        rw.nodes = [m for m in rw.nodes if m is not n]
+        rw.nodes = [dataclasses.replace(m, inputs=[src if x == dead else x for x in m.inputs]) for m in rw.nodes]
+        _prune(rw, keep)
+        return True
+    return False
+
+
+def _prune(rw: Rewrite, keep: set[str]) -> None:
+    """Drop Transposes nothing reads (the ones cancelling and sinking left behind)."""
+    while True:
+        read = _readers(rw.nodes)
+        dead = [n for n in rw.nodes if _perm(n) is not None and n.outputs[0] not in keep and n.outputs[0] not in read]
+        if not dead:
+            return
+        rw.nodes = [n for n in rw.nodes if n not in dead]
+
+
+def _data_inputs(n: Node) -> Iterator[int]:
+    k = _PARAMS.get(n.op_type)
+    return iter(range(len(n.inputs) if k is None else k))
+
+
+def _sink_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
+    """Move one op above the Transposes that feed it."""
+    prod = _producers(rw.nodes)
+    for i, n in enumerate(rw.nodes):
+        moved = _sunk(n, prod, types, consts, rw)
+        if moved is None:
+            continue
+        new, perm, before = moved
+        low = [rw.fresh(o, types) if o else "" for o in n.outputs]
+        for o, lo in zip(n.outputs, low):
+            if o:
+                rw.types[lo] = types[lo] = _permuted(types[o], _inverse(perm))
+        backs = [Node("Transpose", "", f"{n.name}__back{j}", {"perm": perm}, [lo], [o])
+                 for j, (o, lo) in enumerate(zip(n.outputs, low)) if o]
+        rw.nodes[i:i + 1] = [*before, dataclasses.replace(new, outputs=low), *backs]
+        _prune(rw, keep)
+        return True
+    return False
+
+
+def _sunk(n: Node, prod: dict, types: dict, consts: dict, rw: Rewrite):
+    """(n on the un-permuted operands, the perm, constants it needs) when n can move above its Transposes."""
+    if n.domain not in ("", "ai.onnx") or not n.inputs or not all(o for o in n.outputs):
+        return None
+    if n.op_type not in ELEMENTWISE | _AXIS | _REDUCE:
+        return None
+    perm = None
+    for k in _data_inputs(n):
+        x = n.inputs[k]
+        p = _perm(prod[x]) if x in prod else None
+        if p is not None and x not in consts:
+            perm = p
+            break
+    if perm is None:
+        return None
+    r = len(perm)
+    inv = _inverse(perm)
+    if any(len(getattr(types.get(o), "shape", ())) != r for o in n.outputs):
+        return None
+    inputs = list(n.inputs)
+    for k in _data_inputs(n):
+        x = n.inputs[k]
+        p = _perm(prod[x]) if x in prod else None
+        if p == perm and x not in consts:
+            inputs[k] = prod[x].inputs[0]
+            continue
+        if _scalar(types.get(x), r):  # one element: broadcasts alike in both layouts
+            continue
+        c = consts.get(x)
+        if c is None or c.ndim > r:
+            return None
+        name = rw.fresh(x, types)
+        moved = np.ascontiguousarray(np.transpose(c.reshape((1,) * (r - c.ndim) + c.shape), inv))
+        rw.consts[name] = moved
+        rw.types[name] = types[name] = TensorType(c.dtype, moved.shape, moved)
+        inputs[k] = name
+    attrs = dict(n.attrs)
+    if n.op_type in _AXIS:
+        if n.op_type in ("Softmax", "LogSoftmax") and n.attrs.get("_opset", 13) < 13:
+            return None
+        a = int(attrs.get("axis", 1 if n.op_type != "Softmax" else -1))
+        attrs["axis"] = perm[a % r]
+        if n.op_type == "Split" and len(inputs) > 1 and inputs[1] and inputs[1] not in consts:
+            return None
+    if n.op_type in _REDUCE:
+        if not attrs.get("keepdims", 1) or len(n.inputs) > 1 or "axes" not in attrs:
+            return None
+        attrs["axes"] = [perm[a % r] for a in attrs["axes"]]
+    return dataclasses.replace(n, inputs=inputs, attrs=attrs), perm, []
+
+
+def _scalar(t: object, rank: int) -> bool:
+    return isinstance(t, TensorType) and len(t.shape) <= rank and all(isinstance(d, int) and d == 1
+                                                                        for d in t.shape)
