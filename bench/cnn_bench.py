@@ -22,7 +22,8 @@ run is a row with its error; the peers are still timed (they are the targets).
 --memory: dynshape's resident memory (VmRSS) over --calls calls at random admissible shapes after --warmup calls,
 growth in %. Shapes are drawn uniformly from the declared ranges, each symbol's range cut to its lowest
 --mem-frac part (1.0: the whole range; text_det's full range reaches 8x3x1536x1536, minutes a call today);
-inputs are views of one buffer of the largest shape, so only dynshape's own state can grow.
+inputs are views of one buffer of the largest shape, so only dynshape's own state can grow; each model runs in
+its own process (a model measured after another would reuse the heap that one freed).
 Timings on a shared 2-core machine are noisy: compare ratios from one run, not absolute times across runs.
 """
 
@@ -358,11 +359,16 @@ def main() -> None:
         sys.exit(f"unknown model(s) {unknown}; known: {', '.join(ALL_SPECS)}")
     limit_threads(args.threads)
     if args.memory:
-        for n in names:
-            try:
-                memory_run(ALL_SPECS[n], args)
-            except Exception as e:  # noqa: BLE001 - one model's failure must not hide the others
-                print(f"{n}: memory run failed: {short_error(e)}", flush=True)
+        if len(names) > 1:  # one process per model: a model run after another reuses the heap it freed,
+            for n in names:  # which would hide its own growth
+                argv = [a for i, a in enumerate(sys.argv[1:]) if a != "--models" and sys.argv[i] != "--models"
+                        and not a.startswith("--models=")]
+                subprocess.run([sys.executable, sys.argv[0], *argv, "--models", n], check=False)
+            return
+        try:
+            memory_run(ALL_SPECS[names[0]], args)
+        except Exception as e:  # noqa: BLE001 - reported: e.g. a model dynshape cannot load yet
+            print(f"{names[0]}: memory run failed: {short_error(e)}", flush=True)
         return
     peers = [p for p in args.peers.split(",") if p]
     if "ov" in peers:
