@@ -99,10 +99,7 @@ def make_dynshape(path: str, spec: Spec, strategy: str) -> Call:
 
 
 def make_ort(path: str, spec: Spec, threads: int) -> Call:
-    import onnxruntime as ort
-
-    sess = ort_session(path, threads)
-    assert sess.get_session_options().execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort_session(path, threads)  # ORT_ENABLE_ALL, intra = threads, inter 1, sequential
     names = list(spec.outputs)
     return lambda feed: sess.run(names, feed)
 

@@ -27,7 +27,7 @@ class Input:
     name: str
     shape: tuple[int | str, ...]
     dtype: str = "float32"
-    kind: str = "normal"  # normal | bytes | zeros | audio
+    kind: str = "normal"  # normal | bytes (int64 0..255) | zeros | audio (0.1 * normal) | state (0.5 * normal)
 
     def concrete(self, env: Env) -> tuple[int, ...]:
         return tuple(env[d] if isinstance(d, str) else d for d in self.shape)

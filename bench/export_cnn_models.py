@@ -1,7 +1,7 @@
 """Export issue 12's CNN / RNN benchmark models to ONNX with symbolic dims, and check every export.
 
     python bench/export_cnn_models.py [--only text_det,vad,light_resnet50,...] [--exporter auto|dynamo|torchscript]
-                                      [--force] [--threads 1]
+                                      [--threads 1] [--ops]
 
 Models (see cnn_models.py and light_models.py): text_det, text_rec, text_rec_svtr, vad, byte_cls (torch.nn,
 seeded random weights, opset 18) and the onnx package's light_* CNNs made symbolic (opset 9). Files go to
@@ -131,6 +131,7 @@ def ort_session(path_or_bytes: str | bytes, threads: int = 1) -> Any:
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 4  # a failing export's check raises; onnxruntime's own log line is noise beside it
     return ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
@@ -273,7 +274,7 @@ def op_summary(model: onnx.ModelProto) -> dict[str, Any]:
 
 
 # ---- driver ---------------------------------------------------------------------------------------------
-def export_one(name: str, root: str, exporter: str, force: bool, threads: int) -> dict[str, Any]:
+def export_one(name: str, root: str, exporter: str, threads: int) -> dict[str, Any]:
     """Build, export and check one model; the record that goes to cnn_info.json."""
     spec = ALL_SPECS[name]
     path = onnx_path(name, root)
@@ -318,7 +319,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated model names (default: all)")
     ap.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
-    ap.add_argument("--force", action="store_true", help="(kept for symmetry: every run re-exports)")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime threads for the checks")
     ap.add_argument("--ops", action="store_true", help="print each model's op histogram and attributes")
     args = ap.parse_args()
@@ -331,7 +331,7 @@ def main() -> None:
     info_path = os.path.join(root, "cnn_info.json")
     info = json.load(open(info_path)) if os.path.exists(info_path) else {}
     for name in names:
-        rec = export_one(name, root, args.exporter, args.force, args.threads)
+        rec = export_one(name, root, args.exporter, args.threads)
         info[name] = rec
         with open(info_path, "w") as f:
             json.dump(info, f, indent=1, default=str)
