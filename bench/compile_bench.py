@@ -22,7 +22,7 @@ import time
 import timeit
 
 import dynshape as ds
-from benchutil import DIMS, common, limit_threads, peers
+from benchutil import DIMS, common, limit_threads, peers, time_interleaved
 from dynshape.codegen import gemm
 
 
@@ -32,54 +32,6 @@ def build(model: str, specialize=None):
     # strategy "generic": no automatic variants, so what is timed is the build asked for (declared variants only)
     exe = ds.compile(g, specialize=specialize, strategy="generic")
     return exe, time.perf_counter() - t
-
-
-def balanced_orders(n: int) -> list[list[int]]:
-    """A Williams design: orders of range(n) in which each candidate comes right after each other one equally
-    often. (Rotating one order does not: a candidate then always follows the same one, and if that one leaves
-    its thread pool spinning, as torch's does, every block of the follower runs on a contended core.)"""
-    first, lo, hi = [0], 1, n - 1
-    while len(first) < n:
-        first.append(lo)
-        lo += 1
-        if len(first) < n:
-            first.append(hi)
-            hi -= 1
-    rows = [[(x + i) % n for x in first] for i in range(n)]
-    return rows if n % 2 == 0 else rows + [r[::-1] for r in rows]
-
-
-def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 16, settle_s: float = 0.05) -> dict:
-    """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
-    (about budget_s / rounds / len(calls) long, at least one call), in balanced orders; the median block.
-    Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
-    the machine's drift on every candidate alike."""
-    per_call = {}
-    for k, f in calls.items():  # warm-up (a tenth of the budget each: caches, pools, clocks), and an estimate
-        f(inputs)
-        t = time.perf_counter()
-        n = 0
-        while n < 2 or time.perf_counter() - t < budget_s / 10:
-            f(inputs)
-            n += 1
-        per_call[k] = max((time.perf_counter() - t) / n, 1e-7)
-    block_s = budget_s / rounds / len(calls)
-    samples: dict = {k: [] for k in calls}
-    names = list(calls)
-    orders = balanced_orders(len(names))
-    rounds = -(-rounds // len(orders)) * len(orders)  # whole designs only
-    for r in range(rounds):
-        # each candidate follows each other one as often: whoever runs right after a build that shares its
-        # weights finds them in cache, and whoever runs right after torch finds its threads still spinning
-        for k in [names[i] for i in orders[r % len(orders)]]:
-            f = calls[k]
-            n = max(1, int(block_s / per_call[k]))
-            time.sleep(settle_s)  # the previous candidate's idle threads stop spinning before this one runs
-            t = time.perf_counter()
-            for _ in range(n):
-                f(inputs)
-            samples[k].append((time.perf_counter() - t) / n)
-    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def shape_dict(model: str, shape: tuple) -> dict:

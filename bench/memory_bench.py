@@ -20,15 +20,7 @@ import time
 import numpy as np
 
 import dynshape as ds
-from benchutil import DIMS, common, limit_threads
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+from benchutil import DIMS, common, limit_threads, rss_bytes
 
 
 def main() -> None:

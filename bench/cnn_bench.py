@@ -1,0 +1,391 @@
+"""Issue 12's CNN / RNN models: dynshape beside onnxruntime and OpenVINO, same process, same inputs.
+
+    python bench/cnn_bench.py [--threads 1|2] [--models text_det,vad,...] [--quick] [--peers ort,ov]
+                              [--ov-static] [--strategy generic] [--json out.json]
+    python bench/cnn_bench.py --memory [--models text_det] [--calls 1000] [--warmup 100] [--mem-frac 0.25]
+
+Needs `python bench/export_cnn_models.py` first (models in $DYNSHAPE_BENCH_MODELS or
+~/.cache/dynshape-bench/models). Per model and probe shape, interleaved rounds in balanced orders with settle
+pauses, medians (benchutil.time_interleaved):
+- dynshape: `ds.load_onnx(path, dims=<the model's declared dims>)`, `ds.compile(graph, strategy=...)` (default
+  "generic": the one build that serves every shape, no background variants mid-measurement), `exe.run(feed)`;
+- onnxruntime: ORT_ENABLE_ALL, intra_op_num_threads = --threads, inter 1, sequential;
+- OpenVINO (optional, skipped when not installed): CPU plugin, INFERENCE_PRECISION_HINT f32, PERFORMANCE_HINT
+  LATENCY, INFERENCE_NUM_THREADS = --threads, compiled once for dynamic shapes (every symbol reshaped to its
+  declared range), so it too is one build serving all shapes; --ov-static adds a column of OpenVINO compiled for
+  each probe's exact shape (not the target: a per-shape build).
+Prints the time table (ratios > 1: dynshape faster), geometric means, compile times per model (cold: a fresh
+DYNSHAPE_CACHE_DIR; warm: the same build cache; each in a fresh process, so nothing loaded earlier counts), and
+dynshape's outputs against onnxruntime's at every probe (rtol 1e-3, atol 1e-4). A model dynshape cannot load or
+run is a row with its error; the peers are still timed (they are the targets).
+
+--memory: dynshape's resident memory (VmRSS) over --calls calls at random admissible shapes after --warmup calls,
+growth in %. Shapes are drawn uniformly from the declared ranges, each symbol's range cut to its lowest
+--mem-frac part (1.0: the whole range; text_det's full range reaches 8x3x1536x1536, minutes a call today);
+inputs are views of one buffer of the largest shape, so only dynshape's own state can grow; each model runs in
+its own process (a model measured after another would reuse the heap that one freed).
+Timings on a shared 2-core machine are noisy: compare ratios from one run, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchutil import limit_threads, rss_bytes, time_interleaved
+from cnn_models import Spec
+from export_cnn_models import ALL_SPECS, ATOL, RTOL, onnx_path, ort_session
+
+Feed = dict[str, np.ndarray]
+Call = Callable[[Feed], list[np.ndarray]]
+
+_COMPILE_SNIPPET = """
+import json, sys, time
+import dynshape as ds
+path, dims, strategy = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+dims = {k: tuple(v) if isinstance(v, list) else v for k, v in dims.items()}
+try:
+    t = time.perf_counter()
+    g = ds.load_onnx(path, dims=dims)
+    t_load = time.perf_counter() - t
+    exe = ds.compile(g, strategy=strategy)
+    print(json.dumps({"load_s": t_load, "compile_s": time.perf_counter() - t}))
+except Exception as e:
+    print(json.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}))
+"""
+
+
+def short_error(e: BaseException) -> str:
+    msg = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {msg[:200]}"
+
+
+def compile_in_fresh_process(path: str, spec: Spec, cache: str, strategy: str) -> dict[str, Any]:
+    """load_onnx + compile timed inside a new Python process whose DYNSHAPE_CACHE_DIR is `cache`."""
+    env = {**os.environ, "DYNSHAPE_CACHE_DIR": cache}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_SNIPPET, path, json.dumps(spec.dims), strategy],
+                       capture_output=True, text=True, env=env, timeout=1800)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        return {"error": f"compile process failed (rc {r.returncode}): {r.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(lines[-1])
+
+
+# ---- the candidates -------------------------------------------------------------------------------------
+def make_dynshape(path: str, spec: Spec, strategy: str) -> Call:
+    import dynshape as ds
+
+    exe = ds.compile(ds.load_onnx(path, dims=spec.dims), strategy=strategy)
+    names = list(spec.outputs)
+
+    def call(feed: Feed) -> list[np.ndarray]:
+        out = exe.run(feed)
+        return [out[n] for n in names] if isinstance(out, dict) else list(out)
+
+    call.exe = exe  # type: ignore[attr-defined]
+    return call
+
+
+def make_ort(path: str, spec: Spec, threads: int) -> Call:
+    sess = ort_session(path, threads)  # ORT_ENABLE_ALL, intra = threads, inter 1, sequential
+    names = list(spec.outputs)
+    return lambda feed: sess.run(names, feed)
+
+
+def ov_config(threads: int) -> dict[str, Any]:
+    return {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
+
+
+def make_ov(path: str, spec: Spec, threads: int, env: dict[str, int] | None = None) -> Call:
+    """OpenVINO CPU; dynamic over the declared ranges, or static at `env`'s exact shape."""
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(path)
+    shapes = {}
+    for i in spec.inputs:
+        dims = []
+        for d in i.shape:
+            if isinstance(d, int):
+                dims.append(ov.Dimension(d))
+            elif env is not None:
+                dims.append(ov.Dimension(env[d]))
+            else:
+                lo, hi, _ = spec.sym_range(d)
+                dims.append(ov.Dimension(lo, hi))
+        shapes[i.name] = ov.PartialShape(dims)
+    model.reshape(shapes)
+    compiled = core.compile_model(model, "CPU", ov_config(threads))
+    req = compiled.create_infer_request()
+    outs = [compiled.output(n) for n in spec.outputs]
+
+    def call(feed: Feed) -> list[np.ndarray]:
+        res = req.infer(feed)
+        return [res[o] for o in outs]
+
+    return call
+
+
+# ---- one model ------------------------------------------------------------------------------------------
+def compare(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float, bool]:
+    """(max abs diff, allclose at rtol 1e-3 / atol 1e-4) over all outputs; a shape mismatch fails."""
+    diff, ok = 0.0, True
+    for a, b in zip(got, want):
+        a = np.asarray(a)
+        if a.shape != b.shape:
+            return float("inf"), False
+        if a.size:
+            diff = max(diff, float(np.max(np.abs(a.astype(np.float64) - b))))
+        ok = ok and bool(np.allclose(a, b, rtol=RTOL, atol=ATOL))
+    return diff, ok
+
+
+def bench_model(spec: Spec, args: argparse.Namespace, peers: list[str]) -> dict[str, Any]:
+    """Compile times, then per probe: correctness against onnxruntime and the interleaved timings."""
+    path = onnx_path(spec.name)
+    rec: dict[str, Any] = {"model": spec.name, "rows": [], "errors": {}}
+    if not os.path.exists(path):
+        rec["errors"]["model"] = f"{path} missing: run python bench/export_cnn_models.py --only {spec.name}"
+        return rec
+    cache = tempfile.mkdtemp(prefix="dynshape-cnnbench-")
+    try:
+        rec["cold"] = compile_in_fresh_process(path, spec, cache, args.strategy)
+        rec["warm"] = compile_in_fresh_process(path, spec, cache, args.strategy) if "error" not in rec["cold"] \
+            else {}
+        os.environ["DYNSHAPE_CACHE_DIR"] = cache  # this process builds from the cache the cold run filled
+        calls: dict[str, Call] = {}
+        makers = {"dynshape": lambda: make_dynshape(path, spec, args.strategy),
+                  "ort": lambda: make_ort(path, spec, args.threads),
+                  "ov": lambda: make_ov(path, spec, args.threads)}
+        for k in ["dynshape", *peers]:
+            try:
+                t = time.perf_counter()
+                calls[k] = makers[k]()
+                rec.setdefault("setup_s", {})[k] = time.perf_counter() - t
+            except Exception as e:  # noqa: BLE001 - a model dynshape cannot load is a row, not a crash
+                rec["errors"][k] = short_error(e)
+        for env in spec.probes:
+            rec["rows"].append(bench_probe(spec, env, calls, args))
+        if args.ov_static and "ov" in peers and "ov" in calls:
+            for row, env in zip(rec["rows"], spec.probes):
+                try:
+                    static = make_ov(path, spec, args.threads, env)
+                    feed = spec.make_inputs(env, seed=1)
+                    both = time_interleaved({"ov": calls["ov"], "ov_static": static}, feed,
+                                            args.budget, rounds=args.rounds)
+                    row["ov_static_ms"] = 1e3 * both["ov_static"]
+                    row["ov_dyn_vs_static_ms"] = 1e3 * both["ov"]
+                except Exception as e:  # noqa: BLE001
+                    row["ov_static_error"] = short_error(e)
+    finally:
+        os.environ.pop("DYNSHAPE_CACHE_DIR", None)
+        shutil.rmtree(cache, ignore_errors=True)
+    return rec
+
+
+def bench_probe(spec: Spec, env: dict[str, int], calls: dict[str, Call], args: argparse.Namespace) -> dict:
+    feed = spec.make_inputs(env, seed=1)
+    row: dict[str, Any] = {"shape": spec.shape_str(env), "env": env, "ms": {}, "errors": {}}
+    ok_calls: dict[str, Call] = {}
+    outs: dict[str, list[np.ndarray]] = {}
+    for k, f in calls.items():
+        try:
+            outs[k] = [np.array(o) for o in f(feed)]  # a copy: OpenVINO's outputs alias its request's buffers
+            ok_calls[k] = f
+        except Exception as e:  # noqa: BLE001 - e.g. a kernel that refuses this shape
+            row["errors"][k] = short_error(e)
+    limit_threads(args.threads)  # the first call loaded dynshape's BLAS / OpenMP: limit them now
+    if "ort" in outs:
+        for k in ("dynshape", "ov"):
+            if k in outs:
+                row[f"{k}_diff"], row[f"{k}_ok"] = compare(outs[k], outs["ort"])
+    if ok_calls:
+        t = time_interleaved(ok_calls, feed, args.budget, rounds=args.rounds)
+        row["ms"] = {k: 1e3 * v for k, v in t.items()}
+    print(f"  {spec.name} {row['shape']}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items()) +
+          ("".join(f"; {k} FAILED: {e}" for k, e in row["errors"].items())), flush=True)
+    return row
+
+
+# ---- tables ---------------------------------------------------------------------------------------------
+def _ms(row: dict, k: str, model_err: dict) -> str:
+    if k in row["ms"]:
+        return f"{row['ms'][k]:.2f}"
+    err = row["errors"].get(k) or model_err.get(k)
+    return f"error: {err[:90]}" if err else "-"
+
+
+def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -> None:
+    print(f"\n## Time per call, {args.threads} thread(s), median of interleaved rounds (ratio > 1: dynshape faster)\n")
+    cols = ["dynshape", *peers]
+    static_col = " | ov static ms (ov dynamic, same rounds)" if args.ov_static else ""
+    print("| model | shape | " + " | ".join(f"{k} ms" for k in cols) + " | " +
+          " | ".join(f"{k}/dyn" for k in peers) + static_col + " |")
+    print("|" + "---|" * (2 + len(cols) + len(peers) + (1 if args.ov_static else 0)))
+    ratios: dict[str, list[float]] = {k: [] for k in peers}
+    peer_vs: dict[str, list[float]] = {"ov/ort": []}
+    for rec in recs:
+        if "model" in rec["errors"]:
+            print(f"| {rec['model']} | - | error: {rec['errors']['model']} |")
+            continue
+        for row in rec["rows"]:
+            cells = [_ms(row, k, rec["errors"]) for k in cols]
+            rs = []
+            for k in peers:
+                if k in row["ms"] and "dynshape" in row["ms"]:
+                    r = row["ms"][k] / row["ms"]["dynshape"]
+                    ratios[k].append(r)
+                    rs.append(f"{r:.2f}")
+                else:
+                    rs.append("-")
+            if "ov" in row["ms"] and "ort" in row["ms"]:
+                peer_vs["ov/ort"].append(row["ms"]["ov"] / row["ms"]["ort"])
+            extra = (f" | {row['ov_static_ms']:.2f} ({row['ov_dyn_vs_static_ms']:.2f})" if "ov_static_ms" in row
+                     else " | -" if args.ov_static else "")
+            print(f"| {rec['model']} | {row['shape']} | " + " | ".join(cells) + " | " + " | ".join(rs) + extra + " |")
+    gm = statistics.geometric_mean
+    print("\ngeometric means: " + "; ".join(f"{k}/dyn {gm(v):.2f} over {len(v)} rows (min {min(v):.2f})"
+                                             for k, v in ratios.items() if v) +
+          "".join(f"; {k} {gm(v):.2f} over {len(v)} rows (time ratio of the peers: < 1 = OpenVINO faster)"
+                  for k, v in peer_vs.items() if v))
+
+    print("\n## dynshape compile (load_onnx + compile, each in a fresh process)\n")
+    print("| model | cold cache s | warm (build cache) s | status |")
+    print("|---|---|---|---|")
+    for rec in recs:
+        cold, warm = rec.get("cold", {}), rec.get("warm", {})
+        status = cold.get("error") or rec["errors"].get("dynshape") or rec["errors"].get("model") or "ok"
+        c = f"{cold['compile_s']:.2f}" if "compile_s" in cold else "-"
+        w = f"{warm['compile_s']:.2f}" if "compile_s" in warm else "-"
+        print(f"| {rec['model']} | {c} | {w} | {status} |")
+
+    print(f"\n## Correctness against onnxruntime (rtol {RTOL:g}, atol {ATOL:g}; max abs diff)\n")
+    print("| model | shape | dynshape | ov |")
+    print("|---|---|---|---|")
+    bad = []
+    for rec in recs:
+        for row in rec["rows"]:
+            cells = []
+            for k in ("dynshape", "ov"):
+                if f"{k}_diff" in row:
+                    ok = row[f"{k}_ok"]
+                    cells.append(f"{row[f'{k}_diff']:.1e} {'ok' if ok else '**FAIL**'}")
+                    if not ok:
+                        bad.append(f"{rec['model']} {row['shape']} {k}")
+                else:
+                    cells.append("not run")
+            print(f"| {rec['model']} | {row['shape']} | " + " | ".join(cells) + " |")
+    if bad:
+        print(f"\n!!! OUTPUTS DIFFER FROM ONNXRUNTIME beyond rtol {RTOL:g} / atol {ATOL:g}: {', '.join(bad)} !!!")
+
+
+# ---- --memory -------------------------------------------------------------------------------------------
+def memory_run(spec: Spec, args: argparse.Namespace) -> None:
+    """RSS over args.calls calls at random admissible shapes (each symbol in the low --mem-frac of its range)."""
+    call = make_dynshape(onnx_path(spec.name), spec, args.strategy)
+    rng = np.random.default_rng(0)
+    ranges = {}
+    for s in spec.dims:
+        lo, hi, k = spec.sym_range(s)
+        top = lo + int(args.mem_frac * (hi - lo))
+        ranges[s] = (-(-lo // k), max(-(-lo // k), top // k), k)
+    biggest = {s: b * k for s, (_, b, k) in ranges.items()}
+    full = spec.make_inputs(biggest, seed=1)
+    flat = {n: a.reshape(-1) for n, a in full.items()}
+
+    def feed_of(env: dict[str, int]) -> Feed:
+        return {i.name: flat[i.name][: int(np.prod(i.concrete(env)))].reshape(i.concrete(env)) for i in spec.inputs}
+
+    def one() -> None:
+        call(feed_of({s: int(rng.integers(a, b + 1)) * k for s, (a, b, k) in ranges.items()}))
+
+    call(feed_of(biggest))  # the largest shape first: the arenas reach their full size
+    limit_threads(args.threads)
+    t = time.perf_counter()
+    for _ in range(args.warmup):
+        one()
+    call.exe.wait_for_builds(600)  # type: ignore[attr-defined]
+    gc.collect()
+    base = rss_bytes()
+    print(f"{spec.name}: shapes {', '.join(f'{s} in {a * k}..{b * k}' for s, (a, b, k) in ranges.items())}; after "
+          f"{args.warmup} warm-up calls ({time.perf_counter() - t:.1f} s): RSS {base / 2**20:.1f} MiB", flush=True)
+    peak, step, t = base, max(1, args.calls // 5), time.perf_counter()
+    for i in range(1, args.calls + 1):
+        one()
+        if i % step == 0:
+            now = rss_bytes()
+            peak = max(peak, now)
+            print(f"  {i:>6d} calls: RSS {now / 2**20:.1f} MiB ({100 * (now - base) / base:+.2f}%), "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
+    gc.collect()
+    growth = 100 * (max(rss_bytes(), peak) - base) / base
+    print(f"{spec.name}: RSS growth after warm-up over {args.calls} calls: {growth:+.2f}% "
+          f"(peak {peak / 2**20:.1f} MiB); goal < 1%: {'met' if growth < 1 else 'NOT MET'}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", default="", help=f"comma-separated (default all): {', '.join(ALL_SPECS)}")
+    ap.add_argument("--peers", default="ort,ov")
+    ap.add_argument("--quick", action="store_true", help="0.6 s and 6 rounds per probe instead of 3 s and 12")
+    ap.add_argument("--ov-static", action="store_true", help="also OpenVINO compiled per probe shape")
+    ap.add_argument("--strategy", default="generic", help="dynshape's ds.compile strategy")
+    ap.add_argument("--json", default=None, help="write the raw records here")
+    ap.add_argument("--memory", action="store_true", help="resident memory over random shapes instead")
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--mem-frac", type=float, default=0.25)
+    args = ap.parse_args()
+    args.budget, args.rounds = (0.6, 6) if args.quick else (3.0, 12)
+    names = [n for n in args.models.split(",") if n] or list(ALL_SPECS)
+    unknown = [n for n in names if n not in ALL_SPECS]
+    if unknown:
+        sys.exit(f"unknown model(s) {unknown}; known: {', '.join(ALL_SPECS)}")
+    limit_threads(args.threads)
+    if args.memory:
+        if len(names) > 1:  # one process per model: a model run after another reuses the heap it freed,
+            for n in names:  # which would hide its own growth
+                argv = [a for i, a in enumerate(sys.argv[1:]) if a != "--models" and sys.argv[i] != "--models"
+                        and not a.startswith("--models=")]
+                subprocess.run([sys.executable, sys.argv[0], *argv, "--models", n], check=False)
+            return
+        try:
+            memory_run(ALL_SPECS[names[0]], args)
+        except Exception as e:  # noqa: BLE001 - reported: e.g. a model dynshape cannot load yet
+            print(f"{names[0]}: memory run failed: {short_error(e)}", flush=True)
+        return
+    peers = [p for p in args.peers.split(",") if p]
+    if "ov" in peers:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            print("OpenVINO not installed: its column is skipped (pip install openvino)")
+            peers.remove("ov")
+    print(f"threads {args.threads}; dynshape strategy {args.strategy!r}; peers {peers}; "
+          f"{'quick' if args.quick else 'full'} timing ({args.budget} s, {args.rounds} rounds per probe)")
+    recs = []
+    for n in names:
+        t = time.perf_counter()
+        recs.append(bench_model(ALL_SPECS[n], args, peers))
+        print(f"{n}: {time.perf_counter() - t:.0f} s", flush=True)
+    print_tables(recs, peers, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(recs, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
