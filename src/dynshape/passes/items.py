@@ -116,6 +116,20 @@ class Conv(Item):
 
 
 @dataclass(frozen=True, eq=False)
+class Pool(Item):
+    """A channels-last pooling (MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool), or a ReduceMean /
+    ReduceMax over every spatial axis of a channels-last tensor (a global pool): one node, a kernel of its own."""
+
+    node: Node | None = None
+    shape: tuple = ()
+    kind: ClassVar[str] = "pool"
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return (self.node,)
+
+
+@dataclass(frozen=True, eq=False)
 class Attention(Item):
     """inputs: [Q, KT (or K, see k_rows), V, *softmax operands other than the scores]."""
 

@@ -30,7 +30,9 @@ ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "
                "HardSwish", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Swish", "Gelu", "Identity",
                "Cast", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "Equal", "Less", "Greater",
                "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "ThresholdedRelu", "Shrink", "Dropout"}
-_PARAMS = {"Clip": 1}  # Clip's min/max are scalars, not data: only input 0 is permuted
+_PARAMS = {"Clip": 1, **{op: 1 for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
+                                          "ReduceL2", "ReduceL1", "ReduceSumSquare", "ReduceLogSumExp")}}
+# (Clip's min/max are scalars and a reduction's axes input is not data: only input 0 is permuted)
 _AXIS = {"Concat", "Split", "Softmax", "LogSoftmax"}
 _REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL2", "ReduceL1",
            "ReduceSumSquare", "ReduceLogSumExp"}
@@ -218,9 +220,18 @@ def _sunk(n: Node, prod: dict, types: dict, consts: dict, rw: Rewrite):
         if n.op_type == "Split" and len(inputs) > 1 and inputs[1] and inputs[1] not in consts:
             return None
     if n.op_type in _REDUCE:
-        if not attrs.get("keepdims", 1) or len(n.inputs) > 1 or "axes" not in attrs:
+        if not attrs.get("keepdims", 1):
             return None
-        attrs["axes"] = [perm[a % r] for a in attrs["axes"]]
+        if "axes" in attrs:
+            attrs["axes"] = [perm[a % r] for a in attrs["axes"]]
+        elif len(n.inputs) > 1 and n.inputs[1] in consts:  # opset 18: the axes are an input
+            axes = np.array([perm[int(a) % r] for a in consts[n.inputs[1]].reshape(-1)], np.int64)
+            name = rw.fresh(n.inputs[1], types)
+            rw.consts[name] = axes
+            rw.types[name] = types[name] = TensorType(axes.dtype, axes.shape, axes)
+            inputs[1] = name
+        else:
+            return None
     return dataclasses.replace(n, inputs=inputs, attrs=attrs), perm, []
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynshape.ir.graph import Node
+from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
-from dynshape.passes.items import Attention, Conv, Elementwise, Item, Product, Single, Softmax
+from dynshape.passes.items import Attention, Conv, Elementwise, Item, Pool, Product, Single, Softmax
 from dynshape.passes.schedule import Match, Rule, Schedule
 from dynshape.passes.values import broadcast_pattern, const_value, is_float32, row_pattern, scalar_const
 
@@ -80,6 +80,19 @@ def product_operands(n: Node, s: Schedule) -> tuple[str, bool] | None:
     return None
 
 
+def _epilogue_of(s: Schedule, y: str, shape: tuple) -> tuple[Elementwise | None, int | None]:
+    """The elementwise group that alone reads `y` and can run on each tile as its epilogue (operands: full
+    tensors, per-channel vectors or one value), and its slot."""
+    j = s.item_reading(y)
+    epi = s.items[j] if j is not None else None
+    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
+            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
+            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
+                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
+        return None, None
+    return epi, j
+
+
 def match_product(s: Schedule, i: int, item: Item) -> Match | None:
     """A product by a constant matrix takes, as its epilogue, the elementwise group that alone reads it."""
     if not isinstance(item, Single) or (ok := product_operands(item.node, s)) is None:
@@ -87,19 +100,15 @@ def match_product(s: Schedule, i: int, item: Item) -> Match | None:
     node = item.node
     y = node.outputs[0]
     shape = tuple(s.type(y).shape)
-    j = s.item_reading(y)
-    epi = s.items[j] if j is not None else None
-    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
-            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
-            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
-                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
-        epi, j = None, None
-    inputs = _dedup((node.inputs[0],), [z for z in node.inputs[2:3] if z],
-                    [z for z in (epi.inputs if epi else ()) if z != y])
-    outputs = epi.outputs if epi else (y,)
-    at = j if j is not None else i
-    return Match(Product(inputs, outputs, node, ok[0], ok[1], epi, shape), at,
-                 frozenset(k for k in (i, j) if k is not None))
+    epi, j = _epilogue_of(s, y, shape)
+
+    def make(epi: Elementwise | None) -> Product:
+        inputs = _dedup((node.inputs[0],), [z for z in node.inputs[2:3] if z],
+                        [z for z in (epi.inputs if epi else ()) if z != y])
+        return Product(inputs, epi.outputs if epi else (y,), node, ok[0], ok[1], epi, shape)
+
+    alone = Match(make(None), i, frozenset((i,)))
+    return Match(make(epi), j, frozenset((i, j)), alone) if epi is not None else alone
 
 
 def match_layernorm(s: Schedule, i: int, item: Item) -> Match | None:
@@ -132,19 +141,6 @@ def _channels_last(item: Item, op: str) -> Node | None:
     return None
 
 
-def _epilogue_of(s: Schedule, y: str, shape: tuple) -> tuple[Elementwise | None, int | None]:
-    """The elementwise group that alone reads `y` and can run on each tile as its epilogue (operands: full
-    tensors, per-channel vectors or one value), and its slot."""
-    j = s.item_reading(y)
-    epi = s.items[j] if j is not None else None
-    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
-            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
-            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
-                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
-        return None, None
-    return epi, j
-
-
 def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     """A channels-last float32 Conv with constant weights (and bias) takes its epilogue. A 1x1, stride-1,
     unpadded, ungrouped one is a product of pixel rows by the (Co, Ci) weight matrix."""
@@ -160,9 +156,6 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
         return None
     shape = tuple(y.shape)
     epi, j = _epilogue_of(s, node.outputs[0], shape)
-    inputs = _dedup((node.inputs[0],), [bias] if bias else [],
-                    [z for z in (epi.inputs if epi else ()) if z != node.outputs[0]])
-    outputs = epi.outputs if epi else (node.outputs[0],)
     at = j if j is not None else i
     absorbed = frozenset(k for k in (i, j) if k is not None)
     nd = len(x.shape) - 2
@@ -170,10 +163,50 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     pointwise = all(k == 1 for k in wv.shape[2:]) and int(a.get("group", 1)) == 1 \
         and all(v == 1 for v in a.get("strides", [1] * nd)) and not any(a.get("pads", [0] * 2 * nd)) \
         and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
-    if pointwise:
-        return Match(Product(inputs, outputs, node, node.inputs[1], True, epi, shape,
-                             weight_shape=tuple(wv.shape[:2])), at, absorbed)
-    return Match(Conv(inputs, outputs, node, node.inputs[1], epi, shape), at, absorbed)
+    def make(epi: Elementwise | None) -> Item:
+        ins = _dedup((node.inputs[0],), [bias] if bias else [],
+                     [z for z in (epi.inputs if epi else ()) if z != node.outputs[0]])
+        outs = epi.outputs if epi else (node.outputs[0],)
+        if pointwise:
+            return Product(ins, outs, node, node.inputs[1], True, epi, shape, weight_shape=tuple(wv.shape[:2]))
+        return Conv(ins, outs, node, node.inputs[1], epi, shape)
+
+    alone = Match(make(None), i, frozenset((i,)))
+    return Match(make(epi), at, absorbed, alone) if epi is not None else alone
+
+
+_POOLS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+
+
+def spatial_reduction(n: Node, graph: Graph) -> str | None:
+    """'mean' / 'max' when n is a ReduceMean / ReduceMax over every spatial axis (1 .. r-2) of a channels-last
+    tensor, keeping dims (the SE block's pool, once the layout pass moved it to channels last)."""
+    if n.op_type not in ("ReduceMean", "ReduceMax") or n.domain not in ("", "ai.onnx") or not n.attrs.get("keepdims",
+                                                                                                           1):
+        return None
+    x = graph.types.get(n.inputs[0])
+    if not isinstance(x, TensorType) or len(x.shape) < 3:
+        return None
+    axes = n.attrs.get("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
+        c = const_value(n.inputs[1], graph)
+        axes = None if c is None else [int(a) for a in c.reshape(-1)]
+    r = len(x.shape)
+    if axes is None or sorted(a % r for a in axes) != list(range(1, r - 1)):
+        return None
+    return "mean" if n.op_type == "ReduceMean" else "max"
+
+
+def match_pool(s: Schedule, i: int, item: Item) -> Match | None:
+    """A channels-last float32 pooling, or a global reduction of a channels-last tensor, runs its own kernel."""
+    if not isinstance(item, Single):
+        return None
+    n = item.node
+    cl = n.op_type == "ChannelsLast" and n.domain == "dynshape" and n.attrs.get("op") in _POOLS
+    if not (cl or spatial_reduction(n, s.graph)) or not is_float32(s.type(n.inputs[0])) \
+            or len([o for o in n.outputs if o]) != 1 or not is_float32(s.type(n.outputs[0])):
+        return None
+    return Match(Pool((n.inputs[0],), (n.outputs[0],), n, tuple(s.type(n.outputs[0]).shape)), i, frozenset((i,)))
 
 
 # ---- attention ------------------------------------------------------------------------------------------------
@@ -294,6 +327,7 @@ RULES: tuple[Rule, ...] = (
     Rule("attention without materialised scores", "fused_attention", match_attention),
     Rule("products by constant matrices with their epilogues", "packed_gemm", match_product),
     Rule("convolutions with their epilogues", "packed_gemm", match_conv),
+    Rule("pools and global reductions of channels-last tensors", "channels_last", match_pool),
     Rule("layer norm on a product's blocks of rows", "fused_layernorm", match_layernorm),
     Rule("head transposes written by the kernel", "fold_transposes", match_heads),
 )

@@ -51,6 +51,8 @@ class Schedule:
             if i in taken:
                 continue
             m = rule.match(self, i, item)
+            if m is not None and m.absorbed & taken:  # a neighbour went to an earlier match: the item alone
+                m = m.alone
             if m is None or m.absorbed & taken:
                 continue
             made[m.at] = m.item
@@ -64,6 +66,7 @@ class Match:
     item: Item  # the new item
     at: int  # where it runs (one of the absorbed slots)
     absorbed: frozenset[int]  # the slots it replaces
+    alone: Match | None = None  # the item without its neighbours, when one of them is already taken
 
 
 @dataclass(frozen=True)

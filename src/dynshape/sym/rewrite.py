@@ -131,6 +131,8 @@ def _fdiv_const(a: Expr, c: int) -> DimLike:
     if c == 1:
         return a
     q, r = _split(a, c)
+    if isinstance(r, Expr):
+        q, r = _exact_multiples(q, r, c)
     if isinstance(r, int):
         return q + r // c
     if r.const and divisor(r - r.const) % c == 0:  # (Y + k)//c == Y//c + k//c when c | Y
@@ -151,6 +153,21 @@ def _fdiv_const(a: Expr, c: int) -> DimLike:
     if lo != -INF and hi != INF and lo // c == hi // c:
         return q + int(lo // c)
     return q + _pinned(OpAtom("fdiv", (r, c)))
+
+
+def _exact_multiples(q: DimLike, r: Expr, c: int) -> tuple:
+    """Move into q the terms k*s of r whose symbol s is declared a multiple of m with c | k*m: for every admissible
+    s, (k*s) // c == (k*m // c) * (s // m) exactly, and (X + Y) // c == X / c + Y // c when c | X. So H // 16 and
+    2 * (H // 32) are one canonical form when H is a multiple of 32 (what a stride-2 conv and a 2x upsample of
+    the next level give)."""
+    rest: dict = {}
+    for mono, coef in r.terms:
+        s = mono[0] if len(mono) == 1 else None
+        if isinstance(s, Symbol) and s.mult > 1 and (coef * s.mult) % c == 0:
+            q = q + (coef * s.mult // c) * _pinned(OpAtom("fdiv", (Expr.from_atom(s), s.mult)))
+        else:
+            rest[mono] = coef
+    return q, Expr.from_terms(rest, r.const)
 
 
 def mod(a: DimLike, b: DimLike) -> DimLike:

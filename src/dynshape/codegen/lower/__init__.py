@@ -1,7 +1,7 @@
 """Every lowering dynshape has, each registered beside the code that implements it. Importing this package
 fills the lowering table (`codegen.lowering`); the list below is the whole inventory:
 
-- expr and kernel: `elementwise` (scalar rules, loop nests), `softmax`, `product`, `attention`, `conv`;
+- expr and kernel: `elementwise` (scalar rules, loop nests), `softmax`, `product`, `attention`, `conv`, `pool`;
 - native: `codegen.gemm` (MatMul, Gemm through the BLAS), `codegen.row_kernels` (LayerNormalization, Softmax
   rows), `codegen.rnn_kernel` (LSTM, GRU, RNN; also their numpy-path lowering), `movement` (Transpose, Expand,
   Cast, Gather, GatherND);
@@ -9,4 +9,4 @@ fills the lowering table (`codegen.lowering`); the list below is the whole inven
 """
 
 from dynshape.codegen import gemm, numpy_lowering, rnn_kernel, row_kernels  # noqa: F401
-from dynshape.codegen.lower import attention, conv, elementwise, movement, product, softmax  # noqa: F401
+from dynshape.codegen.lower import attention, conv, elementwise, movement, pool, product, softmax  # noqa: F401

@@ -129,6 +129,77 @@ expr_rule("IsNaN", lambda n, a, g: kir.Cast(kir.Bin("!=", a[0], a[0]), kir.BOOL)
 expr_rule("Softplus", lambda n, a, g: _softplus(a[0]))
 
 
+def _attr(n: Node, name: str, default: float) -> kir.Const:
+    return _f(float(n.attrs.get(name, default)))
+
+
+def _clamp01(x: kir.Expr) -> kir.Expr:
+    """min(max(x, 0), 1), NaN staying NaN (as numpy's clip)."""
+    lo = kir.Select(kir.Bin("<", x, _f(0.0)), _f(0.0), x)
+    return kir.Select(kir.Bin(">", lo, _f(1.0)), _f(1.0), lo)
+
+
+def _nan_max(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    """numpy's maximum: a NaN on either side is the result (C's fmaxf would drop it)."""
+    return kir.Select(kir.Bin("||", kir.Bin("!=", a, a), kir.Bin(">", a, b)), a, b)
+
+
+def _nan_min(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    return kir.Select(kir.Bin("||", kir.Bin("!=", a, a), kir.Bin("<", a, b)), a, b)
+
+
+def _fold(f, args: list[kir.Expr]) -> kir.Expr:
+    out = args[0]
+    for x in args[1:]:
+        out = f(out, x)
+    return out
+
+
+def _clip(n: Node, a: list[kir.Expr], g: Graph) -> kir.Expr:
+    x = a[0]
+    lo = scalar_const(n.inputs[1], g) if len(n.inputs) > 1 and n.inputs[1] else None
+    hi = scalar_const(n.inputs[2], g) if len(n.inputs) > 2 and n.inputs[2] else None
+    if lo is not None:  # numpy: maximum then minimum, NaN propagating
+        x = kir.Select(kir.Bin("<", x, _f(lo)), _f(lo), x)
+    if hi is not None:
+        x = kir.Select(kir.Bin(">", x, _f(hi)), _f(hi), x)
+    return x
+
+
+def _clip_accepts(n: Node, g: Graph) -> str | None:
+    if g.opset < 11:
+        return "opset < 11 Clip (bounds as attributes)"
+    for x in n.inputs[1:]:
+        if x and scalar_const(x, g) is None:
+            return "a bound that is not a one-element constant"
+    return _float32_values([n.inputs[0], *n.outputs], g)
+
+
+def _gelu(n: Node, a: list[kir.Expr], g: Graph) -> kir.Expr:
+    x = a[0]
+    if n.attrs.get("approximate", "none") == "tanh":
+        inner = kir.Bin("*", _f(0.7978845608028654), kir.Bin("+", x, kir.Bin("*", _f(0.044715),
+                                                                              kir.Bin("*", kir.Bin("*", x, x), x))))
+        return kir.Bin("*", kir.Bin("*", _f(0.5), x), kir.Bin("+", _f(1.0), _call("ds_tanhf", inner)))
+    return kir.Bin("*", kir.Bin("*", _f(0.5), x),
+                   kir.Bin("+", _f(1.0), _call("ds_erff", kir.Bin("*", x, _f(0.7071067811865476)))))
+
+
+expr_rule("HardSigmoid", lambda n, a, g: _clamp01(kir.Bin("+", kir.Bin("*", _attr(n, "alpha", 0.2), a[0]),
+                                                          _attr(n, "beta", 0.5))))
+expr_rule("HardSwish", lambda n, a, g: kir.Bin("*", a[0], _clamp01(kir.Bin("+", kir.Bin(
+    "*", a[0], _f(1.0 / np.float32(6.0))), _f(0.5)))))  # x / 6 as a product: <= 1 ulp, as for Div
+expr_rule("LeakyRelu", lambda n, a, g: kir.Select(kir.Bin("<", a[0], _f(0.0)),
+                                                  kir.Bin("*", _attr(n, "alpha", 0.01), a[0]), a[0]))
+expr_rule("PRelu", lambda n, a, g: kir.Select(kir.Bin("<", a[0], _f(0.0)), kir.Bin("*", a[0], a[1]), a[0]))
+expr_rule("Clip", _clip, _clip_accepts)
+expr_rule("Sum", lambda n, a, g: _fold(lambda x, y: kir.Bin("+", x, y), a))
+expr_rule("Max", lambda n, a, g: _fold(_nan_max, a))
+expr_rule("Min", lambda n, a, g: _fold(_nan_min, a))
+expr_rule("Mish", lambda n, a, g: kir.Bin("*", a[0], _call("ds_tanhf", _softplus(a[0]))))
+expr_rule("Gelu", _gelu)
+
+
 def fusible(node: Node, graph: Graph) -> bool:
     """Whether fusion may put `node` in an elementwise group: its op has a rule here that accepts it."""
     rule = get_lowering(node.op_type, "expr", node.domain)
