@@ -1,7 +1,7 @@
 /* Channels-last convolution tiles on dynshape's micro-kernels (csrc/ds_conv.c), for generated kernels.
 
-   An output tile is up to DS_CONV_ROWS consecutive output pixels of one output row, times one 32-column panel
-   of one group's output channels. The weights are packed once per graph into panels of 32 output channels
+   An output tile is up to DS_CONV_ROWS consecutive output pixels (flat over images, rows and columns), times one
+   32-column panel of one group's output channels. The weights are packed once per graph into panels of 32 output channels
    whose rows run over k = (kh * KW + kw) * CG + c (the layout `pack_conv` makes), so a tile is an implicit
    GEMM: no im2col buffer, the input rows are read where they are, a zero row standing in for padding. */
 #ifndef DS_CONV_INCLUDED
@@ -21,9 +21,9 @@ enum {
 
 #define DS_CONV_ROWS 60 /* output pixels per block: a multiple of every micro-tile height */
 
-/* y[pixel (n, ho, wo)][g * OCG + q * 32 + j] = sum_k x[...] * w[...], for wo0 <= wo < wo1 and the columns of
-   panel q of group g; `zeros` holds at least CG zero floats (what a padded tap reads). */
+/* y[p][g * OCG + q * 32 + j] = sum_k x[...] * w[...] for the flat output pixels p0 <= p < p1 (p = (n * OH + ho)
+   * OW + wo) and the columns of panel q of group g; `zeros` holds at least CG zero floats (what a padded tap
+   reads). */
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
-                  const float *restrict zeros, int64_t n, int64_t ho, int64_t wo0, int64_t wo1, int64_t g,
-                  int64_t q);
+                  const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q);
 #endif

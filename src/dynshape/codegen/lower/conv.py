@@ -92,29 +92,22 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
         body.append(kir.Store(geo_buf, _i(i), v))
     body.append(kir.Store(geo_buf, _i(len(order)), _i(oc)))  # LDY: the output row is the whole pixel
     panels = (ocg + NR - 1) // NR
-    nho, wb, gq = kir.Var("nho"), kir.Var("wb"), kir.Var("gq")
-    n, ho, gi, q, wo0, wo1 = (kir.Var(v) for v in ("n", "ho", "g", "q", "wo0", "wo1"))
-    r, j, wo = kir.Var("r"), kir.Var("j"), kir.Var("wo")
-    oh, ow = E["OH"], E["OW"]
-    blocks = kir.Bin("/", kir.Bin("+", ow, _i(ROWS - 1)), _i(ROWS))
-    tile = [kir.Let(n, kir.Bin("/", nho, oh)), kir.Let(ho, kir.Bin("%", nho, oh)),
-            kir.Let(gi, kir.Bin("/", gq, _i(panels))), kir.Let(q, kir.Bin("%", gq, _i(panels))),
-            kir.Let(wo0, kir.Bin("*", wb, _i(ROWS))),
-            kir.Let(wo1, kir.Select(kir.Bin("<", kir.Bin("+", wo0, _i(ROWS)), ow), kir.Bin("+", wo0, _i(ROWS)), ow)),
-            _call("ds_conv_tile", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), n, ho,
-                  wo0, wo1, gi, q)]
-    first = kir.Bin("+", kir.Bin("*", gi, _i(ocg)), kir.Bin("*", q, _i(NR)))
-    last = kir.Bin("+", kir.Bin("*", gi, _i(ocg)),
-                   kir.Select(kir.Bin("<", kir.Bin("*", kir.Bin("+", q, _i(1)), _i(NR)), _i(ocg)),
-                              kir.Bin("*", kir.Bin("+", q, _i(1)), _i(NR)), _i(ocg)))
-    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0,
-                             kir.Bin("+", kir.Bin("*", r, _i(oc)), j), r, j, (first, last), oc)
+    gq, pb, gi, q, p0, p1, r, j = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1", "r", "j"))
+    pixels = kir.product([E["N"], E["OH"], E["OW"]])
+    blocks = (pixels + (ROWS - 1)) / ROWS
+    tile = [kir.Let(gi, gq / panels), kir.Let(q, gq % panels), kir.Let(p0, pb * ROWS),
+            kir.Let(p1, kir.Select(p0 + ROWS < pixels, p0 + ROWS, pixels)),
+            _call("ds_conv_tile", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0, p1,
+                  gi, q)]
+    col0 = gi * ocg + q * NR
+    col1 = gi * ocg + kir.Select((q + 1) * NR < ocg, (q + 1) * NR, _i(ocg))
+    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * oc + j, r, j, (col0, col1), oc)
     if epilogue:
-        tile.append(kir.For(wo, wo1, (kir.Let(r, kir.Bin("+", kir.Bin("*", nho, ow), wo)), *epilogue), start=wo0))
-    flops = kir.product([E["N"], oh, ow, _i(oc * geo["KH"] * geo["KW"] * cg)])
-    loop = kir.For(nho, kir.Bin("*", E["N"], oh), (kir.For(wb, blocks, (kir.For(gq, _i(geo["G"] * panels),
-                                                                                  tuple(tile)),)),),
-                   omp=kir.Omp(parallel=True, collapse=3, if_=kir.Bin(">=", flops, _i(ctx.options.par_min_flops))))
+        tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
+    flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
+    # panel-major: each thread's consecutive tiles share a panel of weights, which stays in L2 meanwhile
+    loop = kir.For(gq, _i(geo["G"] * panels), (kir.For(pb, blocks, tuple(tile)),),
+                   omp=kir.Omp(parallel=True, collapse=2, if_=flops >= ctx.options.par_min_flops))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), ctx.symbols)
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
