@@ -158,3 +158,15 @@ def test_executables_of_one_graph_share_packed_weights():
     packed_a = [v for k, v in a.generic.fixed.items() if isinstance(k, PackedWeight)]
     packed_b = [v for k, v in b.variants[(3,)].fixed.items() if isinstance(k, PackedWeight)]
     assert len(packed_a) == 1 and packed_a[0] is packed_b[0]
+
+
+def test_an_epilogue_that_reads_the_products_own_input():
+    """y = relu(x @ W + x): the residual is the product's A operand, passed to the kernel twice."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((48, 48)) * 0.2).astype(np.float32)
+    g = _model([helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "x"], ["a"]),
+                helper.make_node("Relu", ["a"], ["y"])], {"x": ["m", 48]}, {"w": w}, "y", {"m": (1, 100)})
+    exe = ds.compile(g)
+    assert _kernels(exe) == ["MatMul_0+Add_1+Relu_2"]
+    x = rng.standard_normal((37, 48)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"x": x})["y"], np.maximum(x @ w + x, 0), rtol=2e-5, atol=2e-5)

@@ -181,6 +181,7 @@ def _sunk(n: Node, prod: dict, types: dict, consts: dict, rw: Rewrite):
         return None
     if n.op_type not in ELEMENTWISE | _AXIS | _REDUCE:
         return None
+    transposed = {(m.inputs[0], tuple(_perm(m))): m.outputs[0] for m in rw.nodes if _perm(m) is not None}
     perm = None
     for k in _data_inputs(n):
         x = n.inputs[k]
@@ -202,6 +203,10 @@ def _sunk(n: Node, prod: dict, types: dict, consts: dict, rw: Rewrite):
             inputs[k] = prod[x].inputs[0]
             continue
         if _scalar(types.get(x), r):  # one element: broadcasts alike in both layouts
+            continue
+        moved = transposed.get((x, tuple(inv)))
+        if moved is not None:  # the other layout of this operand is computed already (it feeds a wrapped op)
+            inputs[k] = moved
             continue
         c = consts.get(x)
         if c is None or c.ndim > r:

@@ -103,8 +103,9 @@ def match_product(s: Schedule, i: int, item: Item) -> Match | None:
     epi, j = _epilogue_of(s, y, shape)
 
     def make(epi: Elementwise | None) -> Product:
-        inputs = _dedup((node.inputs[0],), [z for z in node.inputs[2:3] if z],
-                        [z for z in (epi.inputs if epi else ()) if z != y])
+        # A, then the epilogue's operands (A again when the epilogue reads it: a residual of the input)
+        inputs = (node.inputs[0], *_dedup([z for z in node.inputs[2:3] if z],
+                                          [z for z in (epi.inputs if epi else ()) if z != y]))
         return Product(inputs, epi.outputs if epi else (y,), node, ok[0], ok[1], epi, shape)
 
     alone = Match(make(None), i, frozenset((i,)))
@@ -164,8 +165,8 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
         and all(v == 1 for v in a.get("strides", [1] * nd)) and not any(a.get("pads", [0] * 2 * nd)) \
         and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
     def make(epi: Elementwise | None) -> Item:
-        ins = _dedup((node.inputs[0],), [bias] if bias else [],
-                     [z for z in (epi.inputs if epi else ()) if z != node.outputs[0]])
+        ins = (node.inputs[0], *_dedup([bias] if bias else [],
+                                       [z for z in (epi.inputs if epi else ()) if z != node.outputs[0]]))
         outs = epi.outputs if epi else (node.outputs[0],)
         if pointwise:
             return Product(ins, outs, node, node.inputs[1], True, epi, shape, weight_shape=tuple(wv.shape[:2]))

@@ -67,6 +67,22 @@ void ds_copy_strided(const int64_t *a) {
     }
 }
 
+/* Concat into a planned buffer: a = [out, outer, n, bytes_out, (src, bytes) x n]: for each of `outer` rows of
+   the output (bytes_out bytes each), the inputs' rows follow each other (the axis and everything inside it are
+   contiguous, so a row of input i is `bytes` contiguous bytes). */
+void ds_concat(const int64_t *a) {
+    char *out = (char *)a[0];
+    const int64_t outer = a[1], n = a[2], row = a[3];
+    for (int64_t o = 0; o < outer; o++) {
+        char *dst = out + o * row;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t bytes = a[5 + 2 * i];
+            memcpy(dst, (const char *)a[4 + 2 * i] + o * bytes, (size_t)bytes);
+            dst += bytes;
+        }
+    }
+}
+
 /* Each step is called through a type of `nargs` int64 parameters (I below); at most DS_PROGRAM_MAX_ARGS. */
 typedef int64_t I;
 void ds_run_program(const int64_t *p, int64_t n) {

@@ -3,7 +3,8 @@
 Transpose, Expand and Cast: the source view is fixed for the key, so the call is one strided copy in C
 (`ds_copy_strided`, csrc/ds_program.c: it joins the plan's program of native calls) or one np.copyto. Gather
 checks its indices and takes into the planned buffer; GatherND whose indices are fixed for the key (built from
-shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take.
+shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take. Concat copies each
+input's rows into place (one C call for all of them).
 """
 
 from __future__ import annotations
@@ -114,7 +115,33 @@ def _bind_gather_nd(r: BindRequest) -> list | None:
     return [functools.partial(np.take, src, flat, out=dst, mode="clip")]
 
 
+def _concat_accepts(node: Node, graph: Graph) -> str | None:
+    types = [graph.types.get(x) for x in (*node.inputs, node.outputs[0])]
+    if any(getattr(t, "shape", None) is None for t in types) or len({np.dtype(t.dtype) for t in types}) != 1:
+        return "inputs of different dtypes, or not tensors"
+    return None
+
+
+def _bind_concat(r: BindRequest) -> list | None:
+    """Every input's rows copied into place in one C call (numpy's concatenate allocates a new array)."""
+    out = r.outs[0]
+    lib = program.LIBRARY.try_load()
+    if lib is None or out is None or not out.flags.c_contiguous or any(x is None for x in r.ins):
+        return None
+    axis = int(r.attrs.get("axis", 0)) % out.ndim
+    outer = math.prod(out.shape[:axis])
+    inner = math.prod(out.shape[axis + 1:]) * out.itemsize
+    srcs = [np.ascontiguousarray(x) for x in r.ins]
+    desc = [r.addr(out), outer, len(srcs), out.shape[axis] * inner]
+    for x in srcs:
+        desc += [r.addr(x) if x is not None else 0, x.shape[axis] * inner]
+    args = np.array(desc, dtype=np.int64)
+    r.keep.extend((args, *srcs))
+    return [NativeCall(lib.ds_concat, (args.ctypes.data,))]
+
+
 register_lowering("Transpose", "native", NativeRule(_one_output, _bind_transpose))
+register_lowering("Concat", "native", NativeRule(_concat_accepts, _bind_concat))
 register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand))
 register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
 register_lowering("Gather", "native", NativeRule(_gather_accepts, _bind_gather))

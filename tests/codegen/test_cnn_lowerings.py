@@ -1,0 +1,114 @@
+"""The channels-last CNN kernels against the numpy references: every conv form (groups, depthwise, strides,
+dilations, explicit and SAME pads, 1-D, bias, epilogues), pools, global reductions, Resize and Concat, at
+several shapes of one build."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.runtime.build import KernelStep
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, x_shape, inits, opset=19):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, x_shape)],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _check(model, dims, shapes, kinds=None):
+    g = ds.load_onnx(model, dims=dims)
+    exe = ds.compile(g)
+    if kinds is not None:
+        assert sorted({s.kind for s in exe.generic.steps if isinstance(s, KernelStep)}) == sorted(kinds), \
+            [(s.name, getattr(s, "kind", s.op)) for s in exe.generic.steps]
+    for shape in shapes:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+    return exe
+
+
+CONVS = [  # (ci, co, k, attrs)
+    (8, 16, (3, 3), {"pads": [1, 1, 1, 1]}), (3, 40, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    (16, 16, (3, 3), {"group": 16, "pads": [1, 1, 1, 1]}), (24, 24, (5, 5), {"group": 24, "strides": [2, 2],
+                                                                               "pads": [2, 2, 2, 2]}),
+    (12, 12, (3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    (8, 36, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}), (8, 8, (3, 3), {"auto_pad": "SAME_LOWER"}),
+    (16, 48, (1, 1), {}), (16, 48, (1, 1), {"strides": [2, 2]}), (9, 70, (2, 3), {"pads": [0, 1, 1, 0]}),
+]
+
+
+@pytest.mark.parametrize("ci,co,k,attrs", CONVS, ids=[str(i) for i in range(len(CONVS))])
+def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
+    groups = attrs.get("group", 1)
+    w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
+    b = RNG.standard_normal(co).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("HardSwish", ["c"], ["y"])]
+    exe = _check(_model(nodes, ["n", ci, "h", "w"], {"w": w, "b": b}), {"n": (1, 3), "h": (1, 40), "w": (1, 40)},
+                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3)])
+    assert not exe.explain_build()["uncompiled"]
+
+
+def test_conv1d_and_a_residual_epilogue():
+    w = (RNG.standard_normal((8, 8, 5)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[4, 4], dilations=[2]),
+             helper.make_node("Add", ["c", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    _check(_model(nodes, ["n", 8, "l"], {"w": w}), {"n": (1, 4), "l": (1, 300)}, [(1, 8, 1), (3, 8, 77)], ["conv"])
+
+
+POOLS = [("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+         ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+         ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+         ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+         ("AveragePool", {"kernel_shape": [3, 1], "strides": [3, 1], "count_include_pad": 1, "ceil_mode": 1}),
+         ("GlobalAveragePool", {}), ("GlobalMaxPool", {})]
+
+
+@pytest.mark.parametrize("op,attrs", POOLS, ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS)])
+def test_pools(op, attrs):
+    nodes = [helper.make_node(op, ["x"], ["y"], **attrs)]
+    exe = _check(_model(nodes, ["n", 70, "h", "w"], {}), {"n": (1, 2), "h": (3, 40), "w": (3, 40)},
+                 [(1, 70, 7, 9), (2, 70, 16, 3)], ["pool"])
+    assert not exe.explain_build()["uncompiled"]
+
+
+def test_the_se_blocks_mean_is_a_global_pool_in_channels_last():
+    dw = (RNG.standard_normal((6, 1, 3, 3)) * 0.3).astype(np.float32)
+    w = (RNG.standard_normal((6, 6, 1, 1)) * 0.3).astype(np.float32)
+    axes = np.array([2, 3], np.int64)
+    nodes = [helper.make_node("Conv", ["x", "dw"], ["d"], group=6, pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMean", ["d", "axes"], ["m"], keepdims=1),
+             helper.make_node("Conv", ["m", "w"], ["s"]), helper.make_node("HardSigmoid", ["s"], ["h"]),
+             helper.make_node("Mul", ["d", "h"], ["y"])]
+    exe = _check(_model(nodes, ["n", 6, "h", "w"], {"dw": dw, "w": w, "axes": axes}),
+                 {"n": (1, 2), "h": (1, 20), "w": (1, 20)}, [(1, 6, 5, 5), (2, 6, 3, 8)],
+                 ["conv", "pool", "product", "elementwise"])
+    assert [s.op for s in exe.generic.steps].count("Transpose") == 2  # into channels last once, and back
+
+
+@pytest.mark.parametrize("mode,ctm", list(itertools.product(["nearest", "linear"], ["asymmetric", "half_pixel",
+                                                                                       "align_corners"])))
+def test_resize_reads_the_pixels_the_reference_reads(mode, ctm):
+    scales = np.array([1, 1, 2.0, 1.5], np.float32)
+    nodes = [helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode, coordinate_transformation_mode=ctm,
+                              nearest_mode="floor")]
+    exe = _check(_model(nodes, ["n", 5, "h", "w"], {"s": scales}), {"n": (1, 2), "h": (1, 30), "w": (1, 30)},
+                 [(1, 5, 6, 7), (2, 5, 13, 4)])
+    assert [s.how for s in exe.generic.steps if s.op == "ChannelsLast"] == ["native"]
+
+
+def test_concat_of_channels_last_maps_is_one_copy_call():
+    w = (RNG.standard_normal((4, 3, 1, 1)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Relu", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b", "a"], ["y"], axis=1)]
+    exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w": w}), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
+                 [(1, 3, 4, 5), (2, 3, 9, 1)])
+    assert [s.how for s in exe.generic.steps if s.op == "Concat"] == ["native"]
