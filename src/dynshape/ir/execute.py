@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.errors import ConstraintViolation, ShapeError
+from dynshape.errors import ConstraintViolation, DynshapeError, ShapeError
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, MemoryBound, Node, format_type, upper_bound
 from dynshape.ir.types import OptionalType, SequenceType, TensorType
@@ -162,7 +162,14 @@ def _execute(graph: Graph, values: ChainMap, env: dict[str, int]) -> None:
         if node.subgraphs():
             attrs["_scope"] = values
             attrs["_env"] = env
-        outs = op.reference(args, attrs)
+        try:
+            outs = op.reference(args, attrs)
+        except DynshapeError:
+            raise
+        except Exception as e:  # the values fed make the op fail (a bad index, a shape value that does not fit)
+            ins = ", ".join(_describe(a) for a in args)
+            raise ConstraintViolation(f"{node.label()} cannot run on these inputs ({ins}): "
+                                      f"{type(e).__name__}: {e}") from e
         names = [o for o in node.outputs]
         if len(outs) < len([o for o in names if o]):
             raise ShapeError(f"{node.label()}: reference returned {len(outs)} outputs for {len(names)}")
@@ -175,6 +182,16 @@ def _execute(graph: Graph, values: ChainMap, env: dict[str, int]) -> None:
             if t is not None:
                 _check_value(node, name, out, t, env)
             values[name] = out
+
+
+def _describe(x: Any) -> str:
+    if x is None:
+        return "omitted"
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype}{list(x.shape)}" + (f" = {x.reshape(-1).tolist()}" if 0 < x.size <= 8 else "")
+    if isinstance(x, list):
+        return f"sequence of {len(x)}"
+    return type(x).__name__
 
 
 def _check_value(node: Node | None, name: str, x: Any, t: Any, env: dict, what: str = "output") -> None:

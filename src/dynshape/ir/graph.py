@@ -137,6 +137,10 @@ class Graph:
     types: dict[str, ValueType] = field(default_factory=dict)
     signature: Signature = field(default_factory=Signature)
     opset_imports: dict[str, int] = field(default_factory=dict)
+    # Input symbols whose values fix a rank (the length of a shape/axes tensor fed at run time) -> why.
+    # Non-empty: inference stopped at the first node that needs them; `run` specialises per value.
+    rank_symbols: dict[str, str] = field(default_factory=dict)
+    variants: dict = field(default_factory=dict, repr=False, compare=False)  # specialisations, by key
 
     @property
     def opset(self) -> int:
@@ -153,10 +157,23 @@ class Graph:
 
     # ---- execution ------------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Run with the numpy reference executor, checking inputs against the signature first."""
+        """Run with the numpy reference executor, checking inputs against the signature first.
+
+        A graph with `rank_symbols` runs the variant specialised on those symbols' values in `inputs`
+        (built on first sight of a value and cached, see `dynshape.ir.specialize`)."""
         from dynshape.ir.execute import run_graph
 
+        if self.rank_symbols:
+            from dynshape.ir.specialize import variant_for
+
+            return variant_for(self, inputs).run(inputs)
         return run_graph(self, inputs)
+
+    def specialize(self, values: dict[str, int]) -> Graph:
+        """A copy of this graph with the named input symbols fixed to `values`, re-inferred (uncached)."""
+        from dynshape.ir.specialize import specialize
+
+        return specialize(self, values)
 
     # ---- sizes ----------------------------------------------------------------------------------
     def numel(self, name: str) -> Any:

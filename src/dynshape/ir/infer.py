@@ -30,6 +30,13 @@ NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 
 
 # ---- facts ----------------------------------------------------------------------------------------------
+class RankDependsOnInput(ShapeError):
+    """A rule needs a dim as a static number (a rank, a number of axes) and it is an input symbol.
+
+    Raised through the rules; `infer_graph` catches it at the top and leaves the graph partially inferred
+    with `graph.rank_symbols` set, so the caller specialises on those symbols' values (`ir.specialize`)."""
+
+
 class Facts:
     """The graph's `ConstraintStore`, plus what it does not keep: data-dependent symbols, derived dims, and
     run-time checks that are not one condition (an undecided broadcast: equal, or one side is 1)."""
@@ -39,6 +46,7 @@ class Facts:
         self.fresh_names: list[str] = []
         self.checks: list[Fact] = []
         self.derived_dims: dict[Any, str] = {}
+        self.rank_symbols: dict[str, str] = {}  # input symbol whose value fixes a rank -> why (node, what)
 
     def declare(self, d: Any, origin: str) -> None:
         if isinstance(d, Expr):
@@ -222,6 +230,37 @@ class InferCtx:
             return b
         return max_(a, b) * min_(a, b, 1)
 
+    def resolve(self, t: Any) -> Any:
+        """A type (or dim) re-expressed over the current symbols: after a body refined or merged one, types
+        computed before it still hold the old declaration."""
+        facts = self.engine.facts
+        if isinstance(t, (TensorType, SequenceType, OptionalType)):
+            return facts.resolve_type(t)
+        return facts.resolve(t)
+
+    def static(self, d: Any, what: str) -> int:
+        """`d` as a Python int, for a rule that needs a number to build a shape from (a rank, a count of axes,
+        the length of a shape tensor).
+
+        A dim over input symbols only raises `RankDependsOnInput` after recording those symbols: the graph
+        is then specialised on their values when it runs (the output rank is a function of them). A dim
+        that depends on data-dependent sizes is a plain error: no input shape fixes it.
+        """
+        facts = self.engine.facts
+        d = facts.resolve(_int(d))
+        if isinstance(d, int):
+            return d
+        names = sorted(d.free_symbols)
+        fresh = [n for n in names if n in facts.fresh_names or n.startswith("?")]
+        if fresh:
+            self.error(f"{what} is {d}, a data-dependent size: it must be static (dynamic rank is not supported)",
+                       "make that tensor's length a constant in the model")
+        for n in names:
+            facts.rank_symbols.setdefault(n, f"{what} ({self.origin})")
+        raise RankDependsOnInput(_node_message(
+            self.node, self.inputs, f"{what} is {d}: the output rank depends on the input dim(s) "
+            f"{', '.join(names)}, so the graph is specialised on their values at call time", None))
+
     def fresh(self, hint: str = "u") -> Expr:
         """A fresh data-dependent dim (>= 0, unbounded)."""
         return self.engine.facts.fresh(hint, self.origin)
@@ -241,8 +280,12 @@ class InferCtx:
         raise ShapeError(_node_message(self.node, self.inputs, msg, fix))
 
     def infer_subgraph(self, graph: Graph, input_types: list) -> list:
-        """Infer a body graph (If branch, Loop/Scan body) with this graph's values in scope."""
-        return self.engine.run(graph, input_types)
+        """Infer a body graph (If branch, Loop/Scan body) with this graph's values in scope.
+
+        The input types are re-resolved first: a rule that iterates (Loop/Scan carried values) may hand
+        back types from before the body refined one of their symbols."""
+        facts = self.engine.facts
+        return self.engine.run(graph, [None if t is None else facts.resolve_type(t) for t in input_types])
 
 
 def _int(d: Any) -> Any:
@@ -382,9 +425,19 @@ def _complete(shape: tuple | None) -> bool:
 
 # ---- entry point --------------------------------------------------------------------------------------------
 def infer_graph(graph: Graph) -> Graph:
-    """Infer a type for every value of `graph` (in place) and fill its signature; returns the graph."""
+    """Infer a type for every value of `graph` (in place) and fill its signature; returns the graph.
+
+    When some rank depends on an input dim's value (`InferCtx.static`), the graph is returned partially
+    inferred with `graph.rank_symbols` naming those symbols: `graph.run` then specialises it per call
+    (`dynshape.ir.specialize`), and so can a compiler.
+    """
     engine = _Engine()
-    engine.run(graph)
+    graph.rank_symbols = {}
+    try:
+        engine.run(graph)
+    except RankDependsOnInput:
+        _partial(graph, engine.facts)
+        return graph
     facts = engine.facts
     simp: dict = {}
     _finish_types(facts, graph, simp)
@@ -405,6 +458,22 @@ def infer_graph(graph: Graph) -> Graph:
     graph.signature.symbols = symbols
     graph.signature.facts = facts.signature_facts(set(symbols), simp)
     return graph
+
+
+def _partial(graph: Graph, facts: Facts) -> None:
+    """What is known of a graph whose rest needs the values of `facts.rank_symbols`: the declared inputs,
+    the types inferred before the rank-dependent node, and a "rank" fact per symbol."""
+    _finish_types(facts, graph, {})
+    graph.rank_symbols = dict(facts.rank_symbols)
+    symbols: dict[str, Any] = {}
+    for v in graph.inputs:
+        for d in (v.shape if v.kind == "tensor" and v.shape is not None else ()):
+            if isinstance(d, Expr):
+                for s in sorted(d.syms, key=lambda s: s.name):
+                    symbols.setdefault(s.name, Expr.from_atom(s))
+    graph.signature.symbols = symbols
+    graph.signature.facts = [Fact("rank", f"{n}: its value fixes a rank; the graph is specialised per value",
+                                  why) for n, why in graph.rank_symbols.items()]
 
 
 def _finish_types(facts: Facts, graph: Graph, simp: dict) -> None:

@@ -146,6 +146,7 @@ def _carry(ctx: Any, body: Any, head: list, carried: list, tail: list, offset: i
     types = list(carried)
     for _ in range(4):
         outs = ctx.infer_subgraph(body, [*head, *types, *tail])
+        types = [ctx.resolve(t) for t in types]  # the body may have refined their symbols
         new = [_generalize(ctx, a, b, mine) for a, b in zip(types, outs[offset:offset + len(types)])]
         if all(_same_type(a, b) for a, b in zip(new, types)):
             return types, outs

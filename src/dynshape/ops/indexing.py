@@ -78,9 +78,8 @@ def _gather_nd_ref(inputs: list, attrs: dict) -> list:
 
 def _gather_nd_infer(ctx: Any) -> list:
     x, idx = ctx.inputs[:2]
-    b, k = int(ctx.attr("batch_dims", 0)), idx.shape[-1]
-    if not is_static(k):
-        ctx.error("the last indices dim must be static")
+    b = int(ctx.attr("batch_dims", 0))
+    k = ctx.static(idx.shape[-1], "the last indices dim")
     return [out_type(x.dtype, list(idx.shape[:-1]) + list(x.shape[b + int(k) :]))]
 
 
