@@ -1,4 +1,16 @@
 """Every ONNX op dynshape supports. Importing this package defines each op family in the IR's op table
 (`dynshape.ir.opdef.OPS`): one module per family, each op's shape rule beside its numpy reference."""
 
-from dynshape.ops import control, conv, elementwise, indexing, movement, nn, reduce, resize, values  # noqa: F401
+from dynshape.ops import (  # noqa: F401
+    attention,
+    control,
+    conv,
+    elementwise,
+    indexing,
+    llm,
+    movement,
+    nn,
+    reduce,
+    resize,
+    values,
+)
