@@ -15,4 +15,6 @@ from dynshape.ops import (  # noqa: F401
     reduce,
     resize,
     values,
+    vision,
+    windowed,
 )
