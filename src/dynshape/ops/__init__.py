@@ -14,6 +14,7 @@ from dynshape.ops import (  # noqa: F401
     quantize,
     reduce,
     resize,
+    signal,
     values,
     vision,
     windowed,
