@@ -12,6 +12,7 @@ from dynshape.ops import (  # noqa: F401
     movement,
     nn,
     quantize,
+    random,
     reduce,
     resize,
     signal,
