@@ -212,8 +212,10 @@ class _Converter:
             inner = self._type(tp.sequence_type.elem_type, name, False, True)
             if not isinstance(inner, TensorType):
                 raise ModelError(f"value {name!r}: only sequences of tensors are supported")
-            shape = inner.shape if inner.shape is not None and all(isinstance(d, int) for d in inner.shape) else None
-            return SequenceType(inner.dtype, shape)
+            if inner.shape is not None and all(isinstance(d, int) for d in inner.shape):
+                return SequenceType(inner.dtype, inner.shape)
+            # named or unknown element dims may differ between elements: keep only the rank
+            return SequenceType(inner.dtype, None, None if inner.shape is None else len(inner.shape))
         if which == "optional_type":
             # a top-level optional tensor's dims are input dims like any other (symbols, bound when fed)
             inner = self._type(tp.optional_type.elem_type, name, top, not top)

@@ -31,7 +31,7 @@ class Value:
         """The same declaration as a type object (TensorType / SequenceType / OptionalType)."""
         if self.kind == "tensor":
             return TensorType(self.dtype, self.shape if self.shape is not None else ())
-        seq = SequenceType(self.dtype, self.shape)
+        seq = _sequence_type(self.dtype, self.shape)
         if self.kind == "sequence":
             return seq
         return OptionalType(seq if self.kind == "optional_sequence" else TensorType(self.dtype, self.shape or ()))
@@ -42,13 +42,27 @@ class Value:
         if isinstance(t, TensorType):
             return Value(name, t.dtype, t.shape)
         if isinstance(t, SequenceType):
-            return Value(name, t.dtype, t.shape, "sequence")
+            return Value(name, t.dtype, _sequence_shape(t), "sequence")
         inner = t.elem
-        kind = "optional_sequence" if isinstance(inner, SequenceType) else "optional"
-        return Value(name, inner.dtype, inner.shape, kind)
+        if isinstance(inner, SequenceType):
+            return Value(name, inner.dtype, _sequence_shape(inner), "optional_sequence")
+        return Value(name, inner.dtype, inner.shape, "optional")
 
     def __str__(self) -> str:
         return f"{self.name}: {format_type(self.type if self.shape is not None else None, self.dtype)}"
+
+
+def _sequence_shape(t: SequenceType) -> tuple | None:
+    """A sequence's element shape as a Value stores it: None entries where only the rank is known."""
+    if t.shape is not None:
+        return t.shape
+    return None if t.rank is None else (None,) * t.rank
+
+
+def _sequence_type(dtype: np.dtype, shape: tuple | None) -> SequenceType:
+    if shape is not None and any(d is None or isinstance(d, str) for d in shape):
+        return SequenceType(dtype, None, len(shape))
+    return SequenceType(dtype, shape)
 
 
 @dataclass
@@ -250,7 +264,8 @@ def format_type(t: ValueType | None, dtype: np.dtype | None = None) -> str:
     if isinstance(t, OptionalType):
         return f"optional({format_type(t.elem)})"
     if isinstance(t, SequenceType):
-        inner = "?" if t.shape is None else ", ".join(str(d) for d in t.shape)
+        inner = ", ".join(str(d) for d in t.shape) if t.shape is not None else \
+            ", ".join("?" * (t.rank or 0)) if t.rank else "?"
         return f"seq({t.dtype}[{inner}])"
     if t.shape is None:
         return f"{t.dtype}[?]"
