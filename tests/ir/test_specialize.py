@@ -74,13 +74,22 @@ def test_nested_rank_symbols_specialise_in_turn() -> None:
     assert set(v.rank_symbols) == {"j"}
 
 
-def test_data_dependent_rank_stays_an_error() -> None:
-    """A length only the data fixes (NonZero's count) is not an input dim: nothing to specialise on."""
+def test_a_rank_fixed_by_data_runs_the_rest_unchecked() -> None:
+    """A length only the data fixes (NonZero's count) is no input dim: nothing to specialise on. The graph
+    keeps the types inferred before that node, says why, and the reference executor runs the rest as is:
+    here the positions of x's non-zeros become the shape x is reshaped to."""
     nodes = [helper.make_node("NonZero", ["x"], ["nz"]),
              helper.make_node("Flatten", ["nz"], ["flat"], axis=0),
              helper.make_node("Squeeze", ["flat", "zero"], ["s"]),
              helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
     m = _model(nodes, [_vi("x", ["n"])], [_vi("y", None)])
     m.graph.initializer.append(helper.make_tensor("zero", I64, [1], [0]))
-    with pytest.raises(ds.ShapeError, match="data-dependent size"):
-        load_onnx(m)
+    g = load_onnx(m)
+    assert "node 'reshape'" in g.dynamic and not g.rank_symbols
+    assert "nz" in g.types and "y" not in g.types  # typed up to the node that needs the values
+    (fact,) = [f for f in g.signature.facts if f.kind == "dynamic"]
+    assert "node 'reshape'" in fact.origin
+    x = np.array([0, 0, 3, 0, 3, 0, 0, 0], np.float32)  # non-zeros at 2 and 4: reshaped to (2, 4)
+    np.testing.assert_array_equal(g.run({"x": x})["y"], x.reshape(2, 4))
+    with pytest.raises(ds.ConstraintViolation, match="node 'reshape'"):
+        g.run({"x": np.array([0, 3, 0, 4], np.float32)})  # (1, 3) does not hold 4 elements

@@ -155,6 +155,9 @@ class Graph:
     # Non-empty: inference stopped at the first node that needs them; `run` specialises per value.
     rank_symbols: dict[str, str] = field(default_factory=dict)
     variants: dict = field(default_factory=dict, repr=False, compare=False)  # specialisations, by key
+    # Set when a rank depends on tensor values (why, and where): inference stopped there; the nodes from that
+    # one on have no types and the reference executor runs them op by op, unchecked.
+    dynamic: str | None = None
 
     @property
     def opset(self) -> int:

@@ -37,6 +37,11 @@ class RankDependsOnInput(ShapeError):
     with `graph.rank_symbols` set, so the caller specialises on those symbols' values (`ir.specialize`)."""
 
 
+class RankDependsOnData(ShapeError):
+    """An output rank depends on tensor values (a data-dependent size decides it): `infer_graph` keeps the
+    types inferred so far and marks the graph `dynamic`; the reference executor runs the rest op by op."""
+
+
 class Facts:
     """The graph's `ConstraintStore`, plus what it does not keep: data-dependent symbols, derived dims, and
     run-time checks that are not one condition (an undecided broadcast: equal, or one side is 1)."""
@@ -47,6 +52,7 @@ class Facts:
         self.checks: list[Fact] = []
         self.derived_dims: dict[Any, str] = {}
         self.rank_symbols: dict[str, str] = {}  # input symbol whose value fixes a rank -> why (node, what)
+        self.data_rank: str | None = None  # why a rank depends on tensor values (node, what), if one does
 
     def declare(self, d: Any, origin: str) -> None:
         if isinstance(d, Expr):
@@ -240,26 +246,31 @@ class InferCtx:
 
     def static(self, d: Any, what: str) -> int:
         """`d` as a Python int, for a rule that needs a number to build a shape from (a rank, a count of axes,
-        the length of a shape tensor).
-
-        A dim over input symbols only raises `RankDependsOnInput` after recording those symbols: the graph
-        is then specialised on their values when it runs (the output rank is a function of them). A dim
-        that depends on data-dependent sizes is a plain error: no input shape fixes it.
-        """
-        facts = self.engine.facts
-        d = facts.resolve(_int(d))
+        the length of a shape tensor); otherwise the rank depends on `d` (see `rank_depends_on`)."""
+        d = self.engine.facts.resolve(_int(d))
         if isinstance(d, int):
             return d
-        names = sorted(d.free_symbols)
-        fresh = [n for n in names if n in facts.fresh_names or n.startswith("?")]
-        if fresh:
-            self.error(f"{what} is {d}, a data-dependent size: it must be static (dynamic rank is not supported)",
-                       "make that tensor's length a constant in the model")
+        self.rank_depends_on([d], f"{what} is {d}")
+
+    def rank_depends_on(self, dims: list, why: str) -> NoReturn:
+        """Stop inference: an output rank is a function of these dims' values.
+
+        Over input symbols only, the symbols are recorded (`graph.rank_symbols`) and the graph is specialised
+        on their values when it runs (`RankDependsOnInput`). When a data-dependent size is involved no input
+        shape fixes the rank: the graph keeps the types inferred so far and runs the rest op by op
+        (`RankDependsOnData`). Either way the load succeeds, and `graph.signature` says why.
+        """
+        facts = self.engine.facts
+        names = sorted(set().union(*(facts.resolve(d).free_symbols for d in dims if isinstance(d, Expr))))
+        if any(n in facts.fresh_names or n.startswith("?") for n in names) or not names:
+            facts.data_rank = facts.data_rank or f"{why} ({self.origin})"
+            raise RankDependsOnData(_node_message(self.node, self.inputs, f"{why}: the output rank depends on "
+                                                  "tensor values", None))
         for n in names:
-            facts.rank_symbols.setdefault(n, f"{what} ({self.origin})")
+            facts.rank_symbols.setdefault(n, f"{why} ({self.origin})")
         raise RankDependsOnInput(_node_message(
-            self.node, self.inputs, f"{what} is {d}: the output rank depends on the input dim(s) "
-            f"{', '.join(names)}, so the graph is specialised on their values at call time", None))
+            self.node, self.inputs, f"{why}: the output rank depends on the input dim(s) {', '.join(names)}, "
+            "so the graph is specialised on their values at call time", None))
 
     def fresh(self, hint: str = "u") -> Expr:
         """A fresh data-dependent dim (>= 0, unbounded)."""
@@ -306,6 +317,7 @@ class _Engine:
     def __init__(self) -> None:
         self.facts = Facts()
         self.scopes: list[ChainMap] = []
+        self.failed_at: Node | None = None
 
     def run(self, graph: Graph, input_types: list | None = None) -> list:
         """Infer every node of `graph` (names of enclosing graphs in scope); returns its output types."""
@@ -332,6 +344,8 @@ class _Engine:
         for name, arr in graph.initializers.items():
             graph.types[name] = TensorType(arr.dtype, tuple(int(d) for d in arr.shape), arr)
         for node in graph.nodes:
+            if top:
+                self.failed_at = node  # the top-level node being inferred, for a partial graph
             self._node(graph, node, scope)
         outs = []
         for v in graph.outputs:
@@ -432,11 +446,11 @@ def infer_graph(graph: Graph) -> Graph:
     (`dynshape.ir.specialize`), and so can a compiler.
     """
     engine = _Engine()
-    graph.rank_symbols = {}
+    graph.rank_symbols, graph.dynamic = {}, None
     try:
         engine.run(graph)
-    except RankDependsOnInput:
-        _partial(graph, engine.facts)
+    except (RankDependsOnInput, RankDependsOnData) as e:
+        _partial(graph, engine, isinstance(e, RankDependsOnData))
         return graph
     facts = engine.facts
     simp: dict = {}
@@ -460,11 +474,28 @@ def infer_graph(graph: Graph) -> Graph:
     return graph
 
 
-def _partial(graph: Graph, facts: Facts) -> None:
-    """What is known of a graph whose rest needs the values of `facts.rank_symbols`: the declared inputs,
-    the types inferred before the rank-dependent node, and a "rank" fact per symbol."""
+def _partial(graph: Graph, engine: _Engine, data: bool) -> None:
+    """What is known of a graph whose rest needs values: the declared inputs, the types inferred before the
+    node that stopped inference, and a fact saying why.
+
+    A rank fixed by input dims (`rank_symbols`) is specialised per value by `graph.run`. A rank fixed by
+    tensor values makes the graph `dynamic`: the types of that node and everything after it are dropped
+    (including its bodies' partial types), so the executor checks what is known and runs the rest unchecked.
+    """
+    facts = engine.facts
+    if data:
+        graph.dynamic = facts.data_rank or "an output rank depends on tensor values"
+        started = False
+        for node in graph.nodes:
+            started = started or node is engine.failed_at
+            if started:
+                for o in node.outputs:
+                    graph.types.pop(o, None)
+                for sub in node.subgraphs():
+                    _clear_types(sub)
     _finish_types(facts, graph, {})
-    graph.rank_symbols = dict(facts.rank_symbols)
+    if not data:
+        graph.rank_symbols = dict(facts.rank_symbols)
     symbols: dict[str, Any] = {}
     for v in graph.inputs:
         for d in (v.shape if v.kind == "tensor" and v.shape is not None else ()):
@@ -472,8 +503,19 @@ def _partial(graph: Graph, facts: Facts) -> None:
                 for s in sorted(d.syms, key=lambda s: s.name):
                     symbols.setdefault(s.name, Expr.from_atom(s))
     graph.signature.symbols = symbols
-    graph.signature.facts = [Fact("rank", f"{n}: its value fixes a rank; the graph is specialised per value",
-                                  why) for n, why in graph.rank_symbols.items()]
+    if data:
+        graph.signature.facts = [Fact("dynamic", "from here on, ranks depend on tensor values: the reference "
+                                      "executor runs these nodes unchecked", graph.dynamic)]
+    else:
+        graph.signature.facts = [Fact("rank", f"{n}: its value fixes a rank; the graph is specialised per value",
+                                      why) for n, why in graph.rank_symbols.items()]
+
+
+def _clear_types(graph: Graph) -> None:
+    graph.types = {}
+    for node in graph.nodes:
+        for sub in node.subgraphs():
+            _clear_types(sub)
 
 
 def _finish_types(facts: Facts, graph: Graph, simp: dict) -> None:

@@ -60,8 +60,8 @@ def _merge(ctx: Any, a: Any, b: Any, i: int) -> Any:
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         if isinstance(a, SequenceType):
             return SequenceType(a.dtype, None, a.rank if a.rank == b.rank else None)
-        ctx.error(f"branches give output {i} different ranks ({a.shape} vs {b.shape}); "
-                  "dynshape needs a static rank", "make both branches produce the same rank")
+        ctx.rank_depends_on([], f"the branches give output {i} different ranks ({a.shape} vs {b.shape}) and "
+                                "the condition is only known at run time")
     shape = tuple(x if _same(x, y) else ctx.fresh("if") for x, y in zip(a.shape, b.shape))
     return type(a)(a.dtype, shape)
 

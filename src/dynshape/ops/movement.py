@@ -170,8 +170,8 @@ def _squeeze_infer(ctx: Any) -> list:
         axes = set()
         for i, d in enumerate(x.shape):
             one = dim_eq(d, 1)
-            if one is None:
-                ctx.error(f"without axes, cannot tell whether dim {i} ({d}) is 1", fix="give axes")
+            if one is None:  # the output rank depends on whether d is 1
+                ctx.rank_depends_on([d], f"Squeeze without axes: dim {i} ({d}) may be 1")
             if one:
                 axes.add(i)
     shape = [d for i, d in enumerate(x.shape) if i not in axes]
