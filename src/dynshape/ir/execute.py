@@ -23,9 +23,26 @@ from dynshape.ir.types import OptionalType, SequenceType, TensorType
 from dynshape.sym import Expr, Symbol, solve, substitute
 
 
+class AssumptionFailed(ConstraintViolation):
+    """Valid inputs that break an assumption of the generic graph (`InferCtx.assume`); `env` holds the
+    symbol values they bind, for a specialisation to static shapes."""
+
+    def __init__(self, msg: str, env: dict[str, int]):
+        super().__init__(msg)
+        self.env = env
+
+
 def run_graph(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Check `inputs` against the graph's signature, run it, return {output name: array}."""
-    env = bind_inputs(graph, inputs)
+    """Check `inputs` against the graph's signature, run it, return {output name: array}.
+
+    Inputs that break an assumption of the generic graph run on its specialisation to their static shapes
+    (built once per shape, `ir.specialize.static_variant`)."""
+    try:
+        env = bind_inputs(graph, inputs)
+    except AssumptionFailed as e:
+        from dynshape.ir.specialize import static_variant
+
+        return run_graph(static_variant(graph, e.env), inputs)
     values: dict[str, Any] = dict(graph.initializers)
     values.update({v.name: _as_value(inputs[v.name], v.kind) for v in graph.inputs})
     _execute(graph, ChainMap(values), env)
@@ -86,6 +103,9 @@ def bind_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, int]:
         if check is None or not check.free_symbols <= env.keys():
             continue
         if not _holds(check, env):
+            if f.kind == "assume":
+                raise AssumptionFailed(f"inputs break {f.text!r}, which {f.origin} (the inputs are valid: "
+                                       "run them on a graph specialised to their shapes)", env)
             syms = sorted(check.free_symbols)
             at = "; ".join(f"{s} = {env[s]} (from {first_seen.get(s, 'a derived dim')})" for s in syms)
             raise ConstraintViolation(f"inputs break {f.text!r}, required by {f.origin}: {at}")

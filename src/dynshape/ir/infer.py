@@ -53,6 +53,7 @@ class Facts:
         self.derived_dims: dict[Any, str] = {}
         self.rank_symbols: dict[str, str] = {}  # input symbol whose value fixes a rank -> why (node, what)
         self.data_rank: str | None = None  # why a rank depends on tensor values (node, what), if one does
+        self.assumptions: list[tuple[Cond, str]] = []  # conditions a rule assumed, not required (see assume)
 
     def declare(self, d: Any, origin: str) -> None:
         if isinstance(d, Expr):
@@ -108,6 +109,10 @@ class Facts:
             check = _BroadcastCheck(self.resolve(f.check.a), self.resolve(f.check.b), f.text)
             if check.decided() is None:
                 out.append(Fact(f.kind, f.text, f.origin, check if check.free_symbols <= inputs else None))
+        for cond, origin in self.assumptions:
+            cond = Cond(cond.kind, self.resolve(cond.expr), cond.text, cond.k)
+            if prove(cond) is not True:
+                out.append(Fact("assume", cond.text, origin, cond if cond.free_symbols <= inputs else None))
         out += [Fact("fresh", f"{n}: data-dependent size", st.history[n][0].origin)
                 for n in self.fresh_names if n in st.symbols]
         seen: set = set()
@@ -208,6 +213,22 @@ class InferCtx:
             self.engine.facts.store.require(cond, self.origin)
         except ShapeError as e:
             self.error(str(e), fix)
+
+    def assume(self, cond: Any, why: str) -> None:
+        """Record a condition a rule *assumes* to keep one symbolic shape, though the op also allows inputs that
+        break it (a symbolic Reshape entry that is 0 means "copy the input dim"). Unlike `require`, it is not
+        a fact the symbols satisfy: inputs that break it are valid, and `graph.run` runs them on a graph
+        specialised to their static shapes, where the rule decides exactly. Provably false: the rule must not
+        have assumed it (an error)."""
+        if isinstance(cond, (bool, np.bool_)):
+            if not cond:
+                self.error(f"assumed {why}, which is false")
+            return
+        r = prove(cond)
+        if r is False:
+            self.error(f"assumed {why}, which is false")
+        if r is None:
+            self.engine.facts.assumptions.append((cond, f"{self.origin}: {why}"))
 
     def broadcast(self, *shapes: Any) -> tuple:
         """numpy broadcasting over symbolic shapes.

@@ -57,6 +57,23 @@ def variant_for(graph: Graph, inputs: Mapping[str, Any]) -> Graph:
     return g
 
 
+def static_variant(graph: Graph, env: Mapping[str, int]) -> Graph:
+    """The graph specialised to every input symbol's value (cached like `variant_for`): used for inputs that
+    break an assumption the generic graph made (a symbolic Reshape entry that is 0, see `InferCtx.assume`)."""
+    values = {n: int(env[n]) for n in sorted(graph.signature.symbols) if n in env}
+    key = ("static", *values.items())
+    g = graph.variants.pop(key, None)
+    if g is None:
+        g = specialize(graph, values)
+        if any(f.kind == "assume" for f in g.signature.facts if f.check is not None):
+            raise ConstraintViolation(f"a graph specialised to {values} still assumes something these inputs "
+                                      "break (dynshape bug)")
+        while len(graph.variants) >= MAX_VARIANTS:
+            graph.variants.pop(next(iter(graph.variants)))
+    graph.variants[key] = g
+    return g
+
+
 def specialize(graph: Graph, values: Mapping[str, int]) -> Graph:
     """A copy of `graph` (initializers shared) with the input symbols in `values` fixed, re-inferred.
 

@@ -132,8 +132,8 @@ def _attention_ref(inputs: list, attrs: dict) -> list:
         offset = 0
     window = (int(attrs.get("left_window_size", -1)), int(attrs.get("right_window_size", -1)))
     bias = _bias(dtype, sq, t, mask, bool(attrs.get("is_causal", 0)), offset, window, nonpad)
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:  # grouped-query: query head h reads key/value head h // groups
+    if q.shape[1] != k.shape[1]:  # grouped-query: query head h reads key/value head h // groups (0 heads: 0)
+        groups = q.shape[1] // k.shape[1] if k.shape[1] else 0
         k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
     qk = _matmul(q * s, np.swapaxes(k * s, -1, -2), dtype)
     mode = int(attrs.get("qk_matmul_output_mode", 0))
@@ -235,8 +235,8 @@ def _flex_ref(inputs: list, attrs: dict) -> list:
     scale = attrs.get("scale")
     if scale is None:
         scale = 1.0 / np.sqrt(q.shape[3])
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
+    if q.shape[1] != k.shape[1]:
+        groups = q.shape[1] // k.shape[1] if k.shape[1] else 0
         k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
     s = np.asarray(np.sqrt(np.float32(scale))).astype(q.dtype)
     cd = _flex_dtype(q.dtype, attrs.get("softmax_precision"))

@@ -264,7 +264,7 @@ def _cumulative(op: np.ufunc) -> Callable[[list, dict], list]:
         if attrs.get("reverse", 0):
             xc = np.flip(xc, axis=axis)
         y = op.accumulate(xc, axis=axis, dtype=xc.dtype)
-        if attrs.get("exclusive", 0):
+        if attrs.get("exclusive", 0) and x.shape[axis]:
             pad = np.full_like(np.take(y, [0], axis=axis), op.identity)
             y = np.concatenate([pad, np.take(y, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
         if attrs.get("reverse", 0):

@@ -14,6 +14,7 @@ import numpy as np
 
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
+from dynshape.ops.dims import dmax
 from dynshape.ops.dtypes import STRING
 
 I64 = np.dtype(np.int64)
@@ -61,7 +62,8 @@ def _string_normalizer_rule(ctx: Any) -> list[TensorType]:
         ctx.unify(x.shape[0], 1)
     elif x.rank != 1:
         ctx.error(f"X must be [C] or [1, C], got {x.shape}")
-    n = ctx.fresh("normalized_words") if ctx.attr("stopwords") else x.shape[-1]
+    # without stop words every word stays, but an empty input still gives one empty string
+    n = ctx.fresh("normalized_words") if ctx.attr("stopwords") else dmax(x.shape[-1], 1)
     return [TensorType(STRING, (1, n) if x.rank == 2 else (n,))]
 
 
