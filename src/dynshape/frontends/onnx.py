@@ -52,6 +52,7 @@ def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min:
     graph = conv.graph(proto.graph, outer=frozenset(), top=True)
     symbols.check_all_used()
     _check_supported(graph)
+    graph.signature.defaulted = frozenset(symbols.defaulted)
     if infer:
         from dynshape.ir.infer import infer_graph
 
@@ -100,6 +101,7 @@ class _Symbols:
         self.decl = dict(dims)
         self.default_min = default_min
         self.made: dict[str, Any] = {}
+        self.defaulted: set[str] = set()  # names that got the default range (no declaration)
 
     def named(self, name: str) -> Any:
         if name not in self.made:
@@ -118,6 +120,7 @@ class _Symbols:
 
         try:
             if d is None:
+                self.defaulted.add(name)
                 return sym(name, min=self.default_min)
             if is_expr(d):
                 return d

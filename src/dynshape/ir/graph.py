@@ -127,11 +127,14 @@ class Signature:
 
     symbols: dict[str, Any] = field(default_factory=dict)  # name -> symbol expression
     facts: list[Fact] = field(default_factory=list)
+    # Names whose declaration is the frontend's default range (`load_onnx(default_min=...)`), not the user's.
+    defaulted: frozenset = frozenset()
 
     def __str__(self) -> str:
         lines = ["signature:"]
         for s in self.symbols.values():
-            lines.append(f"  {describe_symbol(s)}")
+            name = s.atom().name if hasattr(s, "atom") else str(s)
+            lines.append(f"  {describe_symbol(s)}" + ("  (default range)" if name in self.defaulted else ""))
         if not self.symbols:
             lines.append("  (no symbols: every input shape is static)")
         for f in self.facts:
