@@ -104,9 +104,13 @@ def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> li
             elif t < 0:
                 ctx.error(f"invalid target dim {t}")
         elif not allowzero and not decide(t >= 1) and not (i < len(in_shape) and dim_eq(t, in_shape[i])):
-            # a symbolic entry that is 0 at run time means "copy the input dim": the generic graph assumes it
-            # is not (inputs where it is run on a graph specialised to their shapes)
-            ctx.assume(t >= 1, f"Reshape's target entry {i} ({t}) is not 0")
+            # a symbolic entry that is 0 at run time means "copy the input dim". Over input symbols the generic
+            # graph assumes it is not (inputs where it is run on a graph specialised to their shapes); an entry
+            # only the data fixes cannot be checked before running, so its dim is unknown (fresh)
+            if ctx.is_local(t, 0):
+                t = ctx.fresh("reshape")
+            else:
+                ctx.assume(t >= 1, f"Reshape's target entry {i} ({t}) is not 0")
         out.append(t)
     if infer_at is None:
         require_eq(ctx, *cancel(list(in_shape), out), "element count")
