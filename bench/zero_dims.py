@@ -9,7 +9,8 @@ values. Prints a count per outcome and every disagreement:
                    rejects an input the op allows)
     mismatch       both ran, outputs differ (shape, dtype or values)
 
-Usage: python bench/zero_dims.py [--data DIR] [--filter REGEX] [--jobs 2] [--json out.json]
+Usage: python bench/zero_dims.py [--data DIR] [--filter REGEX] [--jobs 2] [--json out.json] [--compiled]
+(--compiled runs `ds.compile(graph).run` instead of `graph.run`)
 """
 
 from __future__ import annotations
@@ -68,6 +69,14 @@ def _alarm(*_: Any) -> None:
     raise TimeoutError
 
 
+COMPILED = False
+
+
+def _init(compiled: bool) -> None:
+    global COMPILED
+    COMPILED = compiled
+
+
 def check_case(case_dir: str) -> list[dict]:
     import onnx
     from onnx.reference import ReferenceEvaluator
@@ -105,7 +114,8 @@ def check_case(case_dir: str) -> list[dict]:
                     continue  # ONNX's evaluator refuses it: the op does not allow this empty input
                 try:
                     g = ds.load_onnx(model)
-                    got_map = g.run({v.name: f for v, f in zip(g.inputs, cut)})
+                    run = ds.compile(g).run if COMPILED else g.run
+                    got_map = run({v.name: f for v, f in zip(g.inputs, cut)})
                     got = [got_map[v.name] for v in g.outputs]
                 except TimeoutError:
                     raise
@@ -127,11 +137,12 @@ def main() -> None:
     ap.add_argument("--filter", default=None)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--compiled", action="store_true")
     args = ap.parse_args()
     dirs = sorted(glob.glob(os.path.join(args.data, "node", "*")))
     if args.filter:
         dirs = [d for d in dirs if re.search(args.filter, os.path.basename(d))]
-    with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=50) as pool:
+    with mp.get_context("spawn").Pool(args.jobs, _init, (args.compiled,), maxtasksperchild=50) as pool:
         results = [r for rs in pool.imap_unordered(check_case, dirs, chunksize=4) for r in rs]
     counts: dict[str, int] = {}
     for r in results:
