@@ -298,3 +298,20 @@ def test_unsupported_ops_are_listed_once_with_counts() -> None:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)])
     with pytest.raises(ds.ModelError, match=r"2 op type\(s\).*com.example::Frobnicate x2.*com.example::Zap x1"):
         load_onnx(m)
+
+
+def test_ml_category_maps_and_one_hot() -> None:
+    nodes = [helper.make_node("CategoryMapper", ["x"], ["ids"], domain="ai.onnx.ml", cats_strings=["a", "b"],
+                              cats_int64s=[7, 9], default_int64=-1),
+             helper.make_node("OneHotEncoder", ["x"], ["hot"], domain="ai.onnx.ml", cats_strings=["b", "a"]),
+             helper.make_node("FeatureVectorizer", ["f", "g"], ["feat"], domain="ai.onnx.ml",
+                              inputdimensions=[2, 3])]
+    g = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.STRING, ["n"]),
+                       helper.make_tensor_value_info("f", TensorProto.FLOAT, ["m", 3]),
+                       helper.make_tensor_value_info("g", TensorProto.FLOAT, ["m", 2])],
+               [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in ("ids", "hot", "feat")], ml=True)
+    f, h = np.ones((2, 3), F32), 2 * np.ones((2, 2), F32)
+    out = g.run({"x": _strings("a", "zz", "b"), "f": f, "g": h})
+    assert out["ids"].tolist() == [7, -1, 9]
+    assert out["hot"].tolist() == [[0, 1], [0, 0], [1, 0]]
+    assert out["feat"].tolist() == [[1, 1, 2, 2, 0]] * 2

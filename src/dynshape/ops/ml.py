@@ -1,10 +1,11 @@
 """Classical-ML ops of the ai.onnx.ml domain: LabelEncoder, TreeEnsemble, ArrayFeatureExtractor, Binarizer,
-Scaler, Normalizer, Imputer, LinearRegressor.
+Scaler, Normalizer, Imputer, LinearRegressor, CategoryMapper, OneHotEncoder, FeatureVectorizer.
 
 These are lookup tables and elementwise maps whose parameters live in attributes, so their shape rules are
 simple and exact; what needs care is the spec's defaults (LabelEncoder's per-type default value, a tree's
 NaN routing, the aggregate over trees that reach no leaf of a target). Map- and dictionary-typed ops (ZipMap,
-DictVectorizer, CastMap) have no counterpart in dynshape's tensor IR and stay unsupported.
+DictVectorizer, CastMap) have no counterpart in dynshape's tensor IR and stay unsupported, as do the classifiers
+(LinearClassifier, SVM*), which the node suite does not exercise.
 """
 
 from __future__ import annotations
@@ -291,3 +292,84 @@ def _linear_regressor_rule(ctx: Any) -> list[TensorType]:
 
 
 register("LinearRegressor", reference=_linear_regressor_ref, infer=_linear_regressor_rule, domain=ML)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# category maps and one-hot features
+# ---------------------------------------------------------------------------------------------------------
+def _category_mapper_ref(inputs: list, attrs: dict) -> list:
+    """Strings to ints or ints to strings through the parallel cats_* lists; unknowns get the default."""
+    x = inputs[0]
+    ints, strs = list(attrs.get("cats_int64s", [])), list(attrs.get("cats_strings", []))
+    if x.dtype == STRING:
+        table = dict(zip(strs, ints))
+        d = attrs.get("default_int64", -1)
+        return [np.array([table.get(str(v), d) for v in x.reshape(-1)], I64).reshape(x.shape)]
+    table = dict(zip(ints, strs))
+    d = attrs.get("default_string", "_Unused")
+    out = np.empty(x.size, dtype=object)
+    out[:] = [table.get(int(v), d) for v in x.reshape(-1)]
+    return [out.reshape(x.shape)]
+
+
+def _category_mapper_rule(ctx: Any) -> list[TensorType]:
+    x = ctx.inputs[0]
+    if len(ctx.attr("cats_int64s", [])) != len(ctx.attr("cats_strings", [])):
+        ctx.error("cats_int64s and cats_strings must have the same length")
+    return [TensorType(I64 if x.dtype == STRING else STRING, x.shape)]
+
+
+register("CategoryMapper", reference=_category_mapper_ref, infer=_category_mapper_rule, domain=ML)
+
+
+def _one_hot_encoder_ref(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    cats = list(attrs.get("cats_strings") or attrs.get("cats_int64s") or [])
+    index = {c: i for i, c in enumerate(cats)}
+    flat = [str(v) if x.dtype == STRING else int(v) for v in x.reshape(-1)]
+    y = np.zeros((len(flat), len(cats)), F32)
+    for r, v in enumerate(flat):
+        if v in index:
+            y[r, index[v]] = 1
+        elif not attrs.get("zeros", 1):
+            raise ValueError(f"category {v!r} is not one of the {len(cats)} known ones (zeros=0)")
+    return [y.reshape(*x.shape, len(cats))]
+
+
+def _one_hot_encoder_rule(ctx: Any) -> list[TensorType]:
+    x = ctx.inputs[0]
+    cats = ctx.attr("cats_strings") or ctx.attr("cats_int64s")
+    if not cats:
+        ctx.error("OneHotEncoder needs cats_strings or cats_int64s")
+    return [TensorType(F32, (*x.shape, len(cats)))]
+
+
+register("OneHotEncoder", reference=_one_hot_encoder_ref, infer=_one_hot_encoder_rule, domain=ML)
+
+
+def _feature_vectorizer_ref(inputs: list, attrs: dict) -> list:
+    """Each input's features, cut or zero-padded to its inputdimensions entry, side by side (float32)."""
+    widths = list(attrs["inputdimensions"])
+    rows = [x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(1, -1) for x in inputs]
+    n = rows[0].shape[0]
+    parts = []
+    for r, w in zip(rows, widths):
+        part = np.zeros((n, w), F32)
+        k = min(w, r.shape[1])
+        part[:, :k] = r[:, :k]
+        parts.append(part)
+    return [np.concatenate(parts, axis=1)]
+
+
+def _feature_vectorizer_rule(ctx: Any) -> list[TensorType]:
+    widths = ctx.attr("inputdimensions")
+    if widths is None or len(widths) != len(ctx.inputs):
+        ctx.error(f"inputdimensions must give one width per input ({len(ctx.inputs)})")
+    xs = ctx.inputs
+    n = xs[0].shape[0] if xs[0].rank > 1 else 1
+    for x in xs[1:]:
+        n = ctx.unify(n, x.shape[0] if x.rank > 1 else 1)
+    return [TensorType(F32, (n, int(sum(widths))))]
+
+
+register("FeatureVectorizer", reference=_feature_vectorizer_ref, infer=_feature_vectorizer_rule, domain=ML)
