@@ -56,7 +56,7 @@ def test_inspect_json(models):
     r = invoke("inspect", models["mlp"], "--dim", "batch=2:8:2", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["symbols"] == [{"name": "batch", "min": 2, "max": 8, "multiple_of": 2}]
+    assert data["symbols"] == [{"name": "batch", "min": 2, "max": 8, "multiple_of": 2, "default_range": False}]
     bounds = {t["name"]: t["numel_bound"] for t in data["tensors"]}
     assert bounds == {"x": 32, "h": 24, "a": 24, "y": 24}
     assert data["memory_bound"]["bytes"] >= 32 * 4
@@ -68,6 +68,18 @@ def test_inspect_unbounded_dims_say_so(models):
     assert data["symbols"][0]["max"] is None
     assert data["memory_bound"]["bytes"] is None and "batch" in data["memory_bound"]["unbounded"]
     assert {t["numel_bound"] for t in data["tensors"]} == {None}
+
+
+def test_inspect_shows_the_default_range_admits_empty_tensors(models):
+    """An undeclared named dim is [0, inf] (ONNX admits empty tensors): inspect marks it and says how to
+    exclude 0; a declared one is not marked."""
+    r = invoke("inspect", models["mlp"])
+    out = flat(r.stdout)
+    assert "batch in [0, inf] (default range)" in out and "--dim NAME=1:" in out
+    data = json.loads(invoke("inspect", models["mlp"], "--json").stdout)
+    assert data["symbols"][0]["default_range"] is True and data["symbols"][0]["min"] == 0
+    out = flat(invoke("inspect", models["mlp"], "--dim", "batch=1:").stdout)
+    assert "batch in [1, inf]" in out and "(default range)" not in out
 
 
 def test_inspect_lists_facts_inference_found(models):

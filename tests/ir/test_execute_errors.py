@@ -27,7 +27,7 @@ def _vi(name: str, shape: list, elem: int = F32) -> object:
 def add_graph():
     m = _model([helper.make_node("Add", ["x", "m"], ["y"], name="add")],
                [_vi("x", ["batch", "seq", 4]), _vi("m", ["batch", "seq", 4])], [_vi("y", None)])
-    return load_onnx(m, dims={"batch": (1, 4), "seq": {"max": 64, "multiple_of": 8}})
+    return load_onnx(m, dims={"batch": (1, 4), "seq": {"min": 1, "max": 64, "multiple_of": 8}})
 
 
 def _f(*shape: int, dtype: type = np.float32) -> np.ndarray:
@@ -87,8 +87,12 @@ def test_undecided_broadcast_is_checked_before_running() -> None:
     g = load_onnx(_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
                          [_vi("a", ["p"]), _vi("b", ["q"])], [_vi("y", None)]))
     p, q = g.signature.symbols["p"], g.signature.symbols["q"]
-    assert g.outputs[0].shape == (ds.max_(p, q),)
+    assert g.outputs[0].shape == (ds.max_(p, q) * ds.min_(p, q, 1),)  # exact when one side may be 0
     assert g.run({"a": _f(1), "b": _f(5)})["y"].shape == (5,)
+    assert g.run({"a": _f(1), "b": _f(0)})["y"].shape == (0,)
+    g1 = load_onnx(_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                          [_vi("a", ["p"]), _vi("b", ["q"])], [_vi("y", None)]), default_min=1)
+    assert g1.outputs[0].shape == (ds.max_(g1.signature.symbols["p"], g1.signature.symbols["q"]),)
     assert g.run({"a": _f(3), "b": _f(3)})["y"].shape == (3,)
     with pytest.raises(ds.ConstraintViolation, match=r"p == q or one of them is 1.*node 'add'.*p = 2.*q = 3"):
         g.run({"a": _f(2), "b": _f(3)})

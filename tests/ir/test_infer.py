@@ -73,13 +73,15 @@ def test_bare_symbol_divisibility_refines_the_declaration() -> None:
     assert [f.origin for f in g.signature.facts if f.kind == "range"] == ["node 'heads' (Reshape)"]
 
 
-def test_named_dims_default_to_min_1_and_can_be_relaxed() -> None:
+def test_named_dims_default_to_min_0_and_can_be_tightened() -> None:
+    """ONNX admits empty tensors, so a dim_param admits 0 unless declared otherwise (default_min=1 or dims)."""
     m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n"])])
-    assert load_onnx(m).signature.symbols["n"].atom().lo == 1
-    assert load_onnx(m, default_min=0).signature.symbols["n"].atom().lo == 0
-    assert load_onnx(m, default_min=0).run({"x": np.ones(0, np.float32)})["y"].shape == (0,)
+    assert load_onnx(m).signature.symbols["n"].atom().lo == 0
+    assert load_onnx(m).run({"x": np.ones(0, np.float32)})["y"].shape == (0,)
+    assert load_onnx(m, default_min=1).signature.symbols["n"].atom().lo == 1
+    assert load_onnx(m, dims={"n": (1, None)}).signature.symbols["n"].atom().lo == 1
     with pytest.raises(ds.ConstraintViolation, match=r"n = 0 is outside its range \[1, inf\]"):
-        load_onnx(m).run({"x": np.ones(0, np.float32)})
+        load_onnx(m, default_min=1).run({"x": np.ones(0, np.float32)})
 
 
 def test_constant_subgraphs_are_folded() -> None:

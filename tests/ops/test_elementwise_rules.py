@@ -52,7 +52,10 @@ def test_integer_div_value_only_when_floor_equals_truncation() -> None:
 
 
 def test_equal_decides_only_what_is_provable() -> None:
-    assert values(shape_then("Equal", [0, 0]), "y") == [False, False]  # dims are >= 1
+    assert shape_then("Equal", [0, 0]).types["y"].value is None  # named dims are >= 0 by default
+    g = infer([node("Shape", ["x"], ["s"]), node("Equal", ["s", "c"], ["y"])], X, {"c": np.zeros(2, np.int64)},
+              default_min=1)
+    assert values(g, "y") == [False, False]  # declared >= 1
     assert shape_then("Equal", [3, 7]).types["y"].value is None
     assert shape_then("Equal", [3, 7]).types["y"].dtype == np.bool_
     g = infer([node("Shape", ["x"], ["s"]), node("Equal", ["s", "s"], ["y"])], X)

@@ -45,6 +45,11 @@ class FakeCtx:
     def fresh(self, hint):
         return ds.sym(f"{hint}_{next(_fresh)}", min=0)
 
+    def static(self, d, what):
+        if not T.is_static(d):
+            raise ShapeError(f"{self.op_type}: {what} is {d}, not static")
+        return int(d)
+
     def error(self, msg, fix=None):
         raise ShapeError(f"{self.op_type}: {msg}")
 

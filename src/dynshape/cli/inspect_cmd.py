@@ -51,7 +51,10 @@ def report(graph: Any, model: Path) -> dict[str, Any]:
         "model": str(model),
         "graph": graph.name,
         "opset": graph.opset,
-        "symbols": [symbol_info(s) for s in graph.signature.symbols.values()],
+        "symbols": [{**symbol_info(s), "default_range": symbol_info(s)["name"] in graph.signature.defaulted}
+                    for s in graph.signature.symbols.values()],
+        "rank_symbols": dict(graph.rank_symbols),
+        "dynamic": graph.dynamic,
         "facts": [{"kind": f.kind, "text": f.text, "origin": f.origin} for f in graph.signature.facts],
         "inputs": [{"name": v.name, "type": format_type(graph.types.get(v.name), v.dtype)} for v in graph.inputs],
         "outputs": [{"name": v.name, "type": format_type(graph.types.get(v.name), v.dtype)} for v in graph.outputs],
@@ -67,11 +70,19 @@ def print_signature(graph: Any) -> None:
     console.print(Text("signature", style="bold"))
     if not sig.symbols:
         console.print("  (no symbols: every input shape is static)")
+    defaulted = False
     for s in sig.symbols.values():
         i = symbol_info(s)
         hi = "inf" if i["max"] is None else i["max"]
         mult = f", multiple of {i['multiple_of']}" if i["multiple_of"] > 1 else ""
-        console.print(Text(f"  {i['name']} in [{i['min']}, {hi}]{mult}"))
+        mark = i["name"] in sig.defaulted
+        defaulted = defaulted or mark
+        console.print(Text(f"  {i['name']} in [{i['min']}, {hi}]{mult}") +
+                      Text("  (default range)" if mark else "", style="dim"))
+    if defaulted:
+        console.print(Text("  named dims default to [0, inf]: ONNX admits empty tensors; --dim NAME=1: excludes 0 "
+                           "(simpler shapes: a broadcast of two such dims is max(a, b), not max(a, b)*min(a, b, 1))",
+                           style="dim"))
     for f in sig.facts:
         console.print(Text(f"  {f.kind}: {f.text}  ", style="cyan") + Text(f"(from {f.origin})", style="dim"))
     for title, values in (("inputs", graph.inputs), ("outputs", graph.outputs)):

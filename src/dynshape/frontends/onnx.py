@@ -5,9 +5,12 @@ a deep traceback from a later layer: unreadable bytes, cycles, dangling inputs, 
 at once, with counts) the ops dynshape lacks.
 
 Dims: a `dim_param` becomes the symbol of that name, so equal names are equal dims. Named dims default to
-`min=1` (a batch or sequence of 0 is almost always a bug, and excluding it keeps broadcasting unambiguous);
-pass `default_min=0` to admit empty tensors, or declare each dim through `dims`. Empty, '?' or negative dims
-become fresh symbols named after their input and axis.
+`min=0`: ONNX admits empty tensors (no detections, an empty batch, a zero-length past) and a model that runs
+on them must run here too. What that costs is precision, never soundness: a broadcast of two undeclared dims
+is `max(a, b) * min(a, b, 1)` rather than `max(a, b)` (0 against 1 gives 0), a division by a dim that may
+be 0 gives a fresh dim tied to it by an equation, and fewer facts are provable. Declare `min=1` through
+`dims` (or pass `default_min=1`) where a dim is never empty to get the simpler shapes back. Empty, '?' or
+negative dims become fresh symbols named after their input and axis, with the same default.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 _MAX_OPSET = onnx.defs.onnx_opset_version()
 
 
-def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min: int = 1,
+def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min: int = 0,
               infer: bool = True) -> Graph:
     """Load an ONNX model (path, bytes or ModelProto) and run shape inference on it.
 
@@ -49,6 +52,7 @@ def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min:
     graph = conv.graph(proto.graph, outer=frozenset(), top=True)
     symbols.check_all_used()
     _check_supported(graph)
+    graph.signature.defaulted = frozenset(symbols.defaulted)
     if infer:
         from dynshape.ir.infer import infer_graph
 
@@ -97,6 +101,7 @@ class _Symbols:
         self.decl = dict(dims)
         self.default_min = default_min
         self.made: dict[str, Any] = {}
+        self.defaulted: set[str] = set()  # names that got the default range (no declaration)
 
     def named(self, name: str) -> Any:
         if name not in self.made:
@@ -115,6 +120,7 @@ class _Symbols:
 
         try:
             if d is None:
+                self.defaulted.add(name)
                 return sym(name, min=self.default_min)
             if is_expr(d):
                 return d
@@ -209,10 +215,13 @@ class _Converter:
             inner = self._type(tp.sequence_type.elem_type, name, False, True)
             if not isinstance(inner, TensorType):
                 raise ModelError(f"value {name!r}: only sequences of tensors are supported")
-            shape = inner.shape if inner.shape is not None and all(isinstance(d, int) for d in inner.shape) else None
-            return SequenceType(inner.dtype, shape)
+            if inner.shape is not None and all(isinstance(d, int) for d in inner.shape):
+                return SequenceType(inner.dtype, inner.shape)
+            # named or unknown element dims may differ between elements: keep only the rank
+            return SequenceType(inner.dtype, None, None if inner.shape is None else len(inner.shape))
         if which == "optional_type":
-            inner = self._type(tp.optional_type.elem_type, name, False, True)
+            # a top-level optional tensor's dims are input dims like any other (symbols, bound when fed)
+            inner = self._type(tp.optional_type.elem_type, name, top, not top)
             if inner is None:
                 raise ModelError(f"value {name!r}: optional without an element type")
             return OptionalType(inner)

@@ -24,9 +24,26 @@ from dynshape.ir.types import OptionalType, SequenceType, TensorType
 from dynshape.sym import Expr, Symbol, solve, substitute
 
 
+class AssumptionFailed(ConstraintViolation):
+    """Valid inputs that break an assumption of the generic graph (`InferCtx.assume`); `env` holds the
+    symbol values they bind, for a specialisation to static shapes."""
+
+    def __init__(self, msg: str, env: dict[str, int]):
+        super().__init__(msg)
+        self.env = env
+
+
 def run_graph(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Check `inputs` against the graph's signature, run it, return {output name: array}."""
-    env = bind_inputs(graph, inputs)
+    """Check `inputs` against the graph's signature, run it, return {output name: array}.
+
+    Inputs that break an assumption of the generic graph run on its specialisation to their static shapes
+    (built once per shape, `ir.specialize.static_variant`)."""
+    try:
+        env = bind_inputs(graph, inputs)
+    except AssumptionFailed as e:
+        from dynshape.ir.specialize import static_variant
+
+        return run_graph(static_variant(graph, e.env), inputs)
     values: dict[str, Any] = dict(graph.initializers)
     values.update({v.name: _as_value(inputs[v.name], v.kind) for v in graph.inputs})
     _execute(graph, ChainMap(values), env)
@@ -87,6 +104,9 @@ def bind_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, int]:
         if check is None or not check.free_symbols <= env.keys():
             continue
         if not _holds(check, env):
+            if f.kind == "assume":
+                raise AssumptionFailed(f"inputs break {f.text!r}, which {f.origin} (the inputs are valid: "
+                                       "run them on a graph specialised to their shapes)", env)
             syms = sorted(check.free_symbols)
             at = "; ".join(f"{s} = {env[s]} (from {first_seen.get(s, 'a derived dim')})" for s in syms)
             raise ConstraintViolation(f"inputs break {f.text!r}, required by {f.origin}: {at}")
@@ -205,8 +225,10 @@ def interpret(steps: Iterable[Step], values: MutableMapping[str, Any], scope: Sc
             outs = step.run(args, scope)
         except DynshapeError:
             raise
-        except Exception as e:  # data-dependent failures (an index out of range): name the node
-            raise DynshapeError(f"{step.label} failed at run time: {type(e).__name__}: {e}") from e
+        except Exception as e:  # the values fed make the op fail (a bad index, a shape value that does not fit)
+            ins = ", ".join(_describe(a) for a in args)
+            raise ConstraintViolation(f"{step.label} cannot run on these inputs ({ins}): "
+                                      f"{type(e).__name__}: {e}") from e
         if len(outs) < len([o for o in step.outputs if o]):
             raise ShapeError(f"{step.label}: returned {len(outs)} outputs for {len(step.outputs)}")
         for name, out in zip(step.outputs, outs):
@@ -228,6 +250,16 @@ def _execute(graph: Graph, values: ChainMap, env: dict[str, int]) -> None:
             _check_value(step.node, name, out, t, env)
 
     interpret(steps, values, Scope(values, env), check)
+
+
+def _describe(x: Any) -> str:
+    if x is None:
+        return "omitted"
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype}{list(x.shape)}" + (f" = {x.reshape(-1).tolist()}" if 0 < x.size <= 8 else "")
+    if isinstance(x, list):
+        return f"sequence of {len(x)}"
+    return type(x).__name__
 
 
 def _check_value(node: Node | None, name: str, x: Any, t: Any, env: dict, what: str = "output") -> None:

@@ -31,7 +31,7 @@ class Value:
         """The same declaration as a type object (TensorType / SequenceType / OptionalType)."""
         if self.kind == "tensor":
             return TensorType(self.dtype, self.shape if self.shape is not None else ())
-        seq = SequenceType(self.dtype, self.shape)
+        seq = _sequence_type(self.dtype, self.shape)
         if self.kind == "sequence":
             return seq
         return OptionalType(seq if self.kind == "optional_sequence" else TensorType(self.dtype, self.shape or ()))
@@ -42,13 +42,27 @@ class Value:
         if isinstance(t, TensorType):
             return Value(name, t.dtype, t.shape)
         if isinstance(t, SequenceType):
-            return Value(name, t.dtype, t.shape, "sequence")
+            return Value(name, t.dtype, _sequence_shape(t), "sequence")
         inner = t.elem
-        kind = "optional_sequence" if isinstance(inner, SequenceType) else "optional"
-        return Value(name, inner.dtype, inner.shape, kind)
+        if isinstance(inner, SequenceType):
+            return Value(name, inner.dtype, _sequence_shape(inner), "optional_sequence")
+        return Value(name, inner.dtype, inner.shape, "optional")
 
     def __str__(self) -> str:
         return f"{self.name}: {format_type(self.type if self.shape is not None else None, self.dtype)}"
+
+
+def _sequence_shape(t: SequenceType) -> tuple | None:
+    """A sequence's element shape as a Value stores it: None entries where only the rank is known."""
+    if t.shape is not None:
+        return t.shape
+    return None if t.rank is None else (None,) * t.rank
+
+
+def _sequence_type(dtype: np.dtype, shape: tuple | None) -> SequenceType:
+    if shape is not None and any(d is None or isinstance(d, str) for d in shape):
+        return SequenceType(dtype, None, len(shape))
+    return SequenceType(dtype, shape)
 
 
 @dataclass
@@ -113,11 +127,14 @@ class Signature:
 
     symbols: dict[str, Any] = field(default_factory=dict)  # name -> symbol expression
     facts: list[Fact] = field(default_factory=list)
+    # Names whose declaration is the frontend's default range (`load_onnx(default_min=...)`), not the user's.
+    defaulted: frozenset = frozenset()
 
     def __str__(self) -> str:
         lines = ["signature:"]
         for s in self.symbols.values():
-            lines.append(f"  {describe_symbol(s)}")
+            name = s.atom().name if hasattr(s, "atom") else str(s)
+            lines.append(f"  {describe_symbol(s)}" + ("  (default range)" if name in self.defaulted else ""))
         if not self.symbols:
             lines.append("  (no symbols: every input shape is static)")
         for f in self.facts:
@@ -137,6 +154,13 @@ class Graph:
     types: dict[str, ValueType] = field(default_factory=dict)
     signature: Signature = field(default_factory=Signature)
     opset_imports: dict[str, int] = field(default_factory=dict)
+    # Input symbols whose values fix a rank (the length of a shape/axes tensor fed at run time) -> why.
+    # Non-empty: inference stopped at the first node that needs them; `run` specialises per value.
+    rank_symbols: dict[str, str] = field(default_factory=dict)
+    variants: dict = field(default_factory=dict, repr=False, compare=False)  # specialisations, by key
+    # Set when a rank depends on tensor values (why, and where): inference stopped there; the nodes from that
+    # one on have no types and the reference executor runs them op by op, unchecked.
+    dynamic: str | None = None
 
     @property
     def opset(self) -> int:
@@ -153,10 +177,23 @@ class Graph:
 
     # ---- execution ------------------------------------------------------------------------------
     def run(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Run with the numpy reference executor, checking inputs against the signature first."""
+        """Run with the numpy reference executor, checking inputs against the signature first.
+
+        A graph with `rank_symbols` runs the variant specialised on those symbols' values in `inputs`
+        (built on first sight of a value and cached, see `dynshape.ir.specialize`)."""
         from dynshape.ir.execute import run_graph
 
+        if self.rank_symbols:
+            from dynshape.ir.specialize import variant_for
+
+            return variant_for(self, inputs).run(inputs)
         return run_graph(self, inputs)
+
+    def specialize(self, values: dict[str, int]) -> Graph:
+        """A copy of this graph with the named input symbols fixed to `values`, re-inferred (uncached)."""
+        from dynshape.ir.specialize import specialize
+
+        return specialize(self, values)
 
     # ---- sizes ----------------------------------------------------------------------------------
     def numel(self, name: str) -> Any:
@@ -233,7 +270,8 @@ def format_type(t: ValueType | None, dtype: np.dtype | None = None) -> str:
     if isinstance(t, OptionalType):
         return f"optional({format_type(t.elem)})"
     if isinstance(t, SequenceType):
-        inner = "?" if t.shape is None else ", ".join(str(d) for d in t.shape)
+        inner = ", ".join(str(d) for d in t.shape) if t.shape is not None else \
+            ", ".join("?" * (t.rank or 0)) if t.rank else "?"
         return f"seq({t.dtype}[{inner}])"
     if t.shape is None:
         return f"{t.dtype}[?]"

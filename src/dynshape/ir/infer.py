@@ -28,6 +28,18 @@ FOLD_LIMIT = 1 << 16  # fold an op only when its constant inputs hold at most th
 
 
 # ---- facts ----------------------------------------------------------------------------------------------
+class RankDependsOnInput(ShapeError):
+    """A rule needs a dim as a static number (a rank, a number of axes) and it is an input symbol.
+
+    Raised through the rules; `infer_graph` catches it at the top and leaves the graph partially inferred
+    with `graph.rank_symbols` set, so the caller specialises on those symbols' values (`ir.specialize`)."""
+
+
+class RankDependsOnData(ShapeError):
+    """An output rank depends on tensor values (a data-dependent size decides it): `infer_graph` keeps the
+    types inferred so far and marks the graph `dynamic`; the reference executor runs the rest op by op."""
+
+
 class Facts:
     """The graph's `ConstraintStore`, plus what it does not keep: data-dependent symbols, derived dims, and
     run-time checks that are not one condition (an undecided broadcast: equal, or one side is 1)."""
@@ -37,6 +49,9 @@ class Facts:
         self.fresh_names: list[str] = []
         self.checks: list[Fact] = []
         self.derived_dims: dict[Any, str] = {}
+        self.rank_symbols: dict[str, str] = {}  # input symbol whose value fixes a rank -> why (node, what)
+        self.data_rank: str | None = None  # why a rank depends on tensor values (node, what), if one does
+        self.assumptions: list[tuple[Cond, str]] = []  # conditions a rule assumed, not required (see assume)
 
     def declare(self, d: Any, origin: str) -> None:
         if isinstance(d, Expr):
@@ -92,6 +107,10 @@ class Facts:
             check = _BroadcastCheck(self.resolve(f.check.a), self.resolve(f.check.b), f.text)
             if check.decided() is None:
                 out.append(Fact(f.kind, f.text, f.origin, check if check.free_symbols <= inputs else None))
+        for cond, origin in self.assumptions:
+            cond = Cond(cond.kind, self.resolve(cond.expr), cond.text, cond.k)
+            if prove(cond) is not True:
+                out.append(Fact("assume", cond.text, origin, cond if cond.free_symbols <= inputs else None))
         out += [Fact("fresh", f"{n}: data-dependent size", st.history[n][0].origin)
                 for n in self.fresh_names if n in st.symbols]
         seen: set = set()
@@ -193,6 +212,22 @@ class InferCtx:
         except ShapeError as e:
             self.error(str(e), fix)
 
+    def assume(self, cond: Any, why: str) -> None:
+        """Record a condition a rule *assumes* to keep one symbolic shape, though the op also allows inputs that
+        break it (a symbolic Reshape entry that is 0 means "copy the input dim"). Unlike `require`, it is not
+        a fact the symbols satisfy: inputs that break it are valid, and `graph.run` runs them on a graph
+        specialised to their static shapes, where the rule decides exactly. Provably false: the rule must not
+        have assumed it (an error)."""
+        if isinstance(cond, (bool, np.bool_)):
+            if not cond:
+                self.error(f"assumed {why}, which is false")
+            return
+        r = prove(cond)
+        if r is False:
+            self.error(f"assumed {why}, which is false")
+        if r is None:
+            self.engine.facts.assumptions.append((cond, f"{self.origin}: {why}"))
+
     def broadcast(self, *shapes: Any) -> tuple:
         """numpy broadcasting over symbolic shapes.
 
@@ -220,6 +255,42 @@ class InferCtx:
             return b
         return max_(a, b) * min_(a, b, 1)
 
+    def resolve(self, t: Any) -> Any:
+        """A type (or dim) re-expressed over the current symbols: after a body refined or merged one, types
+        computed before it still hold the old declaration."""
+        facts = self.engine.facts
+        if isinstance(t, (TensorType, SequenceType, OptionalType)):
+            return facts.resolve_type(t)
+        return facts.resolve(t)
+
+    def static(self, d: Any, what: str) -> int:
+        """`d` as a Python int, for a rule that needs a number to build a shape from (a rank, a count of axes,
+        the length of a shape tensor); otherwise the rank depends on `d` (see `rank_depends_on`)."""
+        d = self.engine.facts.resolve(_int(d))
+        if isinstance(d, int):
+            return d
+        self.rank_depends_on([d], f"{what} is {d}")
+
+    def rank_depends_on(self, dims: list, why: str) -> NoReturn:
+        """Stop inference: an output rank is a function of these dims' values.
+
+        Over input symbols only, the symbols are recorded (`graph.rank_symbols`) and the graph is specialised
+        on their values when it runs (`RankDependsOnInput`). When a data-dependent size is involved no input
+        shape fixes the rank: the graph keeps the types inferred so far and runs the rest op by op
+        (`RankDependsOnData`). Either way the load succeeds, and `graph.signature` says why.
+        """
+        facts = self.engine.facts
+        names = sorted(set().union(*(facts.resolve(d).free_symbols for d in dims if isinstance(d, Expr))))
+        if any(n in facts.fresh_names or n.startswith("?") for n in names) or not names:
+            facts.data_rank = facts.data_rank or f"{why} ({self.origin})"
+            raise RankDependsOnData(_node_message(self.node, self.inputs, f"{why}: the output rank depends on "
+                                                  "tensor values", None))
+        for n in names:
+            facts.rank_symbols.setdefault(n, f"{why} ({self.origin})")
+        raise RankDependsOnInput(_node_message(
+            self.node, self.inputs, f"{why}: the output rank depends on the input dim(s) {', '.join(names)}, "
+            "so the graph is specialised on their values at call time", None))
+
     def fresh(self, hint: str = "u") -> Expr:
         """A fresh data-dependent dim (>= 0, unbounded)."""
         return self.engine.facts.fresh(hint, self.origin)
@@ -239,8 +310,12 @@ class InferCtx:
         raise ShapeError(_node_message(self.node, self.inputs, msg, fix))
 
     def infer_subgraph(self, graph: Graph, input_types: list) -> list:
-        """Infer a body graph (If branch, Loop/Scan body) with this graph's values in scope."""
-        return self.engine.run(graph, input_types)
+        """Infer a body graph (If branch, Loop/Scan body) with this graph's values in scope.
+
+        The input types are re-resolved first: a rule that iterates (Loop/Scan carried values) may hand
+        back types from before the body refined one of their symbols."""
+        facts = self.engine.facts
+        return self.engine.run(graph, [None if t is None else facts.resolve_type(t) for t in input_types])
 
 
 def _int(d: Any) -> Any:
@@ -261,6 +336,7 @@ class _Engine:
     def __init__(self) -> None:
         self.facts = Facts()
         self.scopes: list[ChainMap] = []
+        self.failed_at: Node | None = None
 
     def run(self, graph: Graph, input_types: list | None = None) -> list:
         """Infer every node of `graph` (names of enclosing graphs in scope); returns its output types."""
@@ -287,6 +363,8 @@ class _Engine:
         for name, arr in graph.initializers.items():
             graph.types[name] = TensorType(arr.dtype, tuple(int(d) for d in arr.shape), arr)
         for node in graph.nodes:
+            if top:
+                self.failed_at = node  # the top-level node being inferred, for a partial graph
             self._node(graph, node, scope)
         outs = []
         for v in graph.outputs:
@@ -380,9 +458,19 @@ def _complete(shape: tuple | None) -> bool:
 
 # ---- entry point --------------------------------------------------------------------------------------------
 def infer_graph(graph: Graph) -> Graph:
-    """Infer a type for every value of `graph` (in place) and fill its signature; returns the graph."""
+    """Infer a type for every value of `graph` (in place) and fill its signature; returns the graph.
+
+    When some rank depends on an input dim's value (`InferCtx.static`), the graph is returned partially
+    inferred with `graph.rank_symbols` naming those symbols: `graph.run` then specialises it per call
+    (`dynshape.ir.specialize`), and so can a compiler.
+    """
     engine = _Engine()
-    engine.run(graph)
+    graph.rank_symbols, graph.dynamic = {}, None
+    try:
+        engine.run(graph)
+    except (RankDependsOnInput, RankDependsOnData) as e:
+        _partial(graph, engine, isinstance(e, RankDependsOnData))
+        return graph
     facts = engine.facts
     simp: dict = {}
     _finish_types(facts, graph, simp)
@@ -403,6 +491,50 @@ def infer_graph(graph: Graph) -> Graph:
     graph.signature.symbols = symbols
     graph.signature.facts = facts.signature_facts(set(symbols), simp)
     return graph
+
+
+def _partial(graph: Graph, engine: _Engine, data: bool) -> None:
+    """What is known of a graph whose rest needs values: the declared inputs, the types inferred before the
+    node that stopped inference, and a fact saying why.
+
+    A rank fixed by input dims (`rank_symbols`) is specialised per value by `graph.run`. A rank fixed by
+    tensor values makes the graph `dynamic`: the types of that node and everything after it are dropped
+    (including its bodies' partial types), so the executor checks what is known and runs the rest unchecked.
+    """
+    facts = engine.facts
+    if data:
+        graph.dynamic = facts.data_rank or "an output rank depends on tensor values"
+        started = False
+        for node in graph.nodes:
+            started = started or node is engine.failed_at
+            if started:
+                for o in node.outputs:
+                    graph.types.pop(o, None)
+                for sub in node.subgraphs():
+                    _clear_types(sub)
+    _finish_types(facts, graph, {})
+    if not data:
+        graph.rank_symbols = dict(facts.rank_symbols)
+    symbols: dict[str, Any] = {}
+    for v in graph.inputs:
+        for d in (v.shape if v.kind == "tensor" and v.shape is not None else ()):
+            if isinstance(d, Expr):
+                for s in sorted(d.syms, key=lambda s: s.name):
+                    symbols.setdefault(s.name, Expr.from_atom(s))
+    graph.signature.symbols = symbols
+    if data:
+        graph.signature.facts = [Fact("dynamic", "from here on, ranks depend on tensor values: the reference "
+                                      "executor runs these nodes unchecked", graph.dynamic)]
+    else:
+        graph.signature.facts = [Fact("rank", f"{n}: its value fixes a rank; the graph is specialised per value",
+                                      why) for n, why in graph.rank_symbols.items()]
+
+
+def _clear_types(graph: Graph) -> None:
+    graph.types = {}
+    for node in graph.nodes:
+        for sub in node.subgraphs():
+            _clear_types(sub)
 
 
 def _finish_types(facts: Facts, graph: Graph, simp: dict) -> None:

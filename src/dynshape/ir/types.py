@@ -31,13 +31,20 @@ class TensorType:
 
 @dataclass(frozen=True)
 class SequenceType:
-    """An ONNX `seq(tensor)`: elements share `dtype`; `shape` is their common shape when known, else None.
+    """An ONNX `seq(tensor)`: elements share `dtype`; `shape` is their common shape when known, else None;
+    `rank` is the elements' common rank when known (their dims may differ from element to element).
 
-    Only the control-flow and sequence ops produce these; tensor shape rules never see them.
+    Only the control-flow and sequence ops produce these; tensor shape rules never see them. An element taken
+    out of a sequence of unknown shape but known rank gets fresh dims (`SequenceAt`, `SequenceMap` bodies).
     """
 
     dtype: np.dtype
     shape: Shape | None = None
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.shape is not None:
+            object.__setattr__(self, "rank", len(self.shape))
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,28 @@
 (`dynshape.ir.opdef.OPS`): one module per family, each op's shape rule beside its numpy reference."""
 
 from dynshape.ops import (  # noqa: F401
+    attention,
     control,
     conv,
     elementwise,
+    image,
     indexing,
     layout,
+    llm,
+    losses,
+    ml,
     movement,
     nn,
+    quantize,
+    random,
     reduce,
     resize,
     rnn,
+    sequence,
+    signal,
+    strings,
+    training,
     values,
+    vision,
+    windowed,
 )

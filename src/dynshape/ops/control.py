@@ -59,9 +59,9 @@ def _merge(ctx: Any, a: Any, b: Any, i: int) -> Any:
                   "make both branches produce the same type")
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         if isinstance(a, SequenceType):
-            return SequenceType(a.dtype, None)
-        ctx.error(f"branches give output {i} different ranks ({a.shape} vs {b.shape}); "
-                  "dynshape needs a static rank", "make both branches produce the same rank")
+            return SequenceType(a.dtype, None, a.rank if a.rank == b.rank else None)
+        ctx.rank_depends_on([], f"the branches give output {i} different ranks ({a.shape} vs {b.shape}) and "
+                                "the condition is only known at run time")
     shape = tuple(x if _same(x, y) else ctx.fresh("if") for x, y in zip(a.shape, b.shape))
     return type(a)(a.dtype, shape)
 
@@ -123,7 +123,7 @@ def _generalize(ctx: Any, t_in: Any, t_out: Any, mine: set) -> Any:
         ctx.error(f"a loop-carried value changes dtype from {t_in.dtype} to {t_out.dtype}")
     if t_in.shape is None or t_out.shape is None or len(t_in.shape) != len(t_out.shape):
         if isinstance(t_in, SequenceType):
-            return SequenceType(t_in.dtype, None)
+            return SequenceType(t_in.dtype, None, t_in.rank if t_in.rank == t_out.rank else None)
         ctx.error(f"a loop-carried value changes rank ({t_in.shape} -> {t_out.shape})",
                   "keep loop-carried tensors at a fixed rank")
     shape = []
@@ -146,6 +146,7 @@ def _carry(ctx: Any, body: Any, head: list, carried: list, tail: list, offset: i
     types = list(carried)
     for _ in range(4):
         outs = ctx.infer_subgraph(body, [*head, *types, *tail])
+        types = [ctx.resolve(t) for t in types]  # the body may have refined their symbols
         new = [_generalize(ctx, a, b, mine) for a, b in zip(types, outs[offset:offset + len(types)])]
         if all(_same_type(a, b) for a, b in zip(new, types)):
             return types, outs
@@ -205,7 +206,63 @@ def _trip_count(ctx: Any, body: Any, m: Any, cond: Any, cond_out: Any) -> Any:
 
 
 # ---- Scan (opset 9+) -----------------------------------------------------------------------------------
+def _scan8_ref(inputs: list, attrs: dict) -> list:
+    """Scan before opset 9: axis 0 is a batch scanned independently (axis 1 is time), `sequence_lens` says
+    how many steps each batch element takes; scan outputs are zero past that length."""
+    body = attrs["body"]
+    k = attrs["num_scan_inputs"]
+    lens, rest = inputs[0], list(inputs[1:])
+    states, xs = rest[: len(rest) - k], rest[len(rest) - k:]
+    dirs = attrs.get("directions", [0] * k)
+    batch, steps = xs[0].shape[0], xs[0].shape[1]
+    n_out = len(body.outputs) - len(states)
+    final: list[list] = [[] for _ in states]
+    ys: list[list] = [[] for _ in range(n_out)]
+    for b in range(batch):
+        st = [np.asarray(x[b]) for x in states]
+        n = steps if lens is None else int(np.asarray(lens).reshape(-1)[b])
+        per: list[list] = [[] for _ in range(n_out)]
+        for t in range(n):
+            args = [np.asarray(x[b, n - 1 - t] if d else x[b, t]) for x, d in zip(xs, dirs)]
+            outs = _run(body, [*st, *args], attrs)
+            st = [np.asarray(o) for o in outs[: len(st)]]
+            for j, y in enumerate(outs[len(st):]):
+                per[j].append(np.asarray(y))
+        for j, v in enumerate(st):
+            final[j].append(v)
+        for j, items in enumerate(per):
+            y = _stack(items, body, len(states) + j, attrs.get("_env", {}))
+            pad = [(0, steps - y.shape[0])] + [(0, 0)] * (y.ndim - 1)
+            ys[j].append(np.pad(y, pad))
+    return [np.stack(f) for f in final] + [np.stack(y) for y in ys]
+
+
+def _scan8_infer(ctx: Any) -> list:
+    body = ctx.attr("body")
+    k = ctx.attr("num_scan_inputs")
+    rest = ctx.inputs[1:]
+    state, xs = list(rest[: len(rest) - k]), rest[len(rest) - k:]
+    batch = steps = None
+    sliced = []
+    for x in xs:
+        if x.rank < 2:
+            ctx.error(f"scan inputs must be (batch, sequence, ...) before opset 9, got {x.shape}")
+        batch = x.shape[0] if batch is None else ctx.unify(batch, x.shape[0])
+        steps = x.shape[1] if steps is None else ctx.unify(steps, x.shape[1])
+        sliced.append(TensorType(x.dtype, x.shape[2:]))
+    for t in state:
+        batch = t.shape[0] if batch is None else ctx.unify(batch, t.shape[0])
+    mark = ctx.mark()
+    types, outs = _carry(ctx, body, [], [TensorType(t.dtype, t.shape[1:]) for t in state], sliced, 0)
+    lead = batch if batch is not None else ctx.fresh("scan_batch")
+    finals = [_localize(ctx, t, mark, lead) for t in types]
+    ys = [_localize(ctx, y, mark, steps if steps is not None else ctx.fresh("scan")) for y in outs[len(state):]]
+    return finals + [TensorType(y.dtype, (lead, *y.shape)) for y in ys]
+
+
 def _scan_ref(inputs: list, attrs: dict) -> list:
+    if attrs.get("_opset", 9) < 9:
+        return _scan8_ref(inputs, attrs)
     body = attrs["body"]
     k = attrs["num_scan_inputs"]
     state, xs = list(inputs[: len(inputs) - k]), inputs[len(inputs) - k:]
@@ -217,7 +274,7 @@ def _scan_ref(inputs: list, attrs: dict) -> list:
     steps = xs[0].shape[0] if xs else 0
     ys: list[list] = [[] for _ in range(n_out)]
     for i in range(steps):
-        outs = _run(body, [*state, *(x[i] for x in xs)], attrs)
+        outs = _run(body, [*state, *(np.asarray(x[i]) for x in xs)], attrs)  # a 1-D input gives 0-d slices
         state = list(outs[: len(state)])
         for j, y in enumerate(outs[len(state):]):
             ys[j].append(y)
@@ -233,7 +290,7 @@ def _scan_ref(inputs: list, attrs: dict) -> list:
 
 def _scan_infer(ctx: Any) -> list:
     if ctx.opset < 9:
-        ctx.error("Scan before opset 9 (with sequence_lens) is not supported", "convert the model to opset 9+")
+        return _scan8_infer(ctx)
     body = ctx.attr("body")
     k = ctx.attr("num_scan_inputs")
     ins = ctx.inputs
@@ -263,9 +320,28 @@ def _seq_shape(shapes: list) -> Any:
     return None
 
 
+def _seq_of(dtype: np.dtype, shapes: list, ranks: list | None = None) -> SequenceType:
+    """The sequence type holding elements of these shapes: their common shape, else their common rank."""
+    shape = _seq_shape(shapes)
+    if shape is not None:
+        return SequenceType(dtype, shape)
+    ranks = ranks or [None if sh is None else len(sh) for sh in shapes]
+    ranks = [r if r is not None else (None if sh is None else len(sh)) for r, sh in zip(ranks, shapes)]
+    return SequenceType(dtype, None, ranks[0] if ranks and None not in ranks and len(set(ranks)) == 1 else None)
+
+
+def seq_elem(ctx: Any, s: SequenceType, what: str = "this sequence") -> TensorType:
+    """The type of one element: the common shape, or fresh dims of the common rank."""
+    if s.shape is not None:
+        return TensorType(s.dtype, s.shape)
+    if s.rank is None:
+        ctx.error(f"the element rank of {what} is not known", "give the sequence elements one rank")
+    return TensorType(s.dtype, tuple(ctx.fresh("seq_elem") for _ in range(s.rank)))
+
+
 def _seq_construct_infer(ctx: Any) -> list:
     ts = ctx.inputs
-    return [SequenceType(ts[0].dtype, _seq_shape([t.shape for t in ts]))]
+    return [_seq_of(ts[0].dtype, [t.shape for t in ts])]
 
 
 def _seq_insert_ref(inputs: list, attrs: dict) -> list:
@@ -277,7 +353,9 @@ def _seq_insert_ref(inputs: list, attrs: dict) -> list:
 
 def _seq_insert_infer(ctx: Any) -> list:
     s, t = ctx.inputs[0], ctx.inputs[1]
-    return [SequenceType(t.dtype, _seq_shape([s.shape, t.shape]))]
+    if s.shape is None and s.rank is None:  # SequenceEmpty: the first element fixes the shape
+        return [SequenceType(t.dtype, t.shape)]
+    return [_seq_of(t.dtype, [s.shape, t.shape], [s.rank, t.rank])]
 
 
 def _seq_empty_ref(inputs: list, attrs: dict) -> list:
@@ -295,11 +373,7 @@ def _seq_at_ref(inputs: list, attrs: dict) -> list:
 
 
 def _seq_at_infer(ctx: Any) -> list:
-    s = ctx.inputs[0]
-    shape = s.shape if s.shape is not None else None
-    if shape is None:
-        ctx.error("the element shape of this sequence is not known", "give the sequence elements one shape")
-    return [TensorType(s.dtype, shape)]
+    return [seq_elem(ctx, ctx.inputs[0])]
 
 
 def _optional_ref(inputs: list, attrs: dict) -> list:

@@ -74,6 +74,8 @@ def windows(
 ) -> np.ndarray:
     """View (N, C, *out, *kernel) of every window of `x`, padded with `fill` where windows leave the input."""
     nd = len(kernel)
+    if any(o <= 0 for o in outs):  # no window fits (an empty or too short axis): an empty view
+        return np.full((*x.shape[:2], *[max(o, 0) for o in outs], *kernel), fill, dtype=x.dtype)
     spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
     width = [(0, 0), (0, 0)]
     for h, o, s, sp, b in zip(x.shape[2:], outs, strides, spans, begins):
@@ -221,7 +223,7 @@ def _pool_setup(x: np.ndarray, attrs: dict) -> tuple:
 def _flat_windows(x: np.ndarray, geo: tuple, fill: Any) -> np.ndarray:
     """(N, C, *out, prod(kernel)) window contents."""
     v = windows(x, *geo[:3], geo[4], geo[3], fill)
-    return v.reshape(*v.shape[: 2 + len(geo[0])], -1)
+    return v.reshape(*v.shape[: 2 + len(geo[0])], int(np.prod(geo[0])))  # explicit: -1 fails on 0 elements
 
 
 def _max_pool_ref(inputs: list, attrs: dict) -> list:

@@ -148,11 +148,10 @@ def ref_arg(inputs: list, idx: int, attrs: dict, attr: str | None = None) -> lis
     return None if attr is None or attrs.get(attr) is None else ints(attrs[attr])
 
 def static_len(ctx: Any, t: TensorType) -> int:
-    """Length of a 1-D parameter tensor, which fixes an output rank and so must be static."""
+    """Length of a 1-D parameter tensor, which fixes an output rank: an input symbol here makes the graph
+    specialise on its value (`InferCtx.static`)."""
     n = t.shape[0] if t.shape else 1
-    if not is_static(n):
-        ctx.error("the length of a shape tensor must be static (dynamic rank is not supported)")
-    return int(n)
+    return ctx.static(n, "the length of a shape/axes tensor")
 
 def same_as_input_infer(ctx: Any) -> list:
     x = ctx.inputs[0]

@@ -498,7 +498,9 @@ def _dropout(inputs: list, attrs: dict) -> list:
         ratio, training = attrs.get("ratio", 0.5), False
     if not training or ratio == 0:
         return [x.copy(), np.ones(x.shape, dtype=bool if opset >= 10 else x.dtype)]
-    keep = np.random.default_rng(attrs.get("seed")).uniform(size=x.shape) >= ratio
+    from dynshape.ops.random import generator
+
+    keep = np.asarray(generator(attrs).uniform(0.0, 1.0, size=x.shape)) >= ratio  # seeded: reproducible
     return [(x * keep / (1 - ratio)).astype(x.dtype), keep]
 
 

@@ -52,7 +52,11 @@ def _positive(idx: np.ndarray, dim: Any) -> np.ndarray:
 def _gather_elements_ref(inputs: list, attrs: dict) -> list:
     x, idx = inputs
     a = axis_of(attrs.get("axis", 0), x.ndim)
-    return [np.take_along_axis(x, _positive(idx, x.shape[a]), axis=a)]
+    # out[i] = x[i with axis a replaced by idx[i]]: the output has idx's shape, which may be smaller than x's
+    # on the other axes too (np.take_along_axis would broadcast idx against x there instead)
+    where = list(np.indices(idx.shape, sparse=True))
+    where[a] = _positive(idx, x.shape[a])
+    return [x[tuple(where)]]
 
 
 def _indices_shaped_infer(ctx: Any) -> list:
@@ -78,9 +82,8 @@ def _gather_nd_ref(inputs: list, attrs: dict) -> list:
 
 def _gather_nd_infer(ctx: Any) -> list:
     x, idx = ctx.inputs[:2]
-    b, k = int(ctx.attr("batch_dims", 0)), idx.shape[-1]
-    if not is_static(k):
-        ctx.error("the last indices dim must be static")
+    b = int(ctx.attr("batch_dims", 0))
+    k = ctx.static(idx.shape[-1], "the last indices dim")
     return [out_type(x.dtype, list(idx.shape[:-1]) + list(x.shape[b + int(k) :]))]
 
 

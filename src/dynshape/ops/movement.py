@@ -104,8 +104,13 @@ def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> li
             elif t < 0:
                 ctx.error(f"invalid target dim {t}")
         elif not allowzero and not decide(t >= 1) and not (i < len(in_shape) and dim_eq(t, in_shape[i])):
-            # a symbolic entry that might be 0 or -1 would switch meaning at run time: pin it
-            ctx.require(t >= 1)
+            # a symbolic entry that is 0 at run time means "copy the input dim". Over input symbols the generic
+            # graph assumes it is not (inputs where it is run on a graph specialised to their shapes); an entry
+            # only the data fixes cannot be checked before running, so its dim is unknown (fresh)
+            if ctx.is_local(t, 0):
+                t = ctx.fresh("reshape")
+            else:
+                ctx.assume(t >= 1, f"Reshape's target entry {i} ({t}) is not 0")
         out.append(t)
     if infer_at is None:
         require_eq(ctx, *cancel(list(in_shape), out), "element count")
@@ -170,8 +175,8 @@ def _squeeze_infer(ctx: Any) -> list:
         axes = set()
         for i, d in enumerate(x.shape):
             one = dim_eq(d, 1)
-            if one is None:
-                ctx.error(f"without axes, cannot tell whether dim {i} ({d}) is 1", fix="give axes")
+            if one is None:  # the output rank depends on whether d is 1
+                ctx.rank_depends_on([d], f"Squeeze without axes: dim {i} ({d}) may be 1")
             if one:
                 axes.add(i)
     shape = [d for i, d in enumerate(x.shape) if i not in axes]
@@ -535,4 +540,12 @@ def _reverse_sequence_ref(inputs: list, attrs: dict) -> list:
     return [np.take_along_axis(x, np.broadcast_to(src.reshape(shape), x.shape), axis=ta)]
 
 
-register("ReverseSequence", reference=_reverse_sequence_ref, infer=same_as_input_infer)
+def _reverse_sequence_infer(ctx: Any) -> list:
+    x, lens = ctx.inputs
+    if x.rank < 2 or lens.rank != 1:
+        ctx.error(f"input must have rank >= 2 and sequence_lens be 1-D, got {x.shape} and {lens.shape}")
+    ctx.unify(lens.shape[0], x.shape[axis_of(ctx.attr("batch_axis", 1), x.rank)])
+    return [out_type(x.dtype, x.shape)]
+
+
+register("ReverseSequence", reference=_reverse_sequence_ref, infer=_reverse_sequence_infer)

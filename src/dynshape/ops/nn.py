@@ -47,6 +47,8 @@ def _softmax_family(fn: Callable[[np.ndarray, int], np.ndarray]) -> Callable[[li
 
     def ref(inputs: list, attrs: dict) -> list:
         x = inputs[0]
+        if x.size == 0:  # an empty tensor (or an empty axis): nothing to normalize
+            return [x.copy()]
         if attrs.get("_opset", 99) >= 13:
             y = fn(_f(x), attrs.get("axis", -1) % max(x.ndim, 1))
         else:

@@ -121,10 +121,10 @@ def _unknown_axes_shape(ctx: Any, x: TensorType, keep: bool, name: str) -> tuple
     keepdims the rank is still known when the axes input has a static length (and no repeats)."""
     if keep:
         return tuple(ctx.fresh(f"{name}_dim") for _ in x.shape)
-    (k,) = tuple(ctx.inputs[1].shape) or (None,)
-    if not isinstance(k, (int, np.integer)) or k > len(x.shape):
-        ctx.error("axes are computed at run time and keepdims=0: the output rank is unknown",
-                  fix="make the axes input a constant (or use keepdims=1)")
+    (k,) = tuple(ctx.inputs[1].shape) or (1,)
+    k = ctx.static(k, "the number of axes (keepdims=0)")
+    if k > len(x.shape):
+        ctx.error(f"the axes input has {k} entries for a rank-{len(x.shape)} input (keepdims=0)")
     return tuple(ctx.fresh(f"{name}_dim") for _ in range(len(x.shape) - int(k)))
 
 
@@ -264,7 +264,7 @@ def _cumulative(op: np.ufunc) -> Callable[[list, dict], list]:
         if attrs.get("reverse", 0):
             xc = np.flip(xc, axis=axis)
         y = op.accumulate(xc, axis=axis, dtype=xc.dtype)
-        if attrs.get("exclusive", 0):
+        if attrs.get("exclusive", 0) and x.shape[axis]:
             pad = np.full_like(np.take(y, [0], axis=axis), op.identity)
             y = np.concatenate([pad, np.take(y, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
         if attrs.get("reverse", 0):

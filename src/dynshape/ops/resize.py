@@ -190,6 +190,8 @@ def _resize_ref(inputs: list, attrs: dict) -> list:
         axes,
         attrs.get("keep_aspect_ratio_policy", "stretch"),
     )
+    if x.size == 0 or 0 in out:  # nothing to interpolate from, or nothing to produce
+        return [np.zeros(out, x.dtype)]
     roi = None if roi is None else np.asarray(roi).reshape(-1)
     y = x.astype(np.float64)
     for i, a in enumerate(axes):

@@ -1,0 +1,116 @@
+"""Specialisation on input symbols whose values fix a rank.
+
+ONNX lets a model read a shape or an axes list from an input (`Reshape(x, shape)` with `shape` fed at run
+time): the output *rank* is then the length of that input, a dim of the caller's choosing. dynshape's types
+have static ranks, so inference stops at the first such node (`InferCtx.static`) and records the symbols in
+`graph.rank_symbols`. Running the graph binds them from the inputs, and `specialize` re-infers a copy of the
+graph with exactly those symbols fixed (every other dim stays symbolic). Variants are cached per graph; past
+`MAX_VARIANTS` distinct values the oldest is dropped (a reference executor rebuilds cheaply; a compiled
+executable applies its own documented limit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dynshape.errors import ConstraintViolation, ShapeError
+from dynshape.ir.graph import Graph, Node, Value
+from dynshape.sym import Expr, solve, substitute
+
+MAX_VARIANTS = 32
+
+
+def rank_values(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, int]:
+    """The values of `graph.rank_symbols` that `inputs` imply (from the declared input shapes)."""
+    obs: list = []
+    for v in graph.inputs:
+        x = inputs.get(v.name)
+        if v.kind != "tensor" or v.shape is None or x is None or not hasattr(x, "shape"):
+            continue
+        if len(x.shape) != len(v.shape):
+            raise ConstraintViolation(f"input {v.name!r} has rank {len(x.shape)} (shape {tuple(x.shape)}), "
+                                      f"expected rank {len(v.shape)}")
+        for axis, (d, n) in enumerate(zip(v.shape, x.shape)):
+            if isinstance(d, Expr) and d.free_symbols & graph.rank_symbols.keys():
+                obs.append((d, int(n), f"input {v.name!r} axis {axis}"))
+    env = solve(obs) if obs else {}
+    missing = sorted(set(graph.rank_symbols) - env.keys())
+    if missing:
+        raise ConstraintViolation(f"no input shape gives the value of {', '.join(missing)}, which fixes a rank "
+                                  f"({graph.rank_symbols[missing[0]]})")
+    return {n: env[n] for n in sorted(graph.rank_symbols)}
+
+
+def variant_for(graph: Graph, inputs: Mapping[str, Any]) -> Graph:
+    """The cached specialisation of `graph` for the rank symbols' values in `inputs` (built on first sight)."""
+    if not isinstance(inputs, Mapping):
+        raise ConstraintViolation(f"inputs must be a dict name -> array, got {type(inputs).__name__}")
+    values = rank_values(graph, inputs)
+    key = tuple(values.items())
+    g = graph.variants.pop(key, None)
+    if g is None:
+        g = specialize(graph, values)
+        while len(graph.variants) >= MAX_VARIANTS:
+            graph.variants.pop(next(iter(graph.variants)))
+    graph.variants[key] = g  # most recently used last
+    return g
+
+
+def static_variant(graph: Graph, env: Mapping[str, int]) -> Graph:
+    """The graph specialised to every input symbol's value (cached like `variant_for`): used for inputs that
+    break an assumption the generic graph made (a symbolic Reshape entry that is 0, see `InferCtx.assume`)."""
+    values = {n: int(env[n]) for n in sorted(graph.signature.symbols) if n in env}
+    key = ("static", *values.items())
+    g = graph.variants.pop(key, None)
+    if g is None:
+        g = specialize(graph, values)
+        if any(f.kind == "assume" for f in g.signature.facts if f.check is not None):
+            raise ConstraintViolation(f"a graph specialised to {values} still assumes something these inputs "
+                                      "break (dynshape bug)")
+        while len(graph.variants) >= MAX_VARIANTS:
+            graph.variants.pop(next(iter(graph.variants)))
+    graph.variants[key] = g
+    return g
+
+
+def specialize(graph: Graph, values: Mapping[str, int]) -> Graph:
+    """A copy of `graph` (initializers shared) with the input symbols in `values` fixed, re-inferred.
+
+    Inputs that do not fit the model at these values (a length the op refuses, a rank mismatch) give a
+    `ConstraintViolation` naming the values, as any other bad input does."""
+    from dynshape.ir.infer import infer_graph
+
+    clone = _clone(graph)
+    clone.inputs = [_fix(v, values) for v in graph.inputs]
+    try:
+        return infer_graph(clone)
+    except ShapeError as e:
+        at = ", ".join(f"{k} = {v}" for k, v in values.items())
+        raise ConstraintViolation(f"the inputs give {at}, which fixes a rank, and the model does not admit "
+                                  f"it: {e}") from None
+
+
+def _fix(v: Value, values: Mapping[str, int]) -> Value:
+    if v.shape is None:
+        return v
+    shape = tuple(substitute(d, {k: n for k, n in values.items() if k in d.free_symbols})
+                  if isinstance(d, Expr) else d for d in v.shape)
+    return Value(v.name, v.dtype, shape, v.kind)
+
+
+def _clone(graph: Graph) -> Graph:
+    """The graph's structure without inferred types: nodes and subgraphs copied, arrays shared."""
+    nodes = [Node(n.op_type, n.domain, n.name, {k: _clone_attr(a) for k, a in n.attrs.items()}, list(n.inputs),
+                  list(n.outputs)) for n in graph.nodes]
+    return Graph(graph.name, list(graph.inputs), [Value(v.name, v.dtype, v.shape, v.kind) for v in graph.outputs],
+                 nodes, dict(graph.initializers), {}, opset_imports=dict(graph.opset_imports))
+
+
+def _clone_attr(a: Any) -> Any:
+    if isinstance(a, Graph):
+        return _clone(a)
+    if isinstance(a, list) and any(isinstance(g, Graph) for g in a):
+        return [_clone(g) if isinstance(g, Graph) else g for g in a]
+    return a
+
