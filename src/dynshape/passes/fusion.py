@@ -93,10 +93,10 @@ def single(node: Node) -> Single:
 
 
 def readers(nodes: list[Node]) -> dict[str, list[Node]]:
-    """Value name -> the nodes that read it, in order."""
+    """Value name -> the nodes that read it, in order (a node with subgraphs reads what its bodies capture)."""
     out: dict[str, list[Node]] = {}
     for n in nodes:
-        for x in n.inputs:
+        for x in (*n.inputs, *sorted(n.free_names())):
             if x:
                 out.setdefault(x, []).append(n)
     return out
