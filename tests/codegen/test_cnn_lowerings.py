@@ -112,3 +112,13 @@ def test_concat_of_channels_last_maps_is_one_copy_call():
     exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w": w}), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
                  [(1, 3, 4, 5), (2, 3, 9, 1)])
     assert [s.how for s in exe.generic.steps if s.op == "Concat"] == ["native"]
+
+
+def test_conv_transpose_with_kernel_equal_to_stride_writes_its_blocks():
+    w = (RNG.standard_normal((12, 5, 2, 2)) * 0.3).astype(np.float32)
+    b = RNG.standard_normal(5).astype(np.float32)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2]),
+             helper.make_node("Sigmoid", ["c"], ["y"])]
+    exe = _check(_model(nodes, ["n", 12, "h", "w"], {"w": w, "b": b}), {"n": (1, 2), "h": (1, 30), "w": (1, 30)},
+                 [(1, 12, 3, 4), (2, 12, 7, 1)], ["conv"])
+    assert not exe.explain_build()["uncompiled"]

@@ -55,6 +55,16 @@ def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate([pack_b(m) for m in mats]))
 
 
+def pack_deconv(w: np.ndarray) -> np.ndarray:
+    """A ConvTranspose's weights (Ci, Co, KH, KW) as, per tap (kh, kw), the (Ci, Co) matrix in 32-column panels:
+    [KH * KW * ceil(Co / 32), Ci, 32], tap-major."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim == 3:
+        w = w[:, :, None, :]
+    return np.ascontiguousarray(np.concatenate([pack_b(w[:, :, kh, kw]) for kh in range(w.shape[2])
+                                                for kw in range(w.shape[3])]))
+
+
 def pack_taps(w: np.ndarray) -> np.ndarray:
     """A depthwise convolution's weights (C, 1, KH, KW) (or (C, 1, KW)) as (KH * KW, C): per tap, the channels
     contiguous, as the channels-last depthwise kernel reads them."""
@@ -78,6 +88,8 @@ def packed(w: np.ndarray, trans: bool = False, shape: tuple | None = None, layou
         out = pack_conv(w, groups)
     elif layout == "taps":
         out = pack_taps(w)
+    elif layout == "deconv":
+        out = pack_deconv(w)
     else:
         out = pack_b(w if shape is None else w.reshape(shape), trans)
     try:

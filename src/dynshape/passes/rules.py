@@ -143,9 +143,9 @@ def _channels_last(item: Item, op: str) -> Node | None:
 
 
 def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
-    """A channels-last float32 Conv with constant weights (and bias) takes its epilogue. A 1x1, stride-1,
-    unpadded, ungrouped one is a product of pixel rows by the (Co, Ci) weight matrix."""
-    node = _channels_last(item, "Conv")
+    """A channels-last float32 Conv or ConvTranspose with constant weights (and bias) takes its epilogue. A 1x1,
+    stride-1, unpadded, ungrouped Conv is a product of pixel rows by the (Co, Ci) weight matrix."""
+    node = _channels_last(item, "Conv") or _channels_last(item, "ConvTranspose")
     if node is None or len(node.inputs) < 2:
         return None
     x, w, y = (s.type(v) for v in (node.inputs[0], node.inputs[1], node.outputs[0]))
@@ -161,7 +161,7 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     absorbed = frozenset(k for k in (i, j) if k is not None)
     nd = len(x.shape) - 2
     a = node.attrs
-    pointwise = all(k == 1 for k in wv.shape[2:]) and int(a.get("group", 1)) == 1 \
+    pointwise = node.attrs["op"] == "Conv" and all(k == 1 for k in wv.shape[2:]) and int(a.get("group", 1)) == 1 \
         and all(v == 1 for v in a.get("strides", [1] * nd)) and not any(a.get("pads", [0] * 2 * nd)) \
         and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
     def make(epi: Elementwise | None) -> Item:

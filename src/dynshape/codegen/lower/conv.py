@@ -35,6 +35,50 @@ def _call(fn: str, *args: kir.Expr) -> kir.Eval:
     return kir.Eval(kir.Call(fn, tuple(args), "void"))
 
 
+def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
+    """ConvTranspose whose kernel equals its stride (no overlap: each input pixel writes its own KH x KW block, the
+    FPN heads' 2x2 / stride-2 upsampling): per tap and input row, one product of the row's pixels by the tap's
+    (Ci, Co) matrix, written with a row stride of `stride` output pixels, then the epilogue on those rows."""
+    g, node = ctx.graph, cv.node
+    w = const_value(node.inputs[1], g)
+    x_t, y_t = g.types[node.inputs[0]], g.types[node.outputs[0]]
+    nd = len(x_t.shape) - 2
+    a = node.attrs
+    kernel = list(w.shape[2:])
+    strides = list(a.get("strides", [1] * nd))
+    if nd != 2 or kernel != strides or int(a.get("group", 1)) != 1 or any(a.get("pads", [0] * 4)) \
+            or any(a.get("output_padding", [0] * 2)) or any(d != 1 for d in a.get("dilations", [1, 1])) \
+            or a.get("output_shape") is not None or a.get("auto_pad", "NOTSET") != "NOTSET":
+        raise Unsupported("a ConvTranspose whose kernel is not its stride (overlapping taps), or grouped / padded")
+    kh_, kw_ = kernel
+    ci, co = int(w.shape[0]), int(w.shape[1])
+    ext = (x_t.shape[0], x_t.shape[1], x_t.shape[2])
+    N, H, W = (kir.Extent(i) for i in range(3))
+    OH, OW = H * kh_, W * kw_
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    x, bp = kir.Buffer("i0"), kir.Buffer("i1")
+    panels = (co + NR - 1) // NR
+    nh, t, q, r, j, wi = (kir.Var(v) for v in ("nh", "t", "q", "r", "j", "w"))
+    n, h, kh, kw = (kir.Var(v) for v in ("n", "h", "kh", "kw"))
+    ncols = kir.Select((q + 1) * NR < co, _i(NR), co - q * NR)
+    row0 = (n * OH + h * kh_ + kh) * OW + kw  # output pixel of the row's first input pixel for this tap
+    body = [kir.Let(n, nh / H), kir.Let(h, nh % H), kir.Let(kh, t / kw_), kir.Let(kw, t % kw_),
+            _call("ds_gemm_panel", kir.Addr(x, nh * W * ci), _i(ci), kir.Addr(bp, (t * panels + q) * (ci * NR)),
+                  _i(NR), kir.Addr(o0, row0 * co + q * NR), _i(kw_ * co), _i(0), W, ncols, _i(ci))]
+    col0 = q * NR
+    epilogue = epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, r * co + j, r, j, (col0, col0 + ncols), co)
+    if epilogue:
+        body.append(kir.For(wi, W, (kir.Let(r, row0 + wi * kw_), *epilogue)))
+    flops = kir.product([N, H, W, _i(ci * co * kh_ * kw_)])
+    loop = kir.For(nh, N * H, (kir.For(t, _i(kh_ * kw_), (kir.For(q, _i(panels), tuple(body)),)),),
+                   omp=kir.Omp(parallel=True, collapse=3, if_=flops >= ctx.options.par_min_flops))
+    if tuple(y_t.shape[1:3]) != (x_t.shape[1] * kh_, x_t.shape[2] * kw_):
+        raise Unsupported(f"output {y_t.shape} is not the input times the stride")
+    kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), (loop,), ctx.symbols)
+    return Lowered(kernel_ir, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="deconv"), *ops.ptrs),
+                   needs=("packed_gemm",))
+
+
 def geometry(cv: Conv, ctx: LowerCtx) -> dict:
     """The convolution's sizes as `int | sym.Expr`: input/output spatial sizes, kernel, strides, dilations,
     begin pads (SAME_* pads follow from the input size), channels and groups. 1-D is 2-D with H = KH = 1."""
@@ -66,12 +110,16 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     shape = tuple(cv.shape)
     computable(shape, ctx.key_names)
     computable(tuple(g.types[cv.node.inputs[0]].shape), ctx.key_names)
-    geo = geometry(cv, ctx)
-    if not all(isinstance(geo[k], int) for k in ("C", "OC", "KH", "KW", "G")):
-        raise Unsupported("channels, kernel size and groups must be static")
+    if not isinstance(shape[-1], int) or not isinstance(g.types[cv.node.inputs[0]].shape[-1], int):
+        raise Unsupported("channels must be static")
     ops = operands(cv.inputs[1:], shape, g, first_param=2)
     if not all(row_pattern(p) for p in ops.patterns):
         raise Unsupported("an epilogue operand is neither a full tensor, a per-channel vector nor one value")
+    if cv.node.attrs["op"] == "ConvTranspose":
+        return _deconv(cv, ctx, ops)
+    geo = geometry(cv, ctx)
+    if not all(isinstance(geo[k], int) for k in ("C", "OC", "KH", "KW", "G")):
+        raise Unsupported("channels, kernel size and groups must be static")
     names = ("N", "H", "W", "OH", "OW", "PT", "PL")
     ext = [geo[k] for k in names]
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
