@@ -56,13 +56,12 @@ def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
 
 
 def pack_deconv(w: np.ndarray) -> np.ndarray:
-    """A ConvTranspose's weights (Ci, Co, KH, KW) as, per tap (kh, kw), the (Ci, Co) matrix in 32-column panels:
-    [KH * KW * ceil(Co / 32), Ci, 32], tap-major."""
+    """A ConvTranspose's weights (Ci, Co, KH, KW) as one (Ci, KH * KW * Co) matrix in 32-column panels: column
+    (kh * KW + kw) * Co + co holds the weights of output channel co at tap (kh, kw)."""
     w = np.asarray(w, dtype=np.float32)
     if w.ndim == 3:
         w = w[:, :, None, :]
-    return np.ascontiguousarray(np.concatenate([pack_b(w[:, :, kh, kw]) for kh in range(w.shape[2])
-                                                for kw in range(w.shape[3])]))
+    return pack_b(w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1))
 
 
 def pack_taps(w: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ from dynshape.codegen.packed_gemm import NR
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Conv
 from dynshape.passes.values import const_value, row_pattern
+from dynshape.sym import eq, prove
 
 I64 = kir.I64
 ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
@@ -37,8 +38,9 @@ def _call(fn: str, *args: kir.Expr) -> kir.Eval:
 
 def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
     """ConvTranspose whose kernel equals its stride (no overlap: each input pixel writes its own KH x KW block, the
-    FPN heads' 2x2 / stride-2 upsampling): per tap and input row, one product of the row's pixels by the tap's
-    (Ci, Co) matrix, written with a row stride of `stride` output pixels, then the epilogue on those rows."""
+    FPN heads' 2x2 / stride-2 upsampling): blocks of an input row's pixels times the (Ci, KH*KW*Co) matrix of
+    every tap at once (so even one output channel fills the panels), into a scratch tile in cache, then each
+    value to its place in the output, through the epilogue."""
     g, node = ctx.graph, cv.node
     w = const_value(node.inputs[1], g)
     x_t, y_t = g.types[node.inputs[0]], g.types[node.outputs[0]]
@@ -50,31 +52,36 @@ def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
             or any(a.get("output_padding", [0] * 2)) or any(d != 1 for d in a.get("dilations", [1, 1])) \
             or a.get("output_shape") is not None or a.get("auto_pad", "NOTSET") != "NOTSET":
         raise Unsupported("a ConvTranspose whose kernel is not its stride (overlapping taps), or grouped / padded")
+    for o, i, k in zip(y_t.shape[1:3], x_t.shape[1:3], kernel):
+        if prove(eq(o, i * k)) is not True:  # H == 32 * (H // 32) when 32 | H: proved, not compared as text
+            raise Unsupported(f"output {y_t.shape} is not the input times the stride")
     kh_, kw_ = kernel
     ci, co = int(w.shape[0]), int(w.shape[1])
+    tc = kh_ * kw_ * co  # the product's columns: every tap's output channels
     ext = (x_t.shape[0], x_t.shape[1], x_t.shape[2])
     N, H, W = (kir.Extent(i) for i in range(3))
-    OH, OW = H * kh_, W * kw_
+    OW = W * kw_
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
-    panels = (co + NR - 1) // NR
-    nh, t, q, r, j, wi = (kir.Var(v) for v in ("nh", "t", "q", "r", "j", "w"))
+    sb = kir.Buffer("sb", kir.F32, const=False)
+    panels = (tc + NR - 1) // NR
+    nh, wb, w0, m, q, i, t, r, j, c = (kir.Var(v) for v in ("nh", "wb", "w0", "m", "q", "i", "t", "r", "j", "c"))
     n, h, kh, kw = (kir.Var(v) for v in ("n", "h", "kh", "kw"))
-    ncols = kir.Select((q + 1) * NR < co, _i(NR), co - q * NR)
-    row0 = (n * OH + h * kh_ + kh) * OW + kw  # output pixel of the row's first input pixel for this tap
-    body = [kir.Let(n, nh / H), kir.Let(h, nh % H), kir.Let(kh, t / kw_), kir.Let(kw, t % kw_),
-            _call("ds_gemm_panel", kir.Addr(x, nh * W * ci), _i(ci), kir.Addr(bp, (t * panels + q) * (ci * NR)),
-                  _i(NR), kir.Addr(o0, row0 * co + q * NR), _i(kw_ * co), _i(0), W, ncols, _i(ci))]
-    col0 = q * NR
-    epilogue = epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, r * co + j, r, j, (col0, col0 + ncols), co)
-    if epilogue:
-        body.append(kir.For(wi, W, (kir.Let(r, row0 + wi * kw_), *epilogue)))
-    flops = kir.product([N, H, W, _i(ci * co * kh_ * kw_)])
-    loop = kir.For(nh, N * H, (kir.For(t, _i(kh_ * kw_), (kir.For(q, _i(panels), tuple(body)),)),),
-                   omp=kir.Omp(parallel=True, collapse=3, if_=flops >= ctx.options.par_min_flops))
-    if tuple(y_t.shape[1:3]) != (x_t.shape[1] * kh_, x_t.shape[2] * kw_):
-        raise Unsupported(f"output {y_t.shape} is not the input times the stride")
-    kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), (loop,), ctx.symbols)
+    rows = (W + (ROWS - 1)) / ROWS
+    place = [kir.Let(kh, t / kw_), kir.Let(kw, t % kw_),
+             kir.Let(r, ((n * H + h) * kh_ + kh) * OW + (w0 + i) * kw_ + kw),
+             kir.For(c, _i(co), (kir.Store(o0, r * co + c, kir.Load(sb, i * tc + t * co + c)),),
+                     omp=kir.Omp(simd=True, schedule=None))]
+    place += epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, r * co + j, r, j, (_i(0), _i(co)), co)
+    block = [kir.Let(n, nh / H), kir.Let(h, nh % H), kir.Let(w0, wb * ROWS),
+             kir.Let(m, kir.Select(w0 + ROWS < W, _i(ROWS), W - w0)),
+             kir.For(q, _i(panels), (_call("ds_gemm_tile", kir.Addr(x, (nh * W + w0) * ci), _i(ci), kir.Addr(bp),
+                                           kir.Addr(sb), _i(tc), _i(0), m, q, _i(tc), _i(ci)),)),
+             kir.For(i, m, (kir.For(t, _i(kh_ * kw_), tuple(place)),))]
+    flops = kir.product([N, H, W, _i(ci * tc)])
+    loop = kir.For(nh, N * H, (kir.For(wb, rows, tuple(block)),), omp=kir.Omp(shared=True, collapse=2))
+    body = (kir.Region((kir.Alloc(sb, _i(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops),)
+    kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), body, ctx.symbols)
     return Lowered(kernel_ir, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="deconv"), *ops.ptrs),
                    needs=("packed_gemm",))
 
