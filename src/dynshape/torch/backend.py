@@ -1,0 +1,412 @@
+"""`torch.compile(model, backend="dynshape")`: Dynamo's graphs compiled once by dynshape for every shape.
+
+For each graph Dynamo hands over:
+1. aot_autograd traces it to ATen with torch's core decompositions, inference only (`torch.no_grad`);
+2. `dynshape.frontends.torch_fx` converts it: sizes become named symbols with torch's ranges, parameters and
+   buffers become constants, guards and runtime asserts become facts;
+3. if an earlier build computes the same graph with some symbol fixed (Dynamo's batch-1 graph after a batch-B
+   one; or a recompile for a reason that did not change the graph), that build serves it, bound to the
+   constant; otherwise `ds.compile` builds it, once, for every admissible shape;
+4. each call binds the tensors Dynamo passes as zero-copy numpy views (SymInt arguments are implied by the
+   shapes) and returns the outputs as torch tensors over dynshape's result arrays.
+
+A graph with an ATen op dynshape cannot lower runs eagerly instead, after one warning naming the ops.
+
+Conventions, so nothing surprising happens silently:
+- weights are frozen at compile time; each call checks that every parameter and buffer is the same tensor at
+  the same version (`_version`), and rebuilds (with a warning) when one changed (`check_weights=False` skips
+  the check, ~50 ns per parameter);
+- inference only: outputs carry no autograd history (a warning says so when grad mode is on and an input
+  requires grad);
+- CPU tensors only; a non-contiguous input is copied once by dynshape's binder; other devices are refused.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynshape.errors import DynshapeError
+from dynshape.torch import explain as _explain
+
+FRONTEND_OPTIONS = ("exact_safe_softmax", "check_weights", "fallback", "specialize_module_floats")
+_LOCK = threading.RLock()
+MAX_BUILDS = 64
+
+
+@dataclass
+class _Build:
+    """One dynshape build and what is needed to recognise a later graph as a specialisation of it."""
+
+    index: int
+    exe: Any
+    fw_gm: Any
+    inputs: list  # DynamoInput
+    shape_env: Any
+    conversion: Any  # FxConversion
+    options_key: Any
+    input_names: list[str]
+    compile_s: float
+    record: Any
+
+
+_BUILDS: list[_Build] = []
+
+
+def reset() -> None:
+    """Forget every build and explain() record (torch._dynamo.reset() also drops Dynamo's caches)."""
+    with _LOCK:
+        _BUILDS.clear()
+        _explain.RECORDS.clear()
+
+
+@dataclass
+class _Options:
+    compile: dict = field(default_factory=dict)
+    exact_safe_softmax: bool = False
+    check_weights: bool = True
+    fallback: str = "eager"  # or "error"
+    specialize_module_floats: bool = True
+
+    @property
+    def key(self) -> Any:
+        return (tuple(sorted((k, repr(v)) for k, v in self.compile.items())), self.exact_safe_softmax)
+
+
+def _parse_options(options: dict | None) -> _Options:
+    opts = dict(options or {})
+    out = _Options()
+    for k in FRONTEND_OPTIONS:
+        if k in opts:
+            setattr(out, k, opts.pop(k))
+    import inspect
+
+    from dynshape.runtime.executable import compile as ds_compile
+
+    allowed = set(inspect.signature(ds_compile).parameters) - {"graph"}
+    unknown = sorted(set(opts) - allowed)
+    if unknown:
+        raise DynshapeError(f"torch.compile(backend='dynshape', options=...): unknown option(s) {unknown}; "
+                            f"ds.compile takes {sorted(allowed)}, the backend also {list(FRONTEND_OPTIONS)}")
+    out.compile = opts
+    if out.fallback not in ("eager", "error"):
+        raise DynshapeError(f"options['fallback'] = {out.fallback!r}: use 'eager' or 'error'")
+    return out
+
+
+def dynshape_backend(gm: Any, example_inputs: Sequence[Any], options: dict | None = None) -> Callable:
+    """The Dynamo backend (entry point `dynshape` of the `torch_dynamo_backends` group).
+
+    `options` (from `torch.compile(..., options={...})`): any `ds.compile` keyword (strategy, memory_budget,
+    specialize, ...) plus `exact_safe_softmax` (see frontends/aten/ops_math.py), `check_weights` (default True),
+    `fallback` ("eager": run unsupported graphs eagerly with a warning; "error": raise) and
+    `specialize_module_floats` (default True: floats read from module attributes, such as a LayerNorm's eps,
+    become constants before aot_autograd runs instead of after it, which saves torch a second trace).
+    """
+    opts = _parse_options(options)
+    if opts.specialize_module_floats:
+        _restart_with_module_floats(gm)
+    record = _explain.new_record(gm, example_inputs)
+    from dynshape.frontends.torch_fx import dynamo_inputs
+
+    inputs = dynamo_inputs(gm, example_inputs)
+    state: dict[str, Any] = {}
+
+    def fw_compiler(fw_gm: Any, fw_inputs: Sequence[Any]) -> Callable:
+        from functorch.compile import make_boxed_func
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        try:
+            with unset_fake_temporarily():  # real weights are read and folded here, not traced
+                state["call"] = _compile_graph(fw_gm, inputs, opts, record)
+        except Exception as e:  # noqa: BLE001 - any failure: eager (or the caller's error) with the reason
+            state["error"] = e
+            return make_boxed_func(fw_gm.forward)
+        state["bypass"] = _plain(fw_gm, gm)
+        return make_boxed_func(state["call"])
+
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+
+    from dynshape.frontends.aten import decompositions
+
+    try:
+        with torch.no_grad():
+            compiled = aot_autograd(fw_compiler=fw_compiler, decompositions=decompositions())(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001
+        if type(e).__name__.endswith("RestartAnalysis"):
+            _explain.drop(record)  # Dynamo traces again and hands the graph over anew
+            raise
+        state["error"] = e
+        compiled = None
+    if "error" in state:
+        return _fallback(gm, state["error"], record, opts)
+    if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in example_inputs):
+        warnings.warn("dynshape backend is inference-only: its outputs carry no autograd history (run the model "
+                      "under torch.no_grad() or torch.inference_mode() to silence this)", stacklevel=2)
+    if state.get("bypass") and "call" in state:
+        return state["call"]
+    return compiled
+
+
+def _fallback(gm: Any, err: BaseException, record: Any, opts: _Options) -> Callable:
+    from dynshape.frontends.aten import Unsupported
+
+    if opts.fallback == "error":
+        raise err
+    what = str(err) if isinstance(err, (Unsupported, DynshapeError)) else f"{type(err).__name__}: {err}"
+    record.outcome = f"eager fallback: {what}"
+    warnings.warn(f"dynshape backend: graph {record.compile_id} runs eagerly: {what}", stacklevel=3)
+    return gm.forward
+
+
+def _restart_with_module_floats(gm: Any) -> None:
+    """Ask Dynamo to specialise floats read from module attributes (eps, dropout p, scaling) and restart now.
+
+    Dynamo first passes such floats as 0-d tensor inputs; aot_autograd's tensorify pass finds they must be
+    constants and restarts Dynamo after a full trace (about 1.5 s on the bench BERT). Restarting before tracing
+    gives the same graph without that trace. Private torch API: any mismatch simply skips this shortcut."""
+    try:
+        from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+        from torch._dynamo.symbolic_convert import TensorifyState
+    except Exception:  # pragma: no cover - another torch version
+        return
+    env = None
+    for node in gm.graph.nodes:
+        ev = node.meta.get("example_value") if node.op == "placeholder" else None
+        if getattr(ev, "item_memo", None) is not None:
+            env = getattr(getattr(ev, "fake_mode", None), "shape_env", None)
+            break
+    if env is None:
+        return
+    names = []
+    for sym, srcs in (getattr(env, "var_to_sources", {}) or {}).items():
+        if str(sym).startswith("zf") and any(_src_text(x).startswith("L['self']") for x in srcs):
+            names.append(str(sym))
+    fresh = [n for n in names if not TensorifyState.should_specialize(n)]
+    if not fresh:
+        return
+    for n in fresh:
+        TensorifyState.specialize(n)
+    raise TensorifyScalarRestartAnalysis
+
+
+def _src_text(src: Any) -> str:
+    n = getattr(src, "name", src)
+    return str(n() if callable(n) else n)
+
+
+def _plain(fw_gm: Any, gm: Any) -> bool:
+    """Whether aot_autograd's runtime wrapper has nothing to do (no input mutations, no outputs aliasing inputs
+    or each other, the same inputs as Dynamo's graph), so the backend can return its own call directly."""
+    try:
+        from torch._guards import TracingContext
+
+        md = TracingContext.try_get().fw_metadata
+        if md is None or md.num_mutated_inp_runtime_indices or md.num_intermediate_bases:
+            return False
+        if any(o.output_type.name != "non_alias" for o in md.output_info):
+            return False
+        if getattr(md, "is_rng_op_functionalized", False) or getattr(md, "tokens", None):
+            return False
+    except Exception:  # noqa: BLE001
+        return False
+    n_fw = sum(1 for n in fw_gm.graph.nodes if n.op == "placeholder")
+    n_dyn = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    return n_fw == n_dyn
+
+
+# ---- compiling one graph --------------------------------------------------------------------------------------
+def _shape_env() -> Any:
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    return ctx.fake_mode.shape_env if ctx is not None and ctx.fake_mode is not None else None
+
+
+def _compile_graph(fw_gm: Any, inputs: list, opts: _Options, record: Any) -> Callable:
+    env = _shape_env()
+    build, conv = _build_for(fw_gm, inputs, env, opts, record)
+    return _make_call(fw_gm, env, build, conv, inputs, opts)
+
+
+def _build_for(fw_gm: Any, inputs: list, env: Any, opts: _Options, record: Any,
+               allow_reuse: bool = True) -> tuple[_Build, Any]:
+    """Convert the graph; serve it with an earlier build when one computes it, else compile it."""
+    from dynshape.frontends.torch_fx import convert_aot
+
+    t0 = time.perf_counter()
+    fx = convert_aot(fw_gm, inputs, env, relax_lower=True, exact_safe_softmax=opts.exact_safe_softmax,
+                     name=f"dynamo_{record.compile_id.replace('/', '_')}")
+    conv = fx.conversion
+    _check_outputs(conv)
+    record.describe(fx)
+    with _LOCK:
+        reuse = _find_reuse(fx, opts) if allow_reuse else None
+    if reuse is not None:
+        build, subs = reuse
+        fixed = ", ".join(f"{k} = {v}" for k, v in subs.items())
+        record.outcome = f"reuses build {build.index} (graph {build.record.compile_id})" + \
+            (f" with {fixed}" if fixed else ": the same graph")
+        record.build, record.convert_s = build.index, time.perf_counter() - t0
+        return build, conv
+    import dynshape as ds
+
+    exe = ds.compile(conv.graph, **opts.compile)
+    dt = time.perf_counter() - t0
+    with _LOCK:
+        build = _Build(len(_BUILDS), exe, fw_gm, inputs, env, fx, opts.key,
+                       [v.name for v in conv.graph.inputs], dt, record)
+        _BUILDS.append(build)
+        del _BUILDS[:-MAX_BUILDS]
+    record.outcome = f"built (build {build.index}, {dt:.2f} s)"
+    record.build, record.exe, record.convert_s = build.index, exe, dt
+    return build, conv
+
+
+def _check_outputs(conv: Any) -> None:
+    from dynshape.frontends.aten import Unsupported
+    from dynshape.sym import is_expr
+
+    for kind, v in conv.outputs:
+        if kind == "value" and is_expr(v):
+            raise Unsupported(f"the graph returns the size {v} (a SymInt output)")
+
+
+def _find_reuse(fx: Any, opts: _Options) -> tuple[_Build, dict] | None:
+    """An earlier build computing this graph with some of its symbols fixed: equal structure streams after
+    converting the earlier graph with those symbols substituted (or the same stream, no substitution)."""
+    from dynshape.frontends.torch_fx import convert_aot
+
+    g = fx.conversion.graph
+    for b in reversed(_BUILDS):
+        if b.options_key != opts.key or len(b.input_names) != len(g.inputs):
+            continue
+        old = b.conversion.conversion.graph
+        subs = _subs(old, g)
+        if subs is None:
+            continue
+        if not subs:
+            if b.conversion.conversion.stream == fx.conversion.stream:
+                return b, {}
+            continue
+        syms = {s.name: s for s in b.exe.symbols}
+        if not all(n in syms and syms[n].lo <= v and (syms[n].hi is None or v <= syms[n].hi)
+                   for n, v in subs.items()):
+            continue
+        try:
+            again = convert_aot(b.fw_gm, b.inputs, b.shape_env, relax_lower=True, subs=subs,
+                                exact_safe_softmax=opts.exact_safe_softmax, name=old.name, infer=False)
+        except Exception:  # noqa: BLE001 - the earlier graph does not convert this way: no reuse
+            continue
+        if again.conversion.stream == fx.conversion.stream:
+            return b, subs
+    return None
+
+
+def _subs(old: Any, new: Any) -> dict | None:
+    """Symbol name -> int making the old graph's input shapes the new ones (None when they cannot match)."""
+    from dynshape.sym import is_expr
+
+    subs: dict[str, Any] = {}
+    for a, b in zip(old.inputs, new.inputs):
+        if a.dtype != b.dtype or a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+            return None
+        for d, e in zip(a.shape, b.shape):
+            if d == e:
+                continue
+            if is_expr(d) and d.is_atom() and hasattr(d.atom(), "lo") and isinstance(e, int):
+                name = d.atom().name
+                if subs.get(name, e) != e:
+                    return None
+                subs[name] = e
+            else:
+                return None
+    return subs
+
+
+# ---- the per-call function ------------------------------------------------------------------------------------
+def _make_call(fw_gm: Any, env: Any, build: _Build, conv: Any, inputs: list, opts: _Options) -> Callable:
+    """Generate `call(*args)`: weight checks, zero-copy numpy views, exe.run, outputs as torch tensors.
+
+    Everything that can change (the executable, its input and output names, the frozen weights and their
+    versions) is a global of the generated function, so a rebuild after a weight change swaps them in place."""
+    import torch
+
+    scope: dict[str, Any] = {"_fn": torch.from_numpy}
+    lines = ["def call(*args):"]
+    params = [k for k, inp in enumerate(inputs) if inp.is_param]
+    if opts.check_weights and params:
+        checks = [f"args[{k}] is not _p{k} or _p{k}._version != _ver{k}" for k in params]
+        lines += ["    if " + " or ".join(checks) + ":", "        _rebuild(args)"]
+    feed = ", ".join(f"_n{i}: args[{p}].numpy()" for i, p in enumerate(conv.input_positions))
+    lines += ["    try:", f"        feed = {{{feed}}}", "    except Exception:", "        feed = _slow(args)",
+              "    out = _run(feed)"]
+    outs = []
+    for i, (kind, v) in enumerate(conv.outputs):
+        if kind == "tensor":
+            outs.append(f"_fn(out[_o{i}])")
+        else:
+            scope[f"_v{i}"] = v
+            outs.append(f"_v{i}")
+    lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    src = "\n".join(lines)
+
+    def install(b: _Build, c: Any, ins: list) -> None:
+        scope["_run"] = b.exe.run
+        for i, n in enumerate(b.input_names):
+            scope[f"_n{i}"] = n
+        served = [v.name for v in b.conversion.conversion.graph.outputs]  # streams equal: same order
+        mine = [v.name for v in c.graph.outputs]
+        for i, (kind, v) in enumerate(c.outputs):
+            if kind == "tensor":
+                scope[f"_o{i}"] = served[mine.index(v)]
+        for k in params:
+            scope[f"_p{k}"], scope[f"_ver{k}"] = ins[k].value, ins[k].value._version
+        scope["_names"] = list(b.input_names)
+
+    def rebuild(args: Sequence[Any]) -> None:
+        changed = [inp.source for k, inp in enumerate(inputs) if inp.is_param and
+                   (args[k] is not scope[f"_p{k}"] or args[k]._version != scope[f"_ver{k}"])]
+        warnings.warn(f"dynshape backend: {len(changed)} weight(s) changed since graph {build.record.compile_id} "
+                      f"was compiled (e.g. {changed[:2]}); rebuilding with the new values", stacklevel=3)
+        from dynshape.frontends.torch_fx import DynamoInput
+
+        fresh = [DynamoInput(inp.source, args[k] if inp.is_param else inp.value, inp.is_param)
+                 for k, inp in enumerate(inputs)]
+        with torch.no_grad():
+            b, c = _build_for(fw_gm, fresh, env, opts, build.record, allow_reuse=False)
+        install(b, c, fresh)
+
+    install(build, conv, inputs)
+    scope["_slow"] = lambda args: _slow_feed(args, scope["_names"], conv.input_positions)
+    scope["_rebuild"] = rebuild
+    exec(compile(src, f"<dynshape torch call {build.index}>", "exec"), scope)  # noqa: S102 - our own source
+    call = scope["call"]
+    call.source = src
+    call.scope = scope
+    return call
+
+
+def _slow_feed(args: Sequence[Any], names: list[str], positions: list[int]) -> dict:
+    """Inputs `.numpy()` refused: grad-requiring tensors are detached, bfloat16 read by bit pattern, tensors
+    on another device refused (dynshape runs on the CPU)."""
+    import torch
+
+    from dynshape.frontends.aten import to_numpy
+
+    feed = {}
+    for name, p in zip(names, positions):
+        t = args[p]
+        if not isinstance(t, torch.Tensor):
+            raise DynshapeError(f"input {name!r}: expected a tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise DynshapeError(f"input {name!r} is on {t.device}: the dynshape backend runs on the CPU; move the "
+                                "model and its inputs with .cpu()")
+        t = t.detach()
+        feed[name] = to_numpy(t) if t.dtype == torch.bfloat16 else t.numpy()
+    return feed
