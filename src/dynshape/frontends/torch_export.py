@@ -36,7 +36,6 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     output structure (`output_0`, ... or the keys of a dict / ModelOutput). An ATen op dynshape cannot lower
     is reported, with every other one, in one `ModelError` with counts.
     """
-    import torch
     from torch.export import Dim
 
     kwargs = dict(kwargs or {})
@@ -49,9 +48,7 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     if was_training:
         model.eval()
     try:
-        with torch.no_grad():
-            ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
-            ep = ep.run_decompositions(decompositions())
+        ep = _export(model, args, kwargs, dynamic_shapes, strict, oblivious=auto)
     finally:
         if was_training:
             model.train()
@@ -59,6 +56,29 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     if auto:
         _warn_specialised(graph, model, args, kwargs)
     return graph
+
+
+def _export(model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool, oblivious: bool) -> Any:
+    """torch.export + decompositions. With `oblivious` (the Dim.AUTO default), sizes are traced size-obliviously
+    (torch's `backed_size_oblivious`): no 0/1 specialisation, so the program also holds for size-1 inputs;
+    a model that needs a size decided during tracing is then exported the ordinary way (sizes >= 2)."""
+    import torch
+
+    def run() -> Any:
+        with torch.no_grad():
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+            return ep.run_decompositions(decompositions())
+
+    if oblivious:
+        try:
+            import torch.fx.experimental._config as fx_config
+
+            with fx_config.patch(backed_size_oblivious=True):
+                return run()
+        except Exception as e:  # noqa: BLE001 - retried without; a genuine failure raises again below
+            warnings.warn(f"from_torch: size-oblivious export failed ({type(e).__name__}); exporting with torch's "
+                          "0/1 specialisation, so dynamic sizes start at 2", stacklevel=3)
+    return run()
 
 
 def convert_exported(ep: Any, dim_names: dict[tuple[str, int], str] | None = None,
@@ -89,7 +109,8 @@ def convert_exported(ep: Any, dim_names: dict[tuple[str, int], str] | None = Non
                 name = f"{base}__{k}"
             used.add(name)
             lo, hi = ranges.get(str(expr), (0, None))
-            table.declare(str(expr), name, lo, hi, [f"{node.name}.size({ax})"])
+            # dynshape dims start at 1 (as load_onnx's): a size-oblivious export's 0 is narrowed, soundly
+            table.declare(str(expr), name, max(lo, 1), hi, [f"{node.name}.size({ax})"], torch_range=(lo, hi))
     specs = []
     for node in phs:
         spec = specs_by_name.get(node.name)

@@ -22,7 +22,7 @@ from dynshape.frontends.aten.convert import (
 from dynshape.frontends.aten.symbols import SymbolTable, Unsupported, condition, range_of, symbol_name, to_expr
 
 KEEP = ("_safe_softmax.default", "hardswish.default", "hardsigmoid.default", "upsample_nearest2d.default",
-        "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "lstm.input")
+        "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "lstm.input", "gru.input")
 
 
 def decompositions() -> dict:
@@ -34,15 +34,17 @@ def decompositions() -> dict:
     for name in KEEP:
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet), overload, None)
-        if op is not None and (op != torch.ops.aten.lstm.input or _has_op("LSTM")):
+        if op is not None:  # lstm stays whole even before dynshape has LSTM: its decomposition unrolls time
             table.pop(op, None)
     return table
 
 
-def _has_op(name: str) -> bool:
-    from dynshape.ops import registry
+def has_op(name: str) -> bool:
+    """Whether dynshape defines the ONNX op `name` (looked up in the IR's op table)."""
+    import dynshape.ops  # noqa: F401 - defines every op family in the table
+    from dynshape.ir.opdef import lookup
 
-    return registry.get(name) is not None
+    return lookup(name) is not None
 
 
 def finish(conv: Conversion, facts: list | None = None) -> Conversion:
@@ -73,6 +75,6 @@ def lowered_ops() -> list[str]:
 
 __all__ = [
     "HANDLERS", "KEEP", "Conversion", "Converter", "PlaceholderSpec", "SymbolTable", "Unsupported", "condition",
-    "decompositions", "finish", "lowered_ops", "np_dtype", "op_name", "range_of", "symbol_name", "to_expr",
+    "decompositions", "finish", "has_op", "lowered_ops", "np_dtype", "op_name", "range_of", "symbol_name", "to_expr",
     "to_numpy", "unsupported_error",
 ]

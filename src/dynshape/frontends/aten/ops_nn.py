@@ -10,7 +10,6 @@ from dynshape.frontends.aten.common import cast, reshape, static_int, uses_outpu
 from dynshape.frontends.aten.convert import handles
 from dynshape.frontends.aten.emit import Tensor
 from dynshape.frontends.aten.symbols import Unsupported
-from dynshape.ops import registry
 
 
 @handles("embedding.default")
@@ -200,64 +199,66 @@ def _upsample(cv: Any, node: Any, x: Tensor, *args: Any) -> Tensor:
     return cv.em.node("Resize", [x, None, None, sizes], attrs, hint=node.name)
 
 
-@handles("lstm.input")
-def _lstm(cv: Any, node: Any, x: Tensor, hx: list, params: list, has_biases: bool, num_layers: int,
-          dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple:
-    """torch's LSTM as ONNX LSTM layers: gates reordered from torch's (i, f, g, o) to ONNX's (i, o, f, c),
-    the two biases kept apart (ONNX's B is [Wb, Rb]), sequence-major inside, one node per layer."""
-    if registry.get("LSTM") is None:
-        raise Unsupported("dynshape has no LSTM op yet")
+@handles("lstm.input", "gru.input")
+def _rnn(cv: Any, node: Any, x: Tensor, hx: Any, params: list, has_biases: bool, num_layers: int,
+         dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple:
+    """torch's LSTM / GRU as ONNX LSTM / GRU nodes, one per layer, sequence-major inside.
+
+    Gates are reordered from torch's (i, f, g, o) to ONNX's (i, o, f, c) for LSTM and from (r, z, n) to
+    (z, r, h) for GRU (with linear_before_reset=1, torch's GRU); ONNX's B is [W biases, R biases]."""
+    from dynshape.frontends.aten import has_op
+
+    op = "LSTM" if node.target.__name__.startswith("lstm") else "GRU"
+    if not has_op(op):
+        raise Unsupported(f"dynshape has no {op} op yet")
     em = cv.em
     dirs = 2 if bidirectional else 1
     per = 4 if has_biases else 2
     layers = static_int(num_layers, "num_layers")
+    gates_n = 4 if op == "LSTM" else 3
     if any(em.const_value(p) is None for p in params):
-        raise Unsupported("LSTM weights that are not constants")
+        raise Unsupported(f"{op} weights that are not constants")
     w0 = em.const_value(params[0])
-    hidden = w0.shape[0] // 4
-    if w0.shape[0] != 4 * hidden:
-        raise Unsupported("LSTM with projections (proj_size)")
+    hidden = w0.shape[0] // gates_n
+    if len(params) != layers * dirs * per:
+        raise Unsupported(f"{op} with projections (proj_size)")
     dt = cv.dtype_of(x)
-    seq = x if not batch_first else em.node("Transpose", [x], {"perm": [1, 0, 2]})
-    h0, c0 = hx
-    hs, cs = [], []
-    order = [0, 3, 1, 2]  # ONNX i, o, f, c from torch i, f, g(c), o
+    order = [0, 3, 1, 2] if op == "LSTM" else [1, 0, 2]
 
     def gates(a: np.ndarray) -> np.ndarray:
-        return np.concatenate([a.reshape(4, hidden, *a.shape[1:])[k] for k in order], axis=0)
+        return np.concatenate([a.reshape(gates_n, hidden, *a.shape[1:])[k] for k in order], axis=0)
 
-    out = seq
+    states = list(hx) if op == "LSTM" else [hx]
+    out = x if not batch_first else em.node("Transpose", [x], {"perm": [1, 0, 2]}, dtype=dt)
+    finals: list[list[Tensor]] = [[] for _ in states]
+    attrs: dict[str, Any] = {"hidden_size": hidden, "direction": "bidirectional" if bidirectional else "forward"}
+    if op == "GRU":
+        attrs["linear_before_reset"] = 1
     for layer in range(layers):
         ws, rs, bs = [], [], []
         for d in range(dirs):
             base = (layer * dirs + d) * per
-            w, r = em.const_value(params[base]), em.const_value(params[base + 1])
-            ws.append(gates(w))
-            rs.append(gates(r))
+            ws.append(gates(em.const_value(params[base])))
+            rs.append(gates(em.const_value(params[base + 1])))
             if has_biases:
-                bw, br = em.const_value(params[base + 2]), em.const_value(params[base + 3])
-                bs.append(np.concatenate([gates(bw), gates(br)]))
+                bias = [gates(em.const_value(params[base + k])) for k in (2, 3)]
+                bs.append(np.concatenate(bias))
             else:
-                bs.append(np.zeros(8 * hidden, dt))
-        sl = slice(layer * dirs, (layer + 1) * dirs)
-        h_init = em.node("Slice", [h0, em.ints([sl.start]), em.ints([sl.stop]), em.ints([0])], dtype=dt)
-        c_init = em.node("Slice", [c0, em.ints([sl.start]), em.ints([sl.stop]), em.ints([0])], dtype=dt)
-        y, yh, yc = em.node("LSTM", [out, em.const(np.stack(ws)), em.const(np.stack(rs)), em.const(np.stack(bs)),
-                                     None, h_init, c_init],
-                            {"hidden_size": hidden, "direction": "bidirectional" if bidirectional else "forward"},
-                            n_out=3, dtypes=[dt, dt, dt])
-        # Y is (seq, dirs, batch, hidden): the next layer (and torch's output) wants (seq, batch, dirs*hidden)
-        y = em.node("Transpose", [y, ], {"perm": [0, 2, 1, 3]}, dtype=dt)
+                bs.append(np.zeros(2 * gates_n * hidden, dt))
+        init = [em.node("Slice", [s, em.ints([layer * dirs]), em.ints([(layer + 1) * dirs]), em.ints([0])], dtype=dt)
+                for s in states]
+        ins = [out, em.const(np.stack(ws)), em.const(np.stack(rs)), em.const(np.stack(bs)), None, *init]
+        res = em.node(op, ins, attrs, n_out=1 + len(states), dtypes=[dt] * (1 + len(states)))
+        # Y is (seq, dirs, batch, hidden); the next layer and torch want (seq, batch, dirs * hidden)
+        y = em.node("Transpose", [res[0]], {"perm": [0, 2, 1, 3]}, dtype=dt)
         out = em.node("Reshape", [y, em.ints([0, 0, -1])], dtype=dt)
-        hs.append(yh)
-        cs.append(yc)
-    res = out if not batch_first else em.node("Transpose", [out], {"perm": [1, 0, 2]}, dtype=dt)
-    h_n = hs[0] if len(hs) == 1 else em.node("Concat", hs, {"axis": 0}, dtype=dt)
-    c_n = cs[0] if len(cs) == 1 else em.node("Concat", cs, {"axis": 0}, dtype=dt)
-    for t, i in ((res, 0), (h_n, 1), (c_n, 2)):
-        em.shape[t.name] = cv.out_dims(index=i)
-        em.dtype[t.name] = dt
-    return (res, h_n, c_n)
+        for k in range(len(states)):
+            finals[k].append(res[1 + k])
+    y = out if not batch_first else em.node("Transpose", [out], {"perm": [1, 0, 2]}, dtype=dt)
+    results = [y] + [f[0] if len(f) == 1 else em.node("Concat", f, {"axis": 0}, dtype=dt) for f in finals]
+    for i, t in enumerate(results):
+        em.shape[t.name], em.dtype[t.name] = cv.out_dims(index=i), dt
+    return tuple(results)
 
 
 @handles("pixel_shuffle.default")
