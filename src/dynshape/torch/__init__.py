@@ -13,11 +13,11 @@ from dynshape.torch.explain import Report, explain
 
 def register(name: str = "dynshape") -> None:
     """Make `torch.compile(..., backend=name)` find the dynshape backend (idempotent)."""
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    from torch._dynamo.backends import registry
 
-    if name in _BACKENDS and _BACKENDS[name] is not None:
+    if name in getattr(registry, "_COMPILER_FNS", {}):
         return
-    register_backend(name=name)(dynshape_backend)
+    registry.register_backend(compiler_fn=dynshape_backend, name=name)
 
 
 __all__ = ["Report", "dynshape_backend", "explain", "register", "reset"]

@@ -308,7 +308,17 @@ def _reduce(op: str, *, bool_via: str | None = None):
 
 
 handles("sum.dim_IntList", "sum.default")(_reduce("ReduceSum"))
-handles("mean.dim", "mean.default")(_reduce("ReduceMean"))
+_mean = handles("mean.default")(_reduce("ReduceMean"))
+
+
+@handles("mean.dim")
+def _mean_dim(cv: Any, node: Any, x: Tensor, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    """A mean over every spatial axis, kept, is GlobalAveragePool (adaptive_avg_pool2d(x, 1) decomposes to it),
+    the form torch.onnx exports and CNN kernels look for."""
+    rank = len(cv.shape_of(x))
+    if keepdim and rank >= 3 and _axes(cv, x, dims) == list(range(2, rank)) and cv.out_dtype() == cv.dtype_of(x):
+        return cv.em.node("GlobalAveragePool", [x], hint=node.name)
+    return _mean(cv, node, x, dims, keepdim, dtype=dtype)
 handles("amax.default")(_reduce("ReduceMax"))
 handles("amin.default")(_reduce("ReduceMin"))
 handles("any.dim", "any.dims", "any.default")(_reduce("ReduceMax", bool_via="int"))

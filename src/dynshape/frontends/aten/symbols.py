@@ -59,8 +59,8 @@ class SymbolTable:
 
 def symbol_name(source: str, used: set[str]) -> str:
     """A readable, unique identifier for a size source: `L['x'].size()[0]` -> `x_0`,
-    `L['inputs'][1].size()[2]` -> `inputs_1_2`, `L['self'].w.size()[0]` -> `self_w_0`."""
-    s = source
+    `L['kwargs']['ids'].size()[1]` -> `ids_1`, `L['inputs'][1].size()[2]` -> `inputs_1_2`."""
+    s = re.sub(r"^L\[(['\"])kwargs\1\]", "L", source)  # **kwargs of forward: name after the keyword
     s = re.sub(r"\.size\(\)\[(\d+)\]", r"_\1", s)
     s = re.sub(r"\.stride\(\)\[(\d+)\]", r"_stride\1", s)
     s = re.sub(r"^[LG]\[(['\"])(.*?)\1\]", r"\2", s)
