@@ -53,7 +53,20 @@ def test_one_build_serves_every_batch_including_dynamos_batch_one_graph():
     assert re.search(r"reuses build 0 .* with \w+_0 = 1", second.outcome)
     assert "size()[0]" in (second.recompile_reason or "")  # the guard Dynamo gave for recompiling
     text = str(rep)
-    assert "2 graph(s) from Dynamo, 1 dynshape build(s)" in text and "recompiled because" in text
+    assert "2 graph(s) from Dynamo, 1 dynshape build(s) compiled, 1 serving" in text and "recompiled because" in text
+
+
+def test_batch_one_first_then_general_graph_takes_it_over():
+    m = tm.mlp().eval()
+    c = torch.compile(m, backend="dynshape", dynamic=True, options={"fallback": "error"})
+    with torch.no_grad():
+        for b in (1, 3, 1, 6):  # Dynamo's first graph has batch 1 fixed; the second is general
+            x = torch.randn(b, 64)
+            _same(c(x), m(x))
+    rep = dt.explain()
+    assert rep.builds == 2 and rep.serving == 1
+    assert re.search(r"served by build 1 with \w+_0 = 1", rep.records[0].outcome)
+    assert rep.records[0].exe is rep.records[1].exe
 
 
 def test_transformer_decoder_and_its_symbols():

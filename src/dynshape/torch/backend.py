@@ -52,6 +52,8 @@ class _Build:
     input_names: list[str]
     compile_s: float
     record: Any
+    calls: list = field(default_factory=list)  # installers of the per-call functions this build serves
+    retired: bool = False  # replaced by a later, more general build that now serves its graphs
 
 
 _BUILDS: list[_Build] = []
@@ -265,7 +267,45 @@ def _build_for(fw_gm: Any, inputs: list, env: Any, opts: _Options, record: Any,
         del _BUILDS[:-MAX_BUILDS]
     record.outcome = f"built (build {build.index}, {dt:.2f} s)"
     record.build, record.exe, record.convert_s = build.index, exe, dt
+    if allow_reuse:
+        with _LOCK:
+            _absorb_specialised(build, opts)
     return build, conv
+
+
+def _absorb_specialised(build: _Build, opts: _Options) -> None:
+    """Earlier builds whose graph is this one with symbols fixed (the batch-1 graph Dynamo compiled first, when
+    the first call had batch 1) are retired: their calls are re-pointed at this build, bound to the constants,
+    so one executable (one plan cache, one set of hot-shape variants) serves every shape."""
+    from dynshape.frontends.torch_fx import convert_aot
+
+    g = build.conversion.conversion.graph
+    for old in list(_BUILDS):
+        if old is build or old.retired or old.options_key != opts.key or len(old.input_names) != len(g.inputs):
+            continue
+        subs = _subs(g, old.conversion.conversion.graph)
+        if not subs or not _admits(build, subs):
+            continue
+        try:
+            again = convert_aot(build.fw_gm, build.inputs, build.shape_env, relax_lower=True, subs=subs,
+                                exact_safe_softmax=opts.exact_safe_softmax, name=g.name, infer=False)
+        except Exception:  # noqa: BLE001 - not a specialisation of this graph
+            continue
+        if again.conversion.stream != old.conversion.conversion.stream:
+            continue
+        for install in old.calls:
+            install(build)
+        build.calls.extend(old.calls)
+        old.calls, old.retired, old.exe = [], True, None
+        fixed = ", ".join(f"{k} = {v}" for k, v in subs.items())
+        old.record.outcome += f"; since graph {build.record.compile_id}, served by build {build.index} with {fixed}"
+        old.record.build, old.record.exe = build.index, build.exe
+
+
+def _admits(build: _Build, subs: dict) -> bool:
+    """Whether the build's symbols admit the fixed values (its binder would accept them)."""
+    syms = {s.name: s for s in build.exe.symbols}
+    return all(n in syms and syms[n].lo <= v and (syms[n].hi is None or v <= syms[n].hi) for n, v in subs.items())
 
 
 def _check_outputs(conv: Any) -> None:
@@ -284,7 +324,7 @@ def _find_reuse(fx: Any, opts: _Options) -> tuple[_Build, dict] | None:
 
     g = fx.conversion.graph
     for b in reversed(_BUILDS):
-        if b.options_key != opts.key or len(b.input_names) != len(g.inputs):
+        if b.retired or b.options_key != opts.key or len(b.input_names) != len(g.inputs):
             continue
         old = b.conversion.conversion.graph
         subs = _subs(old, g)
@@ -294,9 +334,7 @@ def _find_reuse(fx: Any, opts: _Options) -> tuple[_Build, dict] | None:
             if b.conversion.conversion.stream == fx.conversion.stream:
                 return b, {}
             continue
-        syms = {s.name: s for s in b.exe.symbols}
-        if not all(n in syms and syms[n].lo <= v and (syms[n].hi is None or v <= syms[n].hi)
-                   for n, v in subs.items()):
+        if not _admits(b, subs):
             continue
         try:
             again = convert_aot(b.fw_gm, b.inputs, b.shape_env, relax_lower=True, subs=subs,
@@ -333,56 +371,71 @@ def _subs(old: Any, new: Any) -> dict | None:
 def _make_call(fw_gm: Any, env: Any, build: _Build, conv: Any, inputs: list, opts: _Options) -> Callable:
     """Generate `call(*args)`: weight checks, zero-copy numpy views, exe.run, outputs as torch tensors.
 
-    Everything that can change (the executable, its input and output names, the frozen weights and their
-    versions) is a global of the generated function, so a rebuild after a weight change swaps them in place."""
+    What can change (the executable, its input and output names: after a weight change, or when a more general
+    build takes this graph over) is one global tuple `_S`, swapped whole, so a concurrent call sees either the
+    old state or the new one; the frozen weights and their versions are globals read by the checks."""
     import torch
 
     scope: dict[str, Any] = {"_fn": torch.from_numpy}
-    lines = ["def call(*args):"]
     params = [k for k, inp in enumerate(inputs) if inp.is_param]
+    n_in = len(conv.input_positions)
+    tensor_outs = [i for i, (kind, _) in enumerate(conv.outputs) if kind == "tensor"]
+    unpack = ", ".join(["run"] + [f"n{i}" for i in range(n_in)] + [f"o{i}" for i in tensor_outs])
+    lines = ["def call(*args):"]
     if opts.check_weights and params:
         checks = [f"args[{k}] is not _p{k} or _p{k}._version != _ver{k}" for k in params]
         lines += ["    if " + " or ".join(checks) + ":", "        _rebuild(args)"]
-    feed = ", ".join(f"_n{i}: args[{p}].numpy()" for i, p in enumerate(conv.input_positions))
+    lines.append(f"    {unpack}, = _S" if n_in + len(tensor_outs) == 0 else f"    {unpack} = _S")
+    feed = ", ".join(f"n{i}: args[{p}].numpy()" for i, p in enumerate(conv.input_positions))
     lines += ["    try:", f"        feed = {{{feed}}}", "    except Exception:", "        feed = _slow(args)",
-              "    out = _run(feed)"]
+              "    out = run(feed)"]
     outs = []
     for i, (kind, v) in enumerate(conv.outputs):
         if kind == "tensor":
-            outs.append(f"_fn(out[_o{i}])")
+            outs.append(f"_fn(out[o{i}])")
         else:
             scope[f"_v{i}"] = v
             outs.append(f"_v{i}")
     lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     src = "\n".join(lines)
+    mine = [v.name for v in conv.graph.outputs]
+    current = {"inputs": inputs, "build": build}
 
-    def install(b: _Build, c: Any, ins: list) -> None:
-        scope["_run"] = b.exe.run
-        for i, n in enumerate(b.input_names):
-            scope[f"_n{i}"] = n
-        served = [v.name for v in b.conversion.conversion.graph.outputs]  # streams equal: same order
-        mine = [v.name for v in c.graph.outputs]
-        for i, (kind, v) in enumerate(c.outputs):
-            if kind == "tensor":
-                scope[f"_o{i}"] = served[mine.index(v)]
+    def install(b: _Build, ins: list | None = None) -> None:
+        """Serve this graph with build b (whose graph computes it: equal structure streams, same order)."""
+        served = [v.name for v in b.conversion.conversion.graph.outputs]
+        outs_now = [served[mine.index(conv.outputs[i][1])] for i in tensor_outs]
+        ins = ins if ins is not None else current["inputs"]
         for k in params:
             scope[f"_p{k}"], scope[f"_ver{k}"] = ins[k].value, ins[k].value._version
         scope["_names"] = list(b.input_names)
+        scope["_S"] = (b.exe.run, *b.input_names, *outs_now)
+        current["inputs"], current["build"] = ins, b
 
     def rebuild(args: Sequence[Any]) -> None:
-        changed = [inp.source for k, inp in enumerate(inputs) if inp.is_param and
-                   (args[k] is not scope[f"_p{k}"] or args[k]._version != scope[f"_ver{k}"])]
-        warnings.warn(f"dynshape backend: {len(changed)} weight(s) changed since graph {build.record.compile_id} "
-                      f"was compiled (e.g. {changed[:2]}); rebuilding with the new values", stacklevel=3)
-        from dynshape.frontends.torch_fx import DynamoInput
+        with _LOCK:
+            ins = current["inputs"]
+            if not any(args[k] is not ins[k].value or args[k]._version != scope[f"_ver{k}"] for k in params):
+                return  # another thread rebuilt already
+            changed = [ins[k].source for k in params
+                       if args[k] is not ins[k].value or args[k]._version != scope[f"_ver{k}"]]
+            warnings.warn(f"dynshape backend: {len(changed)} weight(s) changed since graph "
+                          f"{build.record.compile_id} was compiled (e.g. {changed[:2]}); rebuilding with the new "
+                          "values", stacklevel=3)
+            from dynshape.frontends.torch_fx import DynamoInput
 
-        fresh = [DynamoInput(inp.source, args[k] if inp.is_param else inp.value, inp.is_param)
-                 for k, inp in enumerate(inputs)]
-        with torch.no_grad():
-            b, c = _build_for(fw_gm, fresh, env, opts, build.record, allow_reuse=False)
-        install(b, c, fresh)
+            fresh = [DynamoInput(inp.source, args[k] if inp.is_param else inp.value, inp.is_param)
+                     for k, inp in enumerate(inputs)]
+            with torch.no_grad():
+                b, _ = _build_for(fw_gm, fresh, env, opts, build.record, allow_reuse=False)
+            old = current["build"]
+            if install in old.calls:
+                old.calls.remove(install)
+            b.calls.append(install)
+            install(b, fresh)
 
-    install(build, conv, inputs)
+    install(build, inputs)
+    build.calls.append(install)
     scope["_slow"] = lambda args: _slow_feed(args, scope["_names"], conv.input_positions)
     scope["_rebuild"] = rebuild
     exec(compile(src, f"<dynshape torch call {build.index}>", "exec"), scope)  # noqa: S102 - our own source

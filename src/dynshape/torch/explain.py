@@ -93,12 +93,17 @@ class Report:
         """How many dynshape builds the graphs needed (graphs served by an earlier build do not count)."""
         return sum(1 for r in self.records if r.outcome.startswith("built"))
 
+    @property
+    def serving(self) -> int:
+        """How many distinct executables serve the graphs now (a retired build's graphs count with their new one)."""
+        return len({id(r.exe) for r in self.records if r.exe is not None})
+
     def __str__(self) -> str:
         if not self.records:
             return "dynshape backend: no graph compiled yet"
         fell = sum(1 for r in self.records if r.outcome.startswith("eager"))
-        head = (f"dynshape backend: {len(self.records)} graph(s) from Dynamo, {self.builds} dynshape build(s), "
-                f"{fell} eager fallback(s)")
+        head = (f"dynshape backend: {len(self.records)} graph(s) from Dynamo, {self.builds} dynshape build(s) "
+                f"compiled, {self.serving} serving them, {fell} eager fallback(s)")
         return "\n".join([head, *(str(r) for r in self.records)])
 
 
