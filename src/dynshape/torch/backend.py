@@ -442,6 +442,7 @@ def _make_call(fw_gm: Any, env: Any, build: _Build, conv: Any, inputs: list, opt
     call = scope["call"]
     call.source = src
     call.scope = scope
+    call.input_positions = list(conv.input_positions)
     return call
 
 
