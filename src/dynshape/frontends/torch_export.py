@@ -48,7 +48,7 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     if was_training:
         model.eval()
     try:
-        ep = _export(model, args, kwargs, dynamic_shapes, strict, oblivious=auto)
+        ep = _export(model, args, kwargs, dynamic_shapes, strict, oblivious=True)
     finally:
         if was_training:
             model.train()
@@ -59,9 +59,10 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
 
 
 def _export(model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool, oblivious: bool) -> Any:
-    """torch.export + decompositions. With `oblivious` (the Dim.AUTO default), sizes are traced size-obliviously
-    (torch's `backed_size_oblivious`): no 0/1 specialisation, so the program also holds for size-1 inputs;
-    a model that needs a size decided during tracing is then exported the ordinary way (sizes >= 2)."""
+    """torch.export + decompositions. With `oblivious`, sizes are traced size-obliviously (torch's
+    `backed_size_oblivious`): no 0/1 specialisation, so the program also holds for size-1 inputs, and an example
+    of size 1 may be given for a dynamic Dim; a model that needs a size decided during tracing is then exported
+    the ordinary way (Dim.AUTO sizes then start at 2)."""
     import torch
 
     def run() -> Any:

@@ -254,7 +254,7 @@ def _build_for(fw_gm: Any, inputs: list, env: Any, opts: _Options, record: Any,
         fixed = ", ".join(f"{k} = {v}" for k, v in subs.items())
         record.outcome = f"reuses build {build.index} (graph {build.record.compile_id})" + \
             (f" with {fixed}" if fixed else ": the same graph")
-        record.build, record.convert_s = build.index, time.perf_counter() - t0
+        record.build, record.exe, record.convert_s = build.index, build.exe, time.perf_counter() - t0
         return build, conv
     import dynshape as ds
 
