@@ -74,13 +74,21 @@ def dynamo_inputs(gm: Any, example_inputs: Sequence[Any]) -> list[DynamoInput]:
     return out
 
 
-def symbol_table(shape_env: Any, *, relax_lower: bool, subs: dict | None = None) -> SymbolTable:
-    """Every integer symbol of the ShapeEnv with a source, named after it, with torch's range."""
+def symbol_table(shape_env: Any, *, relax_lower: bool, subs: dict | None = None,
+                 input_sources: Sequence[str] = ()) -> SymbolTable:
+    """Every integer symbol of the ShapeEnv with a source, named after it, with torch's range. A symbol several
+    inputs carry is named after the earliest of them in `input_sources` (the graph's input order), so graphs
+    Dynamo recompiles name their symbols alike."""
     table = SymbolTable(subs=dict(subs or {}))
     used: set[str] = set()
     sources = getattr(shape_env, "var_to_sources", {}) or {}
     ranges = getattr(shape_env, "var_to_range", {}) or {}
     replaced = getattr(shape_env, "replacements", {}) or {}
+    merged: dict[Any, list] = {k: list(v) for k, v in sources.items()}
+    for r, target in replaced.items():  # s_ids1 -> s_mask1 after a guard: s_mask1 is also the ids' size
+        if getattr(target, "is_Symbol", False):
+            merged.setdefault(target, []).extend(sources.get(r, []))
+    sources = merged
     for s in sorted(ranges, key=lambda s: str(s)):
         name = str(s)
         if s in replaced:
@@ -90,10 +98,18 @@ def symbol_table(shape_env: Any, *, relax_lower: bool, subs: dict | None = None)
         srcs = [_src_name(x) for x in sources.get(s, [])]
         if not srcs:
             continue
+        srcs.sort(key=lambda x: _input_rank(x, input_sources))
         lo, hi = range_of(ranges[s])
         lo_used = 1 if relax_lower and lo == 2 else lo
         table.declare(name, symbol_name(srcs[0], used), lo_used, hi, srcs, torch_range=(lo, hi))
     return table
+
+
+def _input_rank(src: str, input_sources: Sequence[str]) -> int:
+    for i, base in enumerate(input_sources):
+        if src.startswith(base + ".") or src == base:
+            return i
+    return len(input_sources)
 
 
 def _src_name(src: Any) -> str:
@@ -115,7 +131,8 @@ def convert_aot(gm: Any, inputs: list[DynamoInput], shape_env: Any, *, relax_low
     if len(phs) != len(inputs):
         raise Unsupported(f"aot_autograd's graph has {len(phs)} inputs for Dynamo's {len(inputs)} (mutated or "
                           "aliased inputs)")
-    table = symbol_table(shape_env, relax_lower=relax_lower, subs=subs)
+    table = symbol_table(shape_env, relax_lower=relax_lower, subs=subs,
+                         input_sources=[i.source for i in inputs if not i.is_param])
     used: set[str] = set()
     specs = []
     for node, inp in zip(phs, inputs):

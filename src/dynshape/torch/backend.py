@@ -251,7 +251,7 @@ def _build_for(fw_gm: Any, inputs: list, env: Any, opts: _Options, record: Any,
         reuse = _find_reuse(fx, opts) if allow_reuse else None
     if reuse is not None:
         build, subs = reuse
-        fixed = ", ".join(f"{k} = {v}" for k, v in subs.items())
+        fixed = ", ".join(f"{k} = {v}" for k, v in subs.items() if isinstance(v, int))
         record.outcome = f"reuses build {build.index} (graph {build.record.compile_id})" + \
             (f" with {fixed}" if fixed else ": the same graph")
         record.build, record.exe, record.convert_s = build.index, build.exe, time.perf_counter() - t0
@@ -297,15 +297,27 @@ def _absorb_specialised(build: _Build, opts: _Options) -> None:
             install(build)
         build.calls.extend(old.calls)
         old.calls, old.retired, old.exe = [], True, None
-        fixed = ", ".join(f"{k} = {v}" for k, v in subs.items())
+        fixed = ", ".join(f"{k} = {v}" for k, v in subs.items() if isinstance(v, int))
         old.record.outcome += f"; since graph {build.record.compile_id}, served by build {build.index} with {fixed}"
         old.record.build, old.record.exe = build.index, build.exe
 
 
 def _admits(build: _Build, subs: dict) -> bool:
-    """Whether the build's symbols admit the fixed values (its binder would accept them)."""
+    """Whether the build's symbols admit the fixed values and the ranges of the symbols they are renamed to (its
+    binder then accepts every input the other graph admits)."""
     syms = {s.name: s for s in build.exe.symbols}
-    return all(n in syms and syms[n].lo <= v and (syms[n].hi is None or v <= syms[n].hi) for n, v in subs.items())
+    for n, v in subs.items():
+        s = syms.get(n)
+        if s is None:
+            return False
+        if isinstance(v, int):
+            if v < s.lo or (s.hi is not None and v > s.hi):
+                return False
+            continue
+        t = v.atom()
+        if t.lo < s.lo or (s.hi is not None and (t.hi is None or t.hi > s.hi)) or t.mult % s.mult:
+            return False
+    return True
 
 
 def _check_outputs(conv: Any) -> None:
@@ -347,7 +359,9 @@ def _find_reuse(fx: Any, opts: _Options) -> tuple[_Build, dict] | None:
 
 
 def _subs(old: Any, new: Any) -> dict | None:
-    """Symbol name -> int making the old graph's input shapes the new ones (None when they cannot match)."""
+    """Symbol name -> int (a fixed size) or bare symbol of the new graph (a renamed one: Dynamo names a
+    recompiled graph's symbols after whichever source it met first) making the old graph's input shapes the new
+    ones; None when they cannot match."""
     from dynshape.sym import is_expr
 
     subs: dict[str, Any] = {}
@@ -357,14 +371,19 @@ def _subs(old: Any, new: Any) -> dict | None:
         for d, e in zip(a.shape, b.shape):
             if d == e:
                 continue
-            if is_expr(d) and d.is_atom() and hasattr(d.atom(), "lo") and isinstance(e, int):
-                name = d.atom().name
-                if subs.get(name, e) != e:
-                    return None
-                subs[name] = e
-            else:
+            if not (is_expr(d) and d.is_atom() and hasattr(d.atom(), "lo")):
                 return None
-    return subs
+            if not (isinstance(e, int) or (is_expr(e) and e.is_atom() and hasattr(e.atom(), "lo"))):
+                return None
+            name = d.atom().name
+            if name in subs and subs[name] != e:
+                return None
+            subs[name] = e
+    return {k: v for k, v in subs.items() if not (is_expr(v) and v.atom().name == k and v == old_sym(old, k))}
+
+
+def old_sym(graph: Any, name: str) -> Any:
+    return graph.signature.symbols.get(name)
 
 
 # ---- the per-call function ------------------------------------------------------------------------------------
