@@ -126,6 +126,7 @@ class Converter:
         self.current: Any = None
         self.transposed: dict[str, tuple] = {}  # Transpose output -> (input, perm)
         self.expanded: dict[str, Tensor] = {}  # Expand output -> its input
+        self.unsqueezed: dict[str, tuple] = {}  # Unsqueeze output -> (source, inserted axes)
 
     # ---- sizes and metadata ----------------------------------------------------------------------------
     def expr(self, x: Any, what: str = "a size") -> Any:

@@ -23,6 +23,8 @@ from dynshape.ir.graph import Graph, Node, Value
 from dynshape.sym import Expr, Symbol, is_expr
 
 OPSET = 18
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                    "Bernoulli", "Dropout"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Emitter:
         self.reshape_src: dict[str, str] = {}  # value made by a Reshape -> the value it reshapes
         self._names: set[str] = set()
         self._const_memo: dict[Any, str] = {}
+        self._node_memo: dict[Any, list[str]] = {}
         self._shape_memo: dict[Any, str] = {}
         self._carriers: dict[str, tuple[str, int, int, int]] = {}  # symbol -> (input, axis, coeff, offset)
         self._input_shapes: dict[tuple, str] = {}
@@ -113,12 +116,19 @@ class Emitter:
         for x in inputs:
             if x is not None and not isinstance(x, Tensor):
                 raise TypeError(f"{op}: input {x!r} is not a Tensor")
+        key = (op, tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())),
+               tuple(self.key[n] if n else None for n in names), n_out)
+        hit = self._node_memo.get(key)
+        if hit is not None:  # the same op on the same values (ATen graphs repeat arange, masks, views): one node
+            ts = [Tensor(o) for o in hit]
+            return ts if n_out > 1 else ts[0]
         base = hint or op.lower()
         outs = [self.fresh(base if i == 0 else f"{base}_out{i}") for i in range(n_out)]
         self.nodes.append(Node(op, "", self.fresh(f"{base}_node" if hint else base), attrs, names, outs))
         idx = len(self.stream)
-        self.stream.append((op, tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())),
-                            tuple(self.key[n] if n else None for n in names)))
+        self.stream.append(key[:3])
+        if op not in NONDETERMINISTIC:
+            self._node_memo[key] = outs
         shapes = shapes or [shape] * n_out
         dtypes = dtypes or [dtype] * n_out
         for i, o in enumerate(outs):

@@ -175,6 +175,9 @@ def _prelu(cv: Any, node: Any, x: Tensor, w: Tensor) -> Tensor:
 def _binary(op: str, compare: bool = False):
     def fn(cv: Any, node: Any, a: Any, b: Any, *, alpha: Any = 1, **kw: Any) -> Tensor:
         out = cv.out_dtype()
+        if op in ("Add", "Sub") and isinstance(a, Tensor) and b == 0 and not isinstance(b, Tensor) \
+                and np.issubdtype(out, np.integer) and cv.dtype_of(a) == out:
+            return a  # x + 0 on integers (ATen's arange(0, n) + 0); on floats it would turn -0.0 into 0.0
         compute = promoted(cv, node) if compare else out
         ta, tb = tensor_of(cv, a, compute), tensor_of(cv, b, compute)
         if alpha != 1:
@@ -427,15 +430,17 @@ def _safe_softmax(cv: Any, node: Any, x: Tensor, dim: int, dtype: Any = None) ->
 
 # ---- products --------------------------------------------------------------------------------------------
 def _unflattened(cv: Any, a: Tensor) -> Tensor | None:
-    """The >= 3-D value a 2-D operand (rows, k) was flattened from, with k its last dim; else None."""
+    """The >= 3-D value (lead..., k) a 2-D operand (rows, k) was flattened from: the first source of its chain of
+    views, reshaped so its trailing dims make k (attention's (b, s, heads, d) -> (b, s, heads * d)); else None."""
     r = root(cv, a)
     if r.name == a.name:
         return None
     dims = cv.shape_of(r)
-    k = cv.shape_of(a)[-1]
-    if len(dims) < 3 or dims[-1] != k or _numel(dims[:-1]) != cv.shape_of(a)[0]:
-        return None
-    return r
+    rows, k = cv.shape_of(a)
+    for cut in range(len(dims) - 1, 1, -1):  # the longest leading part whose product is the row count
+        if _numel(dims[:cut]) == rows and _numel(dims[cut:]) == k:
+            return r if cut == len(dims) - 1 else reshape(cv, r, (*dims[:cut], k))
+    return None
 
 
 def _matmul_nd(cv: Any, node: Any, a: Tensor, b: Tensor, bias: Any = None, beta: Any = 1, alpha: Any = 1) -> Tensor:

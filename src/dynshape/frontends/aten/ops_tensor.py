@@ -111,7 +111,11 @@ def _unsqueeze(cv: Any, node: Any, x: Tensor, dim: int) -> Tensor:
     c = cv.em.const_value(x)
     if c is not None and c.size <= 1 << 16:
         return cv.em.const(np.expand_dims(c, ax), key=("unsq", cv.em.key[x.name], ax))
-    return cv.em.node("Unsqueeze", [x, cv.em.ints([ax])], hint=node.name)
+    src, axes = cv.unsqueezed.get(x.name, (x, []))
+    axes = sorted([a + 1 if a >= ax else a for a in axes] + [ax])  # positions in the result, as ONNX takes them
+    out = cv.em.node("Unsqueeze", [src, cv.em.ints(axes)], hint=node.name)
+    cv.unsqueezed[out.name] = (src, axes)  # an unsqueeze of this becomes one node with both axes
+    return out
 
 
 @handles("squeeze.dim", "squeeze.dims", "squeeze.default", "squeeze_copy.dim", "squeeze_copy.dims")
