@@ -232,6 +232,8 @@ class Emitter:
         seen: set[str] = set()
         fixed = {v.name for v in self.inputs} | set(self.inits)
         for t, want in zip(outputs, names):
+            if want in fixed:
+                want = self.fresh(want)  # an output named like an input or constant gets a suffix
             src = t.name
             if src in seen or src in fixed:
                 t = self.node("Identity", [t], hint=want, shape=self.shape.get(src), dtype=self.dtype.get(src))

@@ -191,10 +191,10 @@ def _binary(op: str, compare: bool = False):
 
 
 for _names, _op, _cmp in [
-    (("add.Tensor", "add.Scalar"), "Add", False), (("sub.Tensor", "sub.Scalar", "rsub.Scalar"), "Sub", False),
+    (("add.Tensor", "add.Scalar"), "Add", False), (("sub.Tensor", "sub.Scalar"), "Sub", False),
     (("mul.Tensor", "mul.Scalar"), "Mul", False), (("div.Tensor", "div.Scalar"), "Div", False),
     (("maximum.default",), "Max", False), (("minimum.default",), "Min", False),
-    (("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar"), "Pow", False),
+    (("pow.Tensor_Tensor", "pow.Scalar"), "Pow", False),
     (("eq.Tensor", "eq.Scalar"), "Equal", True), (("ne.Tensor", "ne.Scalar"), "Ne", True),
     (("lt.Tensor", "lt.Scalar"), "Less", True), (("le.Tensor", "le.Scalar"), "LessOrEqual", True),
     (("gt.Tensor", "gt.Scalar"), "Greater", True), (("ge.Tensor", "ge.Scalar"), "GreaterOrEqual", True),
