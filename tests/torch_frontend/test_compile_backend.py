@@ -69,6 +69,17 @@ def test_batch_one_first_then_general_graph_takes_it_over():
     assert rep.records[0].exe is rep.records[1].exe
 
 
+def test_mark_dynamic_range_becomes_the_symbol_range():
+    m = tm.mlp().eval()
+    c = torch.compile(m, backend="dynshape", options={"fallback": "error"})
+    x = torch.randn(4, 64)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=48)
+    with torch.no_grad():
+        _same(c(x), m(x))
+    (sym,) = dt.explain().records[0].symbols
+    assert sym["torch_range"] == (2, 48) and sym["range"] == (1, 48)
+
+
 def test_transformer_decoder_and_its_symbols():
     m = tm.GPT().eval()
     c = torch.compile(m, backend="dynshape", dynamic=True, options={"fallback": "error"})

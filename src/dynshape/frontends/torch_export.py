@@ -36,7 +36,10 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     output structure (`output_0`, ... or the keys of a dict / ModelOutput). An ATen op dynshape cannot lower
     is reported, with every other one, in one `ModelError` with counts.
     """
-    from torch.export import Dim
+    try:
+        from torch.export import Dim
+    except ImportError as e:
+        raise ImportError(f"ds.from_torch needs PyTorch (pip install 'dynshape[torch]'): {e}") from e
 
     kwargs = dict(kwargs or {})
     if not isinstance(args, tuple):
