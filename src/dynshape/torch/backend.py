@@ -79,17 +79,30 @@ class _Options:
         return (tuple(sorted((k, repr(v)) for k, v in self.compile.items())), self.exact_safe_softmax)
 
 
+def compile_keywords() -> set[str]:
+    """Every keyword `ds.compile` takes: its named parameters and, passed through `**knobs`, the fields of
+    `dynshape.options.Options`."""
+    import dataclasses
+    import inspect
+
+    from dynshape.runtime.executable import compile as ds_compile
+
+    params = inspect.signature(ds_compile).parameters
+    names = {n for n, p in params.items() if n != "graph" and p.kind != inspect.Parameter.VAR_KEYWORD}
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        from dynshape.options import Options
+
+        names |= {f.name for f in dataclasses.fields(Options)}
+    return names
+
+
 def _parse_options(options: dict | None) -> _Options:
     opts = dict(options or {})
     out = _Options()
     for k in FRONTEND_OPTIONS:
         if k in opts:
             setattr(out, k, opts.pop(k))
-    import inspect
-
-    from dynshape.runtime.executable import compile as ds_compile
-
-    allowed = set(inspect.signature(ds_compile).parameters) - {"graph"}
+    allowed = compile_keywords()
     unknown = sorted(set(opts) - allowed)
     if unknown:
         raise DynshapeError(f"torch.compile(backend='dynshape', options=...): unknown option(s) {unknown}; "
