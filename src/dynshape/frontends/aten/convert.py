@@ -344,8 +344,8 @@ def _is_fx(a: Any) -> bool:
 
 
 def _is_sym_scalar(v: Any) -> bool:
-    return type(v).__name__ in ("SymInt", "SymBool", "SymFloat") or isinstance(v, (bool, int, float)) \
-        and not hasattr(v, "shape")
+    """A node whose value is a size or a Python scalar (SymInt arithmetic, sym_size), not a tensor."""
+    return type(v).__name__ in ("SymInt", "SymBool", "SymFloat") or isinstance(v, (bool, int, float))
 
 
 def _concrete(v: Any) -> bool:

@@ -396,8 +396,3 @@ def _arange(cv: Any, node: Any, *args: Any, **kw: Any) -> Tensor:
     r = em.node("Range", [tensor_of(cv, start, dt), tensor_of(cv, end, dt), tensor_of(cv, step, dt)],
                 hint=node.name, shape=cv.out_dims(), dtype=dt)
     return r
-
-
-@handles("sym_size.int")
-def _sym_size(cv: Any, node: Any, x: Tensor, dim: int) -> Any:
-    return cv.shape_of(x)[axis(dim, len(cv.shape_of(x)))]
