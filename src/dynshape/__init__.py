@@ -30,6 +30,7 @@ _LAZY = {
     "TensorType": ("dynshape.ir.types", "TensorType"),
     "load": ("dynshape.runtime.artifact", "load"),
     "save": ("dynshape.runtime.artifact", "save"),
+    "from_torch": ("dynshape.frontends.torch_export", "from_torch"),
 }
 
 
@@ -45,5 +46,6 @@ def __getattr__(name: str):
 __all__ = [
     "Cond", "ConstraintStore", "ConstraintViolation", "DynshapeError", "Executable", "Expr", "Graph", "ModelError",
     "ShapeError", "Symbol", "TensorType", "any_dim", "bounds", "broadcast_shapes", "ceil_div", "compile", "divides",
-    "eq", "is_expr", "load", "load_onnx", "max_", "min_", "ne", "prove", "save", "simplify", "solve", "sym",
+    "eq", "from_torch", "is_expr", "load", "load_onnx", "max_", "min_", "ne", "prove", "save", "simplify", "solve",
+    "sym",
 ]

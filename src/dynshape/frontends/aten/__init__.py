@@ -1,0 +1,80 @@
+"""ATen-level FX graphs (from aot_autograd or torch.export) as dynshape Graphs.
+
+`decompositions()` is the table both torch entry points trace with: torch's core ATen decompositions, minus the
+ops this frontend lowers whole because dynshape has a better-fitting op (`_safe_softmax`, `hardswish`,
+`hardsigmoid`, `upsample_nearest2d`, `lstm`). `Converter(...).run()` does the conversion (see `convert.py`);
+`finish()` runs dynshape's shape inference and adds torch's size facts to the signature.
+"""
+
+from __future__ import annotations
+
+from dynshape.frontends.aten import ops_math, ops_nn, ops_tensor  # noqa: F401 - registers the handlers
+from dynshape.frontends.aten.convert import (
+    HANDLERS,
+    Conversion,
+    Converter,
+    PlaceholderSpec,
+    np_dtype,
+    op_name,
+    to_numpy,
+    unsupported_error,
+)
+from dynshape.frontends.aten.symbols import SymbolTable, Unsupported, condition, range_of, symbol_name, to_expr
+
+KEEP = ("_safe_softmax.default", "hardswish.default", "hardsigmoid.default", "upsample_nearest2d.default",
+        "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "lstm.input", "gru.input")
+
+
+def decompositions() -> dict:
+    """torch's core ATen decomposition table without the ops this frontend maps whole (see KEEP)."""
+    import torch
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    for name in KEEP:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload, None)
+        if op is not None:  # lstm stays whole even before dynshape has LSTM: its decomposition unrolls time
+            table.pop(op, None)
+    return table
+
+
+def has_op(name: str) -> bool:
+    """Whether dynshape defines the ONNX op `name` (looked up in the IR's op table)."""
+    import dynshape.ops  # noqa: F401 - defines every op family in the table
+    from dynshape.ir.opdef import lookup
+
+    return lookup(name) is not None
+
+
+def finish(conv: Conversion, facts: list | None = None) -> Conversion:
+    """Infer the graph and add facts `(condition, text, origin)` on its input symbols to its signature, where
+    dynshape's binder checks them per call (those inference already implies are dropped)."""
+    from dynshape.ir.graph import Fact
+    from dynshape.ir.infer import infer_graph
+    from dynshape.sym import prove
+
+    g = infer_graph(conv.graph)
+    names = set(g.signature.symbols)
+    for cond, text, origin in [*(facts or []), *conv.facts]:
+        if isinstance(cond, bool):
+            continue
+        if prove(cond) is True:
+            continue
+        if not cond.free_symbols <= names:
+            conv.notes.append(f"not checked per call (uses sizes no input carries): {text} [{origin}]")
+            continue
+        g.signature.facts.append(Fact("require", text, origin, cond))
+    return conv
+
+
+def lowered_ops() -> list[str]:
+    """Every ATen overload (or packet) this frontend lowers."""
+    return sorted(HANDLERS)
+
+
+__all__ = [
+    "HANDLERS", "KEEP", "Conversion", "Converter", "PlaceholderSpec", "SymbolTable", "Unsupported", "condition",
+    "decompositions", "finish", "has_op", "lowered_ops", "np_dtype", "op_name", "range_of", "symbol_name", "to_expr",
+    "to_numpy", "unsupported_error",
+]

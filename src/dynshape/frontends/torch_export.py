@@ -1,0 +1,245 @@
+"""`ds.from_torch`: a PyTorch module as a dynshape Graph, through `torch.export`.
+
+No Dynamo guards run per call afterwards: `ds.compile(graph)` gives an executable that `exe.run` (numpy in,
+numpy out) serves for every admissible shape. The argument conventions are torch.export's own:
+`dynamic_shapes` maps each input to `{axis: Dim(...)}`; a `Dim`'s name becomes the symbol's name and its range
+the symbol's range. With `dynamic_shapes=None` every axis of every tensor input is `Dim.AUTO`: torch decides
+which are dynamic, names are `<input>_<axis>`, and axes the trace found static (an example of size 1 is
+specialised, as torch.export does) stay static; a warning names those.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from dynshape.frontends.aten import (
+    Converter,
+    PlaceholderSpec,
+    SymbolTable,
+    Unsupported,
+    decompositions,
+    finish,
+    range_of,
+)
+from dynshape.ir.graph import Graph
+
+
+def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None,
+               dynamic_shapes: Any = None, *, exact_safe_softmax: bool = False, strict: bool = False) -> Graph:
+    """Export `model(*args, **kwargs)` with torch.export and convert it to a shape-inferred dynshape Graph.
+
+    Parameters and buffers become initializers (copied: later changes to the model do not reach the graph).
+    Graph inputs are the model's tensor arguments under their parameter names; outputs are named after the
+    output structure (`output_0`, ... or the keys of a dict / ModelOutput). An ATen op dynshape cannot lower
+    is reported, with every other one, in one `ModelError` with counts.
+    """
+    try:
+        from torch.export import Dim
+    except ImportError as e:
+        raise ImportError(f"ds.from_torch needs PyTorch (pip install 'dynshape[torch]'): {e}") from e
+
+    kwargs = dict(kwargs or {})
+    if not isinstance(args, tuple):
+        args = (args,)
+    auto = dynamic_shapes is None
+    if auto:
+        dynamic_shapes = _auto_shapes(model, args, kwargs, Dim.AUTO)
+    was_training = getattr(model, "training", False)
+    if was_training:
+        model.eval()
+    try:
+        ep = _export(model, args, kwargs, dynamic_shapes, strict, oblivious=True)
+    finally:
+        if was_training:
+            model.train()
+    graph = convert_exported(ep, _dim_names(model, args, kwargs, dynamic_shapes), exact_safe_softmax)
+    if auto:
+        _warn_specialised(graph, model, args, kwargs)
+    return graph
+
+
+def _export(model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool, oblivious: bool) -> Any:
+    """torch.export + decompositions. With `oblivious`, sizes are traced size-obliviously (torch's
+    `backed_size_oblivious`): no 0/1 specialisation, so the program also holds for size-1 inputs, and an example
+    of size 1 may be given for a dynamic Dim; a model that needs a size decided during tracing is then exported
+    the ordinary way (Dim.AUTO sizes then start at 2)."""
+    import torch
+
+    def run() -> Any:
+        with torch.no_grad():
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+            return ep.run_decompositions(decompositions())
+
+    if oblivious:
+        try:
+            import torch.fx.experimental._config as fx_config
+
+            with fx_config.patch(backed_size_oblivious=True):
+                return run()
+        except Exception as e:  # noqa: BLE001 - retried without; a genuine failure raises again below
+            warnings.warn(f"from_torch: size-oblivious export failed ({type(e).__name__}); exporting with torch's "
+                          "0/1 specialisation, so dynamic sizes start at 2", stacklevel=3)
+    return run()
+
+
+def convert_exported(ep: Any, dim_names: dict[tuple[str, int], str] | None = None,
+                     exact_safe_softmax: bool = False) -> Graph:
+    """An ExportedProgram (already decomposed) as a dynshape Graph; `dim_names[(input, axis)]` names symbols."""
+    gm = ep.graph_module
+    sig = ep.graph_signature
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    specs_by_name = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
+    table = SymbolTable()
+    ranges = {str(k): range_of(v) for k, v in ep.range_constraints.items()}
+    names = dict(dim_names or {})
+    used: set[str] = set()
+    # symbols: named after the first user-input axis that carries each bare symbol
+    for node in phs:
+        spec = specs_by_name.get(node.name)
+        if spec is None or spec.kind.name != "USER_INPUT":
+            continue
+        val = node.meta.get("val")
+        for ax, d in enumerate(getattr(val, "shape", ())):
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is None or not getattr(expr, "is_Symbol", False) or str(expr) in table.symbols:
+                continue
+            name = names.get((node.name, ax)) or f"{node.name}_{ax}"
+            base, k = name, 1
+            while name in used:
+                k += 1
+                name = f"{base}__{k}"
+            used.add(name)
+            lo, hi = ranges.get(str(expr), (0, None))
+            # dynshape dims start at 1 (as load_onnx's): a size-oblivious export's 0 is narrowed, soundly
+            table.declare(str(expr), name, max(lo, 1), hi, [f"{node.name}.size({ax})"], torch_range=(lo, hi))
+    specs = []
+    for node in phs:
+        spec = specs_by_name.get(node.name)
+        kind = spec.kind.name if spec is not None else "USER_INPUT"
+        target = getattr(spec, "target", None)
+        if kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+            value = ep.state_dict[target] if target in ep.state_dict else ep.constants[target]
+            specs.append(PlaceholderSpec("const", name=str(target), value=value, key=("export", str(target))))
+        elif kind == "USER_INPUT" and hasattr(node.meta.get("val"), "shape"):
+            specs.append(PlaceholderSpec("input", name=node.name))
+        elif kind == "USER_INPUT":
+            specs.append(PlaceholderSpec("size"))
+        else:
+            raise Unsupported(f"exported input {node.name!r} of kind {kind} is not supported")
+    out_names = _output_names(ep)
+    conv = Converter(gm, table, specs, name=type(ep).__name__, exact_safe_softmax=exact_safe_softmax)
+    result = conv.run(out_names)
+    values = [v for kind, v in result.outputs if kind == "value"]
+    if values:
+        raise Unsupported(f"the model returns non-tensor values {values[:3]}; from_torch graphs return tensors")
+    finish(result)
+    return result.graph
+
+
+def _forward_params(model: Any) -> list[str]:
+    fn = model.forward if hasattr(model, "forward") else model
+    try:
+        return [p for p in inspect.signature(fn).parameters if p != "self"]
+    except (TypeError, ValueError):
+        return []
+
+
+def _auto_shapes(model: Any, args: tuple, kwargs: dict, auto: Any) -> Any:
+    """Dim.AUTO for every axis of every tensor argument, in torch.export's dict-by-parameter form."""
+    import torch
+
+    def spec(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return {i: auto for i in range(x.dim())} if x.dim() else None
+        if isinstance(x, (list, tuple)):
+            return type(x)(spec(y) for y in x)
+        if isinstance(x, dict):
+            return {k: spec(v) for k, v in x.items()}
+        return None
+
+    names = _forward_params(model)
+    if len(names) >= len(args) and all(k in names for k in kwargs):
+        out = {n: spec(a) for n, a in zip(names, args)}
+        out.update({k: spec(v) for k, v in kwargs.items()})
+        return out
+    return tuple(spec(a) for a in args)
+
+
+def _dim_names(model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any) -> dict[tuple[str, int], str]:
+    """(input name, axis) -> the name of the Dim the user gave it (AUTO and unnamed dims are skipped)."""
+    out: dict[tuple[str, int], str] = {}
+    if dynamic_shapes is None:
+        return out
+    names = _forward_params(model)
+    if isinstance(dynamic_shapes, Mapping):
+        items = list(dynamic_shapes.items())
+    else:
+        items = list(zip(names, dynamic_shapes))
+    for name, spec in items:
+        if isinstance(spec, Mapping):
+            for ax, d in spec.items():
+                dn = getattr(d, "__name__", None)
+                if isinstance(dn, str) and dn and type(d).__name__ != "_DimHint":
+                    out[(name, int(ax))] = dn
+        elif isinstance(spec, (list, tuple)) and all(not isinstance(x, (Mapping, list, tuple)) for x in spec):
+            for ax, d in enumerate(spec):
+                dn = getattr(d, "__name__", None)
+                if isinstance(dn, str) and dn and d is not None and type(d).__name__ != "_DimHint":
+                    out[(name, ax)] = dn
+    return out
+
+
+def _output_names(ep: Any) -> list[str]:
+    """Names from the output pytree: dict / ModelOutput keys, else output_<i>."""
+    spec = getattr(getattr(ep, "call_spec", None), "out_spec", None)
+    names: list[str] = []
+
+    def walk(s: Any, prefix: str) -> None:
+        kids = list(s.children()) if hasattr(s, "children") else list(getattr(s, "children_specs", []))
+        if not kids:
+            names.append(prefix or "output")
+            return
+        ctx = getattr(s, "context", None)
+        keys = list(ctx) if isinstance(ctx, (list, tuple)) and len(ctx) == len(kids) else None
+        for i, k in enumerate(kids):
+            part = str(keys[i]) if keys is not None else f"{i}"
+            walk(k, f"{prefix}_{part}" if prefix else (part if keys is not None else f"output_{i}"))
+
+    if spec is not None:
+        walk(spec, "")
+    n = len([x for x in ep.graph_signature.output_specs if x.kind.name == "USER_OUTPUT"])
+    if len(names) != n:
+        return [f"output_{i}" for i in range(n)]
+    seen: set[str] = set()
+    out = []
+    for nm in names:
+        base, k = nm, 1
+        while nm in seen:
+            k += 1
+            nm = f"{base}_{k}"
+        seen.add(nm)
+        out.append(nm)
+    return out
+
+
+def _warn_specialised(graph: Graph, model: Any, args: tuple, kwargs: dict) -> None:
+    """Dim.AUTO keeps an axis whose example size is 0 or 1 static (torch's 0/1 specialisation): say which."""
+    import torch
+
+    given = dict(zip(_forward_params(model), args))
+    given.update(kwargs)
+    fixed = []
+    for v in graph.inputs:
+        x = given.get(v.name)
+        if not isinstance(x, torch.Tensor) or v.shape is None:
+            continue
+        for ax, (d, n) in enumerate(zip(v.shape, x.shape)):
+            if isinstance(d, int) and n in (0, 1):
+                fixed.append(f"{v.name} axis {ax} (= {n})")
+    if fixed:
+        warnings.warn(f"from_torch: torch.export kept {', '.join(fixed)} static because the example's size is "
+                      "0 or 1; pass examples of size >= 2 there, or dynamic_shapes with a Dim, to make them "
+                      "dynamic", stacklevel=3)
