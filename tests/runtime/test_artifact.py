@@ -228,3 +228,40 @@ def test_build_options_are_part_of_every_kernel_library_key(tmp_path, monkeypatc
     assert libs == ["tiny_products", "tiny_products"], libs
     with pytest.raises(ds.DynshapeError, match="unknown compile option.*fused_attention"):
         ds.compile(g, fused_attentoin=False)
+
+
+def test_a_graph_is_saved_with_its_stated_requirements(tmp_path):
+    """A Graph (what ds.from_torch returns) saves directly; a requirement ONNX cannot express (torch's
+    runtime asserts) travels in config.json, and the loaded artefact still refuses inputs that break it."""
+    from dynshape.frontends.onnx import load_onnx
+    from dynshape.ir.graph import Fact
+    from dynshape.ir.infer import infer_graph
+    from dynshape.sym import divides
+
+    g = load_onnx(_model(), {"batch": (1, 8)}, infer=False)
+    batch = next(d for d in g.inputs[0].shape if ds.sym.is_expr(d))
+    g.requires.append(Fact("require", "batch is even", "a frontend's guard", divides(2, batch)))
+    infer_graph(g)
+    assert any(f.text == "batch is even" for f in g.signature.facts)
+    artifact.save(g, tmp_path / "g.ds")
+    assert json.loads((tmp_path / "g.ds" / "config.json").read_text())["requires"][0]["kind"] == "div"
+    exe = ds.load(tmp_path / "g.ds")
+    ref = load_onnx(_model(), {"batch": (1, 8)}).run({"x": _x(4)})["y"]
+    np.testing.assert_allclose(exe(x=_x(4))[0], ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ds.ConstraintViolation, match="2 divides batch .from a frontend.s guard"):
+        exe(x=_x(3))
+
+
+def test_a_tampered_requirement_is_parsed_never_evaluated(tmp_path):
+    from dynshape.frontends.onnx import load_onnx
+
+    g = load_onnx(_model(), {"batch": (1, 8)})
+    artifact.save(g, tmp_path / "g.ds")
+    config = json.loads((tmp_path / "g.ds" / "config.json").read_text())
+    config["requires"] = [{"kind": "ge", "expr": "__import__('os').getpid()", "k": 0, "text": "t", "origin": "o"}]
+    (tmp_path / "g.ds" / "config.json").write_text(json.dumps(config))
+    files = json.loads((tmp_path / "g.ds" / artifact.MANIFEST).read_text())["files"]
+    files["config.json"] = artifact._sha256(tmp_path / "g.ds" / "config.json")
+    _rewrite_manifest(tmp_path / "g.ds", files=files)
+    with pytest.raises(ds.DynshapeError, match="malformed requirement"):
+        ds.load(tmp_path / "g.ds")

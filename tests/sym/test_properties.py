@@ -343,6 +343,25 @@ def test_simplify_is_sound_and_idempotent(case):
     assert s2 == s, f"simplify not idempotent: {s} -> {s2}"
 
 
+@cfg(300)
+@given(scenarios())
+def test_python_source_round_trip_is_exact(case):
+    """to_py -> from_py (how an artefact stores a frontend's requirements) rebuilds an equal expression that
+    evaluates like Python at every admissible point."""
+    from dynshape.sym.pysource import from_py, to_py
+
+    sps, t = case
+    note(describe(sps, t))
+    syms = make_syms(sps)
+    e = build(t, syms)
+    if is_int(e):
+        return
+    back = from_py(to_py(e, {n: n for n in e.free_symbols}), syms)
+    assert back == e, f"{e} came back as {back}"
+    envs, _ = envs_for(sps)
+    check_expr_against_ref(sps, t, back, envs, "from_py(to_py(e))")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # == on expressions: sound (equal forms evaluate equal), hash-consistent, complete on polynomials
 # ---------------------------------------------------------------------------------------------------------

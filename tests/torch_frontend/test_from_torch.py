@@ -148,9 +148,17 @@ def test_saved_through_onnx(tmp_path):
 
     m = tm.ResNetish().eval()
     g = ds.from_torch(m, (torch.randn(2, 3, 32, 32),), dynamic_shapes=({0: Dim("n", min=1, max=4)},))
-    with pytest.raises(ds.ModelError, match="expects a path, bytes or onnx.ModelProto"):
-        ds.save(g, tmp_path / "direct")  # ds.save takes ONNX: see to_onnx
     ds.save(to_onnx(g), tmp_path / "art", dims=dims_of(g))
     exe = ds.load(tmp_path / "art")
     x = torch.randn(3, 3, 32, 32)
     np.testing.assert_allclose(exe(x=x.numpy())[0], _eager(m, x)[0].numpy(), atol=1e-4)
+
+
+def test_a_graph_saves_directly(tmp_path):
+    m = tm.mlp().eval()
+    g = ds.from_torch(m, (torch.randn(2, 64),), dynamic_shapes=({0: Dim("batch", min=1, max=32)},))
+    ds.save(g, tmp_path / "art")  # the graph's symbols' ranges are the default dims
+    exe = ds.load(tmp_path / "art")
+    assert [s.name for s in exe.symbols] == ["batch"]
+    x = torch.randn(5, 64)
+    _check(exe, g, m, [x])

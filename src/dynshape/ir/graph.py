@@ -161,6 +161,10 @@ class Graph:
     # Set when a rank depends on tensor values (why, and where): inference stopped there; the nodes from that
     # one on have no types and the reference executor runs them op by op, unchecked.
     dynamic: str | None = None
+    # Conditions a frontend knows the inputs must meet beyond what inference derives (torch's guards and
+    # runtime asserts): Facts of kind "require" whose `check` is a sym condition. They live on the graph, not
+    # in the signature, because `infer_graph` rebuilds the signature; it adds these to it each time.
+    requires: list[Fact] = field(default_factory=list)
 
     @property
     def opset(self) -> int:

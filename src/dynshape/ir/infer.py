@@ -489,8 +489,25 @@ def infer_graph(graph: Graph) -> Graph:
                 for s in sorted(d.syms, key=lambda s: s.name):
                     symbols.setdefault(s.name, Expr.from_atom(s))
     graph.signature.symbols = symbols
-    graph.signature.facts = facts.signature_facts(set(symbols), simp)
+    graph.signature.facts = facts.signature_facts(set(symbols), simp) + _stated(graph, set(symbols))
     return graph
+
+
+def _stated(graph: Graph, inputs: set[str]) -> list[Fact]:
+    """The frontend's stated requirements (`graph.requires`) still open after inference: those it proves are
+    dropped; one over sizes no input carries cannot be checked per call and is refused (the frontend decides
+    what to do with such conditions before stating them)."""
+    out = []
+    for f in graph.requires:
+        cond = f.check
+        if not isinstance(cond, Cond) or f.kind != "require":
+            raise ModelError(f"graph.requires: {f.text} [{f.origin}] is not a require fact with a condition")
+        if not cond.free_symbols <= inputs:
+            raise ModelError(f"graph.requires: {f.text} [{f.origin}] uses sizes no input carries "
+                             f"({', '.join(sorted(cond.free_symbols - inputs))}); it cannot be checked per call")
+        if prove(cond) is not True:
+            out.append(f)
+    return out
 
 
 def _partial(graph: Graph, engine: _Engine, data: bool) -> None:

@@ -104,7 +104,8 @@ def _clone(graph: Graph) -> Graph:
     nodes = [Node(n.op_type, n.domain, n.name, {k: _clone_attr(a) for k, a in n.attrs.items()}, list(n.inputs),
                   list(n.outputs)) for n in graph.nodes]
     return Graph(graph.name, list(graph.inputs), [Value(v.name, v.dtype, v.shape, v.kind) for v in graph.outputs],
-                 nodes, dict(graph.initializers), {}, opset_imports=dict(graph.opset_imports))
+                 nodes, dict(graph.initializers), {}, opset_imports=dict(graph.opset_imports),
+                 requires=list(graph.requires))
 
 
 def _clone_attr(a: Any) -> Any:

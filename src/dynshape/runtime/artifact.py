@@ -38,6 +38,7 @@ from dynshape.ir.graph import Graph, describe_symbol, format_type
 from dynshape.options import Options, make
 from dynshape.runtime.executable import Executable
 from dynshape.sym import is_expr, sym
+from dynshape.sym.pysource import cond_from_json, cond_to_json
 
 __all__ = ["FORMAT", "build_cache", "load", "save"]
 
@@ -62,7 +63,10 @@ def build_cache(path: Path) -> Iterator[None]:
 def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None = None,
          specialize: list[Mapping[str, int]] | None = None, *, options: Options | None = None,
          on_step: StepFn | None = None, **knobs: Any) -> Executable:
-    """Compile `model` (path, bytes or ModelProto) once and write the artefact to `out_dir`; returns the executable.
+    """Compile `model` (path, bytes, ModelProto or a dynshape Graph such as `ds.from_torch` makes) once and write
+    the artefact to `out_dir`; returns the executable. A Graph is stored as ONNX (`to_onnx`), its symbols' ranges
+    as the default `dims`, and its stated requirements (`Graph.requires`: torch's guards) in config.json, so the
+    loaded artefact checks them per call as the graph did.
     `options` / keyword options as for `ds.compile` (the strategy is always generic: a loaded artefact never
     compiles, so it cannot build variants as calls arrive).
 
@@ -89,8 +93,15 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         step("loading model")
+        requires: list = []
+        if isinstance(model, Graph):
+            from dynshape.frontends.onnx_export import dims_of, to_onnx
+
+            dims = dims_of(model) if dims is None else dims
+            requires, model = list(model.requires), to_onnx(model)
         data = _model_bytes(model)
         graph = load_onnx(data, dims, infer=False)
+        graph.requires = requires
         step("shape inference")
         from dynshape.ir.infer import infer_graph
 
@@ -109,7 +120,8 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
             _native_helpers(graph)
         step("writing artefact")
         config = {"dims": {n: _dim_json(n, d) for n, d in (dims or {}).items()},
-                  "specialize": [{k: int(v) for k, v in s.items()} for s in specs], "options": opts.to_json()}
+                  "specialize": [{k: int(v) for k, v in s.items()} for s in specs], "options": opts.to_json(),
+                  "requires": [{"origin": f.origin, **cond_to_json(f.check)} for f in requires]}
         (tmp / MODEL).write_bytes(data)
         (tmp / CONFIG).write_text(json.dumps(config, indent=1) + "\n")
         (tmp / "signature.txt").write_text(str(graph.signature) + "\n")
@@ -152,7 +164,7 @@ def _model_bytes(model: Any) -> bytes:
         except Exception as e:  # protobuf DecodeError, missing external data, ...
             raise ModelError(f"cannot read {path!r}: {type(e).__name__}; the file is truncated or not an ONNX "
                              "model") from None
-    raise ModelError(f"save expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    raise ModelError(f"save expects a path, bytes, onnx.ModelProto or a dynshape Graph, got {type(model).__name__}")
 
 
 def _dim_json(name: str, d: Any) -> int | dict:
@@ -230,6 +242,7 @@ def load(out_dir: str | os.PathLike, **overrides: Any) -> Executable:
         dims = _dims_from_json(config["dims"])
         specialize = list(config["specialize"])
         saved = Options.from_json(config["options"])
+        requires = list(config.get("requires", []))
     except (ValueError, KeyError, TypeError, AttributeError, DynshapeError) as e:
         raise DynshapeError(f"artefact {out}: {CONFIG} is malformed ({type(e).__name__}: {e}); "
                             f"rebuild it with `dynshape compile`") from None
@@ -238,7 +251,7 @@ def load(out_dir: str | os.PathLike, **overrides: Any) -> Executable:
     if any(rel.startswith(LIBS + "/") for rel in manifest["files"]):
         _check_machine(out, manifest, config)
     with build_cache(libs), cc.offline(manifest.get("compiler") or "none"):
-        graph = load_onnx(contents[MODEL], dims)
+        graph = _load_graph(contents[MODEL], dims, requires, out)
         try:
             exe = Executable(graph, specialize, opts)
         except cc.CompileError as e:  # a library the manifest's compiler identity does not find
@@ -254,6 +267,21 @@ def load(out_dir: str | os.PathLike, **overrides: Any) -> Executable:
         raise DynshapeError(f"artefact {out} lacks kernels this dynshape generates ({', '.join(built)}); "
                             f"rebuild it: {_rebuild_hint(out, config)}")
     return exe
+
+
+def _load_graph(model: bytes, dims: dict, requires: list, out: Path) -> Graph:
+    """The saved model with its stated requirements (config.json's "requires") re-attached, inferred."""
+    from dynshape.ir.graph import Fact
+    from dynshape.ir.infer import infer_graph
+
+    graph = load_onnx(model, dims, infer=False)
+    symbols = {v.atom().name: v for v in dims.values() if is_expr(v)}
+    try:
+        graph.requires = [Fact("require", str(r["text"]), str(r["origin"]), cond_from_json(r, symbols))
+                          for r in requires]
+    except (KeyError, TypeError, DynshapeError) as e:
+        raise DynshapeError(f"artefact {out}: {CONFIG} has a malformed requirement ({e}); rebuild it") from None
+    return infer_graph(graph)
 
 
 def _read_manifest(out: Path) -> dict:

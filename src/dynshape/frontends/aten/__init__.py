@@ -48,23 +48,22 @@ def has_op(name: str) -> bool:
 
 
 def finish(conv: Conversion, facts: list | None = None) -> Conversion:
-    """Infer the graph and add facts `(condition, text, origin)` on its input symbols to its signature, where
-    dynshape's binder checks them per call (those inference already implies are dropped)."""
+    """State facts `(condition, text, origin)` on the input symbols as the graph's requirements
+    (`Graph.requires`, which inference adds to the signature and dynshape's binder checks per call), then infer
+    the graph. Conditions over sizes no input carries become notes: nothing could check them per call."""
     from dynshape.ir.graph import Fact
     from dynshape.ir.infer import infer_graph
-    from dynshape.sym import prove
+    from dynshape.sym import Expr, prove
 
-    g = infer_graph(conv.graph)
-    names = set(g.signature.symbols)
+    names = {s for v in conv.graph.inputs for d in (v.shape or ()) if isinstance(d, Expr) for s in d.free_symbols}
     for cond, text, origin in [*(facts or []), *conv.facts]:
-        if isinstance(cond, bool):
-            continue
-        if prove(cond) is True:
+        if isinstance(cond, bool) or prove(cond) is True:
             continue
         if not cond.free_symbols <= names:
             conv.notes.append(f"not checked per call (uses sizes no input carries): {text} [{origin}]")
             continue
-        g.signature.facts.append(Fact("require", text, origin, cond))
+        conv.graph.requires.append(Fact("require", text, origin, cond))
+    infer_graph(conv.graph)
     return conv
 
 
