@@ -4,11 +4,12 @@
 from it on `dynshape compile`), so a Graph must become a ModelProto first:
 
     graph = ds.from_torch(model, args, dynamic_shapes=...)
-    ds.save(to_onnx(graph), "out", dims=dims_of(graph))
+    ds.save(graph, "out")        # does to_onnx + dims_of itself, and keeps graph.requires
 
 Symbolic input dims become `dim_param`s named after their symbols, and `dims_of` gives each symbol's declared
-range, so `load_onnx` on the result rebuilds the same signature. Facts that only the torch frontend added (torch's
-runtime asserts beyond what inference derives) are not representable in ONNX and are not kept.
+range, so `load_onnx` on the result rebuilds the same signature. The frontend's stated requirements
+(`Graph.requires`: torch's runtime asserts beyond what inference derives) are not representable in ONNX; `ds.save`
+stores them beside the model, a bare `to_onnx` drops them.
 """
 
 from __future__ import annotations
