@@ -43,6 +43,11 @@ CONVS = [  # (ci, co, k, attrs)
     (12, 12, (3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     (8, 36, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}), (8, 8, (3, 3), {"auto_pad": "SAME_LOWER"}),
     (16, 48, (1, 1), {}), (16, 48, (1, 1), {"strides": [2, 2]}), (9, 70, (2, 3), {"pads": [0, 1, 1, 0]}),
+    # the per-tap path (a patch over ds_conv.c's DS_CONV_PATCH_MAX floats), wide and narrow (<= 16 columns)
+    (64, 20, (3, 3), {"pads": [1, 1, 1, 1]}), (64, 8, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
+    # runs with row dilation (rows apart, columns adjacent); 3 -> 8 stem (narrow runs)
+    (4, 6, (3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    (3, 8, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -55,6 +60,12 @@ def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
     exe = _check(_model(nodes, ["n", ci, "h", "w"], {"w": w, "b": b}), {"n": (1, 3), "h": (1, 40), "w": (1, 40)},
                  [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3)])
     assert not exe.explain_build()["uncompiled"]
+
+
+def test_conv1d_few_channels_runs():
+    w = (RNG.standard_normal((5, 3, 7)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[3, 2])]
+    _check(_model(nodes, ["n", 3, "l"], {"w": w}), {"n": (1, 4), "l": (1, 300)}, [(1, 3, 1), (3, 3, 77)], ["conv"])
 
 
 def test_conv1d_and_a_residual_epilogue():

@@ -36,7 +36,7 @@ def test_pack_b_panels_are_zero_padded_columns():
     np.testing.assert_array_equal(pack_b(b.T.copy(), trans=True), p)
 
 
-@pytest.mark.parametrize("k,n", [(1, 1), (7, 5), (64, 32), (300, 33), (256, 96)])
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 5), (64, 32), (300, 33), (256, 96), (40, 16), (50, 48), (3, 17)])
 def test_matmul_by_a_constant_matches_numpy_for_every_row_count(k, n):
     rng = np.random.default_rng(k * 1000 + n)
     w = rng.standard_normal((k, n)).astype(np.float32)

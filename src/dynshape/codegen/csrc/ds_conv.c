@@ -17,12 +17,16 @@
     const int64_t LDY = geo[DS_CONV_LDY];                                                                   \
     (void)OH; (void)OW
 
+/* The output position (image, row, column) of a micro-tile's first pixel, found with two divisions, then
+   stepped pixel by pixel: a division per row would cost as much as the multiply-adds of a narrow stem conv. */
+#define DS_POS_START                                                                                        \
+    int64_t pn_ = p / (OH * OW), poh_ = p % (OH * OW) / OW, pow_ = p % OW;
+#define DS_POS_NEXT { if (++pow_ == OW) { pow_ = 0; if (++poh_ == OH) { poh_ = 0; pn_++; } } }
 #define DS_CROW_INIT(r)                                                                                     \
     ds_v16 c##r##0 = {0}, c##r##1 = {0};                                                                    \
-    const float *a##r, *x##r;                                                                               \
-    int64_t ih##r, iw##r;                                                                                   \
-    { const int64_t pix = p + (r), n = pix / (OH * OW), rem = pix % (OH * OW);                              \
-      x##r = xg + n * H * W * C; ih##r = rem / OW * SH - PT; iw##r = rem % OW * SW - PL; }
+    const float *a##r, *x##r = xg + pn_ * H * W * C;                                                        \
+    const int64_t ih##r = poh_ * SH - PT, iw##r = pow_ * SW - PL;                                           \
+    DS_POS_NEXT
 #define DS_CROW_PTR(r)                                                                                      \
     { const int64_t ih = ih##r + kh * DH, iw = iw##r + kw * DW;                                             \
       a##r = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? x##r + (ih * W + iw) * C : zeros; }
@@ -36,6 +40,7 @@
                                    float *restrict yo, const float *restrict zeros, int64_t p,               \
                                    int64_t ncols) {                                                          \
         GEO_LOCALS;                                                                                         \
+        DS_POS_START                                                                                        \
         DS_ROWS##MR(DS_CROW_INIT)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
             for (int64_t kw = 0; kw < KW; kw++) {                                                           \
@@ -49,7 +54,43 @@
         DS_ROWS##MR(DS_CROW_STORE)                                                                           \
     }
 
-#define DS_ROWS1(M) M(0)
+/* Narrow micro-tiles: MR pixels x the first 16 columns of a panel (a group's <= 16-column tail, such as 8 output
+   channels): one register a pixel, twice the pixels (see ds_gemm.c). */
+#define DS_NCROW_INIT(r)                                                                                    \
+    ds_v16 c##r##0 = {0};                                                                                   \
+    const float *a##r, *x##r = xg + pn_ * H * W * C;                                                        \
+    const int64_t ih##r = poh_ * SH - PT, iw##r = pow_ * SW - PL;                                           \
+    DS_POS_NEXT
+#define DS_NCROW_FMA(r) c##r##0 += a##r[c] * b0;
+#define DS_NCROW_STORE(r) ds_store16(yo + (r) * LDY, c##r##0, ncols);
+#define DS_CONV_NMICRO(MR)                                                                                  \
+    static void ds_conv_nmicro_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp, \
+                                    float *restrict yo, const float *restrict zeros, int64_t p,              \
+                                    int64_t ncols) {                                                         \
+        GEO_LOCALS;                                                                                         \
+        DS_POS_START                                                                                        \
+        DS_ROWS##MR(DS_NCROW_INIT)                                                                           \
+        for (int64_t kh = 0; kh < KH; kh++)                                                                 \
+            for (int64_t kw = 0; kw < KW; kw++) {                                                           \
+                DS_ROWS##MR(DS_CROW_PTR)                                                                     \
+                const float *b = bp + (kh * KW + kw) * CG * 32;                                             \
+                for (int64_t c = 0; c < CG; c++) {                                                          \
+                    const ds_v16 b0 = ds_ld16(b + c * 32);                                                  \
+                    DS_ROWS##MR(DS_NCROW_FMA)                                                                \
+                }                                                                                           \
+            }                                                                                               \
+        DS_ROWS##MR(DS_NCROW_STORE)                                                                          \
+    }
+DS_CONV_NMICRO(1)
+DS_CONV_NMICRO(2)
+DS_CONV_NMICRO(4)
+DS_CONV_NMICRO(8)
+#if DS_MR16 > 8
+DS_CONV_NMICRO(12)
+DS_CONV_NMICRO(16)
+DS_CONV_NMICRO(24)
+#endif
+
 DS_CONV_MICRO(1)
 DS_CONV_MICRO(2)
 DS_CONV_MICRO(3)
@@ -65,6 +106,108 @@ DS_CONV_MICRO(11)
 DS_CONV_MICRO(12)
 #endif
 
+
+/* Runs: a dense convolution (one group) without column dilation reads, for one kernel row kh, the KW taps of a
+   pixel as ONE contiguous run of KW * C floats (channels last: the pixels iw .. iw + KW - 1 are adjacent), in
+   the packed rows' own order (k = (kh * KW + kw) * C + c). Few input channels (the RGB stem: C = 3) make the
+   per-tap loop above mostly overhead; per kernel row there is one pointer and one long loop instead.
+   A pixel whose window crosses the border has its whole patch (KH runs, zeros for the padding) gathered into
+   its scratch first, so in the loop every row's kernel-row pointer is base + kh * stride: integer arithmetic
+   only, and the accumulators stay in registers. */
+#define DS_CONV_PATCH_MAX 512 /* KH * KW * C floats at most: a micro-tile's scratch stays small */
+
+/* A patch that crosses the border, gathered into `s` (KH runs of KW * C floats, zeros for the padding). */
+__attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo, const float *restrict x,
+                                                             int64_t ih0, int64_t iw0, float *restrict s) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], KH = geo[DS_CONV_KH];
+    const int64_t KW = geo[DS_CONV_KW], DH = geo[DS_CONV_DH], RUN = KW * C;
+    for (int64_t kh = 0; kh < KH; kh++) {
+        const int64_t ih = ih0 + kh * DH;
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t iw = iw0 + kw;
+            const int inside = (uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W;
+            for (int64_t c = 0; c < C; c++) s[kh * RUN + kw * C + c] = inside ? x[(ih * W + iw) * C + c] : 0.0f;
+        }
+    }
+    return s;
+}
+
+/* Row r's patch: in place (kernel rows DH * W * C floats apart), or gathered (RUN apart). */
+#define DS_RROW_BASE(r)                                                                                     \
+    const float *base##r;                                                                                   \
+    int64_t st##r;                                                                                          \
+    { const float *x = xg + pn_ * H * W * C;                                                                \
+      const int64_t ih0 = poh_ * SH - PT, iw0 = pow_ * SW - PL;                                             \
+      if (ih0 >= 0 && ih0 + (KH - 1) * DH < H && iw0 >= 0 && iw0 + KW <= W) {                               \
+          base##r = x + (ih0 * W + iw0) * C; st##r = DH * W * C;                                            \
+      } else {                                                                                              \
+          base##r = ds_conv_gather(geo, x, ih0, iw0, scratch + (r) * DS_CONV_PATCH_MAX); st##r = KW * C;    \
+      } }                                                                                                   \
+    DS_POS_NEXT
+#define DS_RROW_PTR(r) const float *a##r = base##r + kh * st##r;
+#define DS_RROW_ZERO2(r) ds_v16 c##r##0 = {0}, c##r##1 = {0};
+#define DS_RROW_ZERO1(r) ds_v16 c##r##0 = {0};
+#define DS_CONV_RMICRO(MR, NV, FMA, STORE)                                                                  \
+    static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
+                                          const float *restrict bp, float *restrict yo, int64_t p,          \
+                                          int64_t ncols) {                                                   \
+        GEO_LOCALS;                                                                                         \
+        const int64_t RUN = KW * C;                                                                         \
+        float scratch[MR * DS_CONV_PATCH_MAX];                                                              \
+        (void)CG; (void)DW;                                                                                 \
+        DS_POS_START                                                                                        \
+        DS_ROWS##MR(DS_RROW_BASE)                                                                            \
+        DS_ROWS##MR(DS_RROW_ZERO##NV)                                                                        \
+        for (int64_t kh = 0; kh < KH; kh++) {                                                               \
+            DS_ROWS##MR(DS_RROW_PTR)                                                                         \
+            const float *b = bp + kh * RUN * 32;                                                            \
+            for (int64_t c = 0; c < RUN; c++) {                                                             \
+                const ds_v16 b0 = ds_ld16(b + c * 32);                                                      \
+                FMA                                                                                         \
+            }                                                                                               \
+        }                                                                                                   \
+        DS_ROWS##MR(STORE)                                                                                   \
+    }
+#define DS_RFMA2(MR) const ds_v16 b1 = ds_ld16(b + c * 32 + 16); DS_ROWS##MR(DS_CROW_FMA)
+#define DS_RFMA1(MR) DS_ROWS##MR(DS_NCROW_FMA)
+#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RFMA2(MR), DS_CROW_STORE)
+#define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RFMA1(MR), DS_NCROW_STORE)
+DS_CONV_RMICRO2(1)
+DS_CONV_RMICRO2(2)
+DS_CONV_RMICRO2(4)
+DS_CONV_RMICRO1(1)
+DS_CONV_RMICRO1(2)
+DS_CONV_RMICRO1(4)
+DS_CONV_RMICRO1(8)
+#if DS_MR > 4
+DS_CONV_RMICRO2(8)
+DS_CONV_RMICRO2(12)
+DS_CONV_RMICRO1(12)
+DS_CONV_RMICRO1(16)
+DS_CONV_RMICRO1(24)
+#endif
+
+/* The runs path over pixels p0..p1: micro-tiles of the widest height, the rest in halving steps. */
+static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const float *restrict panel,
+                         float *restrict y0, int64_t p0, int64_t p1, int64_t ncols) {
+    const int64_t LDY = geo[DS_CONV_LDY];
+    int64_t p = p0;
+#define DS_RSTEP(NV, MR)                                                                                    \
+    for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols);
+    if (ncols <= 16) {
+#if DS_MR > 4
+        DS_RSTEP(1, 24) DS_RSTEP(1, 16) DS_RSTEP(1, 12)
+#endif
+        DS_RSTEP(1, 8) DS_RSTEP(1, 4) DS_RSTEP(1, 2) DS_RSTEP(1, 1)
+    } else {
+#if DS_MR > 4
+        DS_RSTEP(2, 12) DS_RSTEP(2, 8)
+#endif
+        DS_RSTEP(2, 4) DS_RSTEP(2, 2) DS_RSTEP(2, 1)
+    }
+#undef DS_RSTEP
+}
+
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q) {
     const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
@@ -72,6 +215,23 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
     const int64_t ncols = OCG - q * 32 < 32 ? OCG - q * 32 : 32;
     const float *xg = x + g * CG;
     const float *panel = bp + (g * panels + q) * K * 32;
+    if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1
+        && geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_C] <= DS_CONV_PATCH_MAX) {
+        ds_conv_runs(geo, xg, panel, y + q * 32, p0, p1, ncols);
+        return;
+    }
+    if (ncols <= 16) {
+        int64_t p = p0;
+#define DS_NSTEP(MR)                                                                                        \
+        for (; p1 - p >= MR; p += MR)                                                                       \
+            ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols);
+#if DS_MR16 > 8
+        DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
+#endif
+        DS_NSTEP(8) DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
+#undef DS_NSTEP
+        return;
+    }
     for (int64_t p = p0; p < p1; p += DS_MR) {
         const int64_t mr = p1 - p < DS_MR ? p1 - p : DS_MR;
         float *yo = y + p * LDY + g * OCG + q * 32;

@@ -71,11 +71,54 @@ DS_MICRO(11)
 DS_MICRO(12)
 #endif
 
+/* Narrow micro-tiles: MR rows x the first 16 columns of a panel, one register a row. A panel whose columns
+   end within 16 (a tail: 8 output channels, or 34 = 32 + 2) would otherwise run the 32-column kernel with half
+   or more of its multiply-adds on zero padding; twice the rows keep as many accumulators busy. */
+#define DS_NROW_INIT(r) ds_v16 c##r##0 = {0}; const float *a##r = a + r * lda;
+#define DS_NROW_FMA(r) c##r##0 += a##r[p] * b0;
+#define DS_NROW_STORE(r) ds_store16(c + r * ldc, c##r##0, ncols);
+#define DS_NMICRO(MR)                                                                                     \
+    static void ds_nmicro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps,\
+                               int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                \
+        DS_ROWS##MR(DS_NROW_INIT)                                                                         \
+        for (int64_t p = 0; p < k; p++) {                                                                 \
+            const ds_v16 b0 = ds_ld16(bp + p * ps);                                                       \
+            DS_ROWS##MR(DS_NROW_FMA)                                                                      \
+        }                                                                                                 \
+        DS_ROWS##MR(DS_NROW_STORE)                                                                        \
+    }
+DS_NMICRO(1)
+DS_NMICRO(2)
+DS_NMICRO(4)
+DS_NMICRO(8)
+#if DS_MR16 > 8
+DS_NMICRO(12)
+DS_NMICRO(16)
+DS_NMICRO(24)
+#endif
+
+/* Rows i0..i1 of at most 16 columns: micro-tiles of DS_MR16 rows, the rest in halving steps. */
+static void ds_gemm_narrow(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                           float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
+    int64_t i = i0;
+#define DS_NSTEP(MR)                                                                                      \
+    for (; i1 - i >= MR; i += MR) ds_nmicro_##MR(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols);
+#if DS_MR16 > 8
+    DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
+#endif
+    DS_NSTEP(8) DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
+#undef DS_NSTEP
+}
+
 /* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
    ps floats apart. Micro-tiles of DS_MR rows down the block, a shorter one at the bottom. Tiles are
    independent, so a parallel loop over them needs no synchronisation. */
 void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
                    float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
+    if (ncols <= 16) {
+        ds_gemm_narrow(a, lda, panel, ps, c, ldc, i0, i1, ncols, k);
+        return;
+    }
     for (int64_t i = i0; i < i1; i += DS_MR) {
         const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
         const float *ai = a + i * lda;

@@ -7,8 +7,10 @@
 
 #ifdef __AVX512F__
 #define DS_MR 12
+#define DS_MR16 24 /* rows per micro-tile of one vector's columns (a panel's <= 16-column tail) */
 #else
 #define DS_MR 4
+#define DS_MR16 8
 #endif
 
 typedef float ds_v16 __attribute__((vector_size(64)));
@@ -22,10 +24,17 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
     ds_st16(t + 16, x1);
     for (int64_t j = 0; j < n; j++) c[j] = t[j];
 }
+static inline void ds_store16(float *c, ds_v16 x0, int64_t n) {
+    if (n == 16) { ds_st16(c, x0); return; }
+    float t[16];
+    ds_st16(t, x0);
+    for (int64_t j = 0; j < n; j++) c[j] = t[j];
+}
 
 /* Rows of a micro-tile written out as named registers (DS_ROWSn(M) expands M(0) .. M(n-1)), so the compiler
    sees straight-line code, not an array it might keep in memory. */
-#define DS_ROWS2(M) M(0) M(1)
+#define DS_ROWS1(M) M(0)
+#define DS_ROWS2(M) DS_ROWS1(M) M(1)
 #define DS_ROWS3(M) DS_ROWS2(M) M(2)
 #define DS_ROWS4(M) DS_ROWS3(M) M(3)
 #define DS_ROWS5(M) DS_ROWS4(M) M(4)
@@ -36,4 +45,16 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
 #define DS_ROWS10(M) DS_ROWS9(M) M(9)
 #define DS_ROWS11(M) DS_ROWS10(M) M(10)
 #define DS_ROWS12(M) DS_ROWS11(M) M(11)
+#define DS_ROWS13(M) DS_ROWS12(M) M(12)
+#define DS_ROWS14(M) DS_ROWS13(M) M(13)
+#define DS_ROWS15(M) DS_ROWS14(M) M(14)
+#define DS_ROWS16(M) DS_ROWS15(M) M(15)
+#define DS_ROWS17(M) DS_ROWS16(M) M(16)
+#define DS_ROWS18(M) DS_ROWS17(M) M(17)
+#define DS_ROWS19(M) DS_ROWS18(M) M(18)
+#define DS_ROWS20(M) DS_ROWS19(M) M(19)
+#define DS_ROWS21(M) DS_ROWS20(M) M(20)
+#define DS_ROWS22(M) DS_ROWS21(M) M(21)
+#define DS_ROWS23(M) DS_ROWS22(M) M(22)
+#define DS_ROWS24(M) DS_ROWS23(M) M(23)
 #endif
