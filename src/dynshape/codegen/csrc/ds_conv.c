@@ -255,3 +255,105 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
         }
     }
 }
+
+/* ---- depthwise ------------------------------------------------------------------------------------------
+   One output row (image n, row ho) of a depthwise convolution (one input and one output channel per group),
+   every channel, channels last. Vectorised over 16 channels at a time (the last block masked: C = 8 or 40 does
+   no work on padding and never reads past the row); the interior columns, whose taps all fall inside the
+   input, eight pixels at once in eight accumulators (independent FMA chains), their weight vector loaded once
+   per tap for all eight; the border columns one by one with their taps checked. The weights are (KH*KW, C):
+   tap-major, channels contiguous. */
+#ifdef __AVX512F__
+#include <immintrin.h>
+static inline ds_v16 ds_ldm(const float *p, int64_t n) {
+    return n == 16 ? ds_ld16(p) : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+static inline void ds_stm(float *p, ds_v16 v, int64_t n) {
+    if (n == 16) ds_st16(p, v);
+    else _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+}
+#else
+static inline ds_v16 ds_ldm(const float *p, int64_t n) {
+    if (n == 16) return ds_ld16(p);
+    float t[16] = {0};
+    for (int64_t j = 0; j < n; j++) t[j] = p[j];
+    return ds_ld16(t);
+}
+static inline void ds_stm(float *p, ds_v16 v, int64_t n) { ds_store16(p, v, n); }
+#endif
+
+#define DS_DW_CHUNK 128
+#define DS_DW_ACC(i) ds_v16 d##i = b0;
+#define DS_DW_FMA(i) d##i += ds_ldm(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
+#define DS_DW_STORE(i) ds_stm(y + (wo + (i)) * LDY + c0, d##i, nl);
+/* NP interior pixels from wo, every channel block: taps unchecked. */
+#define DS_DW_BLOCK(NP)                                                                                     \
+    static void ds_dw_block##NP(const int64_t *geo, const float *restrict xn, const float *restrict w,      \
+                                const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0,    \
+                                int64_t kh1, int64_t wo, int64_t cb, int64_t ce) {                          \
+        GEO_LOCALS;                                                                                         \
+        (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;                                \
+        for (int64_t c0 = cb; c0 < ce; c0 += 16) {                                                          \
+            const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;                                                 \
+            const ds_v16 b0 = bias ? ds_ldm(bias + c0, nl) : (ds_v16){0};                                   \
+            DS_ROWS##NP(DS_DW_ACC)                                                                           \
+            for (int64_t kh = kh0; kh < kh1; kh++) {                                                        \
+                const float *xr = xn + ((ih0 + kh * DH) * W - PL) * C + c0;                                 \
+                for (int64_t kw = 0; kw < KW; kw++) {                                                       \
+                    const ds_v16 wv = ds_ldm(w + (kh * KW + kw) * C + c0, nl);                              \
+                    DS_ROWS##NP(DS_DW_FMA)                                                                   \
+                }                                                                                           \
+            }                                                                                               \
+            DS_ROWS##NP(DS_DW_STORE)                                                                         \
+        }                                                                                                   \
+    }
+DS_DW_BLOCK(8)
+DS_DW_BLOCK(4)
+DS_DW_BLOCK(1)
+
+/* One border pixel: each tap checked against the input's columns. */
+static void ds_dw_border(const int64_t *geo, const float *restrict xn, const float *restrict w,
+                         const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0, int64_t kh1,
+                         int64_t o, int64_t cb, int64_t ce) {
+    GEO_LOCALS;
+    (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;
+    for (int64_t c0 = cb; c0 < ce; c0 += 16) {
+        const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;
+        ds_v16 acc = bias ? ds_ldm(bias + c0, nl) : (ds_v16){0};
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const int64_t iw = o * SW - PL + kw * DW;
+                if ((uint64_t)iw < (uint64_t)W) acc += ds_ldm(xr + iw * C, nl) * ds_ldm(w + (kh * KW + kw) * C + c0, nl);
+            }
+        }
+        ds_stm(y + o * LDY + c0, acc, nl);
+    }
+}
+
+void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
+                   const float *restrict bias, float *restrict y, int64_t n, int64_t ho) {
+    GEO_LOCALS;
+    (void)CG; (void)LDY;
+    const int64_t ih0 = ho * SH - PT;
+    int64_t kh0 = 0, kh1 = KH;
+    while (kh0 < KH && ih0 + kh0 * DH < 0) kh0++;
+    while (kh1 > kh0 && ih0 + (kh1 - 1) * DH >= H) kh1--;
+    /* interior columns: wo * SW - PL >= 0 and wo * SW - PL + (KW - 1) * DW <= W - 1 */
+    const int64_t last = W - 1 + PL - (KW - 1) * DW;
+    int64_t lo = (PL + SW - 1) / SW, hi = last >= 0 ? last / SW + 1 : 0;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    const float *xn = x + n * H * W * C;
+    /* chunks of DS_DW_CHUNK channels: a chunk's weights (KH * KW * 128 floats) stay in L1 over the row's pixel
+       blocks, and within a block the chunk's input pixels are read contiguously */
+    for (int64_t cb = 0; cb < C; cb += DS_DW_CHUNK) {
+        const int64_t ce = C - cb < DS_DW_CHUNK ? C : cb + DS_DW_CHUNK;
+        for (int64_t o = 0; o < lo; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, cb, ce);
+        int64_t wo = lo;
+        for (; wo + 8 <= hi; wo += 8) ds_dw_block8(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        for (; wo + 4 <= hi; wo += 4) ds_dw_block4(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        for (; wo < hi; wo++) ds_dw_block1(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, cb, ce);
+    }
+}

@@ -26,4 +26,9 @@ enum {
    reads). */
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q);
+
+/* Output row (n, ho) of a depthwise convolution (G = C, one channel per group): y points at the row's first
+   pixel (pixels LDY floats apart), w is (KH * KW, C), bias is C floats or NULL. */
+void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
+                   const float *restrict bias, float *restrict y, int64_t n, int64_t ho);
 #endif

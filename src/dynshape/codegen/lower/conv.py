@@ -1,8 +1,9 @@
 """A `Conv` item (channels last) as one kernel, its epilogue applied to each tile while it is in cache.
 
 Two strategies, chosen by the weights' shape:
-- depthwise (one input and one output channel per group): a loop nest vectorised over the contiguous channels,
-  per output pixel the taps accumulated into a row of C floats (in L1), then the epilogue on the way out;
+- depthwise (one input and one output channel per group): per output row, `ds_dwconv_row` (csrc/ds_conv.c)
+  vectorised over the contiguous channels, eight interior pixels in registers at once, then the epilogue over
+  the row while it is in L1 (under 16 channels, a loop nest per pixel, vectorised by GCC at the exact width);
 - every other convolution (dense, grouped, strided, dilated, padded, 1-D or 2-D): implicit GEMM on packed
   weights (`ds_conv_tile`, csrc/ds_conv.c), OpenMP over (image row, block of columns, group, panel) tiles.
 Runtime dims (batch, H, W, and the pads SAME_* derives from them) are computed from the key; static ones
@@ -131,21 +132,28 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     ext = [geo[k] for k in names]
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
-    lower = _depthwise if depthwise else _implicit_gemm
+    # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
+    lower = (_depthwise if geo["C"] >= 16 else _depthwise_loops) if depthwise else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
+
+
+def _geo_array(geo: dict, E: dict) -> tuple[kir.Buffer, list[kir.Stmt]]:
+    """The geometry array ds_conv.c reads (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
+    geo_buf = kir.Buffer("geo", I64, const=False)
+    order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
+    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 1)]
+    for i, k in enumerate(order):
+        body.append(kir.Store(geo_buf, _i(i), E[k] if k in E else _i(geo[k])))
+    body.append(kir.Store(geo_buf, _i(len(order)), _i(geo["OC"])))  # LDY: the output row is the whole pixel
+    return geo_buf, body
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
-    geo_buf, zeros = kir.Buffer("geo", I64, const=False), kir.Buffer("zeros", kir.F32, const=False)
-    order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
-    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 1)]
-    for i, k in enumerate(order):
-        v = E[k] if k in E else _i(geo[k])
-        body.append(kir.Store(geo_buf, _i(i), v))
-    body.append(kir.Store(geo_buf, _i(len(order)), _i(oc)))  # LDY: the output row is the whole pixel
+    zeros = kir.Buffer("zeros", kir.F32, const=False)
+    geo_buf, body = _geo_array(geo, E)
     panels = (ocg + NR - 1) // NR
     gq, pb, gi, q, p0, p1, r, j = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1", "r", "j"))
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
@@ -170,6 +178,36 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
 
 
 def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
+    """Per output row, `ds_dwconv_row` (csrc/ds_conv.c: 16 channels x 8 interior pixels in registers, masked
+    channel tails), with the conv's per-channel bias; then the epilogue over the row while it is in L1."""
+    node, c = cv.node, geo["C"]
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    x, wt = kir.Buffer("i0"), kir.Buffer("i1")
+    geo_buf, body = _geo_array(geo, E)
+    nho, n, ho, r, j = (kir.Var(v) for v in ("nho", "n", "ho", "r", "j"))
+    oh, ow = E["OH"], E["OW"]
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
+    in_c = bool(pat) and pat[-1] and not any(pat[:-1])  # a per-channel vector
+    bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if in_c else kir.NULL
+    # a bias the C applied is not the epilogue's to add again: it sees the node without it
+    seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) if in_c else node
+    epilogue = epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j, (_i(0), _i(c)), c)
+    row = [kir.Let(n, nho / oh), kir.Let(ho, nho % oh),
+           _call("ds_dwconv_row", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(wt), bias_arg,
+                 kir.Addr(o0, nho * ow * c), n, ho)]
+    if epilogue:
+        row.append(kir.For(r, (nho + 1) * ow, tuple(epilogue), start=nho * ow))
+    work = kir.product([E["N"], oh, ow, _i(c * geo["KH"] * geo["KW"])])
+    par = kir.Omp(parallel=True, if_=work >= ctx.options.par_min_elements)
+    body.append(kir.For(nho, E["N"] * oh, tuple(row), omp=par))
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
+    return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs),
+                   needs=("conv",))
+
+
+def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
+    """Few channels: per output pixel, the taps accumulated into a row of C floats (in L1), then the epilogue."""
     node, c = cv.node, geo["C"]
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, wt = kir.Buffer("i0"), kir.Buffer("i1")
@@ -206,7 +244,10 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs))
 
 
-LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)},
-                  share=True)
+
+
+
+LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64),
+                                        "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64)}, share=True)
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
