@@ -98,3 +98,35 @@ def _foldable(conv: Node, consts: dict, readers: dict, keep: set[str], channels:
     w = consts[conv.inputs[1]]
     out = w.shape[0] if conv.op_type == "Conv" else w.shape[1] * int(conv.attrs.get("group", 1))
     return w.dtype == np.float32 and out == channels
+
+
+def drop_inference_dropout(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
+    """Dropout in inference mode is the identity: its readers read its input instead, and it runs no step.
+
+    Inference mode is what the reference computes: training_mode (opset 12's third input) absent or a constant
+    false. Kept where its mask is read, where its output is a graph output (the output needs its own value)
+    or where a subgraph names it (a Loop or If body reads it by name).
+    """
+    readers: dict[str, int] = {}
+    named = {x for n in nodes for x in n.free_names()}
+    for n in nodes:
+        for x in n.inputs:
+            readers[x] = readers.get(x, 0) + 1
+    alias: dict[str, str] = {}
+    rw = Rewrite([], {}, {})
+    for n in nodes:
+        ins = [alias.get(x, x) for x in n.inputs]
+        if n.op_type == "Dropout" and n.domain in ("", "ai.onnx") and _inference(n, consts):
+            y, masks = n.outputs[0], [m for m in n.outputs[1:] if m]
+            if y not in keep and y not in named and not any(readers.get(m) or m in keep for m in masks):
+                alias[y] = ins[0]
+                continue
+        rw.nodes.append(dataclasses.replace(n, inputs=ins) if ins != list(n.inputs) else n)
+    return rw
+
+
+def _inference(n: Node, consts: dict) -> bool:
+    if len(n.inputs) < 3 or not n.inputs[2]:
+        return True
+    mode = consts.get(n.inputs[2])
+    return mode is not None and not bool(np.ravel(mode)[0])

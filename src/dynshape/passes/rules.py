@@ -31,9 +31,11 @@ def _softmax_node(item: Item, s: Schedule) -> Node | None:
         return None
     n = item.node
     t = s.type(n.outputs[0]) if n.outputs else None
-    if not is_float32(t) or not t.shape or s.graph.opset < 13 or n.attrs.get("axis", -1) not in (-1, len(t.shape) - 1):
+    if not is_float32(t) or not t.shape:
         return None
-    return n
+    # opset < 13 flattens from `axis` (default 1) on: the same rows when that axis is the last one
+    axis = int(n.attrs.get("axis", -1 if s.graph.opset >= 13 else 1))
+    return n if axis in (-1, len(t.shape) - 1) else None
 
 
 def match_softmax(s: Schedule, i: int, item: Item) -> Match | None:

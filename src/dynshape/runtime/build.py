@@ -41,7 +41,7 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes import hoist
 from dynshape.passes.cse import eliminate_common
-from dynshape.passes.fold import fold_batchnorm
+from dynshape.passes.fold import drop_inference_dropout, fold_batchnorm
 from dynshape.passes.fusion import fuse
 from dynshape.passes.items import Item, Single
 from dynshape.passes.layout import channels_last
@@ -153,7 +153,8 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     live = eliminate_common(live, outputs)
     types = dict(graph.types)
     added: dict[str, np.ndarray] = {}
-    for enabled, rewrite in ((options.fuse and options.fold_batchnorm, fold_batchnorm),
+    for enabled, rewrite in ((options.fuse, drop_inference_dropout),
+                             (options.fuse and options.fold_batchnorm, fold_batchnorm),
                              (options.fuse and options.channels_last, channels_last)):
         if enabled:
             rw = rewrite(live, types, {**consts, **added}, outputs)

@@ -1,0 +1,105 @@
+"""The compile-time graph rewrites of inference (passes/fold.py, the softmax rule), each against the reference:
+BatchNormalization folded into the conv before it (or into Mul + Add), Dropout in inference mode removed, and
+an opset-11 Softmax over the last axis compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.runtime.build import KernelStep, NodeStep
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(3)
+
+
+def _model(nodes, x_shape, inits, outputs=("y",), opset=19):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, x_shape)],
+                          [helper.make_tensor_value_info(o, F, None) for o in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _bn_inits(c: int) -> dict:
+    return {"s": RNG.uniform(0.5, 2, c).astype(np.float32), "b": RNG.standard_normal(c).astype(np.float32),
+            "m": RNG.standard_normal(c).astype(np.float32), "v": RNG.uniform(0.1, 3, c).astype(np.float32)}
+
+
+def _run_both(model, dims, shape, names=("y",)):
+    g = ds.load_onnx(model, dims=dims)
+    exe = ds.compile(g)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got, want = exe.run({"x": x}), g.run({"x": x})
+    for n in names:
+        np.testing.assert_allclose(got[n], want[n], rtol=1e-4, atol=1e-5)
+    return exe
+
+
+def _ops(exe) -> list[str]:
+    out = []
+    for s in exe.generic.steps:
+        out += [n.op_type for n in s.nodes] if isinstance(s, KernelStep) else [s.node.op_type]
+    return out
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_batchnorm_folds_into_the_conv_before_it(op):
+    w = (RNG.standard_normal((6, 6, 2, 2)) * 0.3).astype(np.float32)
+    attrs = {"strides": [2, 2]} if op == "ConvTranspose" else {"pads": [1, 0, 0, 1]}
+    nodes = [helper.make_node(op, ["x", "w"], ["c"], **attrs),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], epsilon=1e-3)]
+    exe = _run_both(_model(nodes, ["n", 6, "h", "w"], {"w": w, **_bn_inits(6)}), {"n": (1, 2), "h": (1, 9),
+                                                                                  "w": (1, 9)}, (2, 6, 5, 7))
+    assert "BatchNormalization" not in _ops(exe)
+
+
+def test_batchnorm_without_a_conv_becomes_a_per_channel_multiply_add():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "s", "b", "m", "v"], ["y"])]
+    exe = _run_both(_model(nodes, ["n", 5, "l"], _bn_inits(5)), {"n": (1, 3), "l": (1, 20)}, (3, 5, 11))
+    assert "BatchNormalization" not in _ops(exe)
+
+
+def test_batchnorm_after_a_conv_read_twice_is_not_folded_into_it():
+    w = (RNG.standard_normal((4, 4, 1, 1))).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"]),
+             helper.make_node("Add", ["bn", "c"], ["y"])]
+    _run_both(_model(nodes, ["n", 4, "h", "w"], {"w": w, **_bn_inits(4)}), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
+              (1, 4, 3, 8))
+
+
+def test_inference_dropout_runs_no_step():
+    ratio = np.array(0.3, np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Dropout", ["r", "ratio"], ["d"]),
+             helper.make_node("Sigmoid", ["d"], ["y"])]
+    exe = _run_both(_model(nodes, ["n", 7], {"ratio": ratio}), {"n": (1, 9)}, (4, 7))
+    assert "Dropout" not in _ops(exe)
+
+
+def test_dropout_kept_where_its_value_or_mask_is_read():
+    # the mask is read: the node stays and runs the reference; its output is a graph output: also kept
+    nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"]), helper.make_node("Cast", ["mask"], ["mf"], to=F)]
+    exe = _run_both(_model(nodes, ["n", 3], {}, outputs=("y", "mf")), {"n": (1, 4)}, (2, 3), ("y", "mf"))
+    assert "Dropout" in _ops(exe)
+    exe = _run_both(_model([helper.make_node("Dropout", ["x"], ["y"])], ["n", 3], {}), {"n": (1, 4)}, (2, 3))
+    assert "Dropout" in _ops(exe)
+
+
+def test_training_mode_dropout_is_not_removed():
+    mode = np.array(True)
+    nodes = [helper.make_node("Dropout", ["x", "", "t"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    g = ds.load_onnx(_model(nodes, ["n", 3], {"t": mode}), dims={"n": (1, 4)})
+    assert "Dropout" in _ops(ds.compile(g))
+
+
+@pytest.mark.parametrize("shape,axis,compiled", [((3, 10), 1, True), ((2, 3, 4), 2, True), ((2, 3, 4), 1, False)])
+def test_opset11_softmax_compiles_when_its_axis_is_the_last(shape, axis, compiled):
+    # opset 11 flattens from `axis` on: over the last axis the rows are the same as opset 13's
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=axis)]
+    exe = _run_both(_model(nodes, ["n", *shape[1:]], {}, opset=11), {"n": (1, 4)}, shape)
+    kinds = [s.kind for s in exe.generic.steps if isinstance(s, KernelStep)]
+    assert (kinds == ["softmax"]) == compiled, kinds
+    assert compiled or any(isinstance(s, NodeStep) for s in exe.generic.steps)
