@@ -103,3 +103,27 @@ def test_opset11_softmax_compiles_when_its_axis_is_the_last(shape, axis, compile
     kinds = [s.kind for s in exe.generic.steps if isinstance(s, KernelStep)]
     assert (kinds == ["softmax"]) == compiled, kinds
     assert compiled or any(isinstance(s, NodeStep) for s in exe.generic.steps)
+
+
+def test_a_channel_shuffle_between_convs_stays_channels_last():
+    """ShuffleNet's Reshape -> Transpose -> Reshape on a conv's output: the same values, and no conversion to
+    channels first and back around it (one Transpose of the channels-last view instead)."""
+    g, cg = 3, 4
+    w1 = (RNG.standard_normal((g * cg, 5, 1, 1))).astype(np.float32)
+    w2 = (RNG.standard_normal((6, g * cg, 3, 3)) * 0.2).astype(np.float32)
+    i64 = np.int64
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Shape", ["a"], ["sh"]),
+             helper.make_node("Gather", ["sh", "i0"], ["n"]), helper.make_node("Gather", ["sh", "i23"], ["hw"]),
+             helper.make_node("Concat", ["n", "gcg", "hw"], ["s5"], axis=0),
+             helper.make_node("Concat", ["n", "c", "hw"], ["s4"], axis=0),
+             helper.make_node("Reshape", ["a", "s5"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "s4"], ["u"]),
+             helper.make_node("Conv", ["u", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    model = _model(nodes, ["n", 5, "h", "w"], {"w1": w1, "w2": w2, "i0": np.array([0], i64),
+                                              "i23": np.array([2, 3], i64), "gcg": np.array([g, cg], i64),
+                                              "c": np.array([g * cg], i64)})
+    exe = _run_both(model, {"n": (1, 2), "h": (1, 12), "w": (1, 12)}, (2, 5, 7, 9))
+    names = [s.node.name for s in exe.generic.steps if isinstance(s, NodeStep) and s.node.op_type == "Transpose"]
+    # the input to channels last, the shuffle itself, the output back: no round trip through channels first
+    assert len(names) == 3 and sum("cl_shuffle" in n for n in names) == 1, names

@@ -7,6 +7,9 @@
    with their axes permuted) is moved above the Transpose that feeds it, the Transpose re-made below it.
 3. Transposes that meet their inverse cancel. What remains converts at the edges: graph inputs and outputs, and
    ops that need the channels-first order (a Reshape to a sequence, a Flatten of a feature map).
+4. A channel shuffle (ShuffleNet: Reshape (N, g, C/g, H, W) -> Transpose (0, 2, 1, 3, 4) -> Reshape (N, C, H, W)) of
+   a channels-last value is done in channels last: the same permutation of the last axis, as a Transpose of its
+   (N, H, W, g, C/g) view, so the feature map is not converted to channels first and back around it.
 
 Exact: every rewrite computes the same values in another order (constants are transposed, never rounded).
 """
@@ -103,7 +106,8 @@ def channels_last(nodes: list[Node], types: dict, consts: dict, keep: set[str]) 
     if len(rw.nodes) == len(nodes):
         return rw
     for _ in range(len(rw.nodes) * 4):  # each round moves one Transpose down or cancels a pair
-        if not (_cancel_once(rw, keep) or _sink_once(rw, all_types, consts, keep)):
+        if not (_cancel_once(rw, keep) or _sink_once(rw, all_types, consts, keep)
+                or _shuffle_once(rw, all_types, consts, keep)):
             break
     return rw
 
@@ -243,3 +247,45 @@ def _sunk(n: Node, prod: dict, types: dict, consts: dict, rw: Rewrite):
 def _scalar(t: object, rank: int) -> bool:
     return isinstance(t, TensorType) and len(t.shape) <= rank and all(isinstance(d, int) and d == 1
                                                                         for d in t.shape)
+
+
+def _shuffle_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
+    """One channel shuffle of a channels-last value rewritten in channels last (rule 4 of the module doc)."""
+    prod, read = _producers(rw.nodes), _readers(rw.nodes)
+    for r2 in rw.nodes:
+        if r2.op_type != "Reshape" or r2.domain not in ("", "ai.onnx"):
+            continue
+        t = prod.get(r2.inputs[0])
+        r1 = prod.get(t.inputs[0]) if t is not None and _perm(t) == [0, 2, 1, 3, 4] else None
+        first = prod.get(r1.inputs[0]) if r1 is not None and r1.op_type == "Reshape" else None
+        if first is None or _perm(first) != to_first(4) or any(
+                v in keep or len(read.get(v, [])) != 1 for v in (t.outputs[0], r1.outputs[0])):
+            continue
+        a, y = types.get(first.outputs[0]), types.get(r2.outputs[0])
+        mid = types.get(r1.outputs[0])
+        if not (_f32(a) and _f32(y) and _f32(mid)) or tuple(y.shape) != tuple(a.shape) or len(mid.shape) != 5:
+            continue
+        n, c, h, w = a.shape
+        g, cg = mid.shape[1], mid.shape[2]
+        if not (isinstance(c, int) and isinstance(g, int) and isinstance(cg, int) and g * cg == c) \
+                or tuple(mid.shape[3:]) != (h, w) or mid.shape[0] != n:
+            continue
+        b = first.inputs[0]
+        names = [rw.fresh(b, types) for _ in range(3)]
+        shapes = [(n, h, w, g, cg), (n, h, w, cg, g), (n, h, w, c)]
+        for name, shape in zip(names, shapes):
+            rw.types[name] = types[name] = TensorType(a.dtype, shape)
+        consts5, consts4 = rw.fresh(f"{r2.name}_shape5", types), rw.fresh(f"{r2.name}_shape4", types)
+        for name, v in ((consts5, np.array([0, 0, 0, g, cg], np.int64)), (consts4, np.array([0, 0, 0, c], np.int64))):
+            rw.consts[name] = v  # 0: the input's own dim (N, H, W stay symbolic)
+            rw.types[name] = types[name] = TensorType(v.dtype, v.shape, v)
+        new = [Node("Reshape", "", f"{r2.name}__cl_split", {}, [b, consts5], [names[0]]),
+               Node("Transpose", "", f"{r2.name}__cl_shuffle", {"perm": [0, 1, 2, 4, 3]}, [names[0]], [names[1]]),
+               Node("Reshape", "", f"{r2.name}__cl_join", {}, [names[1], consts4], [names[2]]),
+               Node("Transpose", "", f"{r2.name}__to_first", {"perm": to_first(4)}, [names[2]], [r2.outputs[0]])]
+        at = rw.nodes.index(r2)
+        rw.nodes[at:at + 1] = new
+        rw.nodes = [m for m in rw.nodes if m is not t and m is not r1]
+        _prune(rw, keep)
+        return True
+    return False
