@@ -96,6 +96,8 @@ class Options:
     hot_share: float = _run("share of the last window's calls that make a shape hot", 0.05)
     hot_window: int = _run("calls per profile window", 1000)
     max_variants: int | None = _run("cap on variants built from hotness (declared ones do not count)", 16)
+    max_rank_variants: int = _run("cap on builds per executable for ranks fixed by an input's length (shape / "
+                                  "axes tensors fed at run time): past it a call with a new length is refused", 16)
     buckets: tuple | None = _run("range buckets, e.g. ({'seq': (65, 128)}, {'batch': 1})")
     memory_budget: int | str | None = _run("refuse shapes whose arena exceeds this (bytes or '2GiB')")
     over_budget: str = _run("error: refuse at compile time; refuse_calls: refuse each call that needs more", "error")
@@ -114,6 +116,9 @@ class Options:
             raise DynshapeError(f"over_budget={self.over_budget!r}: choose 'error' or 'refuse_calls'")
         if self.hot_calls < 1 or self.hot_window < 1 or not 0.0 <= self.hot_share <= 1.0 or self.arenas < 1:
             raise DynshapeError("hot_calls, hot_window and arenas must be >= 1 and hot_share in [0, 1]")
+        if isinstance(self.max_rank_variants, bool) or not isinstance(self.max_rank_variants, int) \
+                or self.max_rank_variants < 1:
+            raise DynshapeError(f"max_rank_variants={self.max_rank_variants!r}: must be an int >= 1")
         if self.max_variants is not None and self.max_variants < 1:
             raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
         if self.blas not in BLAS_CHOICES:

@@ -447,5 +447,9 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
     a call that finds all arenas taken wait for one (unbounded executables allocate that call's tensors).
     """
     opts = make(options, **knobs)
+    if graph.rank_symbols:  # ranks fixed by input lengths: one build per length (runtime/rank_variants.py)
+        from dynshape.runtime.rank_variants import RankVariants
+
+        return RankVariants(graph, specialize, opts, compile)  # type: ignore[return-value]
     with pinned_cache_dir(opts.cache_dir) if opts.cache_dir else contextlib.nullcontext():
         return Executable(graph, specialize, opts)
