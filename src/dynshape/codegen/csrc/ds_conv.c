@@ -46,6 +46,7 @@
             for (int64_t kw = 0; kw < KW; kw++) {                                                           \
                 DS_ROWS##MR(DS_CROW_PTR)                                                                     \
                 const float *b = bp + (kh * KW + kw) * CG * 32;                                             \
+                _Pragma("GCC unroll 4")                                                                     \
                 for (int64_t c = 0; c < CG; c++) {                                                          \
                     const ds_v16 b0 = ds_ld16(b + c * 32), b1 = ds_ld16(b + c * 32 + 16);                   \
                     DS_ROWS##MR(DS_CROW_FMA)                                                                 \
@@ -74,6 +75,7 @@
             for (int64_t kw = 0; kw < KW; kw++) {                                                           \
                 DS_ROWS##MR(DS_CROW_PTR)                                                                     \
                 const float *b = bp + (kh * KW + kw) * CG * 32;                                             \
+                _Pragma("GCC unroll 4")                                                                     \
                 for (int64_t c = 0; c < CG; c++) {                                                          \
                     const ds_v16 b0 = ds_ld16(b + c * 32);                                                  \
                     DS_ROWS##MR(DS_NCROW_FMA)                                                                \
@@ -161,6 +163,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
         for (int64_t kh = 0; kh < KH; kh++) {                                                               \
             DS_ROWS##MR(DS_RROW_PTR)                                                                         \
             const float *b = bp + kh * RUN * 32;                                                            \
+            _Pragma("GCC unroll 4")                                                                         \
             for (int64_t c = 0; c < RUN; c++) {                                                             \
                 const ds_v16 b0 = ds_ld16(b + c * 32);                                                      \
                 FMA                                                                                         \

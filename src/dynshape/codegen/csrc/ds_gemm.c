@@ -51,6 +51,7 @@ static void ds_micro_1(const float *restrict a, int64_t lda, const float *restri
     static void ds_micro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, \
                               int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                 \
         DS_ROWS##MR(DS_ROW_INIT)                                                                          \
+        _Pragma("GCC unroll 4")                                                                           \
         for (int64_t p = 0; p < k; p++) {                                                                 \
             const ds_v16 b0 = ds_ld16(bp + p * ps), b1 = ds_ld16(bp + p * ps + 16);                       \
             DS_ROWS##MR(DS_ROW_FMA)                                                                       \
@@ -81,6 +82,7 @@ DS_MICRO(12)
     static void ds_nmicro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps,\
                                int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                \
         DS_ROWS##MR(DS_NROW_INIT)                                                                         \
+        _Pragma("GCC unroll 4")                                                                           \
         for (int64_t p = 0; p < k; p++) {                                                                 \
             const ds_v16 b0 = ds_ld16(bp + p * ps);                                                       \
             DS_ROWS##MR(DS_NROW_FMA)                                                                      \
