@@ -136,3 +136,13 @@ def test_conv_transpose_with_kernel_equal_to_stride_writes_its_blocks():
     exe = _check(_model(nodes, ["n", 12, "h", "w"], {"w": w, "b": b}), {"n": (1, 2), "h": (1, 30), "w": (1, 30)},
                  [(1, 12, 3, 4), (2, 12, 7, 1)], ["conv"])
     assert not exe.explain_build()["uncompiled"]
+
+
+@pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.6), (1, 1.0)])
+def test_lrn_runs_channels_last_in_c(size, beta):
+    w = (RNG.standard_normal((12, 5, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("LRN", ["c"], ["y"], size=size, alpha=2e-3, beta=beta, bias=1.5)]
+    exe = _check(_model(nodes, ["n", 5, "h", "w"], {"w": w}), {"n": (1, 2), "h": (1, 20), "w": (1, 20)},
+                 [(1, 5, 7, 9), (2, 5, 4, 4)])
+    assert not exe.explain_build()["uncompiled"]

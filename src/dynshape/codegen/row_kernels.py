@@ -12,13 +12,15 @@ import ctypes
 import numpy as np
 
 from dynshape.codegen.clib import F32, I64, P, declare
+from dynshape.codegen.lower.channels_last import register_channels_last
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.ir.graph import Graph, Node
 from dynshape.passes.values import is_float32
 
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
-                                                "ds_layernorm_args": (P,)}, openmp=True)
+                                                "ds_layernorm_args": (P,),
+                                                "ds_lrn_f32": (P, P, I64, I64, I64, F32, F32, F32)}, openmp=True)
 
 
 def library() -> ctypes.CDLL | None:
@@ -102,3 +104,26 @@ def _bind_softmax(r: BindRequest) -> list | None:
 
 register_lowering("LayerNormalization", "native", NativeRule(_layernorm_accepts, _bind_layernorm))
 register_lowering("Softmax", "native", NativeRule(_softmax_accepts, _bind_softmax))
+
+
+# ---- LRN on channels-last rows (the layout pass wraps it: ChannelsLast(LRN) normalises the last axis) --------
+def _lrn_accepts(node: Node, graph: Graph) -> str | None:
+    if node.attrs.get("op") != "LRN":
+        return "not an LRN"
+    x, y = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    return None if is_float32(x) and is_float32(y) and len(x.shape) >= 3 else "not float32"
+
+
+def _bind_lrn(r: BindRequest) -> list | None:
+    lib = library()
+    x, out = r.ins[0], r.outs[0]
+    n = x.shape[-1]
+    if lib is None or out is None or not n or not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return None
+    a = r.attrs
+    return [NativeCall(lib.ds_lrn_f32, (r.addr(x), r.addr(out), x.size // n, n, int(a["size"]),
+                                        float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)),
+                                        float(a.get("bias", 1.0))))]
+
+
+register_channels_last("LRN", NativeRule(_lrn_accepts, _bind_lrn))

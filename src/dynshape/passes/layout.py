@@ -26,7 +26,7 @@ from dynshape.ir.types import TensorType
 from dynshape.ops.layout import DOMAIN, to_first, to_last
 
 SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-           "Upsample", "LpPool", "GlobalLpPool"}
+           "Upsample", "LpPool", "GlobalLpPool", "LRN"}  # LRN: across channels, the last axis once wrapped
 # ops computing the same values on permuted operands (their non-data inputs, if any, listed in _PARAMS)
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Relu", "Sigmoid",
                "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf", "Clip", "LeakyRelu", "HardSigmoid",

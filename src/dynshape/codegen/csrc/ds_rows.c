@@ -34,3 +34,35 @@ void ds_layernorm_args(const int64_t *a) {
     memcpy(&eps, &a[6], sizeof eps);
     ds_layernorm_f32((const float *)a[0], (const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], eps);
 }
+
+/* LRN over the last axis (channels last): y = x / (bias + alpha / size * sum of squares over the window
+   [c - (size - 1) / 2, c + size / 2] clipped to the row)^beta. Per row: the window sums into a scratch row, then
+   one vectorised pass; beta = 0.75 (AlexNet, GoogLeNet, ZFNet) as sqrt(v) * sqrt(sqrt(v)) (correctly rounded
+   square roots, within 2 ulp of powf, and vectorised), any other beta with powf. */
+void ds_lrn_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n, int64_t size, float alpha,
+                float beta, float bias) {
+    const int64_t lo = (size - 1) / 2, hi = size / 2;
+    const float k = alpha / (float)size;
+    #pragma omp parallel if(rows * n >= 32768)
+    {
+        float *d = (float *)malloc((size_t)n * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * n;
+            float *yr = y + r * n;
+            for (int64_t c = 0; c < n; c++) {
+                const int64_t a = c - lo < 0 ? 0 : c - lo, b = c + hi >= n ? n - 1 : c + hi;
+                float s = 0.0f;
+                for (int64_t j = a; j <= b; j++) s += xr[j] * xr[j];
+                d[c] = bias + k * s;
+            }
+            if (beta == 0.75f) {
+                #pragma omp simd
+                for (int64_t c = 0; c < n; c++) { const float q = sqrtf(d[c]); yr[c] = xr[c] / (q * sqrtf(q)); }
+            } else {
+                for (int64_t c = 0; c < n; c++) yr[c] = xr[c] / powf(d[c], beta);
+            }
+        }
+        free(d);
+    }
+}
