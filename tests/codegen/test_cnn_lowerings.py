@@ -146,3 +146,28 @@ def test_lrn_runs_channels_last_in_c(size, beta):
     exe = _check(_model(nodes, ["n", 5, "h", "w"], {"w": w}), {"n": (1, 2), "h": (1, 20), "w": (1, 20)},
                  [(1, 5, 7, 9), (2, 5, 4, 4)])
     assert not exe.explain_build()["uncompiled"]
+
+
+def _fallbacks(exe, x) -> list[str]:
+    """Labels of the plan's calls that run a step's numpy path (a native bind that declined this key)."""
+    exe.run({"x": x})
+    out = []
+    for plan in exe.arenas[0].plans.values():
+        out += [label for c, label in zip(plan.calls, plan.labels) if getattr(c, "__name__", "") == "call"]
+    return out
+
+
+def test_slice_select_and_constant_pad_are_copies_bound_per_key():
+    i64 = np.int64
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Gather", ["sh", "two"], ["w"]),
+             helper.make_node("Sub", ["w", "one"], ["end"]),  # the end follows W: known per key, not a constant
+             helper.make_node("Slice", ["x", "start", "end", "axis2", "step"], ["s"]),
+             helper.make_node("Gather", ["s", "minus1"], ["g"], axis=1),  # one index: torch's select
+             helper.make_node("Pad", ["g", "pads", "val"], ["y"], mode="constant")]
+    inits = {"two": np.array([3], i64), "one": np.array([1], i64), "start": np.array([1], i64),
+             "axis2": np.array([3], i64), "step": np.array([2], i64), "minus1": np.array(-1, i64),
+             "pads": np.array([0, 2, -1, 0, 1, 0], i64), "val": np.array(0.5, np.float32)}
+    exe = _check(_model(nodes, ["n", 3, "h", "w"], inits), {"n": (1, 3), "h": (2, 20), "w": (3, 20)},
+                 [(1, 3, 4, 9), (2, 3, 7, 3), (3, 3, 2, 10)])
+    assert not exe.explain_build()["uncompiled"]
+    assert _fallbacks(exe, RNG.standard_normal((2, 3, 5, 8)).astype(np.float32)) == []

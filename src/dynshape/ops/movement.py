@@ -433,7 +433,7 @@ def _tile_infer(ctx: Any) -> list:
 register("Tile", reference=_tile_ref, infer=_tile_infer)
 
 
-def _pad_args(inputs: list, attrs: dict) -> tuple[list[int], Any, list[int] | None]:
+def pad_args(inputs: list, attrs: dict) -> tuple[list[int], Any, list[int] | None]:
     """(pads, constant value, axes): attributes before opset 11, inputs after."""
     if attrs.get("_opset", 18) < 11:
         pads = attrs.get("pads", attrs.get("paddings"))
@@ -444,7 +444,7 @@ def _pad_args(inputs: list, attrs: dict) -> tuple[list[int], Any, list[int] | No
 
 def _pad_ref(inputs: list, attrs: dict) -> list:
     x = inputs[0]
-    pads, value, axes = _pad_args(inputs, attrs)
+    pads, value, axes = pad_args(inputs, attrs)
     axes = list(range(x.ndim)) if axes is None else [axis_of(a, x.ndim) for a in axes]
     width = [(0, 0)] * x.ndim
     for i, a in enumerate(axes):

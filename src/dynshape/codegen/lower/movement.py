@@ -1,10 +1,12 @@
 """Native lowerings of data movement and indexing: what a plan binds once per key, so the call is one copy.
 
-Transpose, Expand and Cast: the source view is fixed for the key, so the call is one strided copy in C
+Transpose, Expand, Cast, Slice and Gather of one index: the source view is fixed for the key, so the call is one
+strided copy in C
 (`ds_copy_strided`, csrc/ds_program.c: it joins the plan's program of native calls) or one np.copyto. Gather
 checks its indices and takes into the planned buffer; GatherND whose indices are fixed for the key (built from
 shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take. Concat copies each
-input's rows into place (one C call for all of them).
+input's rows into place (one C call for all of them). A constant Pad fills its output and copies the input into
+the interior.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from dynshape.codegen import program
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.errors import DynshapeError
+from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node
 
 _PLAIN = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
@@ -72,8 +75,10 @@ def _bind_cast(r: BindRequest) -> list | None:
 
 def _gather_accepts(node: Node, graph: Graph) -> str | None:
     x, idx = graph.types.get(node.inputs[0]), graph.types.get(node.inputs[1])
-    if not getattr(x, "shape", ()) or np.dtype(idx.dtype).kind not in "iu" or not idx.shape:
-        return "scalar data or indices, or non-integer indices"
+    if not getattr(x, "shape", ()) or np.dtype(idx.dtype).kind not in "iu":
+        return "scalar data, or non-integer indices"
+    if not idx.shape and node.inputs[1] not in graph.constants():
+        return "one index known only at run time"
     return _one_output(node, graph)
 
 
@@ -140,9 +145,69 @@ def _bind_concat(r: BindRequest) -> list | None:
     return [NativeCall(lib.ds_concat, (args.ctypes.data,))]
 
 
+def _fixed_params(r: BindRequest) -> bool:
+    """Every input after the data is known for this key (a constant, or computed from shapes)."""
+    return all(not x or x in r.fixed for x in r.node.inputs[1:])
+
+
+def _bind_slice(r: BindRequest) -> list | None:
+    """The reference slices with basic indexing: on the planned input it returns a view, copied in one call."""
+    x, out = r.ins[0], r.outs[0]
+    if out is None or not _fixed_params(r):
+        return None
+    view = opdef.lookup("Slice").reference([x, *r.ins[1:]], r.attrs)[0]
+    if view.shape != out.shape or not (view.size == 0 or np.shares_memory(view, x)):
+        return None
+    return _copy(view, out, r.keep)
+
+
+def _bind_gather_one(r: BindRequest) -> list | None:
+    """Gather of one index fixed for the key (torch's select): a view of the input, copied in one call."""
+    x, out = r.ins[0], r.outs[0]
+    if out is None or not _fixed_params(r):
+        return None
+    axis = int(r.attrs.get("axis", 0)) % x.ndim
+    i = int(r.ins[1])
+    if not -x.shape[axis] <= i < x.shape[axis]:
+        return None  # the numpy path raises the reference's error
+    return _copy(x[(slice(None),) * axis + (i % x.shape[axis],)], out, r.keep)
+
+
+def _gather_bind(r: BindRequest) -> list | None:
+    return _bind_gather_one(r) if np.ndim(r.ins[1]) == 0 else _bind_gather(r)
+
+
+def _pad_accepts(node: Node, graph: Graph) -> str | None:
+    if node.attrs.get("mode", "constant") != "constant":
+        return f"mode {node.attrs.get('mode')!r} (edge / reflect / wrap run the reference)"
+    return _one_output(node, graph)
+
+
+def _bind_pad(r: BindRequest) -> list | None:
+    """Constant Pad: the output filled with the constant, then the (cropped) input copied into its interior."""
+    x, out = r.ins[0], r.outs[0]
+    if out is None or not _fixed_params(r) or x.dtype != out.dtype:
+        return None
+    from dynshape.ops.movement import pad_args
+
+    pads, value, axes = pad_args(r.ins, r.attrs)
+    axes = list(range(x.ndim)) if axes is None else [int(a) % x.ndim for a in axes]
+    width = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        width[a] = (int(pads[i]), int(pads[len(axes) + i]))
+    src = x[tuple(slice(max(-b, 0), n - max(-e, 0)) for (b, e), n in zip(width, x.shape))]
+    dst = out[tuple(slice(max(b, 0), max(b, 0) + m) for (b, _), m in zip(width, src.shape))]
+    if dst.shape != src.shape:
+        return None
+    fill = np.asarray(value).astype(out.dtype).item()
+    return [functools.partial(out.fill, fill), functools.partial(np.copyto, dst, src)]
+
+
 register_lowering("Transpose", "native", NativeRule(_one_output, _bind_transpose))
 register_lowering("Concat", "native", NativeRule(_concat_accepts, _bind_concat))
 register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand))
 register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
-register_lowering("Gather", "native", NativeRule(_gather_accepts, _bind_gather))
+register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind))
 register_lowering("GatherND", "native", NativeRule(_one_output, _bind_gather_nd))
+register_lowering("Slice", "native", NativeRule(_one_output, _bind_slice))
+register_lowering("Pad", "native", NativeRule(_pad_accepts, _bind_pad))
