@@ -170,3 +170,13 @@ def test_an_epilogue_that_reads_the_products_own_input():
     assert _kernels(exe) == ["MatMul_0+Add_1+Relu_2"]
     x = rng.standard_normal((37, 48)).astype(np.float32)
     np.testing.assert_allclose(exe.run({"x": x})["y"], np.maximum(x @ w + x, 0), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("shape,trans", [((300, 333), False), ((333, 300), True), ((64, 1100), True)])
+def test_pack_b_in_c_equals_the_numpy_packing(shape, trans, monkeypatch):
+    from dynshape.codegen import packed_gemm
+
+    b = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    in_c = packed_gemm.pack_b(b, trans)
+    monkeypatch.setattr(packed_gemm, "LIBRARY", type("NoCompiler", (), {"try_load": staticmethod(lambda: None)}))
+    np.testing.assert_array_equal(in_c, packed_gemm.pack_b(b, trans))

@@ -31,8 +31,18 @@ PAR_MIN_FLOPS = 1 << 20  # multiply-adds below which a product runs on one threa
 
 
 def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
-    """B (k, n) (or (n, k) with trans) as panels [ceil(n/32), k, 32] of float32, zero-padded on the right."""
+    """B (k, n) (or (n, k) with trans) as panels [ceil(n/32), k, 32] of float32, zero-padded on the right.
+
+    In C when the micro-kernel library loads (one pass; a transposed VGG classifier, 25088 x 4096, packs in
+    ~0.1 s instead of ~1 s through numpy's strided copies), else with numpy."""
     b = np.asarray(b, dtype=np.float32)
+    lib = LIBRARY.try_load() if b.ndim == 2 and b.size >= 1 << 16 else None
+    if lib is not None:
+        src = np.ascontiguousarray(b)
+        k, n = (src.shape[1], src.shape[0]) if trans else src.shape
+        out = np.empty((-(-n // NR), k, NR), np.float32)
+        (lib.ds_pack_panels_t if trans else lib.ds_pack_panels)(src.ctypes.data, src.shape[1], k, n, out.ctypes.data)
+        return out
     if trans:
         b = b.T
     k, n = b.shape

@@ -39,6 +39,7 @@ _PARAMS = {"Clip": 1, **{op: 1 for op in ("ReduceMean", "ReduceMax", "ReduceMin"
 _AXIS = {"Concat", "Split", "Softmax", "LogSoftmax"}
 _REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL2", "ReduceL1",
            "ReduceSumSquare", "ReduceLogSumExp"}
+_SINKABLE = ELEMENTWISE | _AXIS | _REDUCE
 
 
 @dataclasses.dataclass
@@ -162,8 +163,9 @@ def _data_inputs(n: Node) -> Iterator[int]:
 def _sink_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
     """Move one op above the Transposes that feed it."""
     prod = _producers(rw.nodes)
+    transposed = {(m.inputs[0], tuple(p)): m.outputs[0] for m in rw.nodes if (p := _perm(m)) is not None}
     for i, n in enumerate(rw.nodes):
-        moved = _sunk(n, prod, types, consts, rw)
+        moved = _sunk(n, prod, transposed, types, consts, rw)
         if moved is None:
             continue
         new, perm, before = moved
@@ -179,13 +181,13 @@ def _sink_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
     return False
 
 
-def _sunk(n: Node, prod: dict, types: dict, consts: dict, rw: Rewrite):
-    """(n on the un-permuted operands, the perm, constants it needs) when n can move above its Transposes."""
+def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: Rewrite):
+    """(n on the un-permuted operands, the perm, constants it needs) when n can move above its Transposes.
+    `transposed`: (value, perm) -> the Transpose output that already holds it in that order."""
     if n.domain not in ("", "ai.onnx") or not n.inputs or not all(o for o in n.outputs):
         return None
-    if n.op_type not in ELEMENTWISE | _AXIS | _REDUCE:
+    if n.op_type not in _SINKABLE:
         return None
-    transposed = {(m.inputs[0], tuple(_perm(m))): m.outputs[0] for m in rw.nodes if _perm(m) is not None}
     perm = None
     for k in _data_inputs(n):
         x = n.inputs[k]

@@ -160,19 +160,23 @@ void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, 
     }
 }
 
-/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it):
-   each of a panel's rows is read once, contiguously, and written down one column of the panel (in L1). */
+/* The same panels for B = transpose(A), A n x k with row stride lda (a Gemm's transB weights, attention's K as
+   the model stores it): blocks of 64 rows of a panel at a time, so the block being written (8 KB) stays in L1
+   while each of the panel's 32 source rows contributes its 64 contiguous floats. */
 void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
     for (int64_t q = 0; q * 32 < n; q++) {
         const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
         float *dst = bp + q * k * 32;
-        int64_t j = 0;
-        for (; j < nc; j++) {
-            const float *src = a + (q * 32 + j) * lda;
-            for (int64_t p = 0; p < k; p++) dst[p * 32 + j] = src[p];
+        for (int64_t p0 = 0; p0 < k; p0 += 64) {
+            const int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
+            int64_t j = 0;
+            for (; j < nc; j++) {
+                const float *src = a + (q * 32 + j) * lda;
+                for (int64_t p = p0; p < p1; p++) dst[p * 32 + j] = src[p];
+            }
+            for (; j < 32; j++)
+                for (int64_t p = p0; p < p1; p++) dst[p * 32 + j] = 0.0f;
         }
-        for (; j < 32; j++)
-            for (int64_t p = 0; p < k; p++) dst[p * 32 + j] = 0.0f;
     }
 }
 
