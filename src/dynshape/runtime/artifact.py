@@ -33,7 +33,7 @@ import onnx
 
 from dynshape.codegen import cc
 from dynshape.errors import DynshapeError, ModelError
-from dynshape.frontends.onnx import load_onnx
+from dynshape.frontends.onnx import load_onnx, read_model
 from dynshape.ir.graph import Graph, describe_symbol, format_type
 from dynshape.options import Options, make
 from dynshape.runtime.executable import Executable
@@ -147,11 +147,7 @@ def _model_bytes(model: Any) -> bytes:
         path = os.fspath(model)
         if not os.path.isfile(path):
             raise ModelError(f"no ONNX model at {path!r} (file not found)")
-        try:
-            return onnx.load(path).SerializeToString()
-        except Exception as e:  # protobuf DecodeError, missing external data, ...
-            raise ModelError(f"cannot read {path!r}: {type(e).__name__}; the file is truncated or not an ONNX "
-                             "model") from None
+        return read_model(path).SerializeToString()  # external data inlined, read only from beside the model
     raise ModelError(f"save expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
 
 

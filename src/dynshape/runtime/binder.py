@@ -15,6 +15,7 @@ converted with the model's dtype when their values fit it exactly; anything else
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -49,8 +50,13 @@ def symbols_of(inputs: list[InputSpec], facts: list) -> list[Symbol]:
     return list(seen.values())
 
 
-def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype: bool = True):
-    """Compile `bind(feed: dict) -> (arrays, key)`; key holds the symbol values in `symbols_of` order."""
+def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype: bool = True,
+                notes: list[tuple[str, str]] | None = None):
+    """Compile `bind(feed: dict) -> (arrays, key)`; key holds the symbol values in `symbols_of` order.
+
+    `notes`: (text, origin) of the facts that shaped the signature (refined ranges, equalities, requirements):
+    a violation naming a symbol says which of them made its range what it is ("because: H - 2 >= 1 ...
+    (node 'conv' (Conv))")."""
     facts = list(facts or [])
     syms = symbols_of(inputs, facts)
     names = {s.name: f"s{i}" for i, s in enumerate(syms)}
@@ -114,7 +120,13 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
         return solve(obs)
 
     def _slow(feed):
-        explain_violation(inputs, facts, feed, check_dtype)  # raises: the precise reason
+        try:
+            explain_violation(inputs, facts, feed, check_dtype)  # raises: the precise reason
+        except ConstraintViolation as e:
+            because = _because(str(e), notes or [], {s.name for s in syms})
+            if because:
+                raise ConstraintViolation(f"{e}; because: {because}") from None
+            raise
         raise AssertionError("binder fast path rejected an input the slow path accepts:\n" + src)
 
     scope = {"_nd": np.ndarray, "_conv": _conv, "_slow": _slow, "_solve_all": _solve_all}
@@ -221,13 +233,27 @@ def explain_violation(inputs: list[InputSpec], facts: list, feed: dict, check_dt
         for ax, d in enumerate(spec.shape):
             obs.append((d, int(shp[ax]), f"input {spec.name!r} axis {ax} ({d})"))
     env = solve(obs)
+    where: dict[str, str] = {}
+    for d, _, label in obs:
+        for n in getattr(d, "free_symbols", ()):
+            where.setdefault(n, label.split(" (")[0])
     for s in symbols_of(inputs, []):
         if s.name in env:
-            check_symbol(s, env[s.name], f"{s.name}")
+            check_symbol(s, env[s.name], f"{s.name} (from {where.get(s.name, 'a derived dim')})")
     for cond, origin in facts:
         if not (cond.evaluate(env) if isinstance(cond, Cond) else cond(env)):
-            vals = ", ".join(f"{n} = {env[n]}" for n in sorted(cond.free_symbols))
+            vals = ", ".join(f"{n} = {env[n]} (from {where.get(n, 'a derived dim')})"
+                             for n in sorted(cond.free_symbols))
             raise ConstraintViolation(f"the model requires {cond.text} (from {origin}); this call has {vals}")
+
+
+def _because(msg: str, notes: list[tuple[str, str]], symbols: set[str]) -> str:
+    """The facts (at most 4) that mention a symbol the message names: why its range or relation is what it is."""
+    words = re.compile(r"[A-Za-z_?][\w.?]*")
+    named = set(words.findall(msg)) & symbols
+    related = [f"{text} ({origin})" for text, origin in notes
+               if text not in msg and named & set(words.findall(text))]
+    return "; ".join(dict.fromkeys(related[:4]))
 
 
 def _fmt_shape(shape: tuple) -> str:

@@ -85,7 +85,8 @@ class Executable:
             specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
             facts = [(f.check, f.origin) for f in graph.signature.facts
                      if isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b"))]
-            self.binder = make_binder(specs, facts)
+            notes = [(f.text, f.origin) for f in graph.signature.facts if f.kind in ("range", "eq", "require")]
+            self.binder = make_binder(specs, facts, notes=notes)
             self.symbols = list(self.binder.symbols)
         else:  # sequence / optional inputs: the reference executor's general binder
             self.symbols = [e.atom() for e in graph.signature.symbols.values()]
