@@ -23,7 +23,7 @@ from dynshape.cli.common import (
     friendly,
     load_model,
 )
-from dynshape.cli.compile_cmd import TargetArg, load_artefact
+from dynshape.cli.compile_cmd import SigningKeyOpt, TargetArg, load_artefact
 from dynshape.cli.feeds import (
     env_from_values,
     file_feed,
@@ -74,11 +74,12 @@ def run(
     out_dir: Annotated[Path | None, typer.Option(
         "--out", "-o", file_okay=False, help="Write each output to OUT/<name>.npy, not only a summary.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the generated inputs.")] = 0,
+    signing_key_file: SigningKeyOpt = None,
 ) -> None:
     """Run a model once and summarise (or save) its outputs; inputs that break the signature are rejected."""
     files, rand = parse_inputs(inputs), parse_randoms(randoms)
     values = parse_shape(shape, "--shape") if shape is not None else None
-    exe = load_artefact(model, dim) if model.is_dir() else None
+    exe = load_artefact(model, dim, key_file=signing_key_file) if model.is_dir() else None
     graph = exe.graph if exe is not None else load_model(model, parse_dims(dim))
     given = file_feed(graph, files)
     planned = random_shapes(graph, rand)
