@@ -68,7 +68,7 @@ def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
 def test_conv1d_few_channels_runs():
     w = (RNG.standard_normal((5, 3, 7)) * 0.3).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[3, 2])]
-    _check(_model(nodes, ["n", 3, "l"], {"w": w}), {"n": (1, 4), "l": (1, 300)}, [(1, 3, 1), (3, 3, 77)], ["conv"])
+    _check(_model(nodes, ["n", 3, "l"], {"w": w}), {"n": (1, 4), "l": (2, 300)}, [(1, 3, 2), (3, 3, 77)], ["conv"])
 
 
 def test_conv1d_and_a_residual_epilogue():

@@ -108,7 +108,8 @@ def test_model_local_function_is_inlined() -> None:
 
 
 def test_old_opsets_load() -> None:
-    m = _model([helper.make_node("Not", ["x"], ["y"])], [_vi("x", ["n"], TensorProto.BOOL)], opset=1)
+    m = _model([helper.make_node("Not", ["x"], ["y"])], [_vi("x", ["n"], TensorProto.BOOL)],
+               [_vi("y", None, TensorProto.BOOL)], opset=1)
     assert load_onnx(m).run({"x": np.array([True, False])})["y"].tolist() == [False, True]
 
 

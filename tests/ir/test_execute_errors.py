@@ -101,7 +101,7 @@ def test_undecided_broadcast_is_checked_before_running() -> None:
 def test_data_dependent_sizes_are_bound_on_first_sight() -> None:
     nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nz"),
              helper.make_node("Transpose", ["nz"], ["t"], name="t", perm=[1, 0])]
-    g = load_onnx(_model(nodes, [_vi("x", ["n"])], [_vi("t", None)]))
+    g = load_onnx(_model(nodes, [_vi("x", ["n"])], [_vi("t", None, TensorProto.INT64)]))
     (u,) = [f for f in g.signature.facts if f.kind == "fresh"]
     assert "node 'nz'" in u.origin and g.outputs[0].shape[1] == 1
     for data in ([0, 1, 0, 2], [0, 0], [3, 3, 3]):

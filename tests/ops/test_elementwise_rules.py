@@ -71,7 +71,9 @@ def test_where_picks_the_known_branch() -> None:
 def test_min_max_neg_sum_values() -> None:
     assert values(shape_then("Min", [16]), "y") == [3, 7]
     assert str(shape_then("Max", [16]).types["y"].value[0]) in ("max(16, batch)", "max(batch, 16)")
-    g = infer([node("Shape", ["x"], ["s"]), node("Neg", ["s"], ["y"]), node("Sum", ["s", "s", "y"], ["z"])], X)
+    # Sum takes floats only (onnxruntime and load_onnx refuse int64): the dims go through a Cast
+    g = infer([node("Shape", ["x"], ["s"]), node("Neg", ["s"], ["y"]), node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+               node("Cast", ["y"], ["g"], to=TensorProto.FLOAT), node("Sum", ["f", "f", "g"], ["z"])], X)
     assert values(g, "y") == [-3, -7] and values(g, "z") == [3, 7]
 
 

@@ -31,7 +31,7 @@ from dynshape.cli.common import (
     has_module,
     load_model,
 )
-from dynshape.cli.feeds import env_from_values, generated_feed
+from dynshape.cli.feeds import default_requests, env_from_values, generated_feed, generated_shapes, preflight
 
 EPILOG = """Examples:
 
@@ -176,8 +176,8 @@ def bench(
     if unknown:
         raise typer.BadParameter(f"unknown system(s) {unknown}; choose from {', '.join(KNOWN_PEERS)}",
                                  param_hint="--vs")
-    if (shapes is None) == (stream is None):
-        raise typer.BadParameter("give exactly one of --shapes and --stream", param_hint="--shapes/--stream")
+    if shapes is not None and stream is not None:
+        raise typer.BadParameter("give at most one of --shapes and --stream", param_hint="--shapes/--stream")
     shape_list = parse_shapes(shapes)
     if plot_path is not None and not has_module("matplotlib"):
         raise CliInputError("--plot needs matplotlib, which is not installed (pip install matplotlib)")
@@ -185,8 +185,19 @@ def bench(
     symbols = list(graph.signature.symbols)
     if stream is not None:
         requests = load_stream(stream, stream_key or model.stem, symbols)
-    else:
+    elif shapes is not None:
         requests = [Request(env_from_values(graph, v), 0) for v in shape_list]
+    else:  # neither: a few shapes spread over the declared ranges
+        envs = default_requests(graph)
+        if not envs:
+            raise CliInputError("no default shape fits this model's signature and this machine; give --shapes AxB,...")
+        requests = [Request(env, 0) for env in envs]
+        console.print(Text(f"note: no --shapes or --stream given: timing {len(envs)} shape(s) spread over the declared "
+                           f"ranges ({' x '.join(symbols) or 'static'}): "
+                           f"{', '.join(Request(e, 0).label for e in envs)} (lowest, geometric middle and highest "
+                           "admissible values; unbounded symbols up to 128)", style="yellow"))
+    for r in requests:
+        preflight(graph, {}, generated_shapes(graph, r.env, set()))
 
     t0 = time.perf_counter()
     ex = dynshape_executor(graph)

@@ -38,6 +38,23 @@ SpecializeOpt = Annotated[list[str] | None, typer.Option(
          "Repeatable.")]
 
 
+SigningKeyOpt = Annotated[Path | None, typer.Option(
+    "--signing-key-file", exists=True, dir_okay=False, metavar="KEYFILE",
+    help="A secret key (file contents): compile signs the artefact's manifest with HMAC-SHA256; run/explain refuse "
+         "an artefact without a matching signature. Artefacts are native code: load only your own.")]
+
+
+def read_key(path: Path | None) -> bytes | None:
+    """The signing key in `path` (trailing newline dropped); an empty file is a user error."""
+    if path is None:
+        return None
+    key = path.read_bytes().rstrip(b"\r\n")
+    if not key:
+        raise typer.BadParameter(f"{path} is empty; a signing key needs at least one byte",
+                                 param_hint="--signing-key-file")
+    return key
+
+
 def parse_specialize(specs: list[str] | None) -> list[dict[str, int]]:
     """`batch=1,seq=128` -> {"batch": 1, "seq": 128}; malformed syntax is a bad invocation (exit 2)."""
     out = []
@@ -53,13 +70,14 @@ def parse_specialize(specs: list[str] | None) -> list[dict[str, int]]:
     return out
 
 
-def load_artefact(path: Path, dim: list[str] | None, specialize: list[str] | None = None) -> Any:
+def load_artefact(path: Path, dim: list[str] | None, specialize: list[str] | None = None,
+                  key_file: Path | None = None) -> Any:
     """`ds.load(path)`; --dim / --specialize were fixed at compile time, so passing them is a bad invocation."""
     for flag, given in (("--dim", dim), ("--specialize", specialize)):
         if given:
             raise typer.BadParameter(f"{path} is an artefact: its dims and variants were fixed by `dynshape compile` "
                                      f"({path / artifact.CONFIG}); drop {flag} or recompile", param_hint=flag)
-    return artifact.load(path)
+    return artifact.load(path, signing_key=read_key(key_file))
 
 
 def kernel_steps(exe: Any) -> list[KernelStep]:
@@ -74,6 +92,7 @@ def compile_model(
                                       help="Artefact directory to write (an existing artefact there is replaced).")],
     dim: DimOpt = None,
     specialize: SpecializeOpt = None,
+    signing_key_file: SigningKeyOpt = None,
 ) -> None:
     """Compile a model once (kernels, variants) into an artefact directory; `run`/`explain` it without recompiling."""
     dims, specs = parse_dims(dim), parse_specialize(specialize)
@@ -85,7 +104,7 @@ def compile_model(
         def on_step(label: str, done: int, total: int) -> None:
             progress.update(task, description=label, completed=done, total=total)
 
-        exe = artifact.save(model, out, dims, specs, on_step=on_step)
+        exe = artifact.save(model, out, dims, specs, on_step=on_step, signing_key=read_key(signing_key_file))
     seconds = time.perf_counter() - t0
     libs = [p for p in (out / artifact.LIBS).rglob("*.so")]
     table = Table(show_header=False, box=None)

@@ -19,7 +19,14 @@ from rich.text import Text
 
 from dynshape.cli.args import parse_dims
 from dynshape.cli.common import DimOpt, console, fmt_bytes, friendly, load_model
-from dynshape.cli.compile_cmd import SpecializeOpt, TargetArg, kernel_steps, load_artefact, parse_specialize
+from dynshape.cli.compile_cmd import (
+    SigningKeyOpt,
+    SpecializeOpt,
+    TargetArg,
+    kernel_steps,
+    load_artefact,
+    parse_specialize,
+)
 from dynshape.ir.graph import format_type
 from dynshape.ir.types import TensorType
 from dynshape.runtime.binder import linear_symbol
@@ -183,6 +190,7 @@ def explain(
                                                  "variants it prebuilds are shown (ONNX targets).")] = None,
     memory_budget: Annotated[str | None, typer.Option(help="e.g. 2GiB: refuse if the worst case exceeds it.")]
     = None,
+    signing_key_file: SigningKeyOpt = None,
 ) -> None:
     """Explain a compiled model: variants and why, symbol binding, per-call guards, fused kernels, worst-case memory."""
     if target.is_dir():
@@ -191,7 +199,7 @@ def explain(
             if given:
                 raise typer.BadParameter(f"{target} is an artefact: it serves its build as saved (generic strategy);"
                                          f" drop {flag} or explain the ONNX model", param_hint=flag)
-        exe = load_artefact(target, dim, specialize)
+        exe = load_artefact(target, dim, specialize, signing_key_file)
         declared_by = "`dynshape compile --specialize`"
     else:
         dims, specs = parse_dims(dim), parse_specialize(specialize)

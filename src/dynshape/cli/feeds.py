@@ -94,6 +94,7 @@ def random_feed(graph: Any, randoms: dict[str, RandomSpec], seed: int = 0) -> di
     feed = {}
     for name, spec in randoms.items():
         check_input_name(graph, name, "--random")
+        check_bounds(name, dtypes[name], spec)
         feed[name] = draw(rng, dtypes[name], spec.shape, spec.low, spec.high, int_range(graph, name))
     return feed
 
@@ -119,3 +120,125 @@ def check_input_name(graph: Any, name: str, option: str) -> None:
     if name not in names:
         raise CliInputError(f"{option} {name!r}: the model has no input of that name; its inputs are "
                             f"{', '.join(names)}")
+
+
+# ---- checks before any data is generated -----------------------------------------------------------------
+def random_shapes(graph: Any, randoms: dict[str, RandomSpec]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """dtype and shape of each `--random` input, its bounds checked against the dtype (nothing drawn yet)."""
+    dtypes = {v.name: np.dtype(v.dtype) for v in graph.inputs}
+    out = {}
+    for name, spec in randoms.items():
+        check_input_name(graph, name, "--random")
+        check_bounds(name, dtypes[name], spec)
+        out[name] = (dtypes[name], spec.shape)
+    return out
+
+
+def generated_shapes(graph: Any, env: dict[str, int], skip: set[str]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """dtype and shape of every input `generated_feed` would make from `env` (nothing drawn yet)."""
+    out = {}
+    for v in graph.inputs:
+        if v.name in skip:
+            continue
+        t = graph.types.get(v.name) or v.type
+        if not isinstance(t, TensorType):
+            raise CliInputError(f"input {v.name!r} is not a tensor; dynshape cannot generate it")
+        out[v.name] = (np.dtype(t.dtype), concrete_shape(t.shape, env, f"input {v.name!r}"))
+    return out
+
+
+def check_bounds(name: str, dtype: np.dtype, spec: RandomSpec) -> None:
+    """`--random NAME=SHAPE:LOW:HIGH` bounds the dtype can draw from: integers for integer inputs, in range."""
+    if spec.low is None or spec.high is None or dtype == np.bool_:
+        return
+    if np.issubdtype(dtype, np.integer):
+        if not (float(spec.low).is_integer() and float(spec.high).is_integer()):
+            raise CliInputError(f"--random {name}: input {name!r} is {dtype}, so LOW and HIGH must be integers "
+                                f"(got {spec.low:g}:{spec.high:g})")
+        info = np.iinfo(dtype)
+        if spec.low < info.min or spec.high - 1 > info.max:
+            raise CliInputError(f"--random {name}: [{spec.low:g}, {spec.high:g}) does not fit {dtype} "
+                                f"([{info.min}, {info.max}])")
+
+
+def preflight(graph: Any, given: dict[str, np.ndarray], planned: dict[str, tuple[np.dtype, tuple[int, ...]]]
+              ) -> dict[str, int]:
+    """Check a feed against the signature, and its memory against the machine, before generating any data.
+
+    `planned` inputs are stood in for by zero-strided views (no memory), so `--shape 1x1000000000` is refused
+    at once by the rank / range / fact that it breaks, or by the memory its largest node needs, instead of
+    after gigabytes of random data. Returns the symbol values."""
+    from dynshape.ir.execute import AssumptionFailed, bind_inputs
+
+    probe = dict(given)
+    for name, (dtype, shape) in planned.items():
+        probe[name] = np.broadcast_to(np.zeros((), dtype), shape)
+    try:
+        env = bind_inputs(graph, probe)
+    except AssumptionFailed as e:  # valid inputs the generic graph runs specialised
+        env = dict(e.env)
+    check_footprint(graph, env)
+    return env
+
+
+def check_footprint(graph: Any, env: dict[str, int]) -> None:
+    """Refuse symbol values at which one node's inputs and outputs alone exceed this machine's memory: a lower
+    bound on what any executor needs, so the refusal is never wrong."""
+    from dynshape.runtime.budget import fmt_bytes
+    from dynshape.runtime.memory import machine_bytes
+
+    have = machine_bytes()
+    if have is None:
+        return
+    size: dict[str, int] = {}
+    for name, t in graph.types.items():
+        if not isinstance(t, TensorType):
+            continue
+        n = 1
+        for d in t.shape:
+            if isinstance(d, (int, np.integer)):
+                n *= int(d)
+            elif getattr(d, "free_symbols", None) is not None and d.free_symbols <= env.keys():
+                n *= int(d.evaluate(env))
+            else:
+                break
+        else:
+            size[name] = n * np.dtype(t.dtype).itemsize
+    worst, where = sum(size.get(v.name, 0) for v in graph.inputs), "the inputs"
+    for node in graph.nodes:
+        need = sum(size.get(x, 0) for x in {*node.inputs, *node.outputs} if x)
+        if need > worst:
+            worst, where = need, f"node {node.name!r} ({node.op_type})"
+    if worst > have:
+        at = ", ".join(f"{k}={v}" for k, v in env.items()) or "the static shapes"
+        raise CliInputError(f"at {at}, {where} alone needs {fmt_bytes(worst)} for its inputs and outputs, more than "
+                            f"this machine's {fmt_bytes(have)}: choose smaller values (or declare a max with "
+                            "--dim NAME=MIN:MAX)")
+
+
+def default_requests(graph: Any, per_symbol: int = 3, cap: int = 128) -> list[dict[str, int]]:
+    """Shapes spread over the declared ranges, for `bench` without --shapes/--stream: the lowest, a geometric
+    middle and the highest admissible value of every symbol (at least 1; unbounded ones stop at `cap`), taken
+    together, keeping those the signature and the machine accept."""
+    from dynshape.errors import DynshapeError
+
+    syms = [e.atom() for e in graph.signature.symbols.values()]
+    if not syms:
+        return [{}]
+    columns = []
+    for s in syms:
+        m = max(1, s.mult)
+        lo = -(-max(s.lo, 1) // m) * m
+        hi = max(lo, (s.hi if s.hi is not None else max(cap, lo)) // m * m)
+        mid = int(round((lo * hi) ** 0.5 / m)) * m
+        columns.append(sorted({lo, min(max(mid, lo), hi), hi})[:per_symbol])
+    out = []
+    for i in range(max(len(c) for c in columns)):
+        env = {s.name: c[min(i, len(c) - 1)] for s, c in zip(syms, columns)}
+        try:
+            preflight(graph, {}, generated_shapes(graph, env, set()))
+        except (DynshapeError, CliInputError):
+            continue
+        if env not in out:
+            out.append(env)
+    return out

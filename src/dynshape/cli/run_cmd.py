@@ -23,8 +23,16 @@ from dynshape.cli.common import (
     friendly,
     load_model,
 )
-from dynshape.cli.compile_cmd import TargetArg, load_artefact
-from dynshape.cli.feeds import env_from_values, file_feed, generated_feed, random_feed
+from dynshape.cli.compile_cmd import SigningKeyOpt, TargetArg, load_artefact
+from dynshape.cli.feeds import (
+    env_from_values,
+    file_feed,
+    generated_feed,
+    generated_shapes,
+    preflight,
+    random_feed,
+    random_shapes,
+)
 
 EPILOG = """Examples:
 
@@ -66,20 +74,28 @@ def run(
     out_dir: Annotated[Path | None, typer.Option(
         "--out", "-o", file_okay=False, help="Write each output to OUT/<name>.npy, not only a summary.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the generated inputs.")] = 0,
+    signing_key_file: SigningKeyOpt = None,
 ) -> None:
     """Run a model once and summarise (or save) its outputs; inputs that break the signature are rejected."""
     files, rand = parse_inputs(inputs), parse_randoms(randoms)
     values = parse_shape(shape, "--shape") if shape is not None else None
-    exe = load_artefact(model, dim) if model.is_dir() else None
+    exe = load_artefact(model, dim, key_file=signing_key_file) if model.is_dir() else None
     graph = exe.graph if exe is not None else load_model(model, parse_dims(dim))
-    feed = {**file_feed(graph, files), **random_feed(graph, rand, seed)}
-    if values is not None:
-        feed.update(generated_feed(graph, env_from_values(graph, values), seed, skip=set(feed)))
-    missing = [v.name for v in graph.inputs if v.name not in feed]
+    given = file_feed(graph, files)
+    planned = random_shapes(graph, rand)
+    env = env_from_values(graph, values) if values is not None else None
+    if env is not None:
+        planned.update(generated_shapes(graph, env, skip={*given, *planned}))
+    missing = [v.name for v in graph.inputs if v.name not in given and v.name not in planned]
     if missing:
         raise CliInputError(f"no data for input(s) {', '.join(missing)}; give each with --input NAME=FILE.npy or "
                             "--random NAME=SHAPE, or generate them all with --shape AxB (values of "
                             f"{' x '.join(graph.signature.symbols) or 'no symbols'})")
+    preflight(graph, given, planned)  # shapes, ranges, facts and memory: checked before any data is drawn
+    feed = {**given, **random_feed(graph, rand, seed)}
+    if env is not None:
+        feed.update(generated_feed(graph, env, seed, skip=set(feed)))
+    feed = {v.name: feed[v.name] for v in graph.inputs}
     executor = Executor(f"dynshape (artefact {model})", exe.run, True, exe) if exe is not None else \
         dynshape_executor(graph)
     console.print(Text(f"executor: {executor.label}", style="bold"))

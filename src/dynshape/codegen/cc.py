@@ -24,6 +24,7 @@ import subprocess
 import sysconfig
 import tempfile
 import threading
+import time
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ __all__ = [
     "CompileError",
     "build_shared",
     "cache_dir",
+    "clean_stale",
+    "is_stale",
+    "owned_tmpdir",
     "clear_memory_cache",
     "compile_c",
     "BuildContext",
@@ -207,13 +211,71 @@ def _source_excerpt(source: str, stderr: str, src_name: str, context: int = 3) -
     return "\n".join(f"{'>' if i == line else ' '}{i:5d} | {lines[i - 1]}" for i in range(lo, hi + 1))
 
 
+# ---- private work directories and their clean-up -------------------------------------------------------------
+_OWNER = ".owner"
+_STALE_UNOWNED_S = 3600.0  # a work directory without an owner file (its maker died at once): stale after an hour
+
+
+def owned_tmpdir(parent: Path, prefix: str) -> Path:
+    """A fresh private directory `parent/<prefix><pid>-<random>` recording its owner (host and pid), so a later
+    build can tell it from one in progress and remove it once its owner is dead (`clean_stale`)."""
+    work = Path(tempfile.mkdtemp(dir=parent, prefix=f"{prefix}{os.getpid()}-"))
+    try:
+        (work / _OWNER).write_text(f"{platform.node()} {os.getpid()}\n")
+    except OSError:
+        pass
+    return work
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists, owned by another user
+    return True
+
+
+def is_stale(work: Path) -> bool:
+    """Whether an owned work directory's owner is gone: a dead pid on this host, or no owner file for an hour."""
+    try:
+        host, pid = (work / _OWNER).read_text().split()
+    except (OSError, ValueError):
+        try:
+            return time.time() - work.lstat().st_mtime > _STALE_UNOWNED_S
+        except OSError:
+            return False
+    if host != platform.node() or not pid.isdigit():
+        return False  # another machine's (a shared file system): never ours to judge
+    return not _alive(int(pid))
+
+
+def clean_stale(parent: Path, prefix: str) -> list[Path]:
+    """Remove the work directories under `parent` named `prefix*` whose owner died (an interrupted build or save
+    leaves them behind); returns what was removed."""
+    removed = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for work in entries:
+        if work.name.startswith(prefix) and work.is_dir() and not work.is_symlink() and is_stale(work):
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+    return removed
+
+
 def _compile(
     source: str, name: str, flags: Sequence[str], link: Sequence[str], cc: list[str], dest: Path
 ) -> None:
-    """Compile in a private temp dir next to dest, then publish .so, sidecar and source with os.replace."""
+    """Compile in a private temp dir next to dest, then publish .so, sidecar and source with os.replace.
+
+    Work directories that interrupted builds left (their process is dead) are removed first."""
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".build-"))
+        clean_stale(dest.parent, ".build-")
+        work = owned_tmpdir(dest.parent, ".build-")
     except OSError as e:
         raise CompileError(
             f"cannot write the kernel cache at {dest.parent}: {e}; set DYNSHAPE_CACHE_DIR to a writable directory"

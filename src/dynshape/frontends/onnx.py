@@ -28,12 +28,19 @@ from onnx import AttributeProto, numpy_helper
 
 import dynshape.ops  # noqa: F401  (defines every op in the IR's op table)
 from dynshape.errors import DynshapeError, ModelError
+from dynshape.frontends.onnx_checks import (
+    check_arity,
+    check_declared_outputs,
+    check_node_types,
+    check_opsets,
+    load_external_data,
+    node_schema,
+)
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
 from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
-_MAX_OPSET = onnx.defs.onnx_opset_version()
 
 
 def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min: int = 0,
@@ -45,8 +52,7 @@ def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min:
     the dim). `infer=False` returns the graph without types (for tools that only want the structure).
     """
     proto = _read(model)
-    opsets = {("" if o.domain in _DEFAULT_DOMAINS else o.domain): int(o.version) for o in proto.opset_import}
-    opsets.setdefault("", _MAX_OPSET)
+    opsets = check_opsets(proto)
     symbols = _Symbols(dims or {}, default_min)
     conv = _Converter(opsets, {(f.domain, f.name): f for f in proto.functions}, symbols)
     graph = conv.graph(proto.graph, outer=frozenset(), top=True)
@@ -57,7 +63,14 @@ def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min:
         from dynshape.ir.infer import infer_graph
 
         infer_graph(graph)
+        check_node_types(graph)
+        check_declared_outputs(proto, graph.types)
     return graph
+
+
+def read_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """The ModelProto at `path`, external data read safely from the model's folder (see onnx_checks)."""
+    return _read(os.fspath(path))
 
 
 # ---- reading -------------------------------------------------------------------------------------------
@@ -71,14 +84,24 @@ def _read(model: Any) -> onnx.ModelProto:
         if not os.path.isfile(path):
             raise ModelError(f"no ONNX model at {path!r} (file not found)")
         try:
-            proto = onnx.load(path)
-        except Exception as e:  # protobuf DecodeError, bad external data, ...
+            proto = onnx.load(path, load_external_data=False)
+        except Exception as e:  # protobuf DecodeError, ...
             raise ModelError(f"cannot read {path!r}: {_short(e)}; the file is truncated or not an ONNX model") \
                 from None
+        load_external_data(proto, os.path.dirname(os.path.abspath(path)))
+        return _check_graph(proto)
     else:
         raise ModelError(f"load_onnx expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    load_external_data(proto, None)
+    return _check_graph(proto)
+
+
+def _check_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelError("the model has no graph (empty or not an ONNX file)")
+    if not proto.graph.output:
+        raise ModelError(f"graph {proto.graph.name!r} declares no outputs: a model must name at least one (onnx's "
+                         "checker and onnxruntime refuse it)")
     return proto
 
 
@@ -262,7 +285,9 @@ class _Converter:
             if x and x not in visible:
                 raise ModelError(f"{label} reads {x!r}, which no node produces and which is neither a graph "
                                  "input nor an initializer (dangling input)")
-        schema = _schema(p.op_type, domain, self.opsets.get(domain, 1))
+        schema = node_schema(p.op_type, domain, self.opsets.get(domain, 1), label)
+        if schema is not None:
+            check_arity(p, schema, label)
         attrs = {}
         for a in p.attribute:
             attrs[a.name] = self._attr(a, label, schema, visible)
@@ -386,25 +411,6 @@ def _toposort(nodes: list[Node], produced: dict[str, int], sources: set) -> list
         stuck = [nodes[i].name for i in range(len(nodes)) if indeg[i] > 0]
         raise ModelError(f"the graph has a cycle through nodes {stuck[:8]}{'...' if len(stuck) > 8 else ''}")
     return [nodes[i] for i in order]
-
-
-def _schema(op_type: str, domain: str, version: int) -> Any:
-    if domain not in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
-        return None
-    try:
-        return _schema_cached(op_type, domain, version)
-    except Exception:
-        return None
-
-
-_SCHEMAS: dict = {}
-
-
-def _schema_cached(op_type: str, domain: str, version: int) -> Any:
-    key = (op_type, domain, version)
-    if key not in _SCHEMAS:
-        _SCHEMAS[key] = onnx.defs.get_schema(op_type, min(version, _MAX_OPSET), domain)
-    return _SCHEMAS[key]
 
 
 def _attr_type(t: int) -> str:

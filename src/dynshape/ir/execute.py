@@ -225,6 +225,10 @@ def interpret(steps: Iterable[Step], values: MutableMapping[str, Any], scope: Sc
             outs = step.run(args, scope)
         except DynshapeError:
             raise
+        except MemoryError as e:  # a size the inputs' values or shapes make too large for this machine
+            ins = ", ".join(_describe(a) for a in args)
+            raise DynshapeError(f"{step.label} needs more memory than the operating system gives ({e}); its inputs: "
+                                f"{ins}. Bound the model's symbols (dims=...) or feed smaller inputs") from None
         except Exception as e:  # the values fed make the op fail (a bad index, a shape value that does not fit)
             ins = ", ".join(_describe(a) for a in args)
             raise ConstraintViolation(f"{step.label} cannot run on these inputs ({ins}): "

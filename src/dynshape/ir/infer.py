@@ -394,7 +394,7 @@ class _Engine:
                 raise type(e)(_node_message(node, ins, str(e), None)) from e
             except Exception as e:  # a rule tripping over a malformed model: report it as this node's error
                 raise ShapeError(_node_message(node, ins, f"{type(e).__name__}: {e}", None)) from e
-        folded = self._fold(op, node, ins, graph)
+        folded = self._fold(op, node, ins, graph, outs)
         if folded is not None:
             outs = self._merge_folded(ctx, outs, folded)
         if outs is None:
@@ -412,9 +412,17 @@ class _Engine:
                     self.facts.derived(d, node.label())
             graph.types[name] = t
 
-    def _fold(self, op: Any, node: Node, ins: list, graph: Graph) -> list | None:
+    def _fold(self, op: Any, node: Node, ins: list, graph: Graph, outs: list | None = None) -> list | None:
+        """The node's outputs computed now, when its inputs are small constants and so are its outputs.
+
+        The outputs' size is bounded by the shape rule's types before anything runs: a 139-byte model with
+        `ConstantOfShape([30000, 30000])` must not cost 3.6 GB at load (the node stays for run time, where the
+        memory checks see it)."""
         if node.op_type in opdef.RANDOM_OPS or node.subgraphs():
             return None
+        for t in outs or ():
+            if isinstance(t, TensorType) and _static_numel(t.shape) > FOLD_LIMIT:
+                return None
         total = 0
         for t in ins:
             if t is None:
@@ -450,6 +458,16 @@ class _Engine:
                               "(shape-rule bug)")
             merged.append(TensorType(r.dtype, tuple(int(n) for n in r.shape), r if r.size <= FOLD_LIMIT else None))
         return merged
+
+
+def _static_numel(shape: tuple) -> int:
+    """Element count of a shape's static dims (a data-dependent dim, whose size the small constant inputs bound,
+    counts as 1): what folding would at least allocate."""
+    n = 1
+    for d in shape:
+        d = _int(d)
+        n *= d if isinstance(d, int) else 1
+    return n
 
 
 def _complete(shape: tuple | None) -> bool:

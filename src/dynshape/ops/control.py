@@ -42,9 +42,34 @@ def _const(t: Any) -> np.ndarray | None:
     return None
 
 
+def _one_element(ctx: Any, t: Any, what: str) -> None:
+    """A trip count or condition is a scalar (onnxruntime also takes a one-element tensor): a longer one would
+    silently be read as its first element, so its element count must be 1 (checked per call when symbolic)."""
+    if not isinstance(t, TensorType) or t.shape is None:
+        return
+    from dynshape.sym import eq
+
+    n: Any = 1
+    for d in t.shape:
+        n = n * d
+    msg = f"the {what} must be a scalar (one element); it has shape {list(t.shape)}"
+    if isinstance(n, int):
+        if n != 1:
+            ctx.error(msg, "feed a scalar (shape []) or a one-element tensor")
+        return
+    ctx.require(eq(n, 1), msg)
+
+
+def _scalar_value(x: Any, what: str) -> Any:
+    a = np.asarray(x)
+    if a.size != 1:
+        raise ValueError(f"the {what} must be a scalar (one element), got shape {a.shape}")
+    return a.reshape(-1)[0]
+
+
 # ---- If ------------------------------------------------------------------------------------------------
 def _if_ref(inputs: list, attrs: dict) -> list:
-    cond = bool(np.asarray(inputs[0]).reshape(-1)[0])
+    cond = bool(_scalar_value(inputs[0], "condition"))
     return _run(attrs["then_branch"] if cond else attrs["else_branch"], [], attrs)
 
 
@@ -68,6 +93,7 @@ def _merge(ctx: Any, a: Any, b: Any, i: int) -> Any:
 
 def _if_infer(ctx: Any) -> list:
     then_g, else_g = ctx.attr("then_branch"), ctx.attr("else_branch")
+    _one_element(ctx, ctx.inputs[0], "condition")
     c = _const(ctx.inputs[0])
     if c is not None:
         return ctx.infer_subgraph(then_g if bool(c.reshape(-1)[0]) else else_g, [])
@@ -83,8 +109,8 @@ def _loop_ref(inputs: list, attrs: dict) -> list:
     body = attrs["body"]
     m, cond, carried = inputs[0], inputs[1], list(inputs[2:])
     n = len(carried)
-    trips = None if m is None else int(np.asarray(m).reshape(-1)[0])
-    go = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
+    trips = None if m is None else int(_scalar_value(m, "trip count M"))
+    go = True if cond is None else bool(_scalar_value(cond, "condition"))
     scans: list[list] = [[] for _ in range(len(body.outputs) - 1 - n)]
     i = 0
     while go and (trips is None or i < trips):
@@ -177,6 +203,8 @@ def _localize(ctx: Any, t: Any, mark: int, lead: Any = None, axis: int = 0) -> A
 def _loop_infer(ctx: Any) -> list:
     body = ctx.attr("body")
     m, cond = ctx.inputs[0], ctx.inputs[1]
+    _one_element(ctx, m, "trip count M")
+    _one_element(ctx, cond, "condition")
     carried = list(ctx.inputs[2:])
     mark = ctx.mark()
     head = [TensorType(I64, ()), TensorType(BOOL, ())]

@@ -17,6 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from dynshape.ir.opdef import register
 from dynshape.ops.dims import ceil_div, dmax, dmin, is_static, norm, out_type
+from dynshape.sym import Cond, le, min_
 
 I64 = np.dtype(np.int64)
 
@@ -63,10 +64,71 @@ def _geometry(get: Any, spatial: tuple, kernel: list, ceil_mode: bool = False) -
     return outs, begins
 
 
-def _check_out(ctx: Any, outs: list) -> None:
-    for o in outs:
-        if is_static(o) and o < 1:
-            ctx.error(f"output spatial size {o} < 1: the window is larger than the padded input")
+def check_window_attrs(ctx: Any, nd: int, kernel: list | None = None) -> None:
+    """The attributes the output-size formulas rely on, each a ShapeError naming the node when wrong: one stride,
+    dilation and kernel entry per spatial axis, strides and dilations >= 1, kernel sizes >= 1, 2*nd pads >= 0
+    (onnxruntime refuses negative Conv / pool pads), a known auto_pad."""
+    for name in ("strides", "dilations", "kernel_shape"):
+        v = ctx.attr(name, None)
+        if v is None:
+            continue
+        if len(v) != nd:
+            ctx.error(f"{name} {list(v)} has {len(v)} entries; the input has {nd} spatial axes")
+        if any(int(x) < 1 for x in v):
+            ctx.error(f"{name} {list(v)} must be >= 1 on every axis")
+    pads = ctx.attr("pads", None)
+    if pads is not None:
+        if len(pads) != 2 * nd:
+            ctx.error(f"pads {list(pads)} has {len(pads)} entries; {nd} spatial axes need {2 * nd} (begins, then ends)")
+        if ctx.op_type != "ConvTranspose" and any(int(x) < 0 for x in pads):
+            ctx.error(f"pads {list(pads)} must be >= 0")
+    auto_pad = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        ctx.error(f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    given = ctx.attr("kernel_shape", None)
+    if kernel is not None and given is not None:
+        for ax, (a, b) in enumerate(zip(given, kernel)):
+            if is_static(b) and int(a) != b:
+                ctx.error(f"kernel_shape {list(given)} disagrees with the weights' spatial shape "
+                          f"{[norm(k) for k in kernel]} (axis {ax})")
+
+
+def _check_out(ctx: Any, outs: list, spatial: tuple = (), at_zero: list | None = None) -> None:
+    """Every output spatial size is >= 1, or 0 from an empty input axis whose padding yields an empty output.
+
+    A static size < 1 is an error now. A symbolic one is a requirement recorded against the input's symbols
+    (`ctx.require`), so a resolution smaller than the window's receptive field after padding (H < kernel) is
+    refused per call, before anything runs, naming the input, its axis, the symbol and this fact; where the
+    requirement is a bound on one symbol it refines that symbol's declared range (`H in [3, inf]`)."""
+    node = getattr(ctx, "node", None)  # the input's name, for the message (InferCtx has the node)
+    x = node.inputs[0] if node is not None and node.inputs else "X"
+    for ax, o in enumerate(outs):
+        h = spatial[ax] if ax < len(spatial) else None
+        if is_static(o):
+            if o < 1 and not (o == 0 and h is not None and is_static(h) and h == 0):
+                ctx.error(f"output spatial size {o} < 1 on axis {ax + 2}: the window is larger than the padded "
+                          "input")
+            continue
+        if h is None:
+            continue
+        o0 = at_zero[ax] if at_zero is not None and ax < len(at_zero) else None
+        strict = is_static(o0) and o0 < 0  # an empty axis gives a negative size too: 1 is the bound
+        cond = le(1, o) if strict else le(min_(h, 1), o)
+        text = (f"{o} >= 1{'' if strict else ' or axis empty'}: input {x!r} axis {ax + 2} ({h}), padded, covers the "
+                f"{ctx.op_type} window")
+        ctx.require(Cond(cond.kind, cond.expr, text, cond.k),
+                    fix=f"feed input {x!r} with axis {ax + 2} at least as large as the window after padding, or "
+                        f"declare that dim's min so (dims=...)")
+
+
+def _at_zero(geometry: Any, get: Any, nd: int, kernel: list, *extra: Any) -> list | None:
+    """The output sizes the same geometry gives an empty input (numbers when the kernel is static)."""
+    if not all(is_static(norm(k)) for k in kernel):
+        return None
+    try:
+        return list(geometry(get, (0,) * nd, [norm(k) for k in kernel], *extra)[0])
+    except Exception:  # noqa: BLE001 - malformed attributes: check_window_attrs reports them
+        return None
 
 
 def windows(
@@ -122,14 +184,17 @@ def _conv_infer(ctx: Any) -> list:
     x, w = ctx.inputs[:2]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     g = int(ctx.attr("group", 1))
+    if g < 1:
+        ctx.error(f"group {g} must be >= 1")
     if x.rank != w.rank or x.rank < 3:
         ctx.error(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
     ctx.unify(x.shape[1], w.shape[1] * g)
+    check_window_attrs(ctx, x.rank - 2, list(w.shape[2:]))
     kernel = ctx.attr("kernel_shape", None) or list(w.shape[2:])  # may be symbolic: the formulas hold
     if b is not None:
         ctx.unify(b.shape[0], w.shape[0])
     outs = _geometry(ctx.attr, x.shape[2:], [norm(k) for k in kernel])[0]
-    _check_out(ctx, outs)
+    _check_out(ctx, outs, x.shape[2:], _at_zero(_geometry, ctx.attr, x.rank - 2, kernel))
     return [out_type(x.dtype, (x.shape[0], w.shape[0], *outs))]
 
 
@@ -197,13 +262,18 @@ def _conv_transpose_infer(ctx: Any) -> list:
     x, w = ctx.inputs[:2]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     g = int(ctx.attr("group", 1))
+    if g < 1:
+        ctx.error(f"group {g} must be >= 1")
+    if x.rank != w.rank or x.rank < 3:
+        ctx.error(f"input rank {x.rank} and weight rank {w.rank} must match and be >= 3")
     ctx.unify(x.shape[1], w.shape[0])
+    check_window_attrs(ctx, x.rank - 2, list(w.shape[2:]))
     kernel = ctx.attr("kernel_shape", None) or list(w.shape[2:])
     m = w.shape[1] * g
     if b is not None:
         ctx.unify(b.shape[0], m)
     outs = _transpose_geometry(ctx.attr, x.shape[2:], [norm(k) for k in kernel])[0]
-    _check_out(ctx, outs)
+    _check_out(ctx, outs, x.shape[2:], _at_zero(_transpose_geometry, ctx.attr, x.rank - 2, kernel))
     return [out_type(x.dtype, (x.shape[0], m, *outs))]
 
 
@@ -292,8 +362,10 @@ def _pool_infer(ctx: Any) -> list:
     kernel = [int(k) for k in ctx.attr("kernel_shape", None) or []]
     if len(kernel) != x.rank - 2:
         ctx.error(f"kernel_shape {kernel} does not match input rank {x.rank}")
-    outs = _geometry(ctx.attr, x.shape[2:], kernel, bool(ctx.attr("ceil_mode", 0)))[0]
-    _check_out(ctx, outs)
+    check_window_attrs(ctx, x.rank - 2)
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    outs = _geometry(ctx.attr, x.shape[2:], kernel, ceil)[0]
+    _check_out(ctx, outs, x.shape[2:], _at_zero(_geometry, ctx.attr, x.rank - 2, kernel, ceil))
     shape = (*x.shape[:2], *outs)
     types = [out_type(x.dtype, shape)]
     if ctx.op_type == "MaxPool" and ctx.num_outputs > 1:

@@ -135,6 +135,9 @@ register("Reshape", reference=_reshape_ref, infer=_reshape_infer)
 
 def _flatten_axis(a: int, rank: int) -> int:
     """Flatten's axis lies in [-rank, rank] (rank itself meaning "everything in the first dim")."""
+    a = int(a)
+    if not -rank <= a <= rank:
+        raise ValueError(f"axis {a} out of range for Flatten of rank {rank} (valid: {-rank}..{rank})")
     return a + rank if a < 0 else a
 
 
@@ -217,7 +220,11 @@ register("Unsqueeze", reference=_unsqueeze_ref, infer=_unsqueeze_infer)
 
 def _perm(attrs_get: Any, rank: int) -> list[int]:
     p = attrs_get("perm", None)
-    return list(range(rank))[::-1] if p is None else [axis_of(a, rank) for a in p]
+    if p is None:
+        return list(range(rank))[::-1]
+    if sorted(int(a) for a in p) != list(range(rank)):
+        raise ValueError(f"perm {list(p)} is not a permutation of the {rank} axes 0..{rank - 1} (each axis once)")
+    return [int(a) for a in p]
 
 
 def _transpose_ref(inputs: list, attrs: dict) -> list:

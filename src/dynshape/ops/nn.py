@@ -78,9 +78,17 @@ def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
     return y
 
 
-register("Softmax", reference=_softmax_family(_softmax), infer=_same_rule)
-register("LogSoftmax", reference=_softmax_family(_log_softmax), infer=_same_rule)
-register("Hardmax", reference=_softmax_family(_hardmax), infer=_same_rule)
+def _softmax_rule(ctx: Any) -> list[TensorType]:
+    """Same type as the input; the axis must name one of its axes (the reference would wrap it modulo the rank,
+    a silent wrong result where onnxruntime refuses the model)."""
+    x = ctx.inputs[0]
+    _axis(ctx, int(ctx.attr("axis", -1 if ctx.opset >= 13 else 1)), x.rank)
+    return _same_rule(ctx)
+
+
+register("Softmax", reference=_softmax_family(_softmax), infer=_softmax_rule)
+register("LogSoftmax", reference=_softmax_family(_log_softmax), infer=_softmax_rule)
+register("Hardmax", reference=_softmax_family(_hardmax), infer=_softmax_rule)
 
 
 # ---------------------------------------------------------------------------------------------------------

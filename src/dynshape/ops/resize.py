@@ -223,6 +223,16 @@ def _resize_infer(ctx: Any) -> list:
     (has_scales, scales), (has_sizes, sizes) = param(idx[0]), param(idx[1])
     if ctx.opset < 9 and ctx.op_type == "Upsample":
         has_scales, scales = True, list(ctx.attr("scales", []))
+    if has_scales == has_sizes:
+        ctx.error("give exactly one of scales and sizes (non-empty), not " + ("both" if has_scales else "neither"))
+    n = len(axes)
+    for what, v in (("scales", scales), ("sizes", sizes)):
+        if v is not None and len(v) != n:
+            ctx.error(f"{what} has {len(v)} entries; the resized axes are {n}")
+    if scales is not None and any(isinstance(s, float) and not s > 0 for s in scales):
+        ctx.error(f"scales {scales} must all be > 0")
+    if sizes is not None and any(is_static(s) and s < 0 for s in sizes):
+        ctx.error(f"sizes {sizes} must all be >= 0")
     if has_sizes and sizes is not None and policy == "stretch":
         for a, s in zip(axes, sizes):
             shape[a] = s

@@ -116,11 +116,22 @@ def _constant_of_shape_infer(ctx: Any) -> list:
 register("ConstantOfShape", reference=_constant_of_shape_ref, infer=_constant_of_shape_infer)
 
 
+def _range_count(start: Any, limit: Any, delta: Any) -> int:
+    """How many elements Range(start, limit, delta) has; a zero or non-finite delta is refused (the sequence
+    would never reach its limit: onnxruntime refuses it too)."""
+    if not np.isfinite(float(delta)) or float(delta) == 0:
+        raise ValueError(f"Range's delta is {delta}: it must be a finite non-zero number")
+    if np.issubdtype(np.asarray(start).dtype, np.integer):
+        return max(-(-(int(limit) - int(start)) // int(delta)), 0)
+    span = (float(limit) - float(start)) / float(delta)
+    if not np.isfinite(span):
+        raise ValueError(f"Range({start}, {limit}, {delta}) has no finite length")
+    return max(math.ceil(span), 0)
+
+
 def _range_ref(inputs: list, attrs: dict) -> list:
     start, limit, delta = (np.asarray(x).reshape(()) for x in inputs)
-    n = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
-    if np.issubdtype(start.dtype, np.integer):
-        n = max(-(-(int(limit) - int(start)) // int(delta)), 0)
+    n = _range_count(start, limit, delta)
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
@@ -132,9 +143,17 @@ def _range_infer(ctx: Any) -> list:
     start, limit, delta = (v[0] for v in vals)
     if all(isinstance(v, (int, float)) for v in (start, limit, delta)):
         arrs = [np.asarray(v, dtype=dtype) for v in (start, limit, delta)]
+        try:
+            n = _range_count(*arrs)
+        except ValueError as e:
+            ctx.error(str(e))
+        if n > MAX_VALUE_SIZE:  # its length is all inference needs: never materialise it here
+            return [out_type(dtype, (n,))]
         out = _range_ref(arrs, {})[0]
-        return [out_type(dtype, out.shape, out if out.size <= MAX_VALUE_SIZE else None)]
-    if not is_static(delta) or delta == 0:
+        return [out_type(dtype, out.shape, out)]
+    if is_static(delta) and delta == 0:
+        ctx.error("Range's delta is 0: it must be a finite non-zero number")
+    if not is_static(delta):
         return [out_type(dtype, (ctx.fresh("range"),))]
     if delta > 0:
         n = dmax(ceil_div(limit - start, delta), 0)

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,9 +32,10 @@ import onnx
 
 from dynshape.codegen import cc
 from dynshape.errors import DynshapeError, ModelError
-from dynshape.frontends.onnx import load_onnx
+from dynshape.frontends.onnx import load_onnx, read_model
 from dynshape.ir.graph import Graph, describe_symbol, format_type
 from dynshape.options import Options, make
+from dynshape.runtime import artifact_io as aio
 from dynshape.runtime.executable import Executable
 from dynshape.sym import is_expr, sym
 from dynshape.sym.pysource import cond_from_json, cond_to_json
@@ -62,7 +62,7 @@ def build_cache(path: Path) -> Iterator[None]:
 # ---- saving ---------------------------------------------------------------------------------------------
 def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None = None,
          specialize: list[Mapping[str, int]] | None = None, *, options: Options | None = None,
-         on_step: StepFn | None = None, **knobs: Any) -> Executable:
+         on_step: StepFn | None = None, signing_key: bytes | str | None = None, **knobs: Any) -> Executable:
     """Compile `model` (path, bytes, ModelProto or a dynshape Graph such as `ds.from_torch` makes) once and write
     the artefact to `out_dir`; returns the executable. A Graph is stored as ONNX (`to_onnx`), its symbols' ranges
     as the default `dims`, and its stated requirements (`Graph.requires`: torch's guards) in config.json, so the
@@ -70,8 +70,11 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
     `options` / keyword options as for `ds.compile` (the strategy is always generic: a loaded artefact never
     compiles, so it cannot build variants as calls arrive).
 
-    The directory is built beside `out_dir` and moved into place at the end, so a failed build leaves nothing
-    half-written; an existing artefact there is replaced, any other non-empty directory is refused.
+    The directory is built beside `out_dir` and swapped into place at the end (artifact_io: atomically, under a
+    lock, so concurrent saves to one OUT each leave a whole artefact and a killed one leaves the old), so a
+    failed build leaves nothing half-written; an existing artefact there is replaced, any other non-empty
+    directory is refused. `signing_key` adds an HMAC-SHA256 of the manifest that `load(..., signing_key=...)`
+    verifies (see artifact_io: artefacts are native code; load only your own).
     """
     out = Path(out_dir)
     _check_target(out)
@@ -89,8 +92,7 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
             on_step(label, done, total)
         done += 1
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp = aio.new_tmpdir(out)
     try:
         step("loading model")
         requires: list = []
@@ -128,11 +130,12 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
         (tmp / "signature.json").write_text(json.dumps(signature_json(graph), indent=1) + "\n")
         (tmp / LIBS).mkdir(exist_ok=True)
         manifest = {"format": FORMAT, "dynshape": _version(), **_toolchain(),
-                    "files": {rel: _sha256(tmp / rel) for rel in _files(tmp)}}
+                    "files": {rel: _sha256(tmp / rel) for rel in _files(tmp) if rel != ".owner"}}
+        if signing_key is not None:
+            manifest = aio.sign(manifest, signing_key)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        _check_target(out)  # again: another process may have put something else there meanwhile
+        aio.swap_in(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -159,11 +162,7 @@ def _model_bytes(model: Any) -> bytes:
         path = os.fspath(model)
         if not os.path.isfile(path):
             raise ModelError(f"no ONNX model at {path!r} (file not found)")
-        try:
-            return onnx.load(path).SerializeToString()
-        except Exception as e:  # protobuf DecodeError, missing external data, ...
-            raise ModelError(f"cannot read {path!r}: {type(e).__name__}; the file is truncated or not an ONNX "
-                             "model") from None
+        return read_model(path).SerializeToString()  # external data inlined, read only from beside the model
     raise ModelError(f"save expects a path, bytes, onnx.ModelProto or a dynshape Graph, got {type(model).__name__}")
 
 
@@ -229,23 +228,32 @@ def _loaded_options(out: Path, saved: Options, overrides: Mapping[str, Any], con
 
 
 # ---- loading --------------------------------------------------------------------------------------------
-def load(out_dir: str | os.PathLike, **overrides: Any) -> Executable:
+def load(out_dir: str | os.PathLike, *, signing_key: bytes | str | None = None, **overrides: Any) -> Executable:
     """The executable saved in `out_dir`, after verifying every file; never invokes the C compiler.
 
     `overrides`: options of how calls are served (memory_budget, preallocate, arenas, ...). Options that change
-    the kernels must match the artefact's (they are compared before anything is built): rebuild otherwise."""
+    the kernels must match the artefact's (they are compared before anything is built): rebuild otherwise.
+    `signing_key`: refuse the artefact unless its manifest carries a matching HMAC (`save(..., signing_key=)`).
+    The directory is read under a shared lock: a concurrent save swaps its artefact in before or after, never
+    during."""
     out = Path(out_dir)
+    if not out.exists() and out.parent.is_dir():
+        with aio.locked(out.parent):
+            aio.restore_interrupted(out)  # a save killed between its two renames left the artefact aside
+    with aio.locked(out.parent, shared=True):
+        return _load(out, signing_key, overrides)
+
+
+def _load(out: Path, signing_key: bytes | str | None, overrides: Mapping[str, Any]) -> Executable:
     manifest = _read_manifest(out)
+    if signing_key is not None:
+        aio.verify_signature(manifest, signing_key, f"artefact {out}")
     contents = _verify(out, manifest)
-    try:
-        config = json.loads(contents[CONFIG])
-        dims = _dims_from_json(config["dims"])
-        specialize = list(config["specialize"])
-        saved = Options.from_json(config["options"])
-        requires = list(config.get("requires", []))
-    except (ValueError, KeyError, TypeError, AttributeError, DynshapeError) as e:
-        raise DynshapeError(f"artefact {out}: {CONFIG} is malformed ({type(e).__name__}: {e}); "
-                            f"rebuild it with `dynshape compile`") from None
+    config, dims, specialize, saved = _parse_config(out, contents[CONFIG])
+    requires = config.get("requires", [])
+    if not isinstance(requires, list) or not all(isinstance(r, dict) for r in requires):
+        raise DynshapeError(f"artefact {out}: {CONFIG} is malformed ('requires' is not a list of conditions); "
+                            "rebuild it with `dynshape compile`")
     opts = _loaded_options(out, saved, overrides, config)
     libs = out / LIBS
     if any(rel.startswith(LIBS + "/") for rel in manifest["files"]):
@@ -284,16 +292,49 @@ def _load_graph(model: bytes, dims: dict, requires: list, out: Path) -> Graph:
     return infer_graph(graph)
 
 
+def _parse_config(out: Path, data: bytes) -> tuple[dict, dict[str, Any], list[dict], Options]:
+    """config.json checked field by field: a dims mapping of ints or symbol records, a list of specialisations
+    (symbol -> int), the options; anything else is one error naming the file, never a traceback."""
+
+    def bad(why: str) -> DynshapeError:
+        return DynshapeError(f"artefact {out}: {CONFIG} is malformed ({why}); rebuild it with `dynshape compile`")
+
+    try:
+        config = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise bad(f"not JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise bad(f"a {type(config).__name__}, not an object")
+    dims, specialize = config.get("dims"), config.get("specialize")
+    if not isinstance(dims, dict):
+        raise bad(f"'dims' is {type(dims).__name__}, not an object of name -> dim")
+    for name, d in dims.items():
+        ok = (isinstance(d, int) and not isinstance(d, bool)) or (
+            isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("min"), int)
+            and (d.get("max") is None or isinstance(d.get("max"), int)) and isinstance(d.get("multiple_of"), int))
+        if not ok:
+            raise bad(f"dims[{name!r}] = {d!r} is neither an int nor {{name, min, max, multiple_of}}")
+    if not isinstance(specialize, list) or not all(
+            isinstance(sp, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in sp.values())
+            for sp in specialize):
+        raise bad("'specialize' is not a list of {symbol: int}")
+    try:
+        return config, _dims_from_json(dims), [dict(sp) for sp in specialize], Options.from_json(config["options"])
+    except (ValueError, KeyError, TypeError, AttributeError, DynshapeError) as e:
+        raise bad(f"{type(e).__name__}: {e}") from None
+
+
 def _read_manifest(out: Path) -> dict:
     path = out / MANIFEST
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise DynshapeError(f"{out} is not a dynshape artefact (no {MANIFEST}); create one with "
                             f"`dynshape compile MODEL.onnx -o {out}`")
+    data = aio.read_regular(path, f"artefact {out}", "rebuild it with `dynshape compile`", aio.SMALL_FILE_LIMIT)
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(data)
         files = manifest["files"]
-        assert isinstance(files, dict)
-    except (ValueError, KeyError, TypeError, AssertionError):
+        assert isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+    except (ValueError, KeyError, TypeError, AssertionError, UnicodeDecodeError):
         raise DynshapeError(f"artefact {out}: {MANIFEST} is malformed; rebuild it with `dynshape compile`") from None
     if manifest.get("format") != FORMAT:
         raise DynshapeError(f"artefact {out} has format {manifest.get('format')!r}, this dynshape reads {FORMAT!r}; "
@@ -311,15 +352,13 @@ def _verify(out: Path, manifest: dict) -> dict[str, bytes]:
     for rel in _REQUIRED:
         if rel not in files:
             raise DynshapeError(f"artefact {out}: {MANIFEST} does not list {rel}; {hint}")
+    aio.check_tree(out, f"artefact {out}", hint)
     contents = {}
     for rel, digest in sorted(files.items()):
         path = out / rel
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise DynshapeError(f"artefact {out}: {MANIFEST} lists {rel!r}, which is outside the artefact; {hint}")
-        try:
-            data = path.read_bytes()
-        except OSError:
-            raise DynshapeError(f"artefact {out} is missing {rel} (listed in {MANIFEST}); {hint}") from None
+        data = aio.read_regular(path, f"artefact {out}", hint, aio.SMALL_FILE_LIMIT if rel == CONFIG else None)
         if hashlib.sha256(data).hexdigest() != digest:
             raise DynshapeError(f"artefact {out}: {rel} does not match its sha256 in {MANIFEST} (modified or "
                                 f"corrupted); {hint}")
@@ -345,14 +384,17 @@ def _check_machine(out: Path, manifest: dict, config: dict) -> None:
 def _rebuild_hint(out: Path, config: dict) -> str:
     """The `dynshape compile` command that rebuilds this artefact from its own model.onnx and config."""
     parts = ["dynshape compile", str(out / MODEL)]
-    for name, d in config.get("dims", {}).items():
+    dims = config.get("dims") if isinstance(config, dict) else None
+    for name, d in (dims.items() if isinstance(dims, dict) else ()):
         if isinstance(d, int):
             parts.append(f"--dim {name}={d}")
-        else:
+        elif isinstance(d, dict):
             mult = f":{d['multiple_of']}" if d.get("multiple_of", 1) > 1 else ""
-            parts.append(f"--dim {name}={d['min']}:{'' if d['max'] is None else d['max']}{mult}")
-    for spec in config.get("specialize", []):
-        parts.append("--specialize " + ",".join(f"{k}={v}" for k, v in spec.items()))
+            parts.append(f"--dim {name}={d.get('min', '')}:{'' if d.get('max') is None else d['max']}{mult}")
+    specs = config.get("specialize") if isinstance(config, dict) else None
+    for spec in (specs if isinstance(specs, list) else ()):
+        if isinstance(spec, dict):
+            parts.append("--specialize " + ",".join(f"{k}={v}" for k, v in spec.items()))
     parts.append(f"-o {out.parent / (out.name + '-rebuilt')}")
     return "`" + " ".join(parts) + "`"
 

@@ -5,10 +5,18 @@ the first axis that carries it (plain or linear), checks ranks, dtypes, ranges, 
 agreement and the graph's residual facts, and returns the tuple of symbol values: the dispatch key.
 The fast path is straight-line comparisons (a few microseconds); only when a check fails does the slow
 path run the general solver to word a precise `ConstraintViolation`.
+
+Every check reads only the arrays' shapes and dtypes: nothing is copied or allocated before they pass (a
+strided view of 10**9 rows is refused by its range, not copied first). The binder hands back the caller's
+arrays as they are, strides included; the planned path copies them into its arena anyway, and the unplanned
+path makes them contiguous once the call's memory is known to fit. Nested Python lists (and scalars) are
+converted with the model's dtype when their values fit it exactly; anything else is refused by name.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +50,13 @@ def symbols_of(inputs: list[InputSpec], facts: list) -> list[Symbol]:
     return list(seen.values())
 
 
-def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype: bool = True):
-    """Compile `bind(feed: dict) -> (arrays, key)`; key holds the symbol values in `symbols_of` order."""
+def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype: bool = True,
+                notes: list[tuple[str, str]] | None = None):
+    """Compile `bind(feed: dict) -> (arrays, key)`; key holds the symbol values in `symbols_of` order.
+
+    `notes`: (text, origin) of the facts that shaped the signature (refined ranges, equalities, requirements):
+    a violation naming a symbol says which of them made its range what it is ("because: H - 2 >= 1 ...
+    (node 'conv' (Conv))")."""
     facts = list(facts or [])
     syms = symbols_of(inputs, facts)
     names = {s.name: f"s{i}" for i, s in enumerate(syms)}
@@ -54,7 +67,7 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
     for k, spec in enumerate(inputs):
         a = f"a{k}"
         body.append(f"{a} = feed[{spec.name!r}]")
-        body.append(f"if type({a}) is not _nd or not {a}.flags.c_contiguous: {a} = _conv({a}, {k})")
+        body.append(f"if type({a}) is not _nd: {a} = _conv({a}, {k})")
         if check_dtype:
             body.append(f"if {a}.dtype is not _dt{k} and {a}.dtype != _dt{k}: return _slow(feed)")
         body.append(f"sh{k} = {a}.shape")
@@ -91,18 +104,12 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
     key = "(" + "".join(f"{names[s.name]}, " for s in syms) + ")"
     body.append(f"return ({', '.join(f'a{k}' for k in range(len(inputs)))}{',' if len(inputs) == 1 else ''}), {key}")
     lines += ["        " + ln for ln in body]
-    lines += ["    except KeyError:", "        return _slow(feed)"]
+    # KeyError: a missing name; TypeError: a feed that is not a mapping (None, a list)
+    lines += ["    except (KeyError, TypeError):", "        return _slow(feed)"]
     src = "\n".join(lines)
 
     def _conv(a, k):
-        spec = inputs[k]
-        if not isinstance(a, np.ndarray):
-            try:
-                a = np.asarray(a)
-            except Exception as exc:  # noqa: BLE001 - any conversion failure is the user's input
-                what = type(a).__name__
-                raise ConstraintViolation(f"input {spec.name!r}: cannot convert {what} to an array") from exc
-        return np.ascontiguousarray(a)
+        return as_input_array(a, inputs[k])
 
     def _solve_all(feed):
         obs = []
@@ -113,7 +120,13 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
         return solve(obs)
 
     def _slow(feed):
-        explain_violation(inputs, facts, feed, check_dtype)
+        try:
+            explain_violation(inputs, facts, feed, check_dtype)  # raises: the precise reason
+        except ConstraintViolation as e:
+            because = _because(str(e), notes or [], {s.name for s in syms})
+            if because:
+                raise ConstraintViolation(f"{e}; because: {because}") from None
+            raise
         raise AssertionError("binder fast path rejected an input the slow path accepts:\n" + src)
 
     scope = {"_nd": np.ndarray, "_conv": _conv, "_slow": _slow, "_solve_all": _solve_all}
@@ -152,15 +165,60 @@ def _fact_violated_py(cond, names: dict[str, str]) -> str:
     return {"ge": f"{e} < 0", "eq": f"{e} != 0", "ne": f"{e} == 0", "div": f"{e} % {cond.k}"}[cond.kind]
 
 
+def as_input_array(a, spec: InputSpec) -> np.ndarray:
+    """`a` as an ndarray for input `spec`, without copying an ndarray (a subclass becomes a plain view).
+
+    Lists, tuples and scalars are converted with the model's dtype, and only when every value survives the
+    conversion exactly (no int64 wrapped into int32, no 0.5 truncated to an integer, no float overflowing to
+    inf): a feed the model cannot take is refused here, by name, never silently altered."""
+    if isinstance(a, np.ndarray):
+        return a.view(np.ndarray)
+    want = np.dtype(spec.dtype)
+    what = f"input {spec.name!r}"
+    if a is None:
+        raise ConstraintViolation(f"{what} is None; the model takes an array of {want} {_fmt_shape(spec.shape)}")
+    if not isinstance(a, (list, tuple, int, float, bool, complex, str, bytes, np.generic)):
+        raise ConstraintViolation(f"{what} is a {type(a).__name__}; the model takes a numpy array of {want} "
+                                  f"{_fmt_shape(spec.shape)}")
+    try:
+        arr = np.asarray(a)
+    except Exception as exc:  # noqa: BLE001 - a ragged nested list, an object numpy cannot read
+        raise ConstraintViolation(f"{what}: cannot convert this {type(a).__name__} to an array ({exc}); pass a "
+                                  f"numpy array of {want} {_fmt_shape(spec.shape)}") from None
+    return _cast_exact(arr, want, what, type(a).__name__)
+
+
+def _cast_exact(arr: np.ndarray, want: np.dtype, what: str, given: str) -> np.ndarray:
+    """arr in dtype `want` when the conversion keeps every value (floats may round, never overflow)."""
+    if arr.dtype == want:
+        return arr
+    if want.kind == "O" and arr.dtype.kind in "USO":
+        return arr.astype(object)
+    if arr.dtype.kind in "biuf" and want.kind in "biufc" and not (arr.dtype.kind == "f" and want.kind in "biu"):
+        with np.errstate(all="ignore"):
+            out = arr.astype(want)
+        if want.kind in "fc":
+            exact = bool(np.all(np.isfinite(out) | ~np.isfinite(arr)))
+        else:
+            exact = np.array_equal(out.astype(arr.dtype), arr)
+        if exact:
+            return out
+        raise ConstraintViolation(f"{what}: the {given}'s values do not fit {want} (the conversion would change "
+                                  f"them); pass a numpy array of {want}")
+    raise ConstraintViolation(f"{what}: a {given} of {arr.dtype} values, but the model takes {want}; pass a numpy "
+                              f"array of {want}")
+
+
 def explain_violation(inputs: list[InputSpec], facts: list, feed: dict, check_dtype: bool = True) -> None:
     """Raise the precise ConstraintViolation for a feed the fast path rejected."""
-    if not isinstance(feed, dict):
+    if not isinstance(feed, Mapping):
         raise ConstraintViolation(f"inputs must be a dict of name -> array, got {type(feed).__name__}")
     expected = [s.name for s in inputs]
     missing = [n for n in expected if n not in feed]
     extra = [n for n in feed if n not in expected]
     if missing or extra:
         raise ConstraintViolation(f"inputs: missing {missing}, unexpected {extra}; the model takes {expected}")
+    feed = {spec.name: as_input_array(feed[spec.name], spec) for spec in inputs}
     obs = []
     for spec in inputs:
         a = feed[spec.name]
@@ -168,20 +226,34 @@ def explain_violation(inputs: list[InputSpec], facts: list, feed: dict, check_dt
         dt = getattr(a, "dtype", None)
         if check_dtype and dt is not None and np.dtype(dt) != np.dtype(spec.dtype):
             raise ConstraintViolation(f"input {spec.name!r}: dtype {np.dtype(dt)} but the model takes "
-                                      f"{np.dtype(spec.dtype)}")
+                                      f"{np.dtype(spec.dtype)}; convert it with .astype({np.dtype(spec.dtype).name!r})")
         if len(shp) != len(spec.shape):
             raise ConstraintViolation(f"input {spec.name!r}: rank {len(shp)} (shape {tuple(shp)}) but the model "
                                       f"takes rank {len(spec.shape)} {_fmt_shape(spec.shape)}")
         for ax, d in enumerate(spec.shape):
             obs.append((d, int(shp[ax]), f"input {spec.name!r} axis {ax} ({d})"))
     env = solve(obs)
+    where: dict[str, str] = {}
+    for d, _, label in obs:
+        for n in getattr(d, "free_symbols", ()):
+            where.setdefault(n, label.split(" (")[0])
     for s in symbols_of(inputs, []):
         if s.name in env:
-            check_symbol(s, env[s.name], f"{s.name}")
+            check_symbol(s, env[s.name], f"{s.name} (from {where.get(s.name, 'a derived dim')})")
     for cond, origin in facts:
         if not (cond.evaluate(env) if isinstance(cond, Cond) else cond(env)):
-            vals = ", ".join(f"{n} = {env[n]}" for n in sorted(cond.free_symbols))
+            vals = ", ".join(f"{n} = {env[n]} (from {where.get(n, 'a derived dim')})"
+                             for n in sorted(cond.free_symbols))
             raise ConstraintViolation(f"the model requires {cond.text} (from {origin}); this call has {vals}")
+
+
+def _because(msg: str, notes: list[tuple[str, str]], symbols: set[str]) -> str:
+    """The facts (at most 4) that mention a symbol the message names: why its range or relation is what it is."""
+    words = re.compile(r"[A-Za-z_?][\w.?]*")
+    named = set(words.findall(msg)) & symbols
+    related = [f"{text} ({origin})" for text, origin in notes
+               if text not in msg and named & set(words.findall(text))]
+    return "; ".join(dict.fromkeys(related[:4]))
 
 
 def _fmt_shape(shape: tuple) -> str:

@@ -30,7 +30,7 @@ from dynshape.runtime.arenas import Arena, ArenaPool, grow
 from dynshape.runtime.binder import InputSpec, make_binder
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import BackgroundBuilder, in_builder
-from dynshape.runtime.memory import MemoryPolicy, tune_allocator
+from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
 from dynshape.runtime.plan import BoundPlan, Planner, plannable
 from dynshape.runtime.profile import KeyProfile
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
@@ -85,12 +85,14 @@ class Executable:
             specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
             facts = [(f.check, f.origin) for f in graph.signature.facts
                      if isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b"))]
-            self.binder = make_binder(specs, facts)
+            notes = [(f.text, f.origin) for f in graph.signature.facts if f.kind in ("range", "eq", "require")]
+            self.binder = make_binder(specs, facts, notes=notes)
             self.symbols = list(self.binder.symbols)
         else:  # sequence / optional inputs: the reference executor's general binder
             self.symbols = [e.atom() for e in graph.signature.symbols.values()]
             self.binder = self._general_bind
         self._names = [s.name for s in self.symbols]
+        self._where = _symbol_sources(graph, self._names)  # symbol -> "input 'x' axis 0", for memory refusals
         self._build_lock = threading.Lock()  # `static`: one synchronous build at a time
         self.stats_ = Stats()
         self.profile_ = KeyProfile(opts.hot_calls, opts.hot_share, opts.hot_window)
@@ -305,9 +307,31 @@ class Executable:
         if b.symbolic is not None:
             values.update(b.symbolic(key))
         for spec, a in zip(self.graph.inputs, arrays):
-            values[spec.name] = a
+            values[spec.name] = self._contiguous(spec.name, a, key)
         interpret(b.steps, values, Scope(values, dict(zip(self._names, key)), key))
         return {v.name: values[v.name] for v in self.graph.outputs}
+
+    def _contiguous(self, name: str, a: Any, key: tuple) -> Any:
+        """An input as the unplanned steps read it (C-contiguous), refused before the copy when the machine
+        cannot hold it (a broadcast view of 10**9 rows)."""
+        if not isinstance(a, np.ndarray) or a.flags.c_contiguous:
+            return a
+        culprits, names = self._culprits(key)
+        check_machine(a.nbytes, f"the contiguous copy of input {name!r} ({a.dtype}{list(a.shape)})", culprits, names)
+        try:
+            return np.ascontiguousarray(a) if a.ndim else a.copy()
+        except MemoryError:
+            raise machine_refusal(a.nbytes, f"the contiguous copy of input {name!r}", culprits, names) from None
+
+    def _culprits(self, key: tuple) -> tuple[str, list[str]]:
+        """The symbols of this call, largest first, with where each was read and whether it is bounded."""
+        parts, names = [], []
+        for s, v in sorted(zip(self.symbols, key), key=lambda sv: -sv[1]):
+            bound = "unbounded" if s.hi is None else f"declared <= {s.hi}"
+            parts.append(f"{s.name} = {v} ({self._where.get(s.name, 'a derived dim')}, {bound})")
+            if s.hi is None:
+                names.append(s.name)
+        return "; ".join(parts) or "the model's static shapes", names or [s.name for s in self.symbols]
 
     def _account(self, variant: Variant, t0: float, t1: float) -> None:
         st = self.stats_
@@ -331,7 +355,13 @@ class Executable:
             self._refused.add(key)
             raise
         if total > arena.buf.size:
-            grow(arena, total)
+            culprits, names = self._culprits(key)
+            check_machine(total, f"this call's memory plan ({self.table.fmt_key(key)})", culprits, names)
+            try:
+                grow(arena, total)
+            except MemoryError:
+                raise machine_refusal(total, f"this call's memory plan ({self.table.fmt_key(key)})", culprits,
+                                      names) from None
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
         arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes())
@@ -412,6 +442,17 @@ class Executable:
             "planned": t.generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }
+
+
+def _symbol_sources(graph: Graph, names: list[str]) -> dict[str, str]:
+    """symbol -> the first input axis that carries it ("input 'x' axis 0")."""
+    out: dict[str, str] = {}
+    for v in graph.inputs:
+        t = graph.types.get(v.name)
+        for ax, d in enumerate(t.shape if isinstance(t, TensorType) else ()):
+            for n in getattr(d, "free_symbols", ()):
+                out.setdefault(n, f"input {v.name!r} axis {ax}")
+    return {n: w for n, w in out.items() if n in names}
 
 
 def compile(graph: Graph, specialize: list | None = None, *, options: Options | None = None,  # noqa: A001

@@ -5,6 +5,11 @@ compile time (or the compile is refused, naming the symbols that drive it and th
 fits); a variant is admitted only if its worst case fits the arenas; a call whose plan needs more than the
 budget is refused before anything is allocated. Unbounded executables lay out each key as it comes.
 
+Machine: whatever the declaration, no call allocates more than this machine has (its RAM plus swap, or its
+cgroup's limit when lower). A call whose memory plan (or an input copy) needs more is refused before anything
+is allocated, naming the input, the symbol, the bytes and how to bound them (`machine_refusal`); an allocation
+the operating system still refuses is reported the same way, never as a bare MemoryError.
+
 Allocator: keep freed tensor memory for reuse instead of returning it to the OS after every call. glibc
 serves allocations above its mmap threshold (128 KiB at start) with fresh mmaps, so every large intermediate of
 every call pays one page fault per 4 KiB when first written: measured on bert_small at (8, 128), 127 ms per call
@@ -17,7 +22,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.options import Options
@@ -48,6 +56,48 @@ def tune_allocator(enabled: bool = True) -> bool:
     ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
     _done = ok
     return ok
+
+
+@functools.cache
+def machine_bytes() -> int | None:
+    """Memory this process can ever get: RAM + swap, capped by a cgroup limit; None when unknown."""
+    total = None
+    try:
+        info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in Path("/proc/meminfo").read_text().splitlines()
+                if ln.split(":")[0] in ("MemTotal", "SwapTotal")}
+        total = info.get("MemTotal", 0) + info.get("SwapTotal", 0) or None
+    except (OSError, ValueError, IndexError):
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            total = None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            total = int(text) if total is None else min(total, int(text))
+    return total
+
+
+def machine_refusal(need: int, what: str, culprits: str, names: list[str]) -> DynshapeError:
+    """The error for a call needing `need` bytes that the machine cannot give: what needs it (`what`), the
+    inputs and symbols that drive it (`culprits`, `names`), and how to bound them."""
+    have = machine_bytes()
+    here = f"this machine has {fmt_bytes(have)}" if have is not None else "the operating system refused it"
+    decl = ", ".join(f"{n!r}: (1, N)" for n in names) or "'<dim>': (1, N)"
+    return DynshapeError(f"{what} needs {fmt_bytes(need)} ({need} bytes); {here}. It comes from {culprits}: bound "
+                         f"the symbol(s) at load (dims={{{decl}}}, or --dim NAME=1:N) or compile with "
+                         "memory_budget='...' to refuse such calls up front (over_budget='refuse_calls' refuses "
+                         "them per call)")
+
+
+def check_machine(need: int, what: str, culprits: str, names: list[str]) -> None:
+    """Refuse, before allocating, what exceeds the memory this machine can ever give."""
+    have = machine_bytes()
+    if have is not None and need > have:
+        raise machine_refusal(need, what, culprits, names)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 
 from dynshape.codegen import program
 from dynshape.codegen.lowering import BindRequest, NativeCall
-from dynshape.errors import DynshapeError
+from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import Scope
 from dynshape.ir.opdef import RANDOM_OPS
 from dynshape.ir.types import TensorType
@@ -43,19 +43,37 @@ class BoundPlan:
     keep: list  # per-key arrays the calls' raw addresses point into (kept alive here)
     labels: list[str]  # per call: the node(s) it runs, for error messages
     nbytes: int = 0  # memory of the values computed once for this key (outside the arena)
+    input_names: tuple = ()  # the graph's input names, in `inputs` order (for error messages)
 
     def run(self, arrays: list) -> dict:
-        for view, a in zip(self.inputs, arrays):
+        """Copy the inputs in (any strides), run the bound calls, copy the outputs out. A failure names the node
+        that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
+        for k, (view, a) in enumerate(zip(self.inputs, arrays)):
             if view is not None:
-                view[...] = a
+                try:
+                    view[...] = a
+                except Exception as e:  # noqa: BLE001 - the binder checked shape and dtype: report, do not crash
+                    name = self.input_names[k] if k < len(self.input_names) else f"#{k}"
+                    raise ConstraintViolation(f"input {name!r} cannot be copied into the call's arena: "
+                                              f"{type(e).__name__}: {e}") from e
         i = 0
         try:
             for call in self.calls:
                 call()
                 i += 1
+        except DynshapeError as e:
+            if self.labels[i] in str(e):
+                raise
+            raise ConstraintViolation(f"{self.labels[i]}: {e}") from e
         except Exception as e:  # data-dependent failures (an index out of range): name the node
-            raise DynshapeError(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
-        return {name: np.array(v, copy=True) for name, v in self.outputs}
+            raise ConstraintViolation(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
+        try:
+            return {name: np.array(v, copy=True) for name, v in self.outputs}
+        except MemoryError as e:
+            need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
+            raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
+                                "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
+                from e
 
 
 def plannable(b: Build, symbols: list[Symbol]) -> bool:
@@ -211,7 +229,8 @@ class Planner:
         inputs = [views.get(v.name) for v in g.inputs]
         outputs = [(v.name, get(v.name)) for v in g.outputs]
         calls, labels = _programs(calls, labels, keep)
-        return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes)
+        return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes,
+                         tuple(v.name for v in g.inputs))
 
     def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict) -> list[Call]:
         """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
