@@ -27,6 +27,7 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options, make
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.arenas import Arena, ArenaPool, grow
+from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import InputSpec, make_binder
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import BackgroundBuilder, in_builder
@@ -75,6 +76,7 @@ class Executable:
     """
 
     def __init__(self, graph: Graph, specialize: list | None = None, options: Options | None = None):
+        self.notes: list[str] = []  # what was skipped or dropped, and why (shown by explain)
         self.options = opts = options or Options(strategy="generic")
         tune_allocator(opts.tune_malloc)
         self._cache = cache_dir()
@@ -83,8 +85,8 @@ class Executable:
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
         if tensors_only:
             specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
-            facts = [(f.check, f.origin) for f in graph.signature.facts
-                     if isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b"))]
+            facts = [(f.check, f.origin) for f in graph.signature.facts if f.kind != "assume"
+                     and (isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b")))]
             notes = [(f.text, f.origin) for f in graph.signature.facts if f.kind in ("range", "eq", "require")]
             self.binder = make_binder(specs, facts, notes=notes)
             self.symbols = list(self.binder.symbols)
@@ -92,12 +94,16 @@ class Executable:
             self.symbols = [e.atom() for e in graph.signature.symbols.values()]
             self.binder = self._general_bind
         self._names = [s.name for s in self.symbols]
+        # what inference assumed of valid inputs (a symbolic Reshape entry that is not 0): keys that break it
+        # are valid too, and run a build of the graph re-inferred at their exact shapes (assumptions.py)
+        self._assumed = Assumptions(graph, self._names, opts, self.notes,
+                                    lambda g: Executable(g, None, opts.replace(strategy="generic", profile=None)))
+        self._breaks = self._assumed.breaks if self._assumed.facts else None  # None: one test per call, not a call
         self._where = _symbol_sources(graph, self._names)  # symbol -> "input 'x' axis 0", for memory refusals
         self._build_lock = threading.Lock()  # `static`: one synchronous build at a time
         self.stats_ = Stats()
         self.profile_ = KeyProfile(opts.hot_calls, opts.hot_share, opts.hot_window)
         self._refused: set = set()  # keys over the memory budget or whose variant does not fit: never built
-        self.notes: list[str] = []  # what was skipped or dropped, and why (shown by explain)
         self.build_errors: list[str] = []
         self.memory = MemoryPolicy(opts, self.symbols, self.notes)
         self._builder = BackgroundBuilder(self._build_hot, self._build_failed)
@@ -275,6 +281,8 @@ class Executable:
     def run(self, feed: dict) -> dict[str, np.ndarray]:
         t0 = time.perf_counter()
         arrays, key = self.binder(feed)
+        if self._breaks is not None and self._breaks(key):
+            return self._assumed.run(key, feed)
         table = self.table
         if self.profile_.observe(key) and self._auto and key not in table.exact:
             self._hot(key)
