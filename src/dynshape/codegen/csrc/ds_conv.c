@@ -95,16 +95,9 @@ DS_CONV_NMICRO(24)
 
 DS_CONV_MICRO(1)
 DS_CONV_MICRO(2)
-DS_CONV_MICRO(3)
 DS_CONV_MICRO(4)
 #if DS_MR > 4
-DS_CONV_MICRO(5)
-DS_CONV_MICRO(6)
-DS_CONV_MICRO(7)
 DS_CONV_MICRO(8)
-DS_CONV_MICRO(9)
-DS_CONV_MICRO(10)
-DS_CONV_MICRO(11)
 DS_CONV_MICRO(12)
 #endif
 
@@ -235,28 +228,16 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #undef DS_NSTEP
         return;
     }
-    for (int64_t p = p0; p < p1; p += DS_MR) {
-        const int64_t mr = p1 - p < DS_MR ? p1 - p : DS_MR;
-        float *yo = y + p * LDY + g * OCG + q * 32;
-        switch (mr) {
-        case 1: ds_conv_micro_1(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 2: ds_conv_micro_2(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 3: ds_conv_micro_3(geo, xg, panel, yo, zeros, p, ncols); break;
+    /* the widest micro-tiles first, the rest in halving steps (few variants: this file's compile time is on
+       the path of every CNN's first build) */
+    int64_t p = p0;
+#define DS_WSTEP(MR)                                                                                        \
+    for (; p1 - p >= MR; p += MR) ds_conv_micro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols);
 #if DS_MR > 4
-        case 4: ds_conv_micro_4(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 5: ds_conv_micro_5(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 6: ds_conv_micro_6(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 7: ds_conv_micro_7(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 8: ds_conv_micro_8(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 9: ds_conv_micro_9(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 10: ds_conv_micro_10(geo, xg, panel, yo, zeros, p, ncols); break;
-        case 11: ds_conv_micro_11(geo, xg, panel, yo, zeros, p, ncols); break;
-        default: ds_conv_micro_12(geo, xg, panel, yo, zeros, p, ncols); break;
-#else
-        default: ds_conv_micro_4(geo, xg, panel, yo, zeros, p, ncols); break;
+    DS_WSTEP(12) DS_WSTEP(8)
 #endif
-        }
-    }
+    DS_WSTEP(4) DS_WSTEP(2) DS_WSTEP(1)
+#undef DS_WSTEP
 }
 
 /* ---- depthwise ------------------------------------------------------------------------------------------
