@@ -130,19 +130,37 @@ def test_softmax_of_strings_and_mixed_dtypes_are_model_errors():
 
 
 # ---- 10: integer attributes reaching C -------------------------------------------------------------------
-@pytest.mark.parametrize("flag", [2**32, -(2**63), 3])
-def test_gemm_trans_flags_outside_0_1_agree_with_onnxruntime(flag):
-    """Any non-zero flag transposes (onnxruntime's kernel does the same); C never sees it truncated to 0."""
+@pytest.mark.parametrize("flag", [2**32, -(2**63), 3, -1])
+def test_flag_attributes_outside_0_1_are_refused_not_truncated(flag):
+    """transB = 2**32 reached C truncated to 0 (a silent wrong result); runtimes disagree on what such a flag
+    means (onnxruntime's Gemm reads != 0, its TopK == 1), so any value but 0 and 1 is refused by name."""
+    w = np.ones((3, 3), np.float32)
+    m = model([helper.make_node("Gemm", ["x", "w"], ["y"], transB=flag, name="g")], [vi("x", ["n", 3])],
+              [vi("y", ["n", 3])], {"w": w})
+    refused(m, r"node 'g' \(Gemm\): attribute 'transB' = .* is a flag and must be 0 or 1", ds.ModelError)
+    m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], largest=flag, name="t")], [vi("x", [2, 3])],
+              [vi("v", [2, 1]), vi("i", [2, 1], I64)], {"k": np.array([1])})
+    refused(m, r"node 't' \(TopK\): attribute 'largest'", ds.ModelError)
+
+
+@pytest.mark.parametrize("flag", [0, 1])
+def test_gemm_flags_agree_with_onnxruntime(flag):
     rng = np.random.default_rng(0)
-    w = rng.standard_normal((3, 3)).astype(np.float32)  # square: onnxruntime's shape inference reads it as 0
+    w = rng.standard_normal((3, 3)).astype(np.float32)
     x = rng.standard_normal((2, 3)).astype(np.float32)
     m = model([helper.make_node("Gemm", ["x", "w"], ["y"], transB=flag)], [vi("x", ["n", 3])],
               [vi("y", ["n", 3])], {"w": w})
     out = ds.compile(ds.load_onnx(m)).run({"x": x})["y"]
-    np.testing.assert_allclose(out, x @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, x @ (w.T if flag else w), rtol=1e-5, atol=1e-5)
     ort = pytest.importorskip("onnxruntime")
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_non_utf8_names_are_a_model_error():
+    m = model([helper.make_node("Relu", ["x"], ["y"], name="r")], X23, Y)
+    data = m.SerializeToString().replace(b"Relu", b"R\xffl\xfe")
+    refused(data, r"field 'op_type' holds bytes that are not UTF-8 text", ds.ModelError)
 
 
 # ---- 11: folding never materialises a huge constant ---------------------------------------------------------

@@ -31,8 +31,10 @@ from dynshape.errors import DynshapeError, ModelError
 from dynshape.frontends.onnx_checks import (
     check_arity,
     check_declared_outputs,
+    check_flag,
     check_node_types,
     check_opsets,
+    check_text,
     load_external_data,
     node_schema,
 )
@@ -97,6 +99,7 @@ def _read(model: Any) -> onnx.ModelProto:
 
 
 def _check_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
+    check_text(proto)
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelError("the model has no graph (empty or not an ONNX file)")
     if not proto.graph.output:
@@ -291,6 +294,8 @@ class _Converter:
         attrs = {}
         for a in p.attribute:
             attrs[a.name] = self._attr(a, label, schema, visible)
+            if schema is not None:
+                check_flag(a.name, attrs[a.name], label)
         if schema is not None:
             missing = sorted(k for k, spec in schema.attributes.items() if spec.required and k not in attrs)
             if missing:

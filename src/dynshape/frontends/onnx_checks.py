@@ -34,6 +34,61 @@ STANDARD_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 _SCHEMAS: dict = {}
 
 
+# ---- text fields ------------------------------------------------------------------------------------------
+def check_text(proto: Any, where: str = "the model") -> None:
+    """Every string field is text: protobuf hands a proto2 string that is not UTF-8 back as bytes (a corrupted
+    file), which no later layer expects in a name or an op type."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    string = FieldDescriptor.TYPE_STRING
+    message = FieldDescriptor.TYPE_MESSAGE
+    stack = [(proto, where)]
+    while stack:
+        msg, at = stack.pop()
+        for fd, value in msg.ListFields():
+            if fd.type == string:
+                for v in (value if _repeated(fd) else [value]):
+                    if not isinstance(v, str):
+                        raise ModelError(f"{at}: field {fd.name!r} holds bytes that are not UTF-8 text "
+                                         f"({bytes(v)[:40]!r}); the file is corrupted")
+            elif fd.type == message:
+                label = f"{at} > {fd.name}"
+                stack.extend((m, label) for m in (value if _repeated(fd) else [value]))
+
+
+def _repeated(fd: Any) -> bool:
+    """Whether a field is repeated, across protobuf versions (`is_repeated` since 5.x, `label` before)."""
+    if hasattr(fd, "is_repeated"):
+        return bool(fd.is_repeated)
+    return fd.label == fd.LABEL_REPEATED
+
+
+# ---- boolean attributes -------------------------------------------------------------------------------------
+# int attributes ONNX defines as flags: any other value is read differently by different runtimes (onnxruntime's
+# TopK takes largest == 1, its Gemm transB != 0), so a value other than 0 or 1 is refused, never guessed
+FLAGS = frozenset({
+    "keepdims", "noop_with_empty_axes", "transA", "transB", "largest", "sorted", "exclusive", "reverse", "ceil_mode",
+    "count_include_pad", "storage_order", "training_mode", "select_last_index", "allowzero", "detect_negative",
+    "detect_positive", "upper", "linear_before_reset", "input_forget", "is_case_sensitive", "new_axis",
+    "exclude_outside", "align_corners", "fmod", "saturate", "onesided", "inverse", "center_point_box", "is_causal",
+    "antialias"})
+
+
+DTYPE_ATTRS = {"to": False, "dtype": True, "output_dtype": True}  # name -> whether 0 (the default) is allowed
+
+
+def check_flag(name: str, value: Any, label: str) -> None:
+    """Flags are 0 or 1; element-type attributes (Cast's `to`, `dtype`) name a type dynshape knows."""
+    if name in FLAGS and isinstance(value, int) and value not in (0, 1):
+        raise ModelError(f"{label}: attribute {name!r} = {value} is a flag and must be 0 or 1")
+    if name in DTYPE_ATTRS and isinstance(value, int) and not (value == 0 and DTYPE_ATTRS[name]):
+        try:
+            np_dtype(value)
+        except Exception:
+            raise ModelError(f"{label}: attribute {name!r} = {value} is not an ONNX element type "
+                             "(TensorProto.DataType)") from None
+
+
 # ---- opsets and schemas ---------------------------------------------------------------------------------
 def check_opsets(proto: onnx.ModelProto) -> dict[str, int]:
     """The model's opset imports by domain ('' for ai.onnx), refused when missing or not a real version."""

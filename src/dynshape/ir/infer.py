@@ -393,7 +393,8 @@ class _Engine:
                     raise
                 raise type(e)(_node_message(node, ins, str(e), None)) from e
             except Exception as e:  # a rule tripping over a malformed model: report it as this node's error
-                raise ShapeError(_node_message(node, ins, f"{type(e).__name__}: {e}", None)) from e
+                what = str(e) if type(e) is ValueError else f"{type(e).__name__}: {e}"  # rules' own checks
+                raise ShapeError(_node_message(node, ins, what, None)) from e
         folded = self._fold(op, node, ins, graph, outs)
         if folded is not None:
             outs = self._merge_folded(ctx, outs, folded)
@@ -408,6 +409,8 @@ class _Engine:
                 ctx.error(f"shape rule gave no type for output {name!r} (shape-rule bug)")
             if isinstance(t, TensorType):
                 t = TensorType(np.dtype(t.dtype), tuple(_int(d) for d in t.shape), t.value)
+                if any(isinstance(d, int) and d < 0 for d in t.shape):  # a rule let a malformed model through
+                    ctx.error(f"output {name!r} would have a negative dim {list(t.shape)}")
                 for d in t.shape:
                     self.facts.derived(d, node.label())
             graph.types[name] = t

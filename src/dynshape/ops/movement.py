@@ -113,7 +113,11 @@ def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> li
                 ctx.assume(t >= 1, f"Reshape's target entry {i} ({t}) is not 0")
         out.append(t)
     if infer_at is None:
-        require_eq(ctx, *cancel(list(in_shape), out), "element count")
+        a, b = cancel(list(in_shape), out)
+        if is_static(a) and is_static(b) and a != b:
+            ctx.error(f"the input shape {list(in_shape)} ({prod(in_shape)} elements) cannot be reshaped to {out} "
+                      f"({prod(out)} elements)")
+        require_eq(ctx, a, b, "element count")
     else:
         out[infer_at] = quotient(ctx, list(in_shape), out[:infer_at] + out[infer_at + 1 :], "the -1 dim")
     return out
@@ -476,9 +480,20 @@ def _pad_infer(ctx: Any) -> list:
     if axes is None and arg_given(ctx, 3):
         return [out_type(x.dtype, [ctx.fresh("pad") for _ in x.shape])]
     axes = list(range(x.rank)) if axes is None else [axis_of(a, x.rank) for a in axes]
+    if pads is not None and len(pads) != 2 * len(axes):
+        ctx.error(f"pads has {len(pads)} entries; {len(axes)} padded axes need {2 * len(axes)} (begins, then ends)")
     shape = list(x.shape)
     for i, a in enumerate(axes):
-        shape[a] = ctx.fresh("pad") if pads is None else shape[a] + pads[i] + pads[len(axes) + i]
+        if pads is None:
+            shape[a] = ctx.fresh("pad")
+            continue
+        shape[a] = d = shape[a] + pads[i] + pads[len(axes) + i]
+        # negative pads crop: never below an empty axis (checked per call when the dim is symbolic)
+        if is_static(d):
+            if d < 0:
+                ctx.error(f"pads {pads} crop axis {a} ({x.shape[a]}) to {d} < 0")
+        else:
+            ctx.require(d >= 0, f"negative pads {pads} must not crop axis {a} of the input below 0")
     return [out_type(x.dtype, shape)]
 
 

@@ -218,6 +218,8 @@ def _resize_infer(ctx: Any) -> list:
         t = ctx.inputs[i] if i is not None and len(ctx.inputs) > i else None
         if t is None or (t.shape and is_static(t.shape[0]) and t.shape[0] == 0):
             return False, None
+        if t.shape is not None and len(t.shape) != 1:
+            ctx.error(f"input {i} ({'scales' if i == idx[0] else 'sizes'}) must be 1-D; it has shape {list(t.shape)}")
         return True, value_list(t)
 
     (has_scales, scales), (has_sizes, sizes) = param(idx[0]), param(idx[1])

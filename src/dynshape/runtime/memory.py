@@ -71,6 +71,14 @@ def machine_bytes() -> int | None:
             total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, AttributeError):
             total = None
+    try:  # a per-process address-space limit (ulimit -v) is this process's machine
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft not in (resource.RLIM_INFINITY, -1) and soft > 0:
+            total = soft if total is None else min(total, soft)
+    except (ImportError, OSError, ValueError):
+        pass
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             text = Path(path).read_text().strip()

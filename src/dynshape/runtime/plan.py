@@ -48,14 +48,12 @@ class BoundPlan:
     def run(self, arrays: list) -> dict:
         """Copy the inputs in (any strides), run the bound calls, copy the outputs out. A failure names the node
         that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
-        for k, (view, a) in enumerate(zip(self.inputs, arrays)):
-            if view is not None:
-                try:
+        try:
+            for view, a in zip(self.inputs, arrays):
+                if view is not None:
                     view[...] = a
-                except Exception as e:  # noqa: BLE001 - the binder checked shape and dtype: report, do not crash
-                    name = self.input_names[k] if k < len(self.input_names) else f"#{k}"
-                    raise ConstraintViolation(f"input {name!r} cannot be copied into the call's arena: "
-                                              f"{type(e).__name__}: {e}") from e
+        except Exception as e:  # the binder checked shapes and dtypes: report, do not crash
+            raise self._input_error(arrays, e) from e
         i = 0
         try:
             for call in self.calls:
@@ -74,6 +72,16 @@ class BoundPlan:
             raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
                                 "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
                 from e
+
+
+    def _input_error(self, arrays: list, e: Exception) -> ConstraintViolation:
+        """Which input could not be copied into the arena, and why (off the request path)."""
+        for k, (view, a) in enumerate(zip(self.inputs, arrays)):
+            if view is not None and np.shape(a) != view.shape:
+                name = self.input_names[k] if k < len(self.input_names) else f"#{k}"
+                return ConstraintViolation(f"input {name!r} of shape {np.shape(a)} cannot be copied into its "
+                                           f"{view.shape} slot of the arena: {type(e).__name__}: {e}")
+        return ConstraintViolation(f"the inputs cannot be copied into the call's arena: {type(e).__name__}: {e}")
 
 
 def plannable(b: Build, symbols: list[Symbol]) -> bool:
@@ -153,7 +161,8 @@ class Planner:
                                                                         or span[b][1] < span[o][0])]
                          for b in self.buffers}  # lifetimes do not depend on the key: computed once
         self.dtypes = {x: np.dtype(g.types[x].dtype) for x in self.values}
-        names = key_names([s.name for s in symbols])
+        self.symbol_names = [s.name for s in symbols]
+        names = key_names(self.symbol_names)
         body = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[x].shape) + ")" for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
 
@@ -182,6 +191,10 @@ class Planner:
         addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
         for x in self.values:
             off = offsets[self.base[x]]
+            if any(d < 0 for d in shapes[x]):  # a dim the symbols make negative: the rules should have refused
+                raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
+                                          f"{dict(zip(self.symbol_names, key))}: a negative dim; the model's "
+                                          "shape arithmetic does not hold for these inputs")
             v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
             views[x] = v
             addrs[id(v)] = base + off
