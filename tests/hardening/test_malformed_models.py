@@ -318,3 +318,61 @@ def test_declared_divisibility_is_refused_naming_input_axis_symbol():
     exe = ds.compile(ds.load_onnx(m, dims={"H": {"min": 32, "multiple_of": 32}}))
     with pytest.raises(ds.ConstraintViolation, match=r"input 'x' axis 2 \(H\) is 40: H = 40 is not a multiple of 32"):
         exe.run({"x": np.ones((1, 1, 40, 4), np.float32)})
+
+
+# ---- found by bench/fuzz_models.py -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("nodes", "inputs", "inits", "pattern"), [
+    ([helper.make_node("CumSum", ["x", "a"], ["y"], name="n")], X23, {"a": np.array(5)},
+     r"'n' \(CumSum\).*axis 5 is out of range for rank 2"),
+    ([helper.make_node("Resize", ["x", "", "s"], ["y"], mode="CRD", name="n")], [vi("x", [1, 1, 2, 2])],
+     {"s": np.ones(4, np.float32)}, r"'n' \(Resize\): mode 'CRD' is not one of"),
+    ([helper.make_node("Resize", ["x", "", "s"], ["y"], name="n")], [vi("x", [1, 1, 2, 2])],
+     {"s": np.ones((4, 1), np.float32)}, r"scales\) must be 1-D"),
+    ([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="n")], [vi("x", [1, 1, 4, 4])],
+     {"w": np.ones((2, 1, 3, 3), np.float32), "b": np.ones((2, 1), np.float32)}, r"bias must be 1-D"),
+    ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[1, -1, 1, 1], name="n")], [vi("x", [1, 1, 4, 4])],
+     {"w": np.ones((1, 2, 3, 3), np.float32)}, r"pads \[1, -1, 1, 1\] must be >= 0"),
+    ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], pads=[0, 2, 0, 0], name="n")],
+     [vi("x", [1, 1, 4, 4])], None, r"pads \[0, 2, 0, 0\] must be smaller than kernel_shape \[2, 2\]"),
+    ([helper.make_node("Pad", ["x", "p", "x"], ["y"], name="n")], X23, {"p": np.array([0, 1, 0, 1])},
+     r"constant_value must be a scalar"),
+    ([helper.make_node("Pad", ["x", "p"], ["y"], name="n")], X23, {"p": np.array([[0, 1], [0, 1]])},
+     r"pads must be a 1-D tensor"),
+    ([helper.make_node("Pad", ["x", "p"], ["y"], name="n")], X23, {"p": np.array([0, -4, 0, 0])},
+     r"pads \[0, -4, 0, 0\] crop axis 1 \(3\) to -1 < 0"),
+    ([helper.make_node("Cast", ["x"], ["y"], to=-5, name="n")], X23, None,
+     r"attribute 'to' = -5 is not an ONNX element type"),
+])
+def test_fuzzer_found_models_are_refused_at_load(nodes, inputs, inits, pattern):
+    refused(model(nodes, inputs, Y, inits), pattern)
+
+
+def test_cumsum_axis_out_of_range_at_run_time_is_refused_not_wrapped():
+    m = model([helper.make_node("CumSum", ["x", "a"], ["y"], name="n")], [vi("x", [2, 3]), vi("a", [], I64)], Y)
+    exe = ds.compile(ds.load_onnx(m))
+    with pytest.raises(ds.ConstraintViolation, match=r"node 'n' \(CumSum\).*axis 2 is out of range for rank 2"):
+        exe.run({"x": np.ones((2, 3), np.float32), "a": np.array(2)})
+
+
+def test_negative_pads_that_crop_a_symbolic_axis_below_zero_are_refused_per_call():
+    m = model([helper.make_node("Pad", ["x", "p"], ["y"], name="n")], [vi("x", [2, "L"])], Y,
+              {"p": np.array([0, -2, 0, 0])})
+    exe = ds.compile(ds.load_onnx(m))
+    assert exe.run({"x": np.ones((2, 3), np.float32)})["y"].shape == (2, 1)
+    with pytest.raises(ds.ConstraintViolation, match=r"L = 1"):
+        exe.run({"x": np.ones((2, 1), np.float32)})
+
+
+def test_initializer_with_a_negative_dim_is_refused():
+    m = model([helper.make_node("Relu", ["w"], ["y"])], [], Y, {"w": np.ones(3, np.float32)})
+    m.graph.initializer[0].dims[0] = -1
+    refused(m, r"initializer 'w': dims \[-1\] has a negative entry", ds.ModelError)
+
+
+def test_ir_versions_onnx_cannot_read_are_refused():
+    m = model([helper.make_node("Relu", ["x"], ["y"])], X23, Y)
+    m.ir_version = onnx.IR_VERSION + 1
+    refused(m, r"IR version .* newer than this onnx reads", ds.ModelError)
+    m = model([helper.make_node("Add", ["x", "b"], ["y"])], X23, Y, {"b": np.ones((2, 3), np.float32)})
+    m.ir_version = 3
+    refused(m, r"IR version 3, where every initializer must also be a graph input; 'b'", ds.ModelError)

@@ -266,6 +266,8 @@ class _Converter:
         return self.symbols.anonymous(re.sub(r"\W", "_", f"{name}_{axis}"))
 
     def _tensor(self, t: onnx.TensorProto, what: str) -> np.ndarray:
+        if any(d < 0 for d in t.dims):  # numpy would read -1 as "infer this dim"
+            raise ModelError(f"{what}: dims {list(t.dims)} has a negative entry")
         try:
             return numpy_helper.to_array(t)
         except Exception as e:

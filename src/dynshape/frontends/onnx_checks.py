@@ -92,6 +92,15 @@ def check_flag(name: str, value: Any, label: str) -> None:
 # ---- opsets and schemas ---------------------------------------------------------------------------------
 def check_opsets(proto: onnx.ModelProto) -> dict[str, int]:
     """The model's opset imports by domain ('' for ai.onnx), refused when missing or not a real version."""
+    if proto.ir_version > onnx.IR_VERSION:
+        raise ModelError(f"the model has IR version {proto.ir_version}, newer than this onnx reads "
+                         f"({onnx.IR_VERSION}); export it with an older IR version")
+    if 0 < proto.ir_version < 4:
+        listed = {i.name for i in proto.graph.input}
+        unlisted = [t.name for t in proto.graph.initializer if t.name not in listed]
+        if unlisted:
+            raise ModelError(f"the model has IR version {proto.ir_version}, where every initializer must also be a "
+                             f"graph input; {unlisted[0]!r} is not (re-export with IR version >= 4)")
     opsets: dict[str, int] = {}
     for o in proto.opset_import:
         domain = "" if o.domain in ("", "ai.onnx") else o.domain

@@ -80,8 +80,13 @@ def check_window_attrs(ctx: Any, nd: int, kernel: list | None = None) -> None:
     if pads is not None:
         if len(pads) != 2 * nd:
             ctx.error(f"pads {list(pads)} has {len(pads)} entries; {nd} spatial axes need {2 * nd} (begins, then ends)")
-        if ctx.op_type != "ConvTranspose" and any(int(x) < 0 for x in pads):
+        if any(int(x) < 0 for x in pads):
             ctx.error(f"pads {list(pads)} must be >= 0")
+        given = ctx.attr("kernel_shape", None)
+        if ctx.op_type in ("MaxPool", "AveragePool", "LpPool") and given is not None and len(given) == nd:
+            k2 = list(given) * 2
+            if any(int(p) >= int(k) for p, k in zip(pads, k2)):  # a window of padding only: onnxruntime refuses
+                ctx.error(f"pads {list(pads)} must be smaller than kernel_shape {list(given)}")
     auto_pad = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
     if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
         ctx.error(f"auto_pad {auto_pad!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
@@ -192,6 +197,8 @@ def _conv_infer(ctx: Any) -> list:
     check_window_attrs(ctx, x.rank - 2, list(w.shape[2:]))
     kernel = ctx.attr("kernel_shape", None) or list(w.shape[2:])  # may be symbolic: the formulas hold
     if b is not None:
+        if len(b.shape) != 1:
+            ctx.error(f"bias must be 1-D (one value per output channel), it has shape {list(b.shape)}")
         ctx.unify(b.shape[0], w.shape[0])
     outs = _geometry(ctx.attr, x.shape[2:], [norm(k) for k in kernel])[0]
     _check_out(ctx, outs, x.shape[2:], _at_zero(_geometry, ctx.attr, x.rank - 2, kernel))
@@ -271,6 +278,8 @@ def _conv_transpose_infer(ctx: Any) -> list:
     kernel = ctx.attr("kernel_shape", None) or list(w.shape[2:])
     m = w.shape[1] * g
     if b is not None:
+        if len(b.shape) != 1:
+            ctx.error(f"bias must be 1-D (one value per output channel), it has shape {list(b.shape)}")
         ctx.unify(b.shape[0], m)
     outs = _transpose_geometry(ctx.attr, x.shape[2:], [norm(k) for k in kernel])[0]
     _check_out(ctx, outs, x.shape[2:], _at_zero(_transpose_geometry, ctx.attr, x.rank - 2, kernel))

@@ -477,6 +477,16 @@ def _pad_infer(ctx: Any) -> list:
         pads, axes = arg_value(ctx, None, "pads") or arg_value(ctx, None, "paddings"), None
     else:
         pads, axes = value_list(ctx.inputs[1]), arg_value(ctx, 3)
+        for i, what in ((1, "pads"), (3, "axes")):
+            t = ctx.inputs[i] if len(ctx.inputs) > i else None
+            if t is not None and len(t.shape) != 1:
+                ctx.error(f"{what} must be a 1-D tensor, it has shape {list(t.shape)}")
+        cv = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+        if cv is not None and cv.shape:
+            if any(is_static(d) and d != 1 for d in cv.shape):
+                ctx.error(f"constant_value must be a scalar (one element), it has shape {list(cv.shape)}")
+            if not static_shape(cv.shape):
+                ctx.require(eq(prod(cv.shape), 1), "constant_value must be a scalar (one element)")
     if axes is None and arg_given(ctx, 3):
         return [out_type(x.dtype, [ctx.fresh("pad") for _ in x.shape])]
     axes = list(range(x.rank)) if axes is None else [axis_of(a, x.rank) for a in axes]

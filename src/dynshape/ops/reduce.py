@@ -259,7 +259,13 @@ def _cumulative(op: np.ufunc) -> Callable[[list, dict], list]:
 
     def ref(inputs: list, attrs: dict) -> list:
         x = inputs[0]
-        axis = int(np.asarray(inputs[1]).ravel()[0]) % x.ndim
+        a = np.asarray(inputs[1])
+        if a.size != 1:
+            raise ValueError(f"the axis input must be a scalar, got shape {a.shape}")
+        axis = int(a.ravel()[0])
+        if not -x.ndim <= axis < x.ndim:  # never wrapped modulo the rank: that would be a silent wrong result
+            raise ValueError(f"axis {axis} is out of range for rank {x.ndim}")
+        axis %= x.ndim
         xc = x.astype(_acc_dtype(x.dtype), copy=False)
         if attrs.get("reverse", 0):
             xc = np.flip(xc, axis=axis)
@@ -275,7 +281,13 @@ def _cumulative(op: np.ufunc) -> Callable[[list, dict], list]:
 
 
 def _cumulative_rule(ctx: Any) -> list[TensorType]:
-    x = ctx.inputs[0]
+    x, a = ctx.inputs[0], ctx.inputs[1]
+    if a is not None and a.shape is not None and len(a.shape) > 1:
+        ctx.error(f"the axis input must be a scalar (or one element), it has shape {list(a.shape)}")
+    if a is not None and a.value is not None and a.value.dtype != object and a.value.size == 1:
+        axis = int(a.value.ravel()[0])
+        if not -x.rank <= axis < x.rank:
+            ctx.error(f"axis {axis} is out of range for rank {x.rank}")
     return [TensorType(x.dtype, x.shape)]
 
 

@@ -206,7 +206,20 @@ def _resize_ref(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
+_STRING_ATTRS = {
+    "mode": ("nearest", "linear", "cubic", "bilinear", "trilinear"),  # bilinear/trilinear: Upsample-7
+    "coordinate_transformation_mode": ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"),
+    "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
+    "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller"),
+}
+
+
 def _resize_infer(ctx: Any) -> list:
+    for name, allowed in _STRING_ATTRS.items():  # an unknown mode would otherwise run as some default one
+        v = ctx.attr(name, None)
+        if v is not None and v not in allowed:
+            ctx.error(f"{name} {v!r} is not one of {', '.join(allowed)}")
     x = ctx.inputs[0]
     idx = (1, None) if ctx.opset < 11 else (2, 3)
     axes = ctx.attr("axes", None)
