@@ -304,3 +304,27 @@ def test_cli_signs_and_verifies_with_a_key_file(tmp_path):
     key.write_text("other")
     r = runner.invoke(app, ["run", str(tmp_path / "m.ds"), "--shape", "2", "--signing-key-file", str(key)])
     assert r.exit_code == 1 and "signature does not match" in r.stderr
+
+
+def test_two_processes_building_one_kernel_compile_it_once(tmp_path):
+    """The cache shard is locked while a library builds: the second process waits, then finds it built."""
+    real = shutil.which("cc") or shutil.which("gcc")
+    if real is None:
+        pytest.skip("no C compiler")
+    log = tmp_path / "cc.log"
+    wrapper = tmp_path / "slow-cc"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *--version*) ;; *) echo build >> {log}; sleep 1;; esac\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    script = """
+        from dynshape.codegen import cc
+        lib = cc.compile_c("int ds_answer(void) { return 42; }", "answer", symbols=["ds_answer"])
+        assert lib.ds_answer() == 42
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "CC": str(wrapper),
+           "DYNSHAPE_CACHE_DIR": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], env=env, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    assert log.read_text().count("build") == 1

@@ -144,3 +144,18 @@ def test_run_time_failure_names_its_node_on_every_path(with_loop):
     for run in (ds.compile(graph).run, graph.run):
         with pytest.raises(ds.ConstraintViolation, match=r"node 'gather' \(Gather\).*index 7 is out of bounds"):
             run(feed)
+
+
+def test_failure_while_binding_a_plan_names_its_node():
+    """A step that reads only constants and the shape runs once when the plan is bound: Gather(table, Shape(x))
+    with n past the table fails there, and says which node, as the run-time paths do."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["t", "s"], ["g"], axis=0, name="gather"),
+             helper.make_node("Mul", ["x", "g"], ["y"], name="mul")]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", F32, ["n"])],
+                          [helper.make_tensor_value_info("y", F32, ["n"])],
+                          [numpy_helper.from_array(np.arange(4, dtype=np.float32), "t")])
+    exe = ds.compile(ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])))
+    np.testing.assert_array_equal(exe.run({"x": np.ones(3, np.float32)})["y"], [3, 3, 3])
+    with pytest.raises(ds.ConstraintViolation, match=r"node 'gather' \(Gather\) failed for this shape: .*index 5"):
+        exe.run({"x": np.ones(5, np.float32)})

@@ -39,6 +39,7 @@ __all__ = [
     "build_shared",
     "cache_dir",
     "clean_stale",
+    "dir_lock",
     "is_stale",
     "owned_tmpdir",
     "clear_memory_cache",
@@ -251,6 +252,28 @@ def is_stale(work: Path) -> bool:
     return not _alive(int(pid))
 
 
+@contextlib.contextmanager
+def dir_lock(path: Path, shared: bool = False) -> Iterator[None]:
+    """An advisory lock (flock) on a directory, across processes: builds into one cache shard, and saves and
+    loads of the artefacts in one folder, take it. A no-op where flock is missing or the directory cannot be
+    opened (nothing to protect there yet)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def clean_stale(parent: Path, prefix: str) -> list[Path]:
     """Remove the work directories under `parent` named `prefix*` whose owner died (an interrupted build or save
     leaves them behind); returns what was removed."""
@@ -271,15 +294,40 @@ def _compile(
 ) -> None:
     """Compile in a private temp dir next to dest, then publish .so, sidecar and source with os.replace.
 
-    Work directories that interrupted builds left (their process is dead) are removed first."""
+    Under a lock on the cache shard (other processes building into it wait, then find the library built); work
+    directories and temporary files that interrupted builds left (their process is dead) are removed first."""
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        clean_stale(dest.parent, ".build-")
-        work = owned_tmpdir(dest.parent, ".build-")
     except OSError as e:
         raise CompileError(
             f"cannot write the kernel cache at {dest.parent}: {e}; set DYNSHAPE_CACHE_DIR to a writable directory"
         ) from e
+    with dir_lock(dest.parent):
+        if _entry_ok(dest):  # another process built it while this one waited
+            return
+        clean_stale(dest.parent, ".build-")
+        _clean_stale_files(dest.parent, ".tmp-")
+        try:
+            work = owned_tmpdir(dest.parent, ".build-")
+        except OSError as e:
+            raise CompileError(f"cannot write the kernel cache at {dest.parent}: {e}; set DYNSHAPE_CACHE_DIR to a "
+                               "writable directory") from e
+        _build_in(source, name, flags, link, cc, dest, work)
+
+
+def _clean_stale_files(parent: Path, prefix: str) -> None:
+    """Temporary files (`_atomic_write`'s) an interrupted write left, an hour old or more."""
+    now = time.time()
+    for f in parent.glob(prefix + "*"):
+        try:
+            if f.is_file() and now - f.lstat().st_mtime > _STALE_UNOWNED_S:
+                f.unlink()
+        except OSError:
+            pass
+
+
+def _build_in(source: str, name: str, flags: Sequence[str], link: Sequence[str], cc: list[str], dest: Path,
+              work: Path) -> None:
     try:
         src = work / f"{name}.c"
         src.write_text(source)

@@ -28,16 +28,10 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
-from dynshape.codegen.cc import clean_stale, is_stale, owned_tmpdir
+from dynshape.codegen.cc import clean_stale, dir_lock, is_stale, owned_tmpdir
 from dynshape.errors import DynshapeError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: no advisory locks, saves are still atomic per rename
-    fcntl = None  # type: ignore[assignment]
 
 SIGNATURE_ALG = "hmac-sha256"
 SMALL_FILE_LIMIT = 64 << 20  # manifest.json and config.json are a few KiB: anything above is not ours
@@ -53,22 +47,9 @@ def aside_prefix(out: Path) -> str:
     return f".{out.name}.old-"
 
 
-@contextlib.contextmanager
-def locked(parent: Path, shared: bool = False) -> Iterator[None]:
+def locked(parent: Path, shared: bool = False) -> contextlib.AbstractContextManager[None]:
     """An advisory lock on the directory that holds artefacts (exclusive to swap one in, shared to read one)."""
-    if fcntl is None:
-        yield
-        return
-    try:
-        fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # a parent we cannot open (it does not exist yet): nothing to lock against
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+    return dir_lock(parent, shared)
 
 
 def new_tmpdir(out: Path) -> Path:

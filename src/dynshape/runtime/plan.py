@@ -210,7 +210,7 @@ class Planner:
             try:
                 outs = s.run(args, Scope(fixed, {}, key))
             except Exception as e:  # an index the shapes put out of range: name the node, as run time does
-                raise DynshapeError(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
+                raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
             for name, out in zip(s.outputs, outs):
                 if name:
                     fixed[name] = v = _contiguous(np.asarray(out, dtype=g.types[name].dtype))
@@ -236,7 +236,7 @@ class Planner:
             except DynshapeError:
                 raise
             except Exception as e:  # binding evaluates shapes and indices: name the node, as run time does
-                raise DynshapeError(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
+                raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
             calls.extend(made)
             labels.extend([s.label] * len(made))
         inputs = [views.get(v.name) for v in g.inputs]
