@@ -376,3 +376,12 @@ def test_ir_versions_onnx_cannot_read_are_refused():
     m = model([helper.make_node("Add", ["x", "b"], ["y"])], X23, Y, {"b": np.ones((2, 3), np.float32)})
     m.ir_version = 3
     refused(m, r"IR version 3, where every initializer must also be a graph input; 'b'", ds.ModelError)
+
+
+def test_shape_with_more_elements_than_any_array_is_refused_even_next_to_a_zero_dim():
+    """Reshape of an empty (0, S, 8) to (0, S, 2, 2**62): 0 elements either way, but numpy (and C's int64
+    sizes) cannot hold that shape; it used to escape from plan binding as a raw ValueError."""
+    m = model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")], [vi("x", [0, "S", 8])], Y,
+              {"s": np.array([0, 0, 2, 2**62])})
+    refused(m, r"node 'r' \(Reshape\): output 'y' would have shape \[0, S, 2, 4611686018427387904\], more than "
+               r"2\*\*63 elements", ds.ShapeError)

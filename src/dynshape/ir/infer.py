@@ -411,6 +411,8 @@ class _Engine:
                 t = TensorType(np.dtype(t.dtype), tuple(_int(d) for d in t.shape), t.value)
                 if any(isinstance(d, int) and d < 0 for d in t.shape):  # a rule let a malformed model through
                     ctx.error(f"output {name!r} would have a negative dim {list(t.shape)}")
+                if _static_numel_nonzero(t.shape) > _MAX_ELEMENTS:  # no array can have it (numpy, C: int64)
+                    ctx.error(f"output {name!r} would have shape {list(t.shape)}, more than 2**63 elements")
                 for d in t.shape:
                     self.facts.derived(d, node.label())
             graph.types[name] = t
@@ -461,6 +463,18 @@ class _Engine:
                               "(shape-rule bug)")
             merged.append(TensorType(r.dtype, tuple(int(n) for n in r.shape), r if r.size <= FOLD_LIMIT else None))
         return merged
+
+
+_MAX_ELEMENTS = int(np.iinfo(np.intp).max)
+
+
+def _static_numel_nonzero(shape: tuple) -> int:
+    """Product of the static non-zero dims: numpy refuses a shape whose product overflows even with a 0 in it."""
+    n = 1
+    for d in shape:
+        if isinstance(d, int) and d > 0:
+            n *= d
+    return n
 
 
 def _static_numel(shape: tuple) -> int:

@@ -195,7 +195,12 @@ class Planner:
                 raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
                                           f"{dict(zip(self.symbol_names, key))}: a negative dim; the model's "
                                           "shape arithmetic does not hold for these inputs")
-            v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
+            try:
+                v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
+            except ValueError as e:  # a shape numpy cannot hold (its dims' product overflows)
+                raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
+                                          f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") \
+                    from None
             views[x] = v
             addrs[id(v)] = base + off
         fixed = dict(self.fixed)
