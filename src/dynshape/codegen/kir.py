@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 # Element types the IR knows (names as numpy spells them); the printer maps them to C.
-F32, I64, BOOL, I32 = "float32", "int64", "bool", "int32"
+F32, I64, BOOL, I32, F64 = "float32", "int64", "bool", "int32", "float64"
 
 
 # ---- scalars ---------------------------------------------------------------------------------------------
