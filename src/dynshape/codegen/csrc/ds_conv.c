@@ -22,67 +22,50 @@
 #define DS_POS_START                                                                                        \
     int64_t pn_ = p / (OH * OW), poh_ = p % (OH * OW) / OW, pow_ = p % OW;
 #define DS_POS_NEXT { if (++pow_ == OW) { pow_ = 0; if (++poh_ == OH) { poh_ = 0; pn_++; } } }
-#define DS_CROW_INIT(r)                                                                                     \
-    ds_v16 c##r##0 = {0}, c##r##1 = {0};                                                                    \
+/* Row r of a micro-tile: its accumulators (two vectors: 32 columns; one: the first 16), its image and the
+   top-left input position of its window. */
+#define DS_CROW_POS(r)                                                                                      \
     const float *a##r, *x##r = xg + pn_ * H * W * C;                                                        \
     const int64_t ih##r = poh_ * SH - PT, iw##r = pow_ * SW - PL;                                           \
     DS_POS_NEXT
+#define DS_CROW_INIT(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}; DS_CROW_POS(r)
+#define DS_NCROW_INIT(r) ds_v16 c##r##0 = {0}; DS_CROW_POS(r)
 #define DS_CROW_PTR(r)                                                                                      \
     { const int64_t ih = ih##r + kh * DH, iw = iw##r + kw * DW;                                             \
       a##r = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? x##r + (ih * W + iw) * C : zeros; }
 #define DS_CROW_FMA(r) { const float v = a##r[c]; c##r##0 += v * b0; c##r##1 += v * b1; }
+#define DS_NCROW_FMA(r) c##r##0 += a##r[c] * b0;
 #define DS_CROW_STORE(r) ds_store_row(yo + (r) * LDY, c##r##0, c##r##1, ncols);
+#define DS_NCROW_STORE(r) ds_store16(yo + (r) * LDY, c##r##0, ncols);
+#define DS_LOAD_B2 const ds_v16 b0 = ds_ld16(b + c * 32), b1 = ds_ld16(b + c * 32 + 16);
+#define DS_LOAD_B1 const ds_v16 b0 = ds_ld16(b + c * 32);
 
 /* MR consecutive output pixels (flat over image, row, column: a micro-tile may span rows and images, so small
-   feature maps still fill it) times one panel of 32 output channels. */
-#define DS_CONV_MICRO(MR)                                                                                   \
-    static void ds_conv_micro_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,  \
-                                   float *restrict yo, const float *restrict zeros, int64_t p,               \
-                                   int64_t ncols) {                                                          \
+   feature maps still fill it) times one panel of 32 output channels (`ds_conv_micro_MR`), or its first 16
+   (`ds_conv_nmicro_MR`, a group's <= 16-column tail such as 8 output channels: one register a pixel, so twice
+   the pixels; see ds_gemm.c): per tap, each row's input pixel (or the zero row in the padding), then the
+   broadcast-FMA loop over the tap's CG packed rows. */
+#define DS_CONV_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE)                                                \
+    static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
+                            float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols) {     \
         GEO_LOCALS;                                                                                         \
         DS_POS_START                                                                                        \
-        DS_ROWS##MR(DS_CROW_INIT)                                                                            \
+        DS_ROWS##MR(INIT)                                                                                    \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
             for (int64_t kw = 0; kw < KW; kw++) {                                                           \
                 DS_ROWS##MR(DS_CROW_PTR)                                                                     \
                 const float *b = bp + (kh * KW + kw) * CG * 32;                                             \
                 _Pragma("GCC unroll 4")                                                                     \
                 for (int64_t c = 0; c < CG; c++) {                                                          \
-                    const ds_v16 b0 = ds_ld16(b + c * 32), b1 = ds_ld16(b + c * 32 + 16);                   \
-                    DS_ROWS##MR(DS_CROW_FMA)                                                                 \
+                    LOAD_B                                                                                  \
+                    DS_ROWS##MR(FMA)                                                                         \
                 }                                                                                           \
             }                                                                                               \
-        DS_ROWS##MR(DS_CROW_STORE)                                                                           \
+        DS_ROWS##MR(STORE)                                                                                   \
     }
-
-/* Narrow micro-tiles: MR pixels x the first 16 columns of a panel (a group's <= 16-column tail, such as 8 output
-   channels): one register a pixel, twice the pixels (see ds_gemm.c). */
-#define DS_NCROW_INIT(r)                                                                                    \
-    ds_v16 c##r##0 = {0};                                                                                   \
-    const float *a##r, *x##r = xg + pn_ * H * W * C;                                                        \
-    const int64_t ih##r = poh_ * SH - PT, iw##r = pow_ * SW - PL;                                           \
-    DS_POS_NEXT
-#define DS_NCROW_FMA(r) c##r##0 += a##r[c] * b0;
-#define DS_NCROW_STORE(r) ds_store16(yo + (r) * LDY, c##r##0, ncols);
+#define DS_CONV_MICRO(MR) DS_CONV_MICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE)
 #define DS_CONV_NMICRO(MR)                                                                                  \
-    static void ds_conv_nmicro_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp, \
-                                    float *restrict yo, const float *restrict zeros, int64_t p,              \
-                                    int64_t ncols) {                                                         \
-        GEO_LOCALS;                                                                                         \
-        DS_POS_START                                                                                        \
-        DS_ROWS##MR(DS_NCROW_INIT)                                                                           \
-        for (int64_t kh = 0; kh < KH; kh++)                                                                 \
-            for (int64_t kw = 0; kw < KW; kw++) {                                                           \
-                DS_ROWS##MR(DS_CROW_PTR)                                                                     \
-                const float *b = bp + (kh * KW + kw) * CG * 32;                                             \
-                _Pragma("GCC unroll 4")                                                                     \
-                for (int64_t c = 0; c < CG; c++) {                                                          \
-                    const ds_v16 b0 = ds_ld16(b + c * 32);                                                  \
-                    DS_ROWS##MR(DS_NCROW_FMA)                                                                \
-                }                                                                                           \
-            }                                                                                               \
-        DS_ROWS##MR(DS_NCROW_STORE)                                                                          \
-    }
+    DS_CONV_MICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_LOAD_B1, DS_NCROW_FMA, DS_NCROW_STORE)
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
 DS_CONV_NMICRO(4)

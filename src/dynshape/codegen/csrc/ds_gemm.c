@@ -43,21 +43,31 @@ static void ds_micro_1(const float *restrict a, int64_t lda, const float *restri
     ds_store_row(c, c00, c01, ncols);
 }
 
-/* MR rows: each row r keeps its 32 columns in two named registers c<r>0, c<r>1. */
+/* MR rows: each row r keeps its 32 columns in two named registers c<r>0, c<r>1 (`ds_micro_MR`). Narrow
+   micro-tiles (`ds_nmicro_MR`): MR rows x the first 16 columns of a panel, one register a row. A panel whose
+   columns end within 16 (a tail: 8 output channels, or 34 = 32 + 2) would otherwise run the 32-column kernel
+   with half or more of its multiply-adds on zero padding; twice the rows keep as many accumulators busy. */
 #define DS_ROW_INIT(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}; const float *a##r = a + r * lda;
 #define DS_ROW_FMA(r) { const float x = a##r[p]; c##r##0 += x * b0; c##r##1 += x * b1; }
 #define DS_ROW_STORE(r) ds_store_row(c + r * ldc, c##r##0, c##r##1, ncols);
-#define DS_MICRO(MR)                                                                                      \
-    static void ds_micro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, \
-                              int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                 \
-        DS_ROWS##MR(DS_ROW_INIT)                                                                          \
+#define DS_NROW_INIT(r) ds_v16 c##r##0 = {0}; const float *a##r = a + r * lda;
+#define DS_NROW_FMA(r) c##r##0 += a##r[p] * b0;
+#define DS_NROW_STORE(r) ds_store16(c + r * ldc, c##r##0, ncols);
+#define DS_GLOAD_B2 const ds_v16 b0 = ds_ld16(bp + p * ps), b1 = ds_ld16(bp + p * ps + 16);
+#define DS_GLOAD_B1 const ds_v16 b0 = ds_ld16(bp + p * ps);
+#define DS_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE)                                                   \
+    static void NAME##_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps,   \
+                            int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                   \
+        DS_ROWS##MR(INIT)                                                                                 \
         _Pragma("GCC unroll 4")                                                                           \
         for (int64_t p = 0; p < k; p++) {                                                                 \
-            const ds_v16 b0 = ds_ld16(bp + p * ps), b1 = ds_ld16(bp + p * ps + 16);                       \
-            DS_ROWS##MR(DS_ROW_FMA)                                                                       \
+            LOAD_B                                                                                        \
+            DS_ROWS##MR(FMA)                                                                              \
         }                                                                                                 \
-        DS_ROWS##MR(DS_ROW_STORE)                                                                         \
+        DS_ROWS##MR(STORE)                                                                                \
     }
+#define DS_MICRO(MR) DS_MICRO_OF(ds_micro, MR, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE)
+#define DS_NMICRO(MR) DS_MICRO_OF(ds_nmicro, MR, DS_NROW_INIT, DS_GLOAD_B1, DS_NROW_FMA, DS_NROW_STORE)
 DS_MICRO(2)
 DS_MICRO(3)
 DS_MICRO(4)
@@ -72,23 +82,6 @@ DS_MICRO(11)
 DS_MICRO(12)
 #endif
 
-/* Narrow micro-tiles: MR rows x the first 16 columns of a panel, one register a row. A panel whose columns
-   end within 16 (a tail: 8 output channels, or 34 = 32 + 2) would otherwise run the 32-column kernel with half
-   or more of its multiply-adds on zero padding; twice the rows keep as many accumulators busy. */
-#define DS_NROW_INIT(r) ds_v16 c##r##0 = {0}; const float *a##r = a + r * lda;
-#define DS_NROW_FMA(r) c##r##0 += a##r[p] * b0;
-#define DS_NROW_STORE(r) ds_store16(c + r * ldc, c##r##0, ncols);
-#define DS_NMICRO(MR)                                                                                     \
-    static void ds_nmicro_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps,\
-                               int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                \
-        DS_ROWS##MR(DS_NROW_INIT)                                                                         \
-        _Pragma("GCC unroll 4")                                                                           \
-        for (int64_t p = 0; p < k; p++) {                                                                 \
-            const ds_v16 b0 = ds_ld16(bp + p * ps);                                                       \
-            DS_ROWS##MR(DS_NROW_FMA)                                                                      \
-        }                                                                                                 \
-        DS_ROWS##MR(DS_NROW_STORE)                                                                        \
-    }
 DS_NMICRO(1)
 DS_NMICRO(2)
 DS_NMICRO(4)
