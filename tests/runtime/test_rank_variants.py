@@ -72,3 +72,11 @@ def test_past_the_limit_a_new_length_is_refused_naming_it():
 def test_the_limit_is_a_typed_option():
     with pytest.raises(ds.DynshapeError, match="max_rank_variants"):
         ds.compile(ds.load_onnx(_reshape_model()), max_rank_variants=0)
+
+
+def test_a_missing_input_and_a_list_input_are_handled_like_the_binder_does():
+    exe = ds.compile(ds.load_onnx(_reshape_model()))
+    with pytest.raises(ds.ConstraintViolation, match="missing input 's'"):
+        exe.run({"x": np.ones(6, np.float32)})
+    out = exe.run({"x": [1.0, -2.0, 3.0, -4.0, 5.0, -6.0], "s": [2, 3]})["y"]
+    np.testing.assert_array_equal(out, [[1, 0, 3], [0, 5, 0]])

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from dynshape.errors import ConstraintViolation, ShapeError
 from dynshape.ir.graph import Graph, Node, Value
 from dynshape.sym import Expr, solve, substitute
@@ -22,16 +24,27 @@ MAX_VARIANTS = 32
 
 
 def rank_values(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, int]:
-    """The values of `graph.rank_symbols` that `inputs` imply (from the declared input shapes)."""
+    """The values of `graph.rank_symbols` that `inputs` imply (from the declared input shapes). An input that
+    carries one of them must be there (its absence is named, not reported as a missing value); nested lists count
+    by their shape, as the binder converts them."""
     obs: list = []
     for v in graph.inputs:
+        carries = v.shape is not None and any(isinstance(d, Expr) and d.free_symbols & graph.rank_symbols.keys()
+                                              for d in v.shape)
         x = inputs.get(v.name)
-        if v.kind != "tensor" or v.shape is None or x is None or not hasattr(x, "shape"):
+        if x is None and carries:
+            raise ConstraintViolation(f"missing input {v.name!r}: its shape fixes a rank "
+                                      f"({'; '.join(graph.rank_symbols.values())})")
+        if v.kind != "tensor" or v.shape is None or x is None:
             continue
-        if len(x.shape) != len(v.shape):
-            raise ConstraintViolation(f"input {v.name!r} has rank {len(x.shape)} (shape {tuple(x.shape)}), "
+        try:
+            shape = tuple(np.shape(x))
+        except ValueError:  # a ragged list: the binder names it
+            continue
+        if len(shape) != len(v.shape):
+            raise ConstraintViolation(f"input {v.name!r} has rank {len(shape)} (shape {shape}), "
                                       f"expected rank {len(v.shape)}")
-        for axis, (d, n) in enumerate(zip(v.shape, x.shape)):
+        for axis, (d, n) in enumerate(zip(v.shape, shape)):
             if isinstance(d, Expr) and d.free_symbols & graph.rank_symbols.keys():
                 obs.append((d, int(n), f"input {v.name!r} axis {axis}"))
     env = solve(obs) if obs else {}
