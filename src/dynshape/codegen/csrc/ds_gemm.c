@@ -87,8 +87,6 @@ DS_NMICRO(2)
 DS_NMICRO(4)
 DS_NMICRO(8)
 #if DS_MR16 > 8
-DS_NMICRO(12)
-DS_NMICRO(16)
 DS_NMICRO(24)
 #endif
 
@@ -99,7 +97,7 @@ static void ds_gemm_narrow(const float *restrict a, int64_t lda, const float *re
 #define DS_NSTEP(MR)                                                                                      \
     for (; i1 - i >= MR; i += MR) ds_nmicro_##MR(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols);
 #if DS_MR16 > 8
-    DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
+    DS_NSTEP(24)
 #endif
     DS_NSTEP(8) DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
 #undef DS_NSTEP
