@@ -106,9 +106,8 @@ def channels_last(nodes: list[Node], types: dict, consts: dict, keep: set[str]) 
                      Node("Transpose", "", f"{n.name}__to_first", {"perm": to_first(r)}, [yl], [y])]
     if len(rw.nodes) == len(nodes):
         return rw
-    for _ in range(len(rw.nodes) * 4):  # each round moves one Transpose down or cancels a pair
-        if not (_cancel_once(rw, keep) or _sink_once(rw, all_types, consts, keep)
-                or _shuffle_once(rw, all_types, consts, keep)):
+    for _ in range(len(rw.nodes) * 4):  # a sweep moves Transposes down and cancels pairs; most graphs need two
+        if not (_sweep(rw, all_types, consts, keep) or _shuffle_once(rw, all_types, consts, keep)):
             break
     return rw
 
@@ -126,59 +125,84 @@ def _readers(nodes: list[Node]) -> dict[str, list[Node]]:
     return out
 
 
-def _cancel_once(rw: Rewrite, keep: set[str]) -> bool:
-    """Transpose(Transpose(a, P1), P2) with P1 then P2 the identity: its readers read `a`."""
-    prod = _producers(rw.nodes)
+def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
+    """One pass in schedule order: a Transpose meeting its inverse cancels (its readers read the value before
+    both), an op fed by a Transpose moves above it (rule 2), then Transposes nothing reads are dropped.
+
+    One pass carries a Transpose down a whole chain of sinkable ops, since the Transpose re-made below each op
+    is seen by the next one: linear in the graph's size, where a rewrite per round over the whole schedule was
+    quadratic (DenseNet-121: 0.93 s of a 1.4 s warm build)."""
+    later = {m.outputs[0]: m for m in rw.nodes if _perm(m) is not None}
+    transposed = {(m.inputs[0], tuple(_perm(m))): m.outputs[0] for m in later.values()}
+    rename: dict[str, str] = {}
+    prod: dict[str, Node] = {}
+    placed: set[int] = set()
+    out: list[Node] = []
+    changed = False
+
+    def place(m: Node) -> None:
+        if any(x in rename for x in m.inputs):
+            m = dataclasses.replace(m, inputs=[rename.get(x, x) for x in m.inputs])
+        out.append(m)
+        prod.update((o, m) for o in m.outputs if o)
+
     for n in rw.nodes:
+        if id(n) in placed:  # a Transpose placed early: an op moved above it reads its output
+            continue
+        if any(x in rename for x in n.inputs):
+            n = dataclasses.replace(n, inputs=[rename.get(x, x) for x in n.inputs])
         p2 = _perm(n)
         first = prod.get(n.inputs[0]) if p2 is not None else None
         p1 = _perm(first) if first is not None else None
-        if p1 is None or len(p1) != len(p2) or any(p1[p2[i]] != i for i in range(len(p2))):
+        if p1 is not None and len(p1) == len(p2) and all(p1[p2[i]] == i for i in range(len(p2))) \
+                and n.outputs[0] not in keep:
+            rename[n.outputs[0]] = first.inputs[0]
+            changed = True
             continue
-        src, dead = first.inputs[0], n.outputs[0]
-        if dead in keep:
+        moved = _sunk(n, prod, transposed, types, consts, rw)
+        if moved is None:
+            place(n)
             continue
-        rw.nodes = [m for m in rw.nodes if m is not n]
-        rw.nodes = [dataclasses.replace(m, inputs=[src if x == dead else x for x in m.inputs]) for m in rw.nodes]
-        _prune(rw, keep)
-        return True
-    return False
+        new, perm, before = moved
+        new = dataclasses.replace(new, inputs=[rename.get(x, x) for x in new.inputs])  # a cancelled Transpose's
+        for x in new.inputs:  # the other layout of an operand, computed by a Transpose later in the schedule
+            early = later.get(x) if x not in prod else None
+            if early is not None and id(early) not in placed:
+                placed.add(id(early))
+                place(early)
+        low = [rw.fresh(o, types) if o else "" for o in n.outputs]
+        for o, lo in zip(n.outputs, low):
+            if o:
+                rw.types[lo] = types[lo] = _permuted(types[o], _inverse(perm))
+        for m in before:
+            place(m)
+        place(dataclasses.replace(new, outputs=low))
+        for j, (o, lo) in enumerate(zip(n.outputs, low)):
+            if o:
+                place(Node("Transpose", "", f"{n.name}__back{j}", {"perm": perm}, [lo], [o]))
+                transposed[(lo, tuple(perm))] = o
+        changed = True
+    rw.nodes = out
+    _prune(rw, keep)
+    return changed
 
 
 def _prune(rw: Rewrite, keep: set[str]) -> None:
-    """Drop Transposes nothing reads (the ones cancelling and sinking left behind)."""
-    while True:
-        read = _readers(rw.nodes)
-        dead = [n for n in rw.nodes if _perm(n) is not None and n.outputs[0] not in keep and n.outputs[0] not in read]
-        if not dead:
-            return
-        rw.nodes = [n for n in rw.nodes if n not in dead]
+    """Drop Transposes nothing reads (the ones cancelling and sinking left behind), in one backward pass: a
+    reader comes after what it reads, so a chain of dead Transposes goes at once."""
+    read: set[str] = set(keep)
+    kept: list[Node] = []
+    for n in reversed(rw.nodes):
+        if _perm(n) is not None and n.outputs[0] not in read:
+            continue
+        kept.append(n)
+        read.update(x for x in (*n.inputs, *n.free_names()) if x)
+    rw.nodes = kept[::-1]
 
 
 def _data_inputs(n: Node) -> Iterator[int]:
     k = _PARAMS.get(n.op_type)
     return iter(range(len(n.inputs) if k is None else k))
-
-
-def _sink_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
-    """Move one op above the Transposes that feed it."""
-    prod = _producers(rw.nodes)
-    transposed = {(m.inputs[0], tuple(p)): m.outputs[0] for m in rw.nodes if (p := _perm(m)) is not None}
-    for i, n in enumerate(rw.nodes):
-        moved = _sunk(n, prod, transposed, types, consts, rw)
-        if moved is None:
-            continue
-        new, perm, before = moved
-        low = [rw.fresh(o, types) if o else "" for o in n.outputs]
-        for o, lo in zip(n.outputs, low):
-            if o:
-                rw.types[lo] = types[lo] = _permuted(types[o], _inverse(perm))
-        backs = [Node("Transpose", "", f"{n.name}__back{j}", {"perm": perm}, [lo], [o])
-                 for j, (o, lo) in enumerate(zip(n.outputs, low)) if o]
-        rw.nodes[i:i + 1] = [*before, dataclasses.replace(new, outputs=low), *backs]
-        _prune(rw, keep)
-        return True
-    return False
 
 
 def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: Rewrite):
