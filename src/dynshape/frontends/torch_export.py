@@ -5,7 +5,9 @@ numpy out) serves for every admissible shape. The argument conventions are torch
 `dynamic_shapes` maps each input to `{axis: Dim(...)}`; a `Dim`'s name becomes the symbol's name and its range
 the symbol's range. With `dynamic_shapes=None` every axis of every tensor input is `Dim.AUTO`: torch decides
 which are dynamic, names are `<input>_<axis>`, and axes the trace found static (an example of size 1 is
-specialised, as torch.export does) stay static; a warning names those.
+specialised, as torch.export does) stay static; a warning names those. Tracing is size-oblivious, so an
+example of size 1 may serve a dynamic `Dim`, unless the model bakes the size it saw into the program (transformers'
+BERT does from its second layer on): such a dim is refused at export, naming it (`_refuse_pinned`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from dynshape.errors import ModelError
 from dynshape.frontends.aten import (
     Converter,
     PlaceholderSpec,
@@ -58,6 +61,7 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     graph = convert_exported(ep, _dim_names(model, args, kwargs, dynamic_shapes), exact_safe_softmax)
     if auto:
         _warn_specialised(graph, model, args, kwargs)
+    _refuse_pinned(graph, model, args, kwargs)
     return graph
 
 
@@ -243,3 +247,60 @@ def _warn_specialised(graph: Graph, model: Any, args: tuple, kwargs: dict) -> No
         warnings.warn(f"from_torch: torch.export kept {', '.join(fixed)} static because the example's size is "
                       "0 or 1; pass examples of size >= 2 there, or dynamic_shapes with a Dim, to make them "
                       "dynamic", stacklevel=3)
+
+
+def _refuse_pinned(graph: Graph, model: Any, args: tuple, kwargs: dict) -> None:
+    """A dynamic dim the trace fixed to its example's size is refused here, not at the first other size.
+
+    Size-oblivious tracing skips torch's 0/1 specialisation, but a model may still bake its example's size into
+    the program (transformers' BERT, traced with a batch of 1, views its activations as (1, seq, 256)): the
+    graph then requires, say, 64*(4//batch) == 256, true only for batch = 1. Every requirement over the declared
+    symbols is evaluated at the example's sizes and at other sizes in each symbol's range; a symbol for which
+    one holds only at the example's size is pinned, and one error names it, the input and axis it comes from,
+    the requirement and its node, and the fix (an example of another size there)."""
+    import torch
+
+    given = dict(zip(_forward_params(model), args))
+    given.update(kwargs)
+    env: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for v in graph.inputs:
+        x = given.get(v.name)
+        if not isinstance(x, torch.Tensor) or v.shape is None:
+            continue
+        for ax, (d, n) in enumerate(zip(v.shape, x.shape)):
+            name = None if isinstance(d, int) else str(d)  # a plain symbol prints as its name
+            if name in graph.signature.symbols and name not in env:
+                env[name], where[name] = int(n), f"{v.name!r} axis {ax}"
+    symbols = {n: graph.signature.symbols[n].atom() for n in env}
+    pinned = []
+    for f in graph.signature.facts:
+        c = f.check
+        if f.kind != "require" or not hasattr(c, "evaluate") or not hasattr(c, "free_symbols"):
+            continue
+        names = set(c.free_symbols)
+        if not names or not names <= set(env) or not c.evaluate(env):
+            continue
+        for name in sorted(names):
+            others = _other_sizes(symbols.get(name), env[name])
+            if others and not any(c.evaluate({**env, name: o}) for o in others):
+                pinned.append(f"{name} (from {where[name]}, example size {env[name]}): the traced program "
+                              f"requires {f.text} ({f.origin}), which no other size tried "
+                              f"({', '.join(map(str, others))}) meets")
+    if pinned:
+        raise ModelError("from_torch: torch.export traced a program that holds only for the example's size of "
+                         "a dim declared dynamic: " + "; ".join(dict.fromkeys(pinned)) + ". Pass an example "
+                         "whose size there is at least 2 (torch specialises what it sees as 1), or declare the "
+                         "dim static")
+
+
+def _other_sizes(s: Any, size: int) -> list[int]:
+    """A few sizes other than `size` in symbol `s`'s range (and multiple): the next two and the largest."""
+    if s is None:
+        return []
+    lo, hi, mult = int(getattr(s, "lo", 0)), getattr(s, "hi", None), max(1, int(getattr(s, "mult", 1)))
+    out = []
+    for v in (size + mult, size + 2 * mult, hi, size - mult):
+        if v is not None and v != size and v >= lo and (hi is None or v <= hi) and v % mult == 0 and v not in out:
+            out.append(int(v))
+    return out
