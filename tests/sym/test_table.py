@@ -489,3 +489,14 @@ def test_solve_errors_name_the_observation(S):
 
     msg = violation([(5, 6, "const.shape[0]")])
     assert "const.shape[0]" in msg and "6" in msg
+
+
+def test_a_disagreement_with_a_constant_dim_names_the_value_once():
+    from dynshape.sym import solve, sym
+
+    with pytest.raises(ds.ConstraintViolation) as e:
+        solve([(sym("n", 1, 8) * 0 + 1, 2, "input 'x' axis 0")])
+    assert str(e.value) == "input 'x' axis 0 is 2, but it must equal 1"
+    n = sym("n", 1, 8)
+    with pytest.raises(ds.ConstraintViolation, match=r"axis 1 is 5, but it must equal 2\*n = 4 with n = 2"):
+        solve([(n, 2, "axis 0"), (2 * n, 5, "axis 1")])

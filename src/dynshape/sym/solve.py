@@ -82,4 +82,5 @@ def solve(facts: list) -> dict[str, int]:
 def _disagree(e, v, r, label, env, source) -> None:
     used = sorted(n for n in (e.free_symbols if isinstance(e, Expr) else ()) if n in env)
     why = ", ".join(f"{n} = {env[n]} (from {source[n]})" for n in used)
-    raise ConstraintViolation(f"{label} is {v}, but it must equal {e} = {r}" + (f" with {why}" if why else ""))
+    value = f"{r}" if str(e) == str(r) else f"{e} = {r}"  # a constant dim: "must equal 1", not "1 = 1"
+    raise ConstraintViolation(f"{label} is {v}, but it must equal {value}" + (f" with {why}" if why else ""))
