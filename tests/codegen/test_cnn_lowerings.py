@@ -128,6 +128,42 @@ def test_concat_of_channels_last_maps_is_one_copy_call():
     assert [s.how for s in exe.generic.steps if s.op == "Concat"] == ["native"]
 
 
+def _joined(exe):
+    plan = exe.generic.planner
+    return {x: (j.into, j.col, j.stride) for x, j in plan.joins.items()}
+
+
+def test_concat_branches_are_written_into_their_slice():
+    """A fire module (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat): both expands write their columns of the
+    Concat's pixels (stride = its width), the Concat runs no step, values as the reference at every shape."""
+    ws = (RNG.standard_normal((6, 5, 1, 1)) * 0.3).astype(np.float32)
+    w1 = (RNG.standard_normal((20, 6, 1, 1)) * 0.3).astype(np.float32)
+    w3 = (RNG.standard_normal((12, 6, 3, 3)) * 0.3).astype(np.float32)
+    b3 = RNG.standard_normal(12).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "ws"], ["s0"]), helper.make_node("Relu", ["s0"], ["s"]),
+             helper.make_node("Conv", ["s", "w1"], ["e1"]),
+             helper.make_node("Conv", ["s", "w3", "b3"], ["e3c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["e3c"], ["e3"]),
+             helper.make_node("Concat", ["e1", "e3"], ["c"], axis=1), helper.make_node("Sigmoid", ["c"], ["y"])]
+    exe = _check(_model(nodes, ["n", 5, "h", "w"], {"ws": ws, "w1": w1, "w3": w3, "b3": b3}),
+                 {"n": (1, 3), "h": (1, 20), "w": (1, 20)}, [(1, 5, 7, 9), (3, 5, 1, 13), (2, 5, 20, 2)])
+    joined = _joined(exe)
+    assert len(joined) == 2 and sorted(v[1:] for v in joined.values()) == [(0, 32), (20, 32)]
+    assert len({v[0] for v in joined.values()}) == 1
+
+
+def test_a_branch_read_elsewhere_keeps_the_copying_concat():
+    w1 = (RNG.standard_normal((4, 3, 1, 1)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("Concat", ["a", "a"], ["d"], axis=1), helper.make_node("Add", ["c", "d"], ["y"])]
+    exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w1": w1, "w2": w2}), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
+                 [(1, 3, 4, 5), (2, 3, 9, 1)])
+    assert _joined(exe) == {}
+
+
 def test_conv_transpose_with_kernel_equal_to_stride_writes_its_blocks():
     w = (RNG.standard_normal((12, 5, 2, 2)) * 0.3).astype(np.float32)
     b = RNG.standard_normal(5).astype(np.float32)

@@ -107,6 +107,13 @@ class Lowered:
     outputs: tuple[str, ...]
     inputs: tuple[KernelArg, ...]
     needs: tuple[str, ...] = ()
+    row_stride: bool = False  # its one output's rows are key[len(symbols)] elements apart (see ROW_STRIDE)
+
+
+# The name of the extra key slot a kernel with `Lowered.row_stride` reads: the distance between its output's rows
+# (channels-last pixels, product rows). The runtime passes the output's own last dim (dense), or the width of a
+# Concat the output is a slice of, so that producer writes straight into the Concat's buffer (no copy).
+ROW_STRIDE = "__row_stride"
 
 
 # ---- native lowerings: pre-built C entry points bound to a plan's buffers --------------------------------

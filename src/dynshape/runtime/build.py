@@ -67,14 +67,25 @@ class KernelStep:
     out_dtypes: tuple[np.dtype, ...]
     source: str
     shared_with: str
+    row_stride: bool = False  # the kernel reads its output's row stride after the key (codegen's ROW_STRIDE)
 
     @property
     def op(self) -> str:
         return self.kind
 
+    def key_args(self, key: tuple, stride: int | None = None) -> np.ndarray:
+        """The int64 array the kernel takes first: the key, then (row_stride kernels) the distance between its
+        output's rows, `stride` or else dense (the output's own last dim)."""
+        if not self.row_stride:
+            return np.array(key, dtype=np.int64)
+        if stride is None:
+            shape = self.shapes(key)[0]
+            stride = shape[-1] if shape else 1
+        return np.array((*key, stride), dtype=np.int64)
+
     def run(self, args: list, scope: Scope) -> list:
         """Unplanned execution: fresh output arrays, contiguous inputs."""
-        d = np.array(scope.key, dtype=np.int64)
+        d = self.key_args(scope.key)
         outs = [np.empty(s, dt) for s, dt in zip(self.shapes(scope.key), self.out_dtypes)]
         ins = [np.ascontiguousarray(a) for a in args]
         self.entry(d.ctypes.data, *[o.ctypes.data for o in outs], *[a.ctypes.data for a in ins])
@@ -221,7 +232,8 @@ def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol
     c.entry.argtypes = [ctypes.c_void_p] * (1 + len(lk.outputs) + len(lk.inputs))
     return KernelStep(f"kernel {item.label!r} ({item.kind})", item.label, item.kind, item.nodes, lk.inputs,
                       lk.outputs, c.entry, shapes,
-                      tuple(np.dtype(g.types[o].dtype) for o in lk.outputs), c.source, c.shared_with)
+                      tuple(np.dtype(g.types[o].dtype) for o in lk.outputs), c.source, c.shared_with,
+                      lk.row_stride)
 
 
 def _node_step(n: Node, g: Graph, options: Options, why: str) -> NodeStep:

@@ -27,6 +27,7 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes.values import VIEW_OPS
 from dynshape.runtime.build import Build, KernelStep, NodeStep, Step
+from dynshape.runtime.concat_joins import concat_joins
 from dynshape.sym import Expr, Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
@@ -131,9 +132,11 @@ class Planner:
                 per_key_values.update(o for o in s.outputs if o)
         produced = [o for s in build.steps for o in s.outputs if o]
         self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed and x not in per_key_values]
-        # aliasing: outputs of view-like ops share their input's buffer
+        # aliasing: outputs of view-like ops share their input's buffer; a Concat's branches are written into it
         self.base: dict[str, str] = {x: x for x in self.values}
-        self.alias_step: set[int] = set()
+        self.joins, self.alias_step = concat_joins(build, set(self.per_key), {v.name for v in g.outputs})
+        for x, jn in self.joins.items():
+            self.base[x] = jn.into
         for i, s in enumerate(build.steps):
             if isinstance(s, NodeStep) and s.node.op_type in VIEW_OPS and s.inputs and s.inputs[0] in self.base \
                     and s.outputs[0] in self.base and len([o for o in s.outputs if o]) == 1:
@@ -195,8 +198,14 @@ class Planner:
                 raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
                                           f"{dict(zip(self.symbol_names, key))}: a negative dim; the model's "
                                           "shape arithmetic does not hold for these inputs")
+            jn = self.joins.get(x)
             try:
-                v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
+                if jn is None:
+                    v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
+                else:  # columns of the Concat's rows: its strides, this value's shape
+                    whole = np.ndarray(shapes[jn.into], self.dtypes[x], buffer=arena, offset=off)
+                    off += jn.col * self.dtypes[x].itemsize
+                    v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off, strides=whole.strides)
             except ValueError as e:  # a shape numpy cannot hold (its dims' product overflows)
                 raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
                                           f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") \
@@ -253,7 +262,8 @@ class Planner:
     def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict) -> list[Call]:
         """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
         if isinstance(s, KernelStep):  # dims and every address fixed now
-            d = np.array(key, dtype=np.int64)
+            jn = self.joins.get(s.outputs[0]) if len(s.outputs) == 1 else None
+            d = s.key_args(key, jn.stride if jn is not None else None)
             keep.append(d)
             keep.extend(ins)
             return [NativeCall(s.entry, (addr(d), *[addr(o) for o in outs], *[addr(a) for a in ins]))]

@@ -18,12 +18,12 @@ from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.product import epilogue_loop
-from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
+from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Conv
 from dynshape.passes.values import const_value, row_pattern
-from dynshape.sym import eq, prove
+from dynshape.sym import eq, prove, sym
 
 I64 = kir.I64
 ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
@@ -144,12 +144,15 @@ def _geo_array(geo: dict, E: dict) -> tuple[kir.Buffer, list[kir.Stmt]]:
     body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 1)]
     for i, k in enumerate(order):
         body.append(kir.Store(geo_buf, _i(i), E[k] if k in E else _i(geo[k])))
-    body.append(kir.Store(geo_buf, _i(len(order)), _i(geo["OC"])))  # LDY: the output row is the whole pixel
+    # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel, or
+    # a Concat's wider one), else the pixel itself
+    body.append(kir.Store(geo_buf, _i(len(order)), E.get("LD", _i(geo["OC"]))))
     return geo_buf, body
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
+    ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}  # output pixels a key slot apart
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
@@ -164,7 +167,8 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
                   gi, q)]
     col0 = gi * ocg + q * NR
     col1 = gi * ocg + kir.Select((q + 1) * NR < ocg, (q + 1) * NR, _i(ocg))
-    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * oc + j, r, j, (col0, col1), oc)
+    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j, (col0, col1),
+                             oc)
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
     flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
@@ -172,9 +176,9 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     loop = kir.For(gq, _i(geo["G"] * panels), (kir.For(pb, blocks, tuple(tile)),),
                    omp=kir.Omp(parallel=True, collapse=2, if_=flops >= ctx.options.par_min_flops))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), ctx.symbols)
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",))
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
 
 
 def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:

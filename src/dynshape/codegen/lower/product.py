@@ -15,11 +15,12 @@ import numpy as np
 from dynshape.codegen import kir
 from dynshape.codegen.lower.elementwise import emit_nodes
 from dynshape.codegen.lower.operands import Operands, computable, operands, prod
-from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
+from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR, ROW_BLOCK, ROW_TAIL
 from dynshape.ir.graph import Graph, Node
 from dynshape.passes.items import Elementwise, Product
 from dynshape.passes.values import row_pattern
+from dynshape.sym import sym
 
 I64 = kir.I64
 
@@ -106,8 +107,10 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     a, bp = kir.Buffer("i0"), kir.Buffer("i1")
     ln_bufs = [kir.Buffer(f"i{2 + len(ops.ptrs) + j}") for j in range(len(ln_params))]
     heads = pr.heads if pr.folded else 0
-    ext = [rows, shape[1]] if heads else [rows]
+    strided = not heads and ln is None  # plain rows: their stride is a key slot (a Concat's slice, or dense)
+    ext = [rows, shape[1]] if heads else [rows, sym(ROW_STRIDE)] if strided else [rows]
     L0 = kir.Extent(0)
+    ldy: kir.Expr = kir.Extent(1) if strided else _i(n)
     q, r, j = kir.Var("q"), kir.Var("r"), kir.Var("j")
     hd = n // heads if heads else 0
     dst = kir.Buffer("dst", kir.F32, const=False)
@@ -116,7 +119,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         at_index = kir.Bin("-", kir.Bin("+", kir.Bin("*", kir.Bin("-", r, rs), _i(hd)), j), kir.Bin("*", q, _i(NR)))
         at_buf = dst
     else:
-        at_index, at_buf = kir.Bin("+", kir.Bin("*", r, _i(n)), j), o0
+        at_index, at_buf = kir.Bin("+", kir.Bin("*", r, ldy), j), o0
     # the value before the folded reshapes or the LayerNormalization
     out_name = pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else pr.outputs[0]
     lets, cols = panel_columns(q, n)
@@ -148,7 +151,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                     kir.For(r, re, tuple(epilogue), start=rs),
                     kir.Assign(rs, re)))]
     else:
-        tile = [_call("ds_gemm_tile", kir.Addr(a), _i(k), kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n), _i(k))]
+        tile = [_call("ds_gemm_tile", kir.Addr(a), _i(k), kir.Addr(bp), kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k))]
         if epilogue:
             tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     panels = (n + NR - 1) // NR
@@ -176,9 +179,11 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                             kir.For(rr2, L0, norm2, omp=kir.Omp(shared=True))), if_=par)
         threads = kir.Call("omp_get_max_threads", (), I64)
         lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), ctx.symbols)
+    symbols = (*ctx.symbols, ROW_STRIDE) if strided else ctx.symbols
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), symbols)
     weight = PackedWeight(pr.weight, pr.trans_b, shape=pr.weight_shape)
-    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params), needs=("packed_gemm",))
+    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params), needs=("packed_gemm",),
+                   row_stride=strided)
 
 
 register_lowering("product", "kernel", lower_product)

@@ -1,0 +1,92 @@
+"""Concat by its producers writing straight into their slice: no copy, no buffer per branch.
+
+A channels-last Concat on the last axis (SqueezeNet's fire modules, Inception's branches, DenseNet's growth,
+a detector's FPN) copies every pixel's channels from each branch into the wider pixel. When each branch is the
+only output of a kernel whose output rows are a key slot apart (`KernelStep.row_stride`: dense convolutions and
+products), the plan instead points that kernel at its columns of the Concat's buffer and passes the Concat's
+width as the stride; the Concat runs no step. The plan decides this per build, so the same kernel serves a dense
+output (unplanned runs, per-key steps) and a slice.
+
+A join needs, for every input of the Concat: a distinct value, made by a row-stride kernel step as its only
+output, read by nothing else, not a graph output, not computed per key; static channel counts that add up
+to the Concat's; the same leading dims as the Concat's output. Anything else keeps the copying Concat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynshape.ir.types import TensorType
+from dynshape.runtime.build import Build, KernelStep, NodeStep
+
+
+@dataclass(frozen=True)
+class Join:
+    """A value written as columns [col, col + width) of `into`, a Concat output with rows `stride` wide."""
+
+    into: str
+    col: int
+    stride: int
+
+
+def concat_joins(build: Build, per_key: set[int], graph_outputs: set[str]) -> tuple[dict[str, Join], set[int]]:
+    """(value -> its Join, the indices of the Concat steps that no longer run)."""
+    g, steps = build.graph, build.steps
+    producer: dict[str, int] = {}
+    readers: dict[str, int] = {}
+    for i, s in enumerate(steps):
+        for o in s.outputs:
+            if o:
+                producer[o] = i
+        for x in s.inputs:
+            if isinstance(x, str) and x:
+                readers[x] = readers.get(x, 0) + 1
+        if isinstance(s, NodeStep):
+            for x in s.node.free_names():
+                readers[x] = readers.get(x, 0) + 2  # read by a body: never joined
+    joins: dict[str, Join] = {}
+    skipped: set[int] = set()
+    for i, s in enumerate(steps):
+        if not (isinstance(s, NodeStep) and s.node.op_type == "Concat" and s.node.domain in ("", "ai.onnx")) \
+                or i in per_key or len(s.outputs) != 1:
+            continue
+        found = _join(s, i, g, steps, producer, readers, per_key, graph_outputs)
+        if found is not None:
+            joins.update(found)
+            skipped.add(i)
+    return joins, skipped
+
+
+def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key: set[int],
+          graph_outputs: set[str]) -> dict[str, Join] | None:
+    out = s.outputs[0]
+    t = g.types.get(out)
+    if not _f32(t) or len(t.shape) < 2 or not isinstance(t.shape[-1], int) or out in graph_outputs:
+        return None
+    rank = len(t.shape)
+    if int(s.node.attrs.get("axis", 0)) % rank != rank - 1:
+        return None
+    xs = list(s.inputs)
+    if len(xs) < 2 or len(set(xs)) != len(xs) or not all(xs):
+        return None
+    found: dict[str, Join] = {}
+    col = 0
+    for x in xs:
+        xt, j = g.types.get(x), producer.get(x)
+        if not _f32(xt) or len(xt.shape) != rank or not isinstance(xt.shape[-1], int) \
+                or tuple(xt.shape[:-1]) != tuple(t.shape[:-1]) or x in graph_outputs or readers.get(x) != 1:
+            return None
+        if j is None or j > i or j in per_key:
+            return None
+        p = steps[j]
+        if not (isinstance(p, KernelStep) and p.row_stride and p.outputs == (x,)):
+            return None
+        found[x] = Join(out, col, t.shape[-1])
+        col += xt.shape[-1]
+    return found if col == t.shape[-1] else None
+
+
+def _f32(t: object) -> bool:
+    return isinstance(t, TensorType) and np.dtype(t.dtype) == np.float32
