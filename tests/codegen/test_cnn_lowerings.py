@@ -150,6 +150,8 @@ def test_concat_branches_are_written_into_their_slice():
     joined = _joined(exe)
     assert len(joined) == 2 and sorted(v[1:] for v in joined.values()) == [(0, 32), (20, 32)]
     assert len({v[0] for v in joined.values()}) == 1
+    slices = exe.explain_build()["concat_slices"]
+    assert sorted(c["columns"] for c in slices) == [[0, 20], [20, 32]]
 
 
 def test_a_branch_read_elsewhere_keeps_the_copying_concat():
@@ -217,3 +219,32 @@ def test_global_average_pool_of_a_large_constant_map_is_that_constant():
     v = np.float32(0.16521853)
     out = exe.run({"x": np.full((1, 4, 2**19, 6), v, np.float32)})["y"]
     np.testing.assert_allclose(out, v, rtol=1e-6)
+
+
+def test_row_stride_kernels_run_dense_on_the_unplanned_path():
+    """An If makes the graph unplannable: the same row-stride kernels then write dense outputs of their own
+    (stride = their width) and the Concat copies, with the reference's values."""
+    w1 = (RNG.standard_normal((4, 3, 1, 1)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    then = helper.make_graph([helper.make_node("Identity", ["c"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["c"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, None)])
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 3, "h", "w"]),
+                                       helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    graph = ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]),
+                         dims={"n": (1, 2), "h": (1, 9), "w": (1, 9)})
+    exe = ds.compile(graph)
+    assert exe.generic.planner is None
+    assert [s.row_stride for s in exe.generic.steps if isinstance(s, KernelStep)] == [True, True]
+    for shape in [(1, 3, 4, 5), (2, 3, 9, 1)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        for c in (True, False):
+            feed = {"x": x, "cond": np.array(c)}
+            np.testing.assert_allclose(exe.run(feed)["y"], graph.run(feed)["y"], rtol=1e-4, atol=1e-5)

@@ -117,6 +117,7 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
         "kernels": kernels,
         "library_steps": dict(sorted(lowered.items())),
         "uncompiled": built["uncompiled"],
+        "concat_slices": built["concat_slices"],
         "options": built["options"],
         "memory": {"bytes": mem.bytes, "peak_node": mem.peak_node, "unbounded": mem.unbounded, "text": str(mem)},
         "binder_source": getattr(exe.binder, "source", None),
@@ -152,6 +153,9 @@ def _print(data: dict[str, Any]) -> None:
              f"outputs {', '.join(k['outputs'])}")
     if data["library_steps"]:
         line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
+    if data["concat_slices"]:
+        line("written into their Concat's columns (no copy): " + ", ".join(
+            f"{c['value']} -> {c['into']}[{c['columns'][0]}:{c['columns'][1]}]" for c in data["concat_slices"]))
     head(f"nodes without a compiled kernel ({len(data['uncompiled'])})")
     for u in data["uncompiled"]:
         line(f"{u['node']}: runs its {u['runs']}, {u['when']}", u["why"])

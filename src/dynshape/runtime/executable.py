@@ -432,6 +432,9 @@ class Executable:
                         for s in b.steps if isinstance(s, KernelStep)],
             "uncompiled": [{"node": u.label, "op": u.op, "runs": u.how, "why": u.why, "when": when(u.label)}
                            for u in b.uncompiled],
+            # branches written straight into their columns of a Concat, which then runs no step
+            "concat_slices": [{"value": x, "into": j.into, "columns": [j.col, j.col + b.graph.types[x].shape[-1]]}
+                              for x, j in (pl.joins.items() if pl is not None else ())],
             "options": self.options.explain(),
         }
 
