@@ -425,16 +425,23 @@ def _same(a: Any, b: Any, rtol: float = 1e-3) -> str | None:
         return f"dtype {a.dtype} vs {b.dtype}"
     if a.dtype == object or a.dtype.kind in "biuSU":
         return None if np.array_equal(a, b) else "values differ"
-    try:
-        x, y = a.astype(np.float64), b.astype(np.float64)
-    except (TypeError, ValueError):
-        return None if np.array_equal(a, b) else "values differ"
-    both = np.isfinite(x) & np.isfinite(y)
-    if not np.allclose(x[both], y[both], rtol=rtol, atol=1e-4):
-        return f"values differ (max |d| {np.max(np.abs(x[both] - y[both])):.3g})"
-    if not np.array_equal(np.isnan(x), np.isnan(y)) or not np.array_equal(x[np.isinf(x)], y[np.isinf(x)]):
-        return NONFINITE  # nan against inf, or overflow in one summation order: IEEE edge cases, reported apart
-    return None
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    nonfinite = False
+    for at in range(0, fa.size, _CHUNK):  # in chunks: a mutant's huge output must not exhaust the worker's memory
+        try:
+            x, y = fa[at:at + _CHUNK].astype(np.float64), fb[at:at + _CHUNK].astype(np.float64)
+        except (TypeError, ValueError):
+            return None if np.array_equal(a, b) else "values differ"
+        both = np.isfinite(x) & np.isfinite(y)
+        if not np.allclose(x[both], y[both], rtol=rtol, atol=1e-4):
+            return f"values differ (max |d| {np.max(np.abs(x[both] - y[both])):.3g})"
+        if not np.array_equal(np.isnan(x), np.isnan(y)) or not np.array_equal(x[np.isinf(x)], y[np.isinf(x)]):
+            nonfinite = True
+    # nan against inf, or overflow in one summation order: IEEE edge cases, reported apart
+    return NONFINITE if nonfinite else None
+
+
+_CHUNK = 1 << 20
 
 
 def run_dynshape(data: bytes, feed: dict, rtol: float = 1e-3) -> tuple[dict, Any]:

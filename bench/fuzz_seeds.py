@@ -54,6 +54,19 @@ def conv_pool() -> onnx.ModelProto:
                   {"w": _w(4, 3, 3, 3), "b": _w(4, seed=1)})
 
 
+def fire_concat() -> onnx.ModelProto:
+    """SqueezeNet's fire module: the expands write their columns of the Concat (runtime/concat_joins.py)."""
+    nodes = [helper.make_node("Conv", ["x", "ws"], ["s"], name="squeeze"),
+             helper.make_node("Relu", ["s"], ["sr"], name="squeeze_relu"),
+             helper.make_node("Conv", ["sr", "w1"], ["e1"], name="expand1"),
+             helper.make_node("Conv", ["sr", "w3", "b3"], ["e3"], pads=[1, 1, 1, 1], name="expand3"),
+             helper.make_node("Concat", ["e1", "e3"], ["c"], axis=1, name="concat"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    return _model(nodes, [_vi("x", F32, ["N", 3, "H", "W"])], [_vi("y", F32, ["N", 10, "H", "W"])],
+                  {"ws": _w(4, 3, 1, 1), "w1": _w(6, 4, 1, 1, seed=1), "w3": _w(4, 4, 3, 3, seed=2),
+                   "b3": _w(4, seed=3)})
+
+
 def reshape_softmax() -> onnx.ModelProto:
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
              helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3], name="transpose"),
@@ -193,6 +206,7 @@ def split_scatter() -> onnx.ModelProto:
 
 SEEDS = [
     Seed("conv_pool", conv_pool, {"N": 2, "H": 8, "W": 6}),
+    Seed("fire_concat", fire_concat, {"N": 2, "H": 5, "W": 7}),
     Seed("reshape_softmax", reshape_softmax, {"B": 2, "S": 3}),
     Seed("gather_slice", gather_slice, {"B": 2, "S": 3}, {"ids": (0, 10), "gi": (0, 4)}),
     Seed("matmul_layernorm", matmul_layernorm, {"B": 2, "S": 3}),
