@@ -143,29 +143,44 @@ def test_bert_with_mask_and_kwargs():
         np.testing.assert_allclose(out["pooler_output"], ref.pooler_output.numpy(), atol=1e-4)
 
 
-def test_a_dim_the_trace_pinned_to_the_example_is_refused_at_export():
-    """transformers' BERT traced with a batch of 1 bakes the 1 into its views (the program requires
-    16*(2//batch) == 32 here, from the second layer on): from_torch says so, naming the symbol and the input,
-    before any call."""
+def test_a_dim_the_trace_pinned_to_size_1_is_exported_again_at_size_2():
+    """transformers' BERT traced with a batch of 1 bakes the 1 into its views from the second layer on (the
+    program requires 16*(2//batch) == 32): from_torch finds it, exports again with the example repeated to a batch
+    of 2, says so, and the graph serves every batch."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                  vocab_size=100, max_position_embeddings=64)  # the second layer's views pin it
+                                  vocab_size=100, max_position_embeddings=64)
     m = transformers.BertModel(cfg).eval()
     b, s = Dim("batch", min=1, max=8), Dim("seq", min=1, max=64)
     ids, mask = torch.randint(0, 100, (1, 9)), torch.ones(1, 9, dtype=torch.long)
-    try:
+    with pytest.warns(UserWarning, match=r"baked the example's size 1 into the program for batch"):
         g = ds.from_torch(m, (), {"input_ids": ids, "attention_mask": mask},
                           dynamic_shapes={"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}})
-    except ds.ModelError as e:
-        assert "batch (from 'input_ids' axis 0, example size 1)" in str(e) and "at least 2" in str(e)
-        return
-    # a torch that traces this model batch-polymorphically: then every batch must run and match eager
     exe = ds.compile(g)
-    ids, mask = torch.randint(0, 100, (3, 9)), torch.ones(3, 9, dtype=torch.long)
-    with torch.no_grad():
-        ref = m(input_ids=ids, attention_mask=mask)
-    out = exe.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-    np.testing.assert_allclose(out["last_hidden_state"], ref.last_hidden_state.numpy(), atol=1e-4)
+    for shape in ((1, 5), (3, 17)):
+        ids, mask = torch.randint(0, 100, shape), torch.ones(shape, dtype=torch.long)
+        with torch.no_grad():
+            ref = m(input_ids=ids, attention_mask=mask)
+        out = exe.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        np.testing.assert_allclose(out["last_hidden_state"], ref.last_hidden_state.numpy(), atol=1e-4)
+
+
+def test_a_pinned_dim_that_cannot_be_widened_is_refused_by_name(monkeypatch):
+    """Where the second export cannot help (here: made unavailable), the pinned dim is refused at export, naming
+    the symbol, the input and axis, the requirement and the fix, before any call."""
+    transformers = pytest.importorskip("transformers")
+    import dynshape.frontends.torch_export as te
+
+    monkeypatch.setattr(te, "_widened", lambda *a: None)
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                                  vocab_size=100, max_position_embeddings=64)
+    m = transformers.BertModel(cfg).eval()
+    b, s = Dim("batch", min=1, max=8), Dim("seq", min=1, max=64)
+    ids, mask = torch.randint(0, 100, (1, 9)), torch.ones(1, 9, dtype=torch.long)
+    with pytest.raises(ds.ModelError, match=r"batch \(from 'input_ids' axis 0, example size 1\).*requires "
+                                            r"16\*\(2//batch\) == 32.*at least 2"):
+        ds.from_torch(m, (), {"input_ids": ids, "attention_mask": mask},
+                      dynamic_shapes={"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}})
 
 
 def test_saved_through_onnx(tmp_path):

@@ -7,7 +7,8 @@ the symbol's range. With `dynamic_shapes=None` every axis of every tensor input 
 which are dynamic, names are `<input>_<axis>`, and axes the trace found static (an example of size 1 is
 specialised, as torch.export does) stay static; a warning names those. Tracing is size-oblivious, so an
 example of size 1 may serve a dynamic `Dim`, unless the model bakes the size it saw into the program (transformers'
-BERT does from its second layer on): such a dim is refused at export, naming it (`_refuse_pinned`).
+BERT does from its second layer on): such a dim is found at export (`_pinned`) and exported again with the
+example repeated to size 2 there, or refused by name.
 """
 
 from __future__ import annotations
@@ -50,18 +51,36 @@ def from_torch(model: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     auto = dynamic_shapes is None
     if auto:
         dynamic_shapes = _auto_shapes(model, args, kwargs, Dim.AUTO)
-    was_training = getattr(model, "training", False)
-    if was_training:
-        model.eval()
-    try:
-        ep = _export(model, args, kwargs, dynamic_shapes, strict, oblivious=True)
-    finally:
+    names = _dim_names(model, args, kwargs, dynamic_shapes)
+
+    def export(a: tuple, kw: dict) -> Graph:
+        was_training = getattr(model, "training", False)
         if was_training:
-            model.train()
-    graph = convert_exported(ep, _dim_names(model, args, kwargs, dynamic_shapes), exact_safe_softmax)
+            model.eval()
+        try:
+            ep = _export(model, a, kw, dynamic_shapes, strict, oblivious=True)
+        finally:
+            if was_training:
+                model.train()
+        return convert_exported(ep, names, exact_safe_softmax)
+
+    graph = export(args, kwargs)
     if auto:
         _warn_specialised(graph, model, args, kwargs)
-    _refuse_pinned(graph, model, args, kwargs)
+    pinned = _pinned(graph, model, args, kwargs)
+    widened = _widened(graph, model, args, kwargs, pinned) if pinned else None
+    if widened is not None:  # traced again with those dims of size 2 (their values repeated)
+        graph = export(*widened)
+        if not _pinned(graph, model, *widened):
+            warnings.warn("from_torch: torch.export baked the example's size 1 into the program for "
+                          f"{', '.join(sorted(pinned))}; exported again with an example of size 2 there "
+                          "(pass examples of size >= 2 along dynamic dims to skip the second export)", stacklevel=2)
+            return graph
+    if pinned:
+        raise ModelError("from_torch: torch.export traced a program that holds only for the example's size of "
+                         "a dim declared dynamic: " + "; ".join(dict.fromkeys(pinned.values())) + ". Pass an "
+                         "example whose size there is at least 2 (torch specialises what it sees as 1), or declare "
+                         "the dim static")
     return graph
 
 
@@ -249,31 +268,38 @@ def _warn_specialised(graph: Graph, model: Any, args: tuple, kwargs: dict) -> No
                       "dynamic", stacklevel=3)
 
 
-def _refuse_pinned(graph: Graph, model: Any, args: tuple, kwargs: dict) -> None:
-    """A dynamic dim the trace fixed to its example's size is refused here, not at the first other size.
-
-    Size-oblivious tracing skips torch's 0/1 specialisation, but a model may still bake its example's size into
-    the program (transformers' BERT, traced with a batch of 1, views its activations as (1, seq, 256)): the
-    graph then requires, say, 64*(4//batch) == 256, true only for batch = 1. Every requirement over the declared
-    symbols is evaluated at the example's sizes and at other sizes in each symbol's range; a symbol for which
-    one holds only at the example's size is pinned, and one error names it, the input and axis it comes from,
-    the requirement and its node, and the fix (an example of another size there)."""
+def _symbol_sizes(graph: Graph, given: dict) -> tuple[dict[str, int], dict[str, list[tuple[str, int]]]]:
+    """Each declared symbol's size in the example, and every (input, axis) that carries it."""
     import torch
 
-    given = dict(zip(_forward_params(model), args))
-    given.update(kwargs)
     env: dict[str, int] = {}
-    where: dict[str, str] = {}
+    where: dict[str, list[tuple[str, int]]] = {}
     for v in graph.inputs:
         x = given.get(v.name)
         if not isinstance(x, torch.Tensor) or v.shape is None:
             continue
         for ax, (d, n) in enumerate(zip(v.shape, x.shape)):
             name = None if isinstance(d, int) else str(d)  # a plain symbol prints as its name
-            if name in graph.signature.symbols and name not in env:
-                env[name], where[name] = int(n), f"{v.name!r} axis {ax}"
+            if name in graph.signature.symbols:
+                env.setdefault(name, int(n))
+                where.setdefault(name, []).append((v.name, ax))
+    return env, where
+
+
+def _pinned(graph: Graph, model: Any, args: tuple, kwargs: dict) -> dict[str, str]:
+    """The dynamic dims the trace fixed to their example's size, each with why: symbol -> reason.
+
+    Size-oblivious tracing skips torch's 0/1 specialisation, but a model may still bake its example's size into
+    the program (transformers' BERT, traced with a batch of 1, views its activations as (1, seq, 256)): the
+    graph then requires, say, 64*(4//batch) == 256, true only for batch = 1. Every requirement over the declared
+    symbols is evaluated at the example's sizes and at other sizes in each symbol's range; a symbol for which
+    one holds only at the example's size is pinned. Found here, it is re-exported or refused by name, not
+    discovered at the first call of another size."""
+    given = dict(zip(_forward_params(model), args))
+    given.update(kwargs)
+    env, where = _symbol_sizes(graph, given)
     symbols = {n: graph.signature.symbols[n].atom() for n in env}
-    pinned = []
+    pinned: dict[str, str] = {}
     for f in graph.signature.facts:
         c = f.check
         if f.kind != "require" or not hasattr(c, "evaluate") or not hasattr(c, "free_symbols"):
@@ -283,15 +309,35 @@ def _refuse_pinned(graph: Graph, model: Any, args: tuple, kwargs: dict) -> None:
             continue
         for name in sorted(names):
             others = _other_sizes(symbols.get(name), env[name])
-            if others and not any(c.evaluate({**env, name: o}) for o in others):
-                pinned.append(f"{name} (from {where[name]}, example size {env[name]}): the traced program "
-                              f"requires {f.text} ({f.origin}), which no other size tried "
-                              f"({', '.join(map(str, others))}) meets")
-    if pinned:
-        raise ModelError("from_torch: torch.export traced a program that holds only for the example's size of "
-                         "a dim declared dynamic: " + "; ".join(dict.fromkeys(pinned)) + ". Pass an example "
-                         "whose size there is at least 2 (torch specialises what it sees as 1), or declare the "
-                         "dim static")
+            if name not in pinned and others and not any(c.evaluate({**env, name: o}) for o in others):
+                inp, ax = where[name][0]
+                pinned[name] = (f"{name} (from {inp!r} axis {ax}, example size {env[name]}): the traced program "
+                                f"requires {f.text} ({f.origin}), which no other size tried "
+                                f"({', '.join(map(str, others))}) meets")
+    return pinned
+
+
+def _widened(graph: Graph, model: Any, args: tuple, kwargs: dict, pinned: dict) -> tuple[tuple, dict] | None:
+    """The example with every pinned dim of size 1 made 2 (its values repeated) on every input carrying it, when
+    each pinned dim is of size 1 and its range admits 2; else None."""
+    import torch
+
+    params = _forward_params(model)
+    given = dict(zip(params, args))
+    given.update(kwargs)
+    env, where = _symbol_sizes(graph, given)
+    for name in pinned:
+        s = graph.signature.symbols[name].atom()
+        if env.get(name) != 1 or (s.hi is not None and s.hi < 2) or s.mult not in (1, 2):
+            return None
+    new = dict(given)
+    for name in pinned:
+        for inp, ax in where[name]:
+            x = new[inp]
+            if x.shape[ax] == 1:
+                new[inp] = torch.cat([x, x], dim=ax)
+    a = tuple(new.get(p, x) for p, x in zip(params, args)) + tuple(args[len(params):])
+    return a, {k: new.get(k, v) for k, v in kwargs.items()}
 
 
 def _other_sizes(s: Any, size: int) -> list[int]:
