@@ -304,6 +304,13 @@ def test_cli_signs_and_verifies_with_a_key_file(tmp_path):
     key.write_text("other")
     r = runner.invoke(app, ["run", str(tmp_path / "m.ds"), "--shape", "2", "--signing-key-file", str(key)])
     assert r.exit_code == 1 and "signature does not match" in r.stderr
+    # the key file may come from the environment instead (a deployment's secret mount)
+    key.write_text("k3y\n")
+    r = runner.invoke(app, ["run", str(tmp_path / "m.ds"), "--shape", "2"], env={"DYNSHAPE_SIGNING_KEY_FILE": str(key)})
+    assert r.exit_code == 0, r.output
+    key.write_text("other")
+    r = runner.invoke(app, ["run", str(tmp_path / "m.ds"), "--shape", "2"], env={"DYNSHAPE_SIGNING_KEY_FILE": str(key)})
+    assert r.exit_code == 1 and "signature does not match" in r.stderr
 
 
 def test_two_processes_building_one_kernel_compile_it_once(tmp_path):

@@ -39,9 +39,10 @@ SpecializeOpt = Annotated[list[str] | None, typer.Option(
 
 
 SigningKeyOpt = Annotated[Path | None, typer.Option(
-    "--signing-key-file", exists=True, dir_okay=False, metavar="KEYFILE",
+    "--signing-key-file", exists=True, dir_okay=False, metavar="KEYFILE", envvar="DYNSHAPE_SIGNING_KEY_FILE",
     help="A secret key (file contents): compile signs the artefact's manifest with HMAC-SHA256; run/explain refuse "
-         "an artefact without a matching signature. Artefacts are native code: load only your own.")]
+         "an artefact without a matching signature. Artefacts are native code: load only your own. "
+         "Default: $DYNSHAPE_SIGNING_KEY_FILE.")]
 
 
 def read_key(path: Path | None) -> bytes | None:
