@@ -10,6 +10,7 @@ loads (and the rest of dynshape works) where torch is not installed.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -157,18 +158,8 @@ def _convert(e: Any, table: SymbolTable, what: str) -> Any:
         return ceil_div(conv(args[0]), conv(args[1]))
     if cls in ("Mod", "PythonMod"):
         return conv(args[0]) % conv(args[1])
-    if cls == "Max":
-        vals = [conv(a) for a in args]
-        out = vals[0]
-        for v in vals[1:]:
-            out = max_(out, v)
-        return out
-    if cls == "Min":
-        vals = [conv(a) for a in args]
-        out = vals[0]
-        for v in vals[1:]:
-            out = min_(out, v)
-        return out
+    if cls in ("Max", "Min"):
+        return functools.reduce(max_ if cls == "Max" else min_, [conv(a) for a in args])
     if cls == "CeilToInt" and args and type(args[0]).__name__ == "IntTrueDiv":
         num, den = args[0].args
         return ceil_div(conv(num), conv(den))
