@@ -118,15 +118,20 @@ def test_unsupported_ops_are_listed_with_counts():
     assert "erfinv.default x2" in msg and "lgamma.default x1" in msg and "2 ATen op(s)" in msg
 
 
-def test_bert_with_mask_and_kwargs():
+def _tiny_bert(batch: int):
+    """transformers' BertModel (2 layers, hidden 32), an example of `batch` x 9 and the Dims of both inputs."""
     transformers = pytest.importorskip("transformers")
     cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                                   vocab_size=100, max_position_embeddings=64)
     m = transformers.BertModel(cfg).eval()
     b, s = Dim("batch", min=1, max=8), Dim("seq", min=1, max=64)
-    ids, mask = torch.randint(0, 100, (2, 9)), torch.ones(2, 9, dtype=torch.long)
-    g = ds.from_torch(m, (), {"input_ids": ids, "attention_mask": mask},
-                      dynamic_shapes={"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}})
+    example = {"input_ids": torch.randint(0, 100, (batch, 9)), "attention_mask": torch.ones(batch, 9, dtype=torch.long)}
+    return m, example, {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}}
+
+
+def test_bert_with_mask_and_kwargs():
+    m, example, dims = _tiny_bert(2)
+    g = ds.from_torch(m, (), example, dynamic_shapes=dims)
     assert [v.name for v in g.outputs] == ["last_hidden_state", "pooler_output"]
     assert sum(n.op_type == "Softmax" for n in g.nodes) == 2
     # linear layers: products by constant matrices on the 3-D activations (the fused-GEMM pattern)
@@ -147,15 +152,9 @@ def test_a_dim_the_trace_pinned_to_size_1_is_exported_again_at_size_2():
     """transformers' BERT traced with a batch of 1 bakes the 1 into its views from the second layer on (the
     program requires 16*(2//batch) == 32): from_torch finds it, exports again with the example repeated to a batch
     of 2, says so, and the graph serves every batch."""
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                  vocab_size=100, max_position_embeddings=64)
-    m = transformers.BertModel(cfg).eval()
-    b, s = Dim("batch", min=1, max=8), Dim("seq", min=1, max=64)
-    ids, mask = torch.randint(0, 100, (1, 9)), torch.ones(1, 9, dtype=torch.long)
+    m, example, dims = _tiny_bert(1)
     with pytest.warns(UserWarning, match=r"baked the example's size 1 into the program for batch"):
-        g = ds.from_torch(m, (), {"input_ids": ids, "attention_mask": mask},
-                          dynamic_shapes={"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}})
+        g = ds.from_torch(m, (), example, dynamic_shapes=dims)
     exe = ds.compile(g)
     for shape in ((1, 5), (3, 17)):
         ids, mask = torch.randint(0, 100, shape), torch.ones(shape, dtype=torch.long)
@@ -168,19 +167,13 @@ def test_a_dim_the_trace_pinned_to_size_1_is_exported_again_at_size_2():
 def test_a_pinned_dim_that_cannot_be_widened_is_refused_by_name(monkeypatch):
     """Where the second export cannot help (here: made unavailable), the pinned dim is refused at export, naming
     the symbol, the input and axis, the requirement and the fix, before any call."""
-    transformers = pytest.importorskip("transformers")
     import dynshape.frontends.torch_export as te
 
+    m, example, dims = _tiny_bert(1)
     monkeypatch.setattr(te, "_widened", lambda *a: None)
-    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                                  vocab_size=100, max_position_embeddings=64)
-    m = transformers.BertModel(cfg).eval()
-    b, s = Dim("batch", min=1, max=8), Dim("seq", min=1, max=64)
-    ids, mask = torch.randint(0, 100, (1, 9)), torch.ones(1, 9, dtype=torch.long)
     with pytest.raises(ds.ModelError, match=r"batch \(from 'input_ids' axis 0, example size 1\).*requires "
                                             r"16\*\(2//batch\) == 32.*at least 2"):
-        ds.from_torch(m, (), {"input_ids": ids, "attention_mask": mask},
-                      dynamic_shapes={"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}})
+        ds.from_torch(m, (), example, dynamic_shapes=dims)
 
 
 def test_saved_through_onnx(tmp_path):
