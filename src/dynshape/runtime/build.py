@@ -73,20 +73,18 @@ class KernelStep:
     def op(self) -> str:
         return self.kind
 
-    def key_args(self, key: tuple, stride: int | None = None) -> np.ndarray:
-        """The int64 array the kernel takes first: the key, then (row_stride kernels) the distance between its
-        output's rows, `stride` or else dense (the output's own last dim)."""
+    def key_args(self, key: tuple, out: np.ndarray) -> np.ndarray:
+        """The int64 array the kernel takes first: the key, then (row_stride kernels) the distance between the
+        rows of `out`, the array it writes: its own width when dense, a Concat's when a slice of one."""
         if not self.row_stride:
             return np.array(key, dtype=np.int64)
-        if stride is None:
-            shape = self.shapes(key)[0]
-            stride = shape[-1] if shape else 1
+        stride = out.strides[-2] // out.itemsize if out.ndim >= 2 else 1  # one row: no stride to keep
         return np.array((*key, stride), dtype=np.int64)
 
     def run(self, args: list, scope: Scope) -> list:
         """Unplanned execution: fresh output arrays, contiguous inputs."""
-        d = self.key_args(scope.key)
         outs = [np.empty(s, dt) for s, dt in zip(self.shapes(scope.key), self.out_dtypes)]
+        d = self.key_args(scope.key, outs[0])
         ins = [np.ascontiguousarray(a) for a in args]
         self.entry(d.ctypes.data, *[o.ctypes.data for o in outs], *[a.ctypes.data for a in ins])
         return outs

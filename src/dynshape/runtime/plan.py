@@ -262,8 +262,7 @@ class Planner:
     def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict) -> list[Call]:
         """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
         if isinstance(s, KernelStep):  # dims and every address fixed now
-            jn = self.joins.get(s.outputs[0]) if len(s.outputs) == 1 else None
-            d = s.key_args(key, jn.stride if jn is not None else None)
+            d = s.key_args(key, outs[0])  # a Concat's slice has the Concat's row stride
             keep.append(d)
             keep.extend(ins)
             return [NativeCall(s.entry, (addr(d), *[addr(o) for o in outs], *[addr(a) for a in ins]))]
