@@ -140,17 +140,19 @@ def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
     out: list[Node] = []
     changed = False
 
+    def renamed(m: Node) -> Node:  # reading past the Transposes cancelled so far
+        return dataclasses.replace(m, inputs=[rename.get(x, x) for x in m.inputs]) \
+            if any(x in rename for x in m.inputs) else m
+
     def place(m: Node) -> None:
-        if any(x in rename for x in m.inputs):
-            m = dataclasses.replace(m, inputs=[rename.get(x, x) for x in m.inputs])
+        m = renamed(m)
         out.append(m)
         prod.update((o, m) for o in m.outputs if o)
 
     for n in rw.nodes:
         if id(n) in placed:  # a Transpose placed early: an op moved above it reads its output
             continue
-        if any(x in rename for x in n.inputs):
-            n = dataclasses.replace(n, inputs=[rename.get(x, x) for x in n.inputs])
+        n = renamed(n)
         p2 = _perm(n)
         first = prod.get(n.inputs[0]) if p2 is not None else None
         p1 = _perm(first) if first is not None else None
@@ -163,8 +165,8 @@ def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
         if moved is None:
             place(n)
             continue
-        new, perm, before = moved
-        new = dataclasses.replace(new, inputs=[rename.get(x, x) for x in new.inputs])  # a cancelled Transpose's
+        new, perm = moved
+        new = renamed(new)  # its operands may be the inputs of Transposes cancelled above
         for x in new.inputs:  # the other layout of an operand, computed by a Transpose later in the schedule
             early = later.get(x) if x not in prod else None
             if early is not None and id(early) not in placed:
@@ -174,8 +176,6 @@ def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
         for o, lo in zip(n.outputs, low):
             if o:
                 rw.types[lo] = types[lo] = _permuted(types[o], _inverse(perm))
-        for m in before:
-            place(m)
         place(dataclasses.replace(new, outputs=low))
         for j, (o, lo) in enumerate(zip(n.outputs, low)):
             if o:
@@ -206,8 +206,8 @@ def _data_inputs(n: Node) -> Iterator[int]:
 
 
 def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: Rewrite):
-    """(n on the un-permuted operands, the perm, constants it needs) when n can move above its Transposes.
-    `transposed`: (value, perm) -> the Transpose output that already holds it in that order."""
+    """(n on the un-permuted operands, the perm) when n can move above its Transposes (the constants it needs are
+    added to `rw`). `transposed`: (value, perm) -> the Transpose output that already holds it in that order."""
     if n.domain not in ("", "ai.onnx") or not n.inputs or not all(o for o in n.outputs):
         return None
     if n.op_type not in _SINKABLE:
@@ -267,7 +267,7 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
             inputs[1] = name
         else:
             return None
-    return dataclasses.replace(n, inputs=inputs, attrs=attrs), perm, []
+    return dataclasses.replace(n, inputs=inputs, attrs=attrs), perm
 
 
 def _scalar(t: object, rank: int) -> bool:
