@@ -252,8 +252,7 @@ def _warn_specialised(graph: Graph, model: Any, args: tuple, kwargs: dict) -> No
     """Dim.AUTO keeps an axis whose example size is 0 or 1 static (torch's 0/1 specialisation): say which."""
     import torch
 
-    given = dict(zip(_forward_params(model), args))
-    given.update(kwargs)
+    given = _given(model, args, kwargs)
     fixed = []
     for v in graph.inputs:
         x = given.get(v.name)
@@ -266,6 +265,11 @@ def _warn_specialised(graph: Graph, model: Any, args: tuple, kwargs: dict) -> No
         warnings.warn(f"from_torch: torch.export kept {', '.join(fixed)} static because the example's size is "
                       "0 or 1; pass examples of size >= 2 there, or dynamic_shapes with a Dim, to make them "
                       "dynamic", stacklevel=3)
+
+
+def _given(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The example's arguments by the forward parameter they fill."""
+    return {**dict(zip(_forward_params(model), args)), **kwargs}
 
 
 def _symbol_sizes(graph: Graph, given: dict) -> tuple[dict[str, int], dict[str, list[tuple[str, int]]]]:
@@ -295,8 +299,7 @@ def _pinned(graph: Graph, model: Any, args: tuple, kwargs: dict) -> dict[str, st
     symbols is evaluated at the example's sizes and at other sizes in each symbol's range; a symbol for which
     one holds only at the example's size is pinned. Found here, it is re-exported or refused by name, not
     discovered at the first call of another size."""
-    given = dict(zip(_forward_params(model), args))
-    given.update(kwargs)
+    given = _given(model, args, kwargs)
     env, where = _symbol_sizes(graph, given)
     symbols = {n: graph.signature.symbols[n].atom() for n in env}
     pinned: dict[str, str] = {}
@@ -322,9 +325,7 @@ def _widened(graph: Graph, model: Any, args: tuple, kwargs: dict, pinned: dict) 
     each pinned dim is of size 1 and its range admits 2; else None."""
     import torch
 
-    params = _forward_params(model)
-    given = dict(zip(params, args))
-    given.update(kwargs)
+    given = _given(model, args, kwargs)
     env, where = _symbol_sizes(graph, given)
     for name in pinned:
         s = graph.signature.symbols[name].atom()
@@ -336,6 +337,7 @@ def _widened(graph: Graph, model: Any, args: tuple, kwargs: dict, pinned: dict) 
             x = new[inp]
             if x.shape[ax] == 1:
                 new[inp] = torch.cat([x, x], dim=ax)
+    params = _forward_params(model)
     a = tuple(new.get(p, x) for p, x in zip(params, args)) + tuple(args[len(params):])
     return a, {k: new.get(k, v) for k, v in kwargs.items()}
 
