@@ -129,8 +129,9 @@ def test_concat_of_channels_last_maps_is_one_copy_call():
 
 
 def _joined(exe):
-    plan = exe.generic.planner
-    return {x: (j.into, j.col, j.stride) for x, j in plan.joins.items()}
+    """value -> (the Concat output it is written into, its first column, that output's row width)."""
+    plan, types = exe.generic.planner, exe.generic.build.graph.types
+    return {x: (j.into, j.col, types[j.into].shape[-1]) for x, j in plan.joins.items()}
 
 
 def test_concat_branches_are_written_into_their_slice():

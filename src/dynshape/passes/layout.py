@@ -24,6 +24,7 @@ import numpy as np
 from dynshape.ir.graph import Node
 from dynshape.ir.types import TensorType
 from dynshape.ops.layout import DOMAIN, to_first, to_last
+from dynshape.passes.values import is_float32
 
 SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
            "Upsample", "LpPool", "GlobalLpPool", "LRN"}  # LRN: across channels, the last axis once wrapped
@@ -61,10 +62,6 @@ def _perm(n: Node) -> list[int] | None:
     return list(n.attrs.get("perm", [])) if n.op_type == "Transpose" and n.domain in ("", "ai.onnx") else None
 
 
-def _f32(t: object) -> bool:
-    return isinstance(t, TensorType) and np.dtype(t.dtype) == np.float32
-
-
 def _permuted(t: TensorType, perm: list[int]) -> TensorType:
     return TensorType(t.dtype, tuple(t.shape[p] for p in perm))
 
@@ -80,7 +77,7 @@ def _wrappable(n: Node, types: dict) -> bool:
     if n.op_type not in SPATIAL or n.domain not in ("", "ai.onnx") or len([o for o in n.outputs if o]) != 1:
         return False
     x = types.get(n.inputs[0])
-    if not _f32(x) or len(x.shape) < 3 or not _f32(types.get(n.outputs[0])):
+    if not is_float32(x) or len(x.shape) < 3 or not is_float32(types.get(n.outputs[0])):
         return False
     if n.op_type in ("Resize", "Upsample"):  # only when N and C keep their size (scales 1 there)
         y = types[n.outputs[0]]
@@ -289,7 +286,7 @@ def _shuffle_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> boo
             continue
         a, y = types.get(first.outputs[0]), types.get(r2.outputs[0])
         mid = types.get(r1.outputs[0])
-        if not (_f32(a) and _f32(y) and _f32(mid)) or tuple(y.shape) != tuple(a.shape) or len(mid.shape) != 5:
+        if not all(map(is_float32, (a, y, mid))) or tuple(y.shape) != tuple(a.shape) or len(mid.shape) != 5:
             continue
         n, c, h, w = a.shape
         g, cg = mid.shape[1], mid.shape[2]

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from dynshape.ir.types import TensorType
+from dynshape.passes.values import is_float32
 from dynshape.runtime.build import Build, KernelStep, NodeStep
 
 
 @dataclass(frozen=True)
 class Join:
-    """A value written as columns [col, col + width) of `into`, a Concat output with rows `stride` wide."""
+    """A value written as columns [col, col + its width) of `into`, a Concat's output (whose width the kernel
+    then takes as its row stride)."""
 
     into: str
     col: int
-    stride: int
 
 
 def concat_joins(build: Build, per_key: set[int], graph_outputs: set[str]) -> tuple[dict[str, Join], set[int]]:
@@ -63,7 +61,7 @@ def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key:
           graph_outputs: set[str]) -> dict[str, Join] | None:
     out = s.outputs[0]
     t = g.types.get(out)
-    if not _f32(t) or len(t.shape) < 2 or not isinstance(t.shape[-1], int) or out in graph_outputs:
+    if not is_float32(t) or len(t.shape) < 2 or not isinstance(t.shape[-1], int) or out in graph_outputs:
         return None
     rank = len(t.shape)
     if int(s.node.attrs.get("axis", 0)) % rank != rank - 1:
@@ -75,7 +73,7 @@ def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key:
     col = 0
     for x in xs:
         xt, j = g.types.get(x), producer.get(x)
-        if not _f32(xt) or len(xt.shape) != rank or not isinstance(xt.shape[-1], int) \
+        if not is_float32(xt) or len(xt.shape) != rank or not isinstance(xt.shape[-1], int) \
                 or tuple(xt.shape[:-1]) != tuple(t.shape[:-1]) or x in graph_outputs or readers.get(x) != 1:
             return None
         if j is None or j > i or j in per_key:
@@ -83,10 +81,6 @@ def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key:
         p = steps[j]
         if not (isinstance(p, KernelStep) and p.row_stride and p.outputs == (x,)):
             return None
-        found[x] = Join(out, col, t.shape[-1])
+        found[x] = Join(out, col)
         col += xt.shape[-1]
     return found if col == t.shape[-1] else None
-
-
-def _f32(t: object) -> bool:
-    return isinstance(t, TensorType) and np.dtype(t.dtype) == np.float32
