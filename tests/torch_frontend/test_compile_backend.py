@@ -185,6 +185,39 @@ def test_bert_one_build_over_shapes():
     assert rng["input_ids_1"] == (1, 64)  # position embeddings bound the sequence: torch's guard, as a range
 
 
+class _Scaled(torch.nn.Module):
+    """A module float (LayerNorm's eps, a scale attribute) and a float the caller passes."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8, eps=1e-5)
+        self.scale = 0.5
+
+    def forward(self, x, t: float):
+        return torch.softmax(self.norm(x) * self.scale / t, -1)
+
+
+def test_module_floats_become_guarded_constants_without_a_dynamo_restart(monkeypatch):
+    import dynshape.torch.backend as backend
+
+    calls = []
+    inner = backend.dynshape_backend
+    monkeypatch.setitem(torch._dynamo.backends.registry._COMPILER_FNS, "dynshape",
+                        lambda gm, ex, **kw: calls.append(1) or inner(gm, ex, **kw))
+    m = _Scaled().eval()
+    c = torch.compile(m, backend="dynshape", dynamic=True, options={"fallback": "error"})
+    x = torch.randn(3, 5, 8)
+    with torch.no_grad():
+        for t in (0.7, 1.3):  # the caller's float stays a runtime input: no recompile for a new value
+            _same(c(x, t), m(x, t))
+        assert len(calls) == 1  # Dynamo traced once: no restart to specialise eps and scale
+        rec = dt.explain().records[0]
+        assert any(i.startswith("t: float64[]") for i in rec.inputs), rec.inputs  # the caller's float: an input
+        m.scale, m.norm.eps = 2.0, 1e-1  # the guards on the constants fail: Dynamo recompiles
+        _same(c(x, 0.7), m(x, 0.7))
+    assert len(calls) == 2
+
+
 def test_entry_point_is_declared_in_pyproject():
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     block = text.split("[project.entry-points.torch_dynamo_backends]", 1)[1].split("[", 1)[0]

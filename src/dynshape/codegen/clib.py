@@ -8,10 +8,12 @@ saved, loaded from there, never compiled, when loaded).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dynshape.codegen.cc import DEFAULT_FLAGS, CompileError, compile_c, read_csrc
+from dynshape.codegen.cc import DEFAULT_FLAGS, CompileError, compile_c, is_offline, pinned_cache_dir, read_csrc
 
 P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -83,6 +85,36 @@ def build_all() -> None:
             compile_c(**lib.spec())
         except CompileError:
             return
+
+
+_warming: set[str] = set()
+_warming_lock = threading.Lock()
+
+
+def warm(names: Iterable[str], where: os.PathLike) -> threading.Thread | None:
+    """Compile (or fetch) and load the named libraries, in the order given, on another thread, each at most once
+    per process.
+
+    Why: from a cold cache gcc takes 0.1-2 s per library; started early (when an executable is created, or when
+    the torch backend receives Dynamo's graph, before aot_autograd's trace) the compiler runs on the other core
+    while Python traces, instead of after it. A caller that needs a library first simply waits on its lock."""
+    if is_offline():  # a loaded artefact loads its own libraries, compiling nothing
+        return None
+    by_name = {lib.name: lib for lib in LIBRARIES}
+    with _warming_lock:
+        todo = [by_name[n] for n in dict.fromkeys(names) if n in by_name and n not in _warming]  # in the given order
+        _warming.update(lib.name for lib in todo)
+    if not todo:
+        return None
+
+    def run() -> None:
+        with pinned_cache_dir(where):
+            for lib in todo:
+                lib.try_load()
+
+    t = threading.Thread(target=run, daemon=True, name="dynshape-helpers")
+    t.start()
+    return t
 
 
 def load_all() -> None:

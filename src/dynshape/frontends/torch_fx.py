@@ -140,6 +140,8 @@ def convert_aot(gm: Any, inputs: list[DynamoInput], shape_env: Any, *, relax_low
         if inp.is_param:
             specs.append(PlaceholderSpec("const", name=_param_name(inp.source), value=inp.value,
                                          key=(id(inp.value), tuple(inp.value.shape), str(inp.value.dtype))))
+        elif hasattr(val, "shape") and not node.users and all(isinstance(d, int) for d in val.shape):
+            specs.append(PlaceholderSpec("unused"))  # e.g. a module float made a constant: not a dynshape input
         elif hasattr(val, "shape"):
             specs.append(PlaceholderSpec("input", name=input_name(inp.source, used)))
         else:

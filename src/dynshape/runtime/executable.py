@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import clib
-from dynshape.codegen.cc import cache_dir, is_offline, pinned_cache_dir
+from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import Scope, bind_inputs, interpret
 from dynshape.ir.graph import Graph
@@ -48,23 +48,8 @@ class Stats:
     builds: int = 0
 
 
-_helpers_started = threading.Event()
-
-
-def _warm_helpers(where: os.PathLike) -> None:
-    """Build the helper libraries (program runner, row kernels, BLAS bridge) on another core while the graph's
-    kernels compile: from a cold cache the two compilations overlap instead of queueing."""
-    if _helpers_started.is_set() or is_offline():  # a loaded artefact loads its own helpers, compiling nothing
-        return
-    _helpers_started.set()
-
-    def warm() -> None:
-        with pinned_cache_dir(where):
-            for lib in clib.LIBRARIES:
-                if lib.name in ("program", "row_kernels", "gemm_openblas", "gemm_mkl"):
-                    lib.try_load()
-
-    threading.Thread(target=warm, daemon=True, name="dynshape-helpers").start()
+# every build calls these (program runner, row kernels, BLAS bridge): warmed while the graph's kernels compile
+EVERY_BUILD_HELPERS = ("program", "row_kernels", "gemm_openblas", "gemm_mkl")
 
 
 class Executable:
@@ -80,7 +65,7 @@ class Executable:
         self.options = opts = options or Options(strategy="generic")
         tune_allocator(opts.tune_malloc)
         self._cache = cache_dir()
-        _warm_helpers(self._cache)
+        clib.warm(EVERY_BUILD_HELPERS, self._cache)
         self.graph = graph
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
         if tensors_only:

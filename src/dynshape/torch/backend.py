@@ -120,11 +120,12 @@ def dynshape_backend(gm: Any, example_inputs: Sequence[Any], options: dict | Non
     specialize, ...) plus `exact_safe_softmax` (see frontends/aten/ops_math.py), `check_weights` (default True),
     `fallback` ("eager": run unsupported graphs eagerly with a warning; "error": raise) and
     `specialize_module_floats` (default True: floats read from module attributes, such as a LayerNorm's eps,
-    become constants before aot_autograd runs instead of after it, which saves torch a second trace).
+    become constants before aot_autograd runs instead of after it, which saves Dynamo a second trace).
     """
     opts = _parse_options(options)
+    _warm_libraries(gm)
     if opts.specialize_module_floats:
-        _restart_with_module_floats(gm)
+        _specialise_module_floats(gm)
     record = _explain.new_record(gm, example_inputs)
     from dynshape.frontends.torch_fx import dynamo_inputs
 
@@ -168,6 +169,22 @@ def dynshape_backend(gm: Any, example_inputs: Sequence[Any], options: dict | Non
     return compiled
 
 
+def _warm_libraries(gm: Any) -> None:
+    """Start compiling (or fetching) the native helper libraries this graph's build will load, on another core,
+    while aot_autograd traces it (about a second on the bench BERT): from a cold cache they are ready, not
+    queued, when dynshape compiles the graph. Guessed from Dynamo's call targets; a wrong guess costs a
+    background compile, never a result."""
+    from dynshape.codegen import clib
+    from dynshape.codegen.cc import cache_dir
+    from dynshape.runtime.executable import EVERY_BUILD_HELPERS  # importing it declares every library
+
+    text = " ".join(str(n.target).lower() for n in gm.graph.nodes if n.op.startswith("call_"))
+    first = [name for name, words in (("conv", ("conv",)), ("ds_rnn", ("lstm", "gru", "rnn")),
+                                      ("resize", ("interpolate", "upsample")))
+             if any(w in text for w in words)]
+    clib.warm([*first, "packed_gemm", *EVERY_BUILD_HELPERS], cache_dir())
+
+
 def _fallback(gm: Any, err: BaseException, record: Any, opts: _Options) -> Callable:
     from dynshape.frontends.aten import Unsupported
 
@@ -179,35 +196,44 @@ def _fallback(gm: Any, err: BaseException, record: Any, opts: _Options) -> Calla
     return gm.forward
 
 
-def _restart_with_module_floats(gm: Any) -> None:
-    """Ask Dynamo to specialise floats read from module attributes (eps, dropout p, scaling) and restart now.
+def _specialise_module_floats(gm: Any) -> None:
+    """Floats read from module attributes (a LayerNorm's eps, a dropout p, a scaling) become constants in Dynamo's
+    graph before aot_autograd traces it.
 
-    Dynamo first passes such floats as 0-d tensor inputs; aot_autograd's tensorify pass finds they must be
-    constants and restarts Dynamo after a full trace (about 1.5 s on the bench BERT). Restarting before tracing
-    gives the same graph without that trace. Private torch API: any mismatch simply skips this shortcut."""
+    With `dynamic=True` Dynamo passes such floats as 0-d tensor inputs read back with `.item()`; aot_autograd's
+    tensorify pass later finds they must be constants and restarts Dynamo after a full trace (about 1 s on the
+    bench BERT). This does here what Dynamo does on that restart (`OutputGraph.remove_tensorify_specialized_graph
+    args`): each `.item()` of such an input is replaced by `guard_scalar` of its symbol, which records the guard
+    `attribute == value` in the ShapeEnv (Dynamo's guards, built after the backend returns, include it), and the
+    symbol is marked specialised in `TensorifyState`, as the restart would have it. The input
+    stays in the graph, unused, so the call signature Dynamo compiled does not change. Floats passed by the caller
+    stay runtime inputs. Private torch API: any mismatch leaves the graph as it is (torch then restarts itself)."""
     try:
-        from torch._dynamo.exc import TensorifyScalarRestartAnalysis
         from torch._dynamo.symbolic_convert import TensorifyState
+        from torch.fx.experimental.symbolic_shapes import guard_scalar
     except Exception:  # pragma: no cover - another torch version
         return
-    env = None
-    for node in gm.graph.nodes:
-        ev = node.meta.get("example_value") if node.op == "placeholder" else None
-        if getattr(ev, "item_memo", None) is not None:
-            env = getattr(getattr(ev, "fake_mode", None), "shape_env", None)
-            break
-    if env is None:
-        return
-    names = []
-    for sym, srcs in (getattr(env, "var_to_sources", {}) or {}).items():
-        if str(sym).startswith("zf") and any(_src_text(x).startswith("L['self']") for x in srcs):
-            names.append(str(sym))
-    fresh = [n for n in names if not TensorifyState.should_specialize(n)]
-    if not fresh:
-        return
-    for n in fresh:
-        TensorifyState.specialize(n)
-    raise TensorifyScalarRestartAnalysis
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "placeholder":
+            continue
+        memo = getattr(node.meta.get("example_value"), "item_memo", None)
+        sym = getattr(getattr(getattr(memo, "node", None), "_expr", None), "name", None)
+        env = getattr(getattr(memo, "node", None), "shape_env", None)
+        if sym is None or env is None or not str(sym).startswith("zf") or not node.users:
+            continue
+        srcs = (getattr(env, "var_to_sources", {}) or {}).get(memo.node._expr, [])
+        if not srcs or not all(_src_text(x).startswith("L['self']") for x in srcs):
+            continue
+        if not all(u.op == "call_method" and u.target == "item" for u in node.users):
+            continue
+        for u in list(node.users):
+            u.replace_all_uses_with(guard_scalar(memo))
+            gm.graph.erase_node(u)
+        TensorifyState.specialize(str(sym))  # what the tensorify pass checks before it would restart
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _src_text(src: Any) -> str:

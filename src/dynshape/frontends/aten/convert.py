@@ -50,8 +50,9 @@ class Poison:
 
 @dataclass
 class PlaceholderSpec:
-    """What one FX placeholder is: a graph input ("input", name), a constant ("const", tensor, key), or a size
-    Dynamo passes as an int ("size")."""
+    """What one FX placeholder is: a graph input ("input", name), a constant ("const", tensor, key), a size
+    Dynamo passes as an int ("size"), or a tensor of static shape the graph never reads ("unused": a module float
+    the backend made a constant, still passed by Dynamo's call)."""
 
     kind: str
     name: str = ""
@@ -203,6 +204,8 @@ class Converter:
 
     def _placeholder(self, node: Any, spec: PlaceholderSpec) -> Any:
         v = self.meta(node)
+        if spec.kind == "unused":
+            return None
         if spec.kind == "size" or not hasattr(v, "shape"):
             return self.expr(v, f"placeholder {node.name}") if v is not None else None
         if spec.kind == "const":
