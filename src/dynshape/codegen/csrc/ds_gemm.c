@@ -55,19 +55,27 @@ static void ds_micro_1(const float *restrict a, int64_t lda, const float *restri
 #define DS_NROW_STORE(r) ds_store16(c + r * ldc, c##r##0, ncols);
 #define DS_GLOAD_B2 const ds_v16 b0 = ds_ld16(bp + p * ps), b1 = ds_ld16(bp + p * ps + 16);
 #define DS_GLOAD_B1 const ds_v16 b0 = ds_ld16(bp + p * ps);
-#define DS_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE)                                                   \
+/* The first row block of a product reads each panel from L3 when the weights are out of L2 (each layer's are, once
+   per call): its full micro-tiles (`ds_pmicro_12`) prefetch the panel 64 rows ahead, as the convolutions'
+   do (ds_conv.c); the later blocks run without the prefetches. */
+#define DS_GPREFETCH(p) { __builtin_prefetch(bp + ((p) + 64) * ps, 0, 2);                                  \
+                          __builtin_prefetch(bp + ((p) + 64) * ps + 16, 0, 2); }
+#define DS_GNO_PREFETCH(p)
+#define DS_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE, PREFETCH)                                         \
     static void NAME##_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps,   \
                             int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                   \
         DS_ROWS##MR(INIT)                                                                                 \
         _Pragma("GCC unroll 4")                                                                           \
         for (int64_t p = 0; p < k; p++) {                                                                 \
             LOAD_B                                                                                        \
+            PREFETCH(p)                                                                                   \
             DS_ROWS##MR(FMA)                                                                              \
         }                                                                                                 \
         DS_ROWS##MR(STORE)                                                                                \
     }
-#define DS_MICRO(MR) DS_MICRO_OF(ds_micro, MR, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE)
-#define DS_NMICRO(MR) DS_MICRO_OF(ds_nmicro, MR, DS_NROW_INIT, DS_GLOAD_B1, DS_NROW_FMA, DS_NROW_STORE)
+#define DS_MICRO(MR) DS_MICRO_OF(ds_micro, MR, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE, DS_GNO_PREFETCH)
+#define DS_NMICRO(MR)                                                                                     \
+    DS_MICRO_OF(ds_nmicro, MR, DS_NROW_INIT, DS_GLOAD_B1, DS_NROW_FMA, DS_NROW_STORE, DS_GNO_PREFETCH)
 DS_MICRO(2)
 DS_MICRO(3)
 DS_MICRO(4)
@@ -80,6 +88,7 @@ DS_MICRO(9)
 DS_MICRO(10)
 DS_MICRO(11)
 DS_MICRO(12)
+DS_MICRO_OF(ds_pmicro, 12, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE, DS_GPREFETCH)
 #endif
 
 DS_NMICRO(1)
@@ -112,7 +121,12 @@ void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict p
         ds_gemm_narrow(a, lda, panel, ps, c, ldc, i0, i1, ncols, k);
         return;
     }
-    for (int64_t i = i0; i < i1; i += DS_MR) {
+    int64_t i = i0;
+#if DS_MR > 4
+    if (i0 == 0) /* the first block: its full micro-tiles prefetch the panel */
+        for (; i1 - i >= 12; i += 12) ds_pmicro_12(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols);
+#endif
+    for (; i < i1; i += DS_MR) {
         const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
         const float *ai = a + i * lda;
         float *ci = c + i * ldc;
