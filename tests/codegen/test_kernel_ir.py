@@ -94,7 +94,7 @@ def test_a_product_kernel_calls_the_micro_kernel_on_tiles_and_applies_its_epilog
     assert isinstance(item, Product) and item.epilogue is not None
     lk = _lower(item, g)
     calls = [s.call.fn for s in kir.walk(lk.kernel.body) if isinstance(s, kir.Eval)]
-    assert calls == ["ds_gemm_tile"] and lk.needs == ("packed_gemm",)
+    assert calls == ["ds_gemm_block"] and lk.needs == ("packed_gemm",)
     assert "ds_tanhf(acc)" in print_c(lk.kernel)
 
 

@@ -10,8 +10,9 @@ while it is still in cache, instead of another pass over memory.
 The C (csrc/ds_gemm.c) is plain C with GCC vector extensions (no intrinsics): 16-float vectors become one zmm
 register with AVX-512, two ymm with AVX2, four xmm elsewhere.  It is one shared library (`library()`, loaded with
 its symbols global, compiled once per machine); a fused kernel includes "ds_gemm.h" and calls
-    ds_gemm_tile(a, lda, bp, c, ldc, i0, i1, q, n, k)
-for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to that tile while it is in cache.
+    ds_gemm_block(a, lda, bp, c, ldc, i0, i1, q, n, k)
+for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to that tile while it is in cache
+(`ds_gemm_tile`, same arguments, for callers whose i0 is relative to their own pointers: it never prefetches).
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ LIBRARY = declare("packed_gemm", "ds_gemm.c", {
     "ds_pack_panels": (P, I64, I64, I64, P), "ds_pack_panels_t": (P, I64, I64, I64, P),
     "ds_gemm_panel": (P, I64, P, I64, P, I64, I64, I64, I64, I64),
     "ds_gemm_tile": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
+    "ds_gemm_block": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_gemm_packed": (P, I64, P, P, I64, I64, I64, I64),
     "ds_layernorm_row": (P, P, P, P, I64, F32)}, openmp=True, share=True,
     flags=(f"-DDS_ROW_BLOCK={ROW_BLOCK}", f"-DDS_PAR_MIN_FLOPS={PAR_MIN_FLOPS}"))

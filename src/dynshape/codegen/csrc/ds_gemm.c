@@ -3,7 +3,7 @@
    Why our own: the weights are known at compile time, so they are packed once into 32-column panels
    (codegen/packed_gemm.py: pack_b), and a register-blocked micro-kernel streams them without the per-call
    packing a BLAS does. It matched MKL and beat OpenBLAS (bench/gemm_bench.py --packed: 130-157 GFLOP/s on
-   one AVX-512 core at M = 7..4096). Generated kernels call ds_gemm_tile for the tile (rows i0..i1, panel q)
+   one AVX-512 core at M = 7..4096). Generated kernels call ds_gemm_block for the tile (rows i0..i1, panel q)
    of C = A @ B, then apply their epilogue to that tile while it is in cache.
 
    Plain C with GCC vector extensions (no intrinsics): 16-float vectors become one zmm register with AVX-512,
@@ -57,7 +57,7 @@ static void ds_micro_1(const float *restrict a, int64_t lda, const float *restri
 #define DS_GLOAD_B1 const ds_v16 b0 = ds_ld16(bp + p * ps);
 /* The first row block of a product reads each panel from L3 when the weights are out of L2 (each layer's are, once
    per call): its full micro-tiles (`ds_pmicro_12`) prefetch the panel 64 rows ahead, as the convolutions'
-   do (ds_conv.c); the later blocks run without the prefetches. */
+   do (ds_conv.c); the later blocks run without the prefetches. Only ds_gemm_block knows a first block. */
 #define DS_GPREFETCH(p) { __builtin_prefetch(bp + ((p) + 64) * ps, 0, 2);                                  \
                           __builtin_prefetch(bp + ((p) + 64) * ps + 16, 0, 2); }
 #define DS_GNO_PREFETCH(p)
@@ -112,18 +112,17 @@ static void ds_gemm_narrow(const float *restrict a, int64_t lda, const float *re
 #undef DS_NSTEP
 }
 
-/* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
-   ps floats apart. Micro-tiles of DS_MR rows down the block, a shorter one at the bottom. Tiles are
-   independent, so a parallel loop over them needs no synchronisation. */
-void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
-                   float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
+/* ds_gemm_panel's rows, prefetching the panel when `pf`. */
+static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                         float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k, int pf) {
     if (ncols <= 16) {
         ds_gemm_narrow(a, lda, panel, ps, c, ldc, i0, i1, ncols, k);
         return;
     }
     int64_t i = i0;
+    (void)pf;
 #if DS_MR > 4
-    if (i0 == 0) /* the first block: its full micro-tiles prefetch the panel */
+    if (pf) /* the panel's first use in this call: its full micro-tiles prefetch it */
         for (; i1 - i >= 12; i += 12) ds_pmicro_12(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols);
 #endif
     for (; i < i1; i += DS_MR) {
@@ -149,6 +148,15 @@ void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict p
 #endif
         }
     }
+}
+
+/* Rows i0..i1 of C (row stride ldc) = A (row stride lda) @ one panel of B: ncols <= 32 columns whose rows are
+   ps floats apart. Micro-tiles of DS_MR rows down the block, a shorter one at the bottom. Tiles are
+   independent, so a parallel loop over them needs no synchronisation. Callers pass rows relative to their own
+   pointers (i0 is often 0 for every call), so nothing here can tell a panel's first use: no prefetching. */
+void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
+                   float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
+    ds_gemm_rows(a, lda, panel, ps, c, ldc, i0, i1, ncols, k, 0);
 }
 
 /* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
@@ -188,7 +196,15 @@ void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n
 /* The tile (rows i0..i1, panel q) of C = A @ B with B packed by pack_b. */
 void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                   int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
-    ds_gemm_panel(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k);
+    ds_gemm_rows(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k, 0);
+}
+
+/* ds_gemm_tile for a caller whose i0 is the row of the whole product (its row blocks over A and C from row 0):
+   the block at row 0 is each panel's first use in the call, and prefetches it. */
+void ds_gemm_block(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
+                   int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
+    ds_gemm_rows(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k,
+                 i0 == 0);
 }
 
 /* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
@@ -199,7 +215,7 @@ void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict 
     for (int64_t rb = 0; rb < blocks; rb++)
         for (int64_t q = 0; q < panels; q++) {
             const int64_t r0 = rb * DS_ROW_BLOCK, r1 = r0 + DS_ROW_BLOCK < m ? r0 + DS_ROW_BLOCK : m;
-            ds_gemm_tile(a, lda, bp, c, ldc, r0, r1, q, n, k);
+            ds_gemm_block(a, lda, bp, c, ldc, r0, r1, q, n, k);
         }
 }
 

@@ -151,7 +151,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                     kir.For(r, re, tuple(epilogue), start=rs),
                     kir.Assign(rs, re)))]
     else:
-        tile = [_call("ds_gemm_tile", kir.Addr(a), _i(k), kir.Addr(bp), kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k))]
+        # rows r0..r1 of the whole product: the block at row 0 prefetches each panel (ds_gemm_block)
+        tile = [_call("ds_gemm_block", kir.Addr(a), _i(k), kir.Addr(bp), kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k))]
         if epilogue:
             tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     panels = (n + NR - 1) // NR
