@@ -95,7 +95,7 @@ def symbol_table(shape_env: Any, *, relax_lower: bool, subs: dict | None = None,
             continue  # torch replaced it (by a constant or another symbol) everywhere
         if not name.startswith(("s", "u")) or name.startswith("sf"):
             continue  # float symbols (zf*) are replaced by constants before this point
-        srcs = [_src_name(x) for x in sources.get(s, [])]
+        srcs = [source_text(x) for x in sources.get(s, [])]
         if not srcs:
             continue
         srcs.sort(key=lambda x: _input_rank(x, input_sources))
@@ -112,7 +112,8 @@ def _input_rank(src: str, input_sources: Sequence[str]) -> int:
     return len(input_sources)
 
 
-def _src_name(src: Any) -> str:
+def source_text(src: Any) -> str:
+    """A Dynamo source's text (`L['self'].norm.eps`): its `name`, a method or a property by torch version."""
     n = getattr(src, "name", src)
     return str(n() if callable(n) else n)
 

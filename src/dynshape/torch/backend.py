@@ -213,17 +213,20 @@ def _specialise_module_floats(gm: Any) -> None:
         from torch.fx.experimental.symbolic_shapes import guard_scalar
     except Exception:  # pragma: no cover - another torch version
         return
+    from dynshape.frontends.torch_fx import source_text
+
     changed = False
     for node in list(gm.graph.nodes):
         if node.op != "placeholder":
             continue
         memo = getattr(node.meta.get("example_value"), "item_memo", None)
-        sym = getattr(getattr(getattr(memo, "node", None), "_expr", None), "name", None)
+        expr = getattr(getattr(memo, "node", None), "_expr", None)
         env = getattr(getattr(memo, "node", None), "shape_env", None)
+        sym = getattr(expr, "name", None)
         if sym is None or env is None or not str(sym).startswith("zf") or not node.users:
             continue
-        srcs = (getattr(env, "var_to_sources", {}) or {}).get(memo.node._expr, [])
-        if not srcs or not all(_src_text(x).startswith("L['self']") for x in srcs):
+        srcs = (getattr(env, "var_to_sources", {}) or {}).get(expr, [])
+        if not srcs or not all(source_text(x).startswith("L['self']") for x in srcs):
             continue
         if not all(u.op == "call_method" and u.target == "item" for u in node.users):
             continue
@@ -234,11 +237,6 @@ def _specialise_module_floats(gm: Any) -> None:
         changed = True
     if changed:
         gm.recompile()
-
-
-def _src_text(src: Any) -> str:
-    n = getattr(src, "name", src)
-    return str(n() if callable(n) else n)
 
 
 def _plain(fw_gm: Any, gm: Any) -> bool:
