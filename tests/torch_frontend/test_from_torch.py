@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -148,10 +150,43 @@ def test_bert_with_mask_and_kwargs():
         np.testing.assert_allclose(out["pooler_output"], ref.pooler_output.numpy(), atol=1e-4)
 
 
-def test_a_dim_the_trace_pinned_to_size_1_is_exported_again_at_size_2():
-    """transformers' BERT traced with a batch of 1 bakes the 1 into its views from the second layer on (the
-    program requires 16*(2//batch) == 32): from_torch finds it, exports again with the example repeated to a batch
-    of 2, says so, and the graph serves every batch."""
+def _math_attention(monkeypatch):
+    """Trace with torch's math decomposition of attention again (dynshape keeps the op whole): from the second
+    layer on, its views bake an example batch of 1 into the program (it requires 16*(2//batch) == 32)."""
+    import dynshape.frontends.torch_export as te
+    from dynshape.frontends.aten import decompositions
+
+    def with_math():
+        from torch._decomp import core_aten_decompositions
+
+        table = decompositions()
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+        table[op] = core_aten_decompositions()[op]
+        return table
+
+    monkeypatch.setattr(te, "decompositions", with_math)
+
+
+def test_bert_traced_at_batch_1_serves_every_batch_without_a_second_export():
+    """Attention kept whole: nothing in BERT's program depends on the example's batch of 1."""
+    m, example, dims = _tiny_bert(1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*baked.*")
+        g = ds.from_torch(m, (), example, dynamic_shapes=dims)
+    exe = ds.compile(g)
+    for shape in ((1, 5), (3, 17)):
+        ids, mask = torch.randint(0, 100, shape), torch.ones(shape, dtype=torch.long)
+        mask[-1, -3:] = 0
+        with torch.no_grad():
+            ref = m(input_ids=ids, attention_mask=mask)
+        out = exe.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        np.testing.assert_allclose(out["last_hidden_state"], ref.last_hidden_state.numpy(), atol=1e-4)
+
+
+def test_a_dim_the_trace_pinned_to_size_1_is_exported_again_at_size_2(monkeypatch):
+    """A decomposition that bakes the example's size 1 into the program (`_math_attention`): from_torch finds
+    it, exports again with the example repeated to a batch of 2, says so, and the graph serves every batch."""
+    _math_attention(monkeypatch)
     m, example, dims = _tiny_bert(1)
     with pytest.warns(UserWarning, match=r"baked the example's size 1 into the program for batch"):
         g = ds.from_torch(m, (), example, dynamic_shapes=dims)
@@ -169,6 +204,7 @@ def test_a_pinned_dim_that_cannot_be_widened_is_refused_by_name(monkeypatch):
     the symbol, the input and axis, the requirement and the fix, before any call."""
     import dynshape.frontends.torch_export as te
 
+    _math_attention(monkeypatch)
     m, example, dims = _tiny_bert(1)
     monkeypatch.setattr(te, "_widened", lambda *a: None)
     with pytest.raises(ds.ModelError, match=r"batch \(from 'input_ids' axis 0, example size 1\).*requires "

@@ -2,13 +2,14 @@
 
 `decompositions()` is the table both torch entry points trace with: torch's core ATen decompositions, minus the
 ops this frontend lowers whole because dynshape has a better-fitting op (`_safe_softmax`, `hardswish`,
-`hardsigmoid`, `upsample_nearest2d`, `lstm`). `Converter(...).run()` does the conversion (see `convert.py`);
+`hardsigmoid`, `upsample_nearest2d`, `lstm`,
+scaled dot-product attention). `Converter(...).run()` does the conversion (see `convert.py`);
 `finish()` runs dynshape's shape inference and adds torch's size facts to the signature.
 """
 
 from __future__ import annotations
 
-from dynshape.frontends.aten import ops_math, ops_nn, ops_tensor  # noqa: F401 - registers the handlers
+from dynshape.frontends.aten import ops_attention, ops_math, ops_nn, ops_tensor  # noqa: F401 - registers the handlers
 from dynshape.frontends.aten.convert import (
     HANDLERS,
     Conversion,
@@ -22,7 +23,8 @@ from dynshape.frontends.aten.convert import (
 from dynshape.frontends.aten.symbols import SymbolTable, Unsupported, condition, range_of, symbol_name, to_expr
 
 KEEP = ("_safe_softmax.default", "hardswish.default", "hardsigmoid.default", "upsample_nearest2d.default",
-        "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "lstm.input", "gru.input")
+        "upsample_nearest2d.vec", "upsample_bilinear2d.vec", "lstm.input", "gru.input",
+        "_scaled_dot_product_flash_attention_for_cpu.default")
 
 
 def decompositions() -> dict:

@@ -409,15 +409,17 @@ def _softmax(cv: Any, node: Any, x: Tensor, dim: int, half_to_float: bool = Fals
 
 @handles("_safe_softmax.default")
 def _safe_softmax(cv: Any, node: Any, x: Tensor, dim: int, dtype: Any = None) -> Tensor:
+    out = cv.out_dtype()
+    return safe_softmax(cv, cast(cv, x, out), axis(dim, len(cv.out_dims())), cv.out_dims(), out, node.name)
+
+
+def safe_softmax(cv: Any, x: Tensor, ax: int, dims: tuple, out: Any, hint: str) -> Tensor:
     """softmax whose fully masked rows (every score -inf) give 0 instead of NaN.
 
     Default: Where(IsNaN(p), 0, p), torch.onnx's lowering, which the attention fusion runs without
     materialising the scores; it differs from torch only on rows whose scores hold NaN or +inf (0 instead of
     NaN). `exact_safe_softmax=True`: Where(ReduceMax(x) == -inf, 0, p), torch's exact rule, not fused."""
-    out = cv.out_dtype()
-    em, dims = cv.em, cv.out_dims()
-    x = cast(cv, x, out)
-    ax = axis(dim, len(dims))
+    em = cv.em
     p = em.node("Softmax", [x], {"axis": ax}, shape=dims, dtype=out)
     zero = em.const(np.array(0, out))
     if cv.exact_safe_softmax:
@@ -425,7 +427,7 @@ def _safe_softmax(cv: Any, node: Any, x: Tensor, dim: int, dtype: Any = None) ->
         dead = em.node("Equal", [m, em.const(np.array(-np.inf, out))], dtype=np.bool_)
     else:
         dead = em.node("IsNaN", [p], shape=dims, dtype=np.bool_)
-    return em.node("Where", [dead, zero, p], hint=node.name)
+    return em.node("Where", [dead, zero, p], hint=hint, shape=dims, dtype=out)
 
 
 # ---- products --------------------------------------------------------------------------------------------
