@@ -146,13 +146,10 @@ def dynshape_backend(gm: Any, example_inputs: Sequence[Any], options: dict | Non
         return make_boxed_func(state["call"])
 
     import torch
-    from torch._dynamo.backends.common import aot_autograd
-
-    from dynshape.frontends.aten import decompositions
 
     try:
         with torch.no_grad():
-            compiled = aot_autograd(fw_compiler=fw_compiler, decompositions=decompositions())(gm, example_inputs)
+            compiled = _aot(gm, example_inputs, fw_compiler)
     except Exception as e:  # noqa: BLE001
         if type(e).__name__.endswith("RestartAnalysis"):
             _explain.drop(record)  # Dynamo traces again and hands the graph over anew
@@ -167,6 +164,27 @@ def dynshape_backend(gm: Any, example_inputs: Sequence[Any], options: dict | Non
     if state.get("bypass") and "call" in state:
         return state["call"]
     return compiled
+
+
+def _aot(gm: Any, example_inputs: Sequence[Any], fw_compiler: Callable) -> Callable:
+    """aot_autograd's trace (inference only) with dynshape's decomposition table.
+
+    Called as `aot_module_simplified` itself rather than through Dynamo's `aot_autograd` backend wrapper: the
+    wrapper only adds backward-compiler wrapping (inference has none) and a logging context whose import loads
+    much of inductor (about 0.2 s of the first call). Inputs holding lists or dicts go through the wrapper,
+    which flattens them."""
+    import torch
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from dynshape.frontends.aten import decompositions
+
+    if any(isinstance(x, (list, tuple, dict)) for x in example_inputs):
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(fw_compiler=fw_compiler, decompositions=decompositions())(gm, example_inputs)
+    cg = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler, bw_compiler=fw_compiler,
+                               inference_compiler=fw_compiler, decompositions=decompositions())
+    return torch._dynamo.disable(cg, reason="do not trace the graph dynshape compiled")
 
 
 def _warm_libraries(gm: Any) -> None:

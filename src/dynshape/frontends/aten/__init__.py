@@ -9,6 +9,8 @@ scaled dot-product attention). `Converter(...).run()` does the conversion (see `
 
 from __future__ import annotations
 
+import functools
+
 from dynshape.frontends.aten import ops_attention, ops_math, ops_nn, ops_tensor  # noqa: F401 - registers the handlers
 from dynshape.frontends.aten.convert import (
     HANDLERS,
@@ -28,7 +30,13 @@ KEEP = ("_safe_softmax.default", "hardswish.default", "hardsigmoid.default", "up
 
 
 def decompositions() -> dict:
-    """torch's core ATen decomposition table without the ops this frontend maps whole (see KEEP)."""
+    """torch's core ATen decomposition table without the ops this frontend maps whole (see KEEP); a fresh dict
+    each call (callers may edit it), built once per process (about 0.1 s)."""
+    return dict(_decompositions())
+
+
+@functools.cache
+def _decompositions() -> dict:
     import torch
     from torch._decomp import core_aten_decompositions
 
