@@ -47,3 +47,30 @@ def test_warm_compiles_nothing_offline(libs: list[clib.CLibrary], tmp_path: Path
     assert t is not None
     t.join(120)
     assert libs[0]._loaded
+
+
+def test_warming_waits_while_a_build_compiles_its_own_kernels(libs: list[clib.CLibrary], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build's own compiles go first: no helper library starts while one runs."""
+    import threading
+    import time
+
+    started: list[float] = []
+    monkeypatch.setattr(clib.CLibrary, "try_load", lambda self: started.append(time.perf_counter()))
+    go = threading.Event()
+
+    def build() -> None:
+        with cc.foreground():
+            go.set()
+            time.sleep(0.5)
+        ended.append(time.perf_counter())
+
+    ended: list[float] = []
+    b = threading.Thread(target=build)
+    b.start()
+    go.wait(5)
+    t = clib.warm(["warm_test_a", "warm_test_b"], tmp_path)
+    assert t is not None
+    t.join(10)
+    b.join(10)
+    assert len(started) == 2 and ended and min(started) >= ended[0] - 0.01

@@ -92,6 +92,32 @@ class CompileError(DynshapeError):
 
 _pinned = threading.local()
 
+# Compiles a caller is waiting for (a build's own kernels) go first: background warming waits for them to end
+# before starting its next library, so on 2 cores the build's compiler processes are not sharing them with a
+# third (a build's libraries are its critical path on a cold cache; a helper it needs it compiles itself).
+_foreground = threading.Condition()
+_foreground_n = 0
+
+
+@contextlib.contextmanager
+def foreground() -> Iterator[None]:
+    """Mark the compiles inside as ones a caller waits for (see `wait_for_foreground`)."""
+    global _foreground_n
+    with _foreground:
+        _foreground_n += 1
+    try:
+        yield
+    finally:
+        with _foreground:
+            _foreground_n -= 1
+            _foreground.notify_all()
+
+
+def wait_for_foreground(timeout_s: float = 10.0) -> None:
+    """Block while foreground compiles run (at most `timeout_s`, so background work is never starved)."""
+    with _foreground:
+        _foreground.wait_for(lambda: _foreground_n == 0, timeout=timeout_s)
+
 
 @contextlib.contextmanager
 def pinned_cache_dir(path: str | os.PathLike) -> Iterator[None]:

@@ -13,7 +13,15 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dynshape.codegen.cc import DEFAULT_FLAGS, CompileError, compile_c, is_offline, pinned_cache_dir, read_csrc
+from dynshape.codegen.cc import (
+    DEFAULT_FLAGS,
+    CompileError,
+    compile_c,
+    is_offline,
+    pinned_cache_dir,
+    read_csrc,
+    wait_for_foreground,
+)
 
 P, I64, F32, INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
@@ -97,7 +105,8 @@ def warm(names: Iterable[str], where: os.PathLike) -> threading.Thread | None:
 
     Why: from a cold cache gcc takes 0.1-2 s per library; started early (when an executable is created, or when
     the torch backend receives Dynamo's graph, before aot_autograd's trace) the compiler runs on the other core
-    while Python traces, instead of after it. A caller that needs a library first simply waits on its lock."""
+    while Python traces, instead of after it. A caller that needs a library first simply waits on its lock; a
+    build compiling its own kernels goes first (each library here starts only when none is compiling)."""
     if is_offline():  # a loaded artefact loads its own libraries, compiling nothing
         return None
     by_name = {lib.name: lib for lib in LIBRARIES}
@@ -110,6 +119,7 @@ def warm(names: Iterable[str], where: os.PathLike) -> threading.Thread | None:
     def run() -> None:
         with pinned_cache_dir(where):
             for lib in todo:
+                wait_for_foreground()
                 lib.try_load()
 
     t = threading.Thread(target=run, daemon=True, name="dynshape-helpers")
