@@ -200,10 +200,16 @@ class _Scaled(torch.nn.Module):
 def test_module_floats_become_guarded_constants_without_a_dynamo_restart(monkeypatch):
     import dynshape.torch.backend as backend
 
-    calls = []
+    calls, passed = [], []
+
+    def traced(gm, ex, **kw):
+        calls.append(1)
+        fn = inner(gm, ex, **kw)
+        passed.append([n.name for n in gm.graph.nodes if n.op == "placeholder"])  # what Dynamo's call passes
+        return fn
+
     inner = backend.dynshape_backend
-    monkeypatch.setitem(torch._dynamo.backends.registry._COMPILER_FNS, "dynshape",
-                        lambda gm, ex, **kw: calls.append(1) or inner(gm, ex, **kw))
+    monkeypatch.setitem(torch._dynamo.backends.registry._COMPILER_FNS, "dynshape", traced)
     m = _Scaled().eval()
     c = torch.compile(m, backend="dynshape", dynamic=True, options={"fallback": "error"})
     x = torch.randn(3, 5, 8)
@@ -213,6 +219,7 @@ def test_module_floats_become_guarded_constants_without_a_dynamo_restart(monkeyp
         assert len(calls) == 1  # Dynamo traced once: no restart to specialise eps and scale
         rec = dt.explain().records[0]
         assert any(i.startswith("t: float64[]") for i in rec.inputs), rec.inputs  # the caller's float: an input
+        assert not any(n.endswith(("scale", "eps", "scale_", "eps_")) for n in passed[0]), passed  # not passed per call
         m.scale, m.norm.eps = 2.0, 1e-1  # the guards on the constants fail: Dynamo recompiles
         _same(c(x, 0.7), m(x, 0.7))
     assert len(calls) == 2
