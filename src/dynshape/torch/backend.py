@@ -13,9 +13,10 @@ For each graph Dynamo hands over:
 A graph with an ATen op dynshape cannot lower runs eagerly instead, after one warning naming the ops.
 
 Conventions, so nothing surprising happens silently:
-- weights are frozen at compile time; each call checks that every parameter and buffer is the same tensor at
-  the same version (`_version`), and rebuilds (with a warning) when one changed (`check_weights=False` skips
-  the check, ~50 ns per parameter);
+- weights are read at compile time (products pack their own copy; other weights are read in place, as
+  read-only views); each call checks that every parameter and buffer is the same tensor at the same version
+  (`_version`), and rebuilds (with a warning) when one changed (`check_weights=False` skips the check, ~50 ns
+  per parameter, and is a promise that the weights do not change);
 - inference only: outputs carry no autograd history (a warning says so when grad mode is on and an input
   requires grad);
 - CPU tensors only; a non-contiguous input is copied once by dynshape's binder; other devices are refused.
