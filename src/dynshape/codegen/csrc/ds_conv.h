@@ -27,6 +27,11 @@ enum {
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q);
 
+/* Panels q and q + 1 (when the group has it) of the same tile: ds_conv_tile's result for both, computed as 6 x 64
+   micro-tiles (each input value read once for 64 output channels). */
+void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
+                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q);
+
 /* Output row (n, ho) of a depthwise convolution (G = C, one channel per group): y points at the row's first
    pixel (pixels LDY floats apart), w is (KH * KW, C), bias is C floats or NULL. */
 void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,

@@ -5,7 +5,8 @@ Two strategies, chosen by the weights' shape:
   vectorised over the contiguous channels, eight interior pixels in registers at once, then the epilogue over
   the row while it is in L1 (under 16 channels, a loop nest per pixel, vectorised by GCC at the exact width);
 - every other convolution (dense, grouped, strided, dilated, padded, 1-D or 2-D): implicit GEMM on packed
-  weights (`ds_conv_tile`, csrc/ds_conv.c), OpenMP over (image row, block of columns, group, panel) tiles.
+  weights (`ds_conv_tile2`, csrc/ds_conv.c), OpenMP over (block of output pixels, group, pair of 32-channel
+  panels) tiles.
 Runtime dims (batch, H, W, and the pads SAME_* derives from them) are computed from the key; static ones
 (channels, kernel sizes, strides) are literals.
 """
@@ -157,23 +158,25 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     geo_buf, body = _geo_array(geo, E)
-    panels = (ocg + NR - 1) // NR
+    # a tile is a block of pixels times a pair of panels (64 output channels: ds_conv_tile2's 6 x 64 micro-tiles
+    # read each input value once for both), or a group's last, odd panel
+    pairs = (ocg + 2 * NR - 1) // (2 * NR)
     gq, pb, gi, q, p0, p1, r, j = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1", "r", "j"))
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
     blocks = (pixels + (ROWS - 1)) / ROWS
-    tile = [kir.Let(gi, gq / panels), kir.Let(q, gq % panels), kir.Let(p0, pb * ROWS),
+    tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * ROWS),
             kir.Let(p1, kir.Select(p0 + ROWS < pixels, p0 + ROWS, pixels)),
-            _call("ds_conv_tile", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0, p1,
-                  gi, q)]
+            _call("ds_conv_tile2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
+                  p1, gi, q)]
     col0 = gi * ocg + q * NR
-    col1 = gi * ocg + kir.Select((q + 1) * NR < ocg, (q + 1) * NR, _i(ocg))
+    col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
     epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j, (col0, col1),
                              oc)
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
     flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
-    # panel-major: each thread's consecutive tiles share a panel of weights, which stays in L2 meanwhile
-    loop = kir.For(gq, _i(geo["G"] * panels), (kir.For(pb, blocks, tuple(tile)),),
+    # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile
+    loop = kir.For(gq, _i(geo["G"] * pairs), (kir.For(pb, blocks, tuple(tile)),),
                    omp=kir.Omp(parallel=True, collapse=2, if_=flops >= ctx.options.par_min_flops))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
@@ -251,7 +254,8 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 
 
 
-LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64),
+_TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)
+LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64)}, share=True)
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
