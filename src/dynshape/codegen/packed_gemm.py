@@ -18,6 +18,7 @@ for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to t
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,18 @@ MR_NARROW = 4  # with 16 registers
 PAR_MIN_FLOPS = 1 << 20  # multiply-adds below which a product runs on one thread
 
 
+def aligned(shape: int | tuple, dtype: Any = np.float32) -> np.ndarray:
+    """An uninitialised C-contiguous array starting on a 64-byte boundary. Packed weights live in these: numpy's
+    own allocations start 16 bytes past one, so every 64-byte vector load of a panel touched two cache lines
+    (a 256-channel 3x3 conv tile sweep: 192 -> 181 GFLOP/s with the panels 16 bytes off)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(n + 64, np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off:off + n].view(dtype).reshape(shape)
+
+
 def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
     """B (k, n) (or (n, k) with trans) as panels [ceil(n/32), k, 32] of float32, zero-padded on the right.
 
@@ -41,7 +54,7 @@ def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
     if lib is not None:
         src = np.ascontiguousarray(b)
         k, n = (src.shape[1], src.shape[0]) if trans else src.shape
-        out = np.empty((-(-n // NR), k, NR), np.float32)
+        out = aligned((-(-n // NR), k, NR))
         (lib.ds_pack_panels_t if trans else lib.ds_pack_panels)(src.ctypes.data, src.shape[1], k, n, out.ctypes.data)
         return out
     if trans:
@@ -50,7 +63,9 @@ def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
     panels = -(-n // NR)
     padded = np.zeros((k, panels * NR), np.float32)
     padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
+    out = aligned((panels, k, NR))
+    out[...] = padded.reshape(k, panels, NR).transpose(1, 0, 2)
+    return out
 
 
 def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
@@ -63,7 +78,12 @@ def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
     co, cig, kh, kw = w.shape
     cog = co // groups
     mats = [w[g * cog:(g + 1) * cog].transpose(2, 3, 1, 0).reshape(kh * kw * cig, cog) for g in range(groups)]
-    return np.ascontiguousarray(np.concatenate([pack_b(m) for m in mats]))
+    if len(mats) == 1:
+        return pack_b(mats[0])
+    parts = [pack_b(m) for m in mats]
+    out = aligned((sum(p.shape[0] for p in parts), *parts[0].shape[1:]))
+    np.concatenate(parts, out=out)
+    return out
 
 
 def pack_deconv(w: np.ndarray) -> np.ndarray:
@@ -79,7 +99,10 @@ def pack_taps(w: np.ndarray) -> np.ndarray:
     """A depthwise convolution's weights (C, 1, KH, KW) (or (C, 1, KW)) as (KH * KW, C): per tap, the channels
     contiguous, as the channels-last depthwise kernel reads them."""
     w = np.asarray(w, dtype=np.float32)
-    return np.ascontiguousarray(w.reshape(w.shape[0], -1).T)
+    t = w.reshape(w.shape[0], -1).T
+    out = aligned(t.shape)
+    out[...] = t
+    return out
 
 
 _packed: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to the weight, its packed form)

@@ -104,15 +104,6 @@ def workspace_floats(op: str, seq: Any, batch: Any, hidden: Any, num_directions:
         + r16(3 * hidden)
 
 
-def aligned(n: int, dtype: Any = np.float32) -> np.ndarray:
-    """An uninitialised 1-D array of n elements starting on a 64-byte boundary (cache lines: a misaligned packed
-    R makes every 64-byte vector load touch two lines)."""
-    dtype = np.dtype(dtype)
-    buf = np.empty(n * dtype.itemsize + 64, np.uint8)
-    off = -buf.ctypes.data % 64
-    return buf[off:off + n * dtype.itemsize].view(dtype)
-
-
 @dataclass
 class RnnKernel:
     """One node's weights packed for the kernel, and how to call it."""
@@ -184,7 +175,7 @@ class RnnKernel:
         want = [w and (i < 2 or op == "LSTM") for i, w in enumerate(outputs)] + [False] * (3 - len(outputs))
         y_shape = (seq, nd, batch, hid) if a.layout == 0 else (batch, seq, nd, hid)
         outs = [np.empty(s, np.float32) if w else None for w, s in zip(want, (y_shape, state, state))]
-        ws = aligned(int(self.workspace_floats(seq, batch)))
+        ws = packed_gemm.aligned(int(self.workspace_floats(seq, batch)))
         block = self.args(x=x.ctypes.data, seq=seq, batch=batch, ws=ws.ctypes.data,
                           b=arr(b, "B", (nd, 2 * g * hid)), seq_lens=lens, h0=arr(h0, "initial_h", state),
                           c0=arr(c0, "initial_c", state), p=arr(p, "P", (nd, 3 * hid)),
@@ -220,7 +211,7 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
                   for m in (r[d, :2 * hid], r[d, 2 * hid:])]
     else:
         parts += [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
-    wp, rp = aligned(parts[0].size), aligned(sum(p.size for p in parts[1:]))
+    wp, rp = packed_gemm.aligned(parts[0].size), packed_gemm.aligned(sum(p.size for p in parts[1:]))
     wp[:] = parts[0]
     rp[:] = np.concatenate(parts[1:])
     return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, rp)
@@ -298,7 +289,7 @@ def _bind_native(r: BindRequest) -> list:
     k = _kernel_for(op, ins[1], ins[2], node.attrs)
     x = ins[0]
     seq, batch = (x.shape[0], x.shape[1]) if k.attrs.layout == 0 else (x.shape[1], x.shape[0])
-    ws = aligned(int(k.workspace_floats(seq, batch)))
+    ws = packed_gemm.aligned(int(k.workspace_floats(seq, batch)))
     addr = {i: r.addr(a) for i, a in enumerate(ins) if a is not None}
     block = k.args(x=addr[0], seq=seq, batch=batch, ws=ws.ctypes.data, b=addr.get(3, 0), seq_lens=addr.get(4, 0),
                    h0=addr.get(5, 0), c0=addr.get(6, 0), p=addr.get(7, 0),

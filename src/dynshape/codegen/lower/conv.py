@@ -28,6 +28,7 @@ from dynshape.sym import eq, prove, sym
 
 I64 = kir.I64
 ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
+BLOCK_MAJOR_BYTES = 256 << 10  # packed weights up to this size: tiles in block-major order (see _implicit_gemm)
 
 
 def _i(x: int) -> kir.Const:
@@ -175,8 +176,14 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
     flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
-    # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile
-    loop = kir.For(gq, _i(geo["G"] * pairs), (kir.For(pb, blocks, tuple(tile)),),
+    # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile;
+    # block-major where all the weights stay in L2 anyway (<= BLOCK_MAJOR_BYTES): a block's tiles then read and
+    # write the same rows one after another (its epilogue's residual rows arrive as one stream, not 64 columns
+    # of every row at a time)
+    weight_bytes = 4 * geo["G"] * pairs * 2 * NR * geo["KH"] * geo["KW"] * cg
+    inner, outer = (kir.For(gq, _i(geo["G"] * pairs), tuple(tile)), pb) if weight_bytes <= BLOCK_MAJOR_BYTES \
+        else (kir.For(pb, blocks, tuple(tile)), gq)
+    loop = kir.For(outer, blocks if outer is pb else _i(geo["G"] * pairs), (inner,),
                    omp=kir.Omp(parallel=True, collapse=2, if_=flops >= ctx.options.par_min_flops))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
