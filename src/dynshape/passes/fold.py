@@ -55,16 +55,20 @@ def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str])
             continue
         conv = producer.get(x)
         if conv is not None and id(conv) not in replaced and _foldable(conv, consts, readers, keep, len(k)):
-            w = consts[conv.inputs[1]].astype(np.float64)
+            # the weights scaled in float32 by k rounded to float32 (one pass, no float64 copy of every weight:
+            # ResNet-50's 25 M took 0.2 s): within 1 ulp of the float64 product rounded
+            w = consts[conv.inputs[1]]
             b = consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
+            k32 = k.astype(np.float32)
             if conv.op_type == "Conv":
-                w = w * k.reshape(-1, *[1] * (w.ndim - 1))
+                w = np.multiply(w, k32.reshape(-1, *[1] * (w.ndim - 1)), dtype=np.float32)
             else:  # ConvTranspose: W is (C_in, C_out / group, ...), output channel co = g * C_out/g + j
                 g = int(conv.attrs.get("group", 1))
                 cg = w.shape[1]
-                w = (w.reshape(g, -1, cg, *w.shape[2:]) * k.reshape(g, 1, cg, *[1] * (w.ndim - 2))).reshape(w.shape)
+                w = np.multiply(w.reshape(g, -1, cg, *w.shape[2:]), k32.reshape(g, 1, cg, *[1] * (w.ndim - 2)),
+                                dtype=np.float32).reshape(w.shape)
             wn, bn = rw.fresh(conv.inputs[1], types), rw.fresh(n.name or "bn", types)
-            for name, v in ((wn, w.astype(np.float32)), (bn, (b * k + shift).astype(np.float32))):
+            for name, v in ((wn, w), (bn, (b * k + shift).astype(np.float32))):
                 rw.consts[name] = v
                 rw.types[name] = TensorType(v.dtype, v.shape, v)
             replaced[id(conv)] = dataclasses.replace(conv, inputs=[conv.inputs[0], wn, bn], outputs=[n.outputs[0]])
