@@ -17,6 +17,21 @@ typedef float ds_v16 __attribute__((vector_size(64)));
 typedef float ds_v16u __attribute__((vector_size(64), aligned(4), may_alias));
 static inline ds_v16 ds_ld16(const float *p) { return *(const ds_v16u *)p; }
 static inline void ds_st16(float *p, ds_v16 v) { *(ds_v16u *)p = v; }
+/* The first n of 32 (or 16) columns stored: with AVX-512 as masked stores (a 24- or 40-channel layer's tail was a
+   scalar loop per output row), else through a scratch row. */
+#ifdef __AVX512F__
+#include <immintrin.h>
+static inline void ds_store16(float *c, ds_v16 x0, int64_t n) {
+    if (n >= 16) { ds_st16(c, x0); return; }
+    _mm512_mask_storeu_ps(c, (__mmask16)((1u << n) - 1), (__m512)x0);
+}
+static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
+    if (n >= 32) { ds_st16(c, x0); ds_st16(c + 16, x1); return; }
+    if (n <= 16) { ds_store16(c, x0, n); return; }
+    ds_st16(c, x0);
+    ds_store16(c + 16, x1, n - 16);
+}
+#else
 static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
     if (n == 32) { ds_st16(c, x0); ds_st16(c + 16, x1); return; }
     float t[32];
@@ -30,6 +45,7 @@ static inline void ds_store16(float *c, ds_v16 x0, int64_t n) {
     ds_st16(t, x0);
     for (int64_t j = 0; j < n; j++) c[j] = t[j];
 }
+#endif
 
 /* Rows of a micro-tile written out as named registers (DS_ROWSn(M) expands M(0) .. M(n-1)), so the compiler
    sees straight-line code, not an array it might keep in memory. */
