@@ -109,7 +109,7 @@ def test_the_se_blocks_mean_is_a_global_pool_in_channels_last():
              helper.make_node("Mul", ["d", "h"], ["y"])]
     exe = _check(_model(nodes, ["n", 6, "h", "w"], {"dw": dw, "w": w, "axes": axes}),
                  {"n": (1, 2), "h": (1, 20), "w": (1, 20)}, [(1, 6, 5, 5), (2, 6, 3, 8)],
-                 ["conv", "pool", "product", "elementwise"])
+                 ["conv", "pool", "elementwise"])
     assert [s.op for s in exe.generic.steps].count("Transpose") == 2  # into channels last once, and back
 
 

@@ -89,7 +89,6 @@ class Product(Item):
     folded: tuple[Node, ...] = ()  # Reshape to heads + Transpose (0, 2, 1, 3), written directly
     heads: int = 0  # with `folded`: (b, s, heads * d) is written as (b, heads, s, d)
     layernorm: Node | None = None  # a last-axis LayerNormalization of the result, applied per block of rows
-    weight_shape: tuple[int, ...] | None = None  # the weight as a matrix (a 1x1 conv's (Co, Ci, 1, 1) -> (Co, Ci))
     kind: ClassVar[str] = "product"
 
     @property
@@ -102,7 +101,7 @@ class Product(Item):
 class Conv(Item):
     """A channels-last Conv (`dynshape::ChannelsLast(op=Conv)`) with constant weights and the elementwise group
     that alone reads it as its epilogue. inputs: [X, bias?, *epilogue operands]; `shape` is the output's
-    (N, *spatial, C). (A 1x1 stride-1 unpadded one is a `Product` instead: a product of pixel rows.)"""
+    (N, *spatial, C)."""
 
     node: Node | None = None
     weight: str = ""

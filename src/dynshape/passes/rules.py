@@ -145,8 +145,9 @@ def _channels_last(item: Item, op: str) -> Node | None:
 
 
 def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
-    """A channels-last float32 Conv or ConvTranspose with constant weights (and bias) takes its epilogue. A 1x1,
-    stride-1, unpadded, ungrouped Conv is a product of pixel rows by the (Co, Ci) weight matrix."""
+    """A channels-last float32 Conv or ConvTranspose with constant weights (and bias) takes its epilogue. 1x1
+    convolutions too: the conv kernel's 6 x 64 micro-tiles beat the product kernel's 12 x 32 on them (ResNet-50's
+    64 -> 256 on 56x56 and 128 -> 512 on 28x28 went from 0.91-0.95 to 0.98-1.00 of onnxruntime's time)."""
     node = _channels_last(item, "Conv") or _channels_last(item, "ConvTranspose")
     if node is None or len(node.inputs) < 2:
         return None
@@ -161,17 +162,10 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     epi, j = _epilogue_of(s, node.outputs[0], shape)
     at = j if j is not None else i
     absorbed = frozenset(k for k in (i, j) if k is not None)
-    nd = len(x.shape) - 2
-    a = node.attrs
-    pointwise = node.attrs["op"] == "Conv" and all(k == 1 for k in wv.shape[2:]) and int(a.get("group", 1)) == 1 \
-        and all(v == 1 for v in a.get("strides", [1] * nd)) and not any(a.get("pads", [0] * 2 * nd)) \
-        and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
     def make(epi: Elementwise | None) -> Item:
         ins = (node.inputs[0], *_dedup([bias] if bias else [],
                                        [z for z in (epi.inputs if epi else ()) if z != node.outputs[0]]))
         outs = epi.outputs if epi else (node.outputs[0],)
-        if pointwise:
-            return Product(ins, outs, node, node.inputs[1], True, epi, shape, weight_shape=tuple(wv.shape[:2]))
         return Conv(ins, outs, node, node.inputs[1], epi, shape)
 
     alone = Match(make(None), i, frozenset((i,)))

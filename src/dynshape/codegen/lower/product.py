@@ -182,7 +182,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
     symbols = (*ctx.symbols, ROW_STRIDE) if strided else ctx.symbols
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), symbols)
-    weight = PackedWeight(pr.weight, pr.trans_b, shape=pr.weight_shape)
+    weight = PackedWeight(pr.weight, pr.trans_b)
     return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params), needs=("packed_gemm",),
                    row_stride=strided)
 
