@@ -220,8 +220,10 @@ def section_overhead(args, m) -> dict:
     captured = []
 
     def capture(gm, ex, **kw):
+        before = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
         fn = dynshape_backend(gm, ex, **kw)
-        captured.append((fn, list(ex)))
+        after = {n.name for n in gm.graph.nodes if n.op == "placeholder"}  # the backend may drop module floats
+        captured.append((fn, [x for name, x in zip(before, ex) if name in after]))
         return fn
 
     if "dynshape_capture" not in registry._COMPILER_FNS:
