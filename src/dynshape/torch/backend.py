@@ -238,8 +238,10 @@ def _specialise_module_floats(gm: Any) -> set[int]:
         return set()
     from dynshape.frontends.torch_fx import source_text
 
-    tx = InstructionTranslator.current_tx()
-    output = getattr(tx, "output", None)
+    try:
+        output = getattr(InstructionTranslator.current_tx(), "output", None)
+    except Exception:  # noqa: BLE001 - not inside Dynamo's trace (the backend called directly): keep the inputs
+        output = None
     dynamo_graph = getattr(output, "graph", None) is gm.graph
     changed = False
     dropped: set[int] = set()
