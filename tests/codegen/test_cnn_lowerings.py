@@ -53,6 +53,8 @@ CONVS = [  # (ci, co, k, attrs)
     (64, 64, (1, 1), {}), (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}), (16, 96, (1, 1), {"strides": [2, 2]}),
     (64, 160, (3, 3), {"group": 2, "pads": [0, 1, 1, 0]}), (3, 64, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
     (16, 64, (3, 3), {"pads": [1, 1, 1, 1]}),
+    # weights over 256 KB: tiles in panel-major order (smaller ones run block-major)
+    (256, 96, (3, 3), {"pads": [1, 1, 1, 1]}),
     # depthwise in C: a masked channel tail (40 = 16 + 16 + 8), chunks of 128 channels, stride and dilation
     (40, 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}), (200, 200, (5, 5), {"group": 200, "pads": [2, 2, 2, 2]}),
     (32, 32, (3, 3), {"group": 32, "strides": [2, 2], "dilations": [2, 2], "pads": [2, 1, 2, 1]}),
