@@ -58,3 +58,16 @@ def test_the_environment_is_read_in_one_module() -> None:
 def test_no_source_file_is_over_800_lines() -> None:
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 800}
     assert not long, long
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest imports test files by basename (rootdir mode, no __init__.py): two test_x.py in different folders
+    make the whole suite fail to collect."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    clashes = []
+    for p in sorted(tests.rglob("test_*.py")):
+        if p.name in seen:
+            clashes.append(f"{seen[p.name].relative_to(tests)} and {p.relative_to(tests)}")
+        seen.setdefault(p.name, p)
+    assert not clashes, "test modules sharing a basename: " + "; ".join(clashes)
