@@ -73,7 +73,6 @@ class PackedWeight:
 
     weight: str
     trans: bool = False
-    shape: tuple[int, ...] | None = None  # the constant reshaped to this matrix first (a 1x1 conv's (Co, Ci))
     layout: str = "panels"  # panels (pack_b), conv (pack_conv: per group), taps (pack_taps: depthwise),
     # deconv (pack_deconv: a ConvTranspose's per-tap matrices)
     groups: int = 1

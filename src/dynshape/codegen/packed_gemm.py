@@ -120,12 +120,11 @@ def pack_taps(w: np.ndarray) -> np.ndarray:
 _packed: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to the weight, its packed form)
 
 
-def packed(w: np.ndarray, trans: bool = False, shape: tuple | None = None, layout: str = "panels",
-           groups: int = 1) -> np.ndarray:
-    """The packed form of a constant (pack_b of it, reshaped to `shape` and maybe transposed; pack_conv;
-    pack_taps), computed once per weight array while that array lives (shared by every executable compiled
-    from the same graph)."""
-    key = (id(w), trans, shape, layout, groups)
+def packed(w: np.ndarray, trans: bool = False, layout: str = "panels", groups: int = 1) -> np.ndarray:
+    """The packed form of a constant (pack_b of it, maybe transposed; pack_conv; pack_taps; pack_deconv),
+    computed once per weight array while that array lives (shared by every executable compiled from the same
+    graph)."""
+    key = (id(w), trans, layout, groups)
     hit = _packed.get(key)
     if hit is not None and hit[0]() is w:
         return hit[1]
@@ -136,7 +135,7 @@ def packed(w: np.ndarray, trans: bool = False, shape: tuple | None = None, layou
     elif layout == "deconv":
         out = pack_deconv(w)
     else:
-        out = pack_b(w if shape is None else w.reshape(shape), trans)
+        out = pack_b(w, trans)
     try:
         ref = weakref.ref(w, lambda _, key=key: _packed.pop(key, None))
     except TypeError:  # not weak-referenceable: no sharing

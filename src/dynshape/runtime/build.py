@@ -188,7 +188,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     for s in steps:
         for x in s.inputs:
             if isinstance(x, PackedWeight) and x not in fixed:
-                fixed[x] = packed_gemm.packed(consts[x.weight], x.trans, x.shape, x.layout, x.groups)
+                fixed[x] = packed_gemm.packed(consts[x.weight], x.trans, x.layout, x.groups)
     if key is not None:
         fixed.update({k: v for k, v in symvals(key).items() if k in needed})
     return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)

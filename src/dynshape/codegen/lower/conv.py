@@ -181,9 +181,9 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     # write the same rows one after another (its epilogue's residual rows arrive as one stream, not 64 columns
     # of every row at a time)
     weight_bytes = 4 * geo["G"] * pairs * 2 * NR * geo["KH"] * geo["KW"] * cg
-    inner, outer = (kir.For(gq, _i(geo["G"] * pairs), tuple(tile)), pb) if weight_bytes <= BLOCK_MAJOR_BYTES \
-        else (kir.For(pb, blocks, tuple(tile)), gq)
-    loop = kir.For(outer, blocks if outer is pb else _i(geo["G"] * pairs), (inner,),
+    by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
+    (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
+    loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),),
                    omp=kir.Omp(parallel=True, collapse=2, if_=flops >= ctx.options.par_min_flops))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
