@@ -38,6 +38,7 @@ from dynshape.frontends.onnx_checks import (
     load_external_data,
     node_schema,
 )
+from dynshape.frontends.onnx_fastread import read_direct
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
 from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
@@ -53,10 +54,10 @@ def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min:
     "multiple_of": 8}, "heads": 12, "h": ds.sym("h", multiple_of=32)}` (a tuple is (min, max); an int fixes
     the dim). `infer=False` returns the graph without types (for tools that only want the structure).
     """
-    proto = _read(model)
+    proto, direct = _read_direct(model)
     opsets = check_opsets(proto)
     symbols = _Symbols(dims or {}, default_min)
-    conv = _Converter(opsets, {(f.domain, f.name): f for f in proto.functions}, symbols)
+    conv = _Converter(opsets, {(f.domain, f.name): f for f in proto.functions}, symbols, direct)
     graph = conv.graph(proto.graph, outer=frozenset(), top=True)
     symbols.check_all_used()
     _check_supported(graph)
@@ -76,6 +77,18 @@ def read_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 # ---- reading -------------------------------------------------------------------------------------------
+def _read_direct(model: Any) -> tuple[onnx.ModelProto, dict[int, np.ndarray]]:
+    """The model, and the top graph's large initializers already as arrays (by index) where the file could be
+    read that way (onnx_fastread); otherwise the whole ModelProto and no arrays."""
+    if isinstance(model, (str, os.PathLike)) and os.path.isfile(os.fspath(model)):
+        path = os.fspath(model)
+        got = read_direct(path)
+        if got is not None:
+            load_external_data(got[0], os.path.dirname(os.path.abspath(path)))  # Constant attributes may have some
+            return _check_graph(got[0]), got[1]
+    return _read(model), {}
+
+
 def _read(model: Any) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         proto = model
@@ -177,8 +190,10 @@ class _Symbols:
 
 # ---- conversion ----------------------------------------------------------------------------------------
 class _Converter:
-    def __init__(self, opsets: dict[str, int], functions: dict, symbols: _Symbols):
+    def __init__(self, opsets: dict[str, int], functions: dict, symbols: _Symbols,
+                 direct: dict[int, np.ndarray] | None = None):
         self.opsets = opsets
+        self.direct = direct or {}  # top graph initializers read straight from the file, by index
         self.functions = functions
         self.symbols = symbols
         self.used_names: set[str] = set()
@@ -186,8 +201,9 @@ class _Converter:
     def graph(self, gp: onnx.GraphProto, outer: frozenset, top: bool = False) -> Graph:
         """Convert one (sub)graph; `outer` holds the names visible from enclosing graphs."""
         inits: dict[str, np.ndarray] = {}
-        for t in gp.initializer:
-            inits[t.name] = self._tensor(t, f"initializer {t.name!r}")
+        for i, t in enumerate(gp.initializer):
+            got = self.direct.get(i) if top else None
+            inits[t.name] = got if got is not None else self._tensor(t, f"initializer {t.name!r}")
         for st in gp.sparse_initializer:
             inits[st.values.name] = _sparse_to_dense(st)
         inputs = [self._value(vi, top) for vi in gp.input if vi.name not in inits]

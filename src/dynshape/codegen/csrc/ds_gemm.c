@@ -159,9 +159,14 @@ void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict p
     ds_gemm_rows(a, lda, panel, ps, c, ldc, i0, i1, ncols, k, 0);
 }
 
+/* Packs this large (VGG-19's classifier: 103 M floats) are compile-time weights: both cores share the copy and
+   its first touch of fresh pages (a warm load_onnx + compile of VGG-19 is mostly these two passes over memory). */
+#define DS_PAR_PACK_FLOATS (1 << 22)
+
 /* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
 void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
-    for (int64_t q = 0; q * 32 < n; q++) {
+    #pragma omp parallel for schedule(static) if(n * k >= DS_PAR_PACK_FLOATS)
+    for (int64_t q = 0; q < (n + 31) / 32; q++) {
         const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
         float *dst = bp + q * k * 32;
         for (int64_t p = 0; p < k; p++) {
@@ -177,7 +182,8 @@ void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, 
    the model stores it): blocks of 64 rows of a panel at a time, so the block being written (8 KB) stays in L1
    while each of the panel's 32 source rows contributes its 64 contiguous floats. */
 void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
-    for (int64_t q = 0; q * 32 < n; q++) {
+    #pragma omp parallel for schedule(static) if(n * k >= DS_PAR_PACK_FLOATS)
+    for (int64_t q = 0; q < (n + 31) / 32; q++) {
         const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
         float *dst = bp + q * k * 32;
         for (int64_t p0 = 0; p0 < k; p0 += 64) {
