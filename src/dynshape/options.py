@@ -81,6 +81,9 @@ class Options:
                                   default=True)
     channels_last: bool = _build("CNNs run channels last: spatial ops wrapped, their transposes cancelled",
                                  "DYNSHAPE_CHANNELS_LAST", True)
+    winograd: bool = _build("3x3 stride-1 convolutions as Winograd F(2x2, 3x3): 2.25x fewer multiply-adds, "
+                            "results within a few ulp of the direct sum's rounding (False: implicit GEMM)",
+                            "DYNSHAPE_WINOGRAD", True)
     blas: str = _build("BLAS for the products not on our micro-kernels: auto (MKL when installed), mkl, openblas",
                        "DYNSHAPE_BLAS", "auto")
     par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",

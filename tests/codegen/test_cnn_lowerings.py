@@ -24,9 +24,9 @@ def _model(nodes, x_shape, inits, opset=19):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _check(model, dims, shapes, kinds=None):
+def _check(model, dims, shapes, kinds=None, **options):
     g = ds.load_onnx(model, dims=dims)
-    exe = ds.compile(g)
+    exe = ds.compile(g, **options)
     if kinds is not None:
         assert sorted({s.kind for s in exe.generic.steps if isinstance(s, KernelStep)}) == sorted(kinds), \
             [(s.name, getattr(s, "kind", s.op)) for s in exe.generic.steps]
@@ -63,12 +63,15 @@ CONVS = [  # (ci, co, k, attrs)
 
 @pytest.mark.parametrize("ci,co,k,attrs", CONVS, ids=[str(i) for i in range(len(CONVS))])
 def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
+    """The direct kernels (implicit GEMM, depthwise): Winograd, which would take some of these, has its own tests
+    (test_winograd.py)."""
     groups = attrs.get("group", 1)
     w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
     b = RNG.standard_normal(co).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("HardSwish", ["c"], ["y"])]
     exe = _check(_model(nodes, ["n", ci, "h", "w"], {"w": w, "b": b}), {"n": (1, 3), "h": (1, 40), "w": (1, 40)},
-                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3)])
+                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3)], winograd=False)
+    assert not any("ds_wino_f2" in s.source for s in exe.generic.steps if isinstance(s, KernelStep))
     assert not exe.explain_build()["uncompiled"]
 
 

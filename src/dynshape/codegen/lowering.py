@@ -74,7 +74,7 @@ class PackedWeight:
     weight: str
     trans: bool = False
     layout: str = "panels"  # panels (pack_b), conv (pack_conv: per group), taps (pack_taps: depthwise),
-    # deconv (pack_deconv: a ConvTranspose's per-tap matrices)
+    # deconv (pack_deconv: a ConvTranspose's per-tap matrices), winograd (pack_winograd: F(2x2, 3x3)'s 16)
     groups: int = 1
 
 

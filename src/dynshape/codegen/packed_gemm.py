@@ -117,6 +117,23 @@ def pack_taps(w: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Winograd F(2x2, 3x3)'s weight transform G (4 x 3): U = G g G^T per (output, input) channel pair
+WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+
+def pack_winograd(w: np.ndarray) -> np.ndarray:
+    """A 3x3 convolution's weights (Co, Ci, 3, 3) transformed for F(2x2, 3x3) (in float64, rounded once) and
+    packed as 16 matrices (Ci, Co), one per position of the 4x4 transformed tile, each in the panels of a 1x1
+    convolution: [16, ceil(Co / 32), Ci, 32], what csrc/ds_conv.c's ds_wino_f2 reads."""
+    w = np.asarray(w, dtype=np.float64)
+    co, ci = w.shape[:2]
+    u = np.einsum("ai,ocij,bj->abco", WINOGRAD_G, w, WINOGRAD_G).reshape(16, ci, co).astype(np.float32)
+    parts = [pack_b(u[x]) for x in range(16)]
+    out = aligned((16, *parts[0].shape))
+    np.stack(parts, out=out)
+    return out
+
+
 _packed: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to the weight, its packed form)
 
 
@@ -134,6 +151,8 @@ def packed(w: np.ndarray, trans: bool = False, layout: str = "panels", groups: i
         out = pack_taps(w)
     elif layout == "deconv":
         out = pack_deconv(w)
+    elif layout == "winograd":
+        out = pack_winograd(w)
     else:
         out = pack_b(w, trans)
     try:

@@ -135,8 +135,16 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
-    lower = (_depthwise if geo["C"] >= 16 else _depthwise_loops) if depthwise else _implicit_gemm
+    lower = (_depthwise if geo["C"] >= 16 else _depthwise_loops) if depthwise else \
+        _winograd if ctx.options.winograd and winograd_fits(geo) else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
+
+
+def winograd_fits(geo: dict) -> bool:
+    """F(2x2, 3x3) takes a 3x3 convolution of stride 1, undilated and ungrouped, whose channels fill whole
+    vectors (ds_wino_f2 transforms 16 channels at a time, no tails)."""
+    return (geo["KH"], geo["KW"], geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (3, 3, 1, 1, 1, 1, 1) \
+        and geo["C"] % 16 == 0 and geo["OC"] % 16 == 0
 
 
 def _geo_array(geo: dict, E: dict) -> tuple[kir.Buffer, list[kir.Stmt]]:
@@ -189,6 +197,53 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
+
+
+WINO_TILES = 96  # tiles per chunk of ds_wino_f2 (DS_WINO_TILES)
+
+
+def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
+    """F(2x2, 3x3) (csrc/ds_conv.c's ds_wino_f2), OpenMP over blocks of whole tile rows (2 output rows each), so
+    a block's output pixels are one contiguous range and its epilogue runs over them while they are in cache.
+    A block takes enough tile rows for one chunk of WINO_TILES tiles (each chunk streams all 16 weight matrices:
+    a 7x7 map's rows of 4 tiles would otherwise stream them per 4 tiles), but no more than leaves two blocks per
+    thread."""
+    node, c, oc = cv.node, geo["C"], geo["OC"]
+    ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    x, up = kir.Buffer("i0"), kir.Buffer("i1")
+    zeros = kir.Buffer("zeros", kir.F32, const=False)
+    scratch = kir.Buffer("scratch", kir.F32, const=False)
+    geo_buf, body = _geo_array(geo, E)
+    tw, th, rows, per, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in ("TW", "TH", "TR", "R", "b", "r0", "r1", "p0",
+                                                                       "p1", "r", "j"))
+    threads = kir.Call("omp_get_max_threads", (), I64)
+    by_chunk = kir.Select(tw >= WINO_TILES, _i(1), _i(WINO_TILES) / tw)
+    by_threads = kir.Select(rows >= threads * 2, rows / (threads * 2), _i(1))
+    body += [kir.Let(tw, (E["OW"] + 1) / 2), kir.Let(th, (E["OH"] + 1) / 2), kir.Let(rows, E["N"] * th),
+             kir.Let(per, kir.Select(by_chunk < by_threads, by_chunk, by_threads))]
+
+    def first_pixel(e: kir.Expr) -> kir.Expr:  # of flat tile row e = (image, tile row)
+        return ((e / th) * E["OH"] + (e % th) * 2) * E["OW"]
+
+    block = [kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
+             _call("ds_wino_f2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
+                   r0 * tw, r1 * tw, kir.Addr(scratch))]
+    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j,
+                             (_i(0), _i(oc)), oc)
+    if epilogue:
+        block += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
+                  kir.For(r, p1, tuple(epilogue), start=p0)]
+    pixels = kir.product([E["N"], E["OH"], E["OW"]])
+    flops = pixels * (oc * 9 * c)
+    loop = kir.For(b, (rows + per - 1) / per, tuple(block), omp=kir.Omp(shared=True))
+    body += [kir.Alloc(zeros, _i(c), zero=True),
+             kir.Region((kir.Alloc(scratch, _i(16 * WINO_TILES * (c + oc))), loop, kir.Free(scratch)),
+                        if_=flops >= ctx.options.par_min_flops),
+             kir.Free(zeros)]
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
+    return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="winograd"), *ops.ptrs),
+                   needs=("conv",), row_stride=True)
 
 
 def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
@@ -263,6 +318,7 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
-                                        "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64)}, share=True)
+                                        "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
+                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, P)}, share=True)
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
