@@ -449,7 +449,8 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
     }
 }
 
-static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t nt) {
+static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t nt,
+                           int64_t c0, int64_t c1) {
     GEO_LOCALS;
     (void)H; (void)W; (void)C; (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)PT;
     (void)PL;
@@ -460,7 +461,7 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
         const int two_rows = oh + 1 < OH, two_cols = ow + 1 < OW;
         float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
         const float *mt = m + i * OC;
-        for (int64_t c = 0; c < OC; c += 16) {
+        for (int64_t c = c0; c < c1; c += 16) {
             ds_v16 q[4][4], s[2][4];
             for (int64_t a = 0; a < 4; a++)
                 for (int64_t b = 0; b < 4; b++) q[a][b] = ds_ld16(mt + (a * 4 + b) * XI + c);
@@ -479,13 +480,14 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
 }
 
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, float *restrict scratch) {
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t q0, int64_t q1, float *restrict scratch) {
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC];
     const int64_t per_xi = (OC + 31) / 32 * 32 * C; /* one position's packed weights */
-    for (int64_t c0 = t0; c0 < t1; c0 += DS_WINO_TILES) {
-        const int64_t nt = t1 - c0 < DS_WINO_TILES ? t1 - c0 : DS_WINO_TILES;
+    const int64_t c1 = q1 * 32 < OC ? q1 * 32 : OC;
+    for (int64_t u0 = t0; u0 < t1; u0 += DS_WINO_TILES) {
+        const int64_t nt = t1 - u0 < DS_WINO_TILES ? t1 - u0 : DS_WINO_TILES;
         float *v = scratch, *m = scratch + 16 * DS_WINO_TILES * C;
-        ds_wino_input(geo, x, v, c0, nt);
+        ds_wino_input(geo, x, v, u0, nt);
         /* each position's product: a 1x1 convolution of the chunk's nt "pixels" */
         int64_t g1[DS_CONV_GEO] = {0};
         g1[DS_CONV_H] = 1; g1[DS_CONV_W] = nt; g1[DS_CONV_C] = C; g1[DS_CONV_OH] = 1; g1[DS_CONV_OW] = nt;
@@ -493,8 +495,8 @@ void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restri
         g1[DS_CONV_DH] = 1; g1[DS_CONV_DW] = 1; g1[DS_CONV_G] = 1; g1[DS_CONV_CG] = C; g1[DS_CONV_OCG] = OC;
         g1[DS_CONV_LDY] = OC;
         for (int64_t xi = 0; xi < 16; xi++)
-            for (int64_t q = 0; q * 32 < OC; q += 2)
+            for (int64_t q = q0; q < q1 && q * 32 < OC; q += 2)
                 ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, q);
-        ds_wino_output(geo, m, y, c0, nt);
+        ds_wino_output(geo, m, y, u0, nt, q0 * 32, c1);
     }
 }

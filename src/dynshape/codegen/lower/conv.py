@@ -203,11 +203,13 @@ WINO_TILES = 96  # tiles per chunk of ds_wino_f2 (DS_WINO_TILES)
 
 
 def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
-    """F(2x2, 3x3) (csrc/ds_conv.c's ds_wino_f2), OpenMP over blocks of whole tile rows (2 output rows each), so
-    a block's output pixels are one contiguous range and its epilogue runs over them while they are in cache.
-    A block takes enough tile rows for one chunk of WINO_TILES tiles (each chunk streams all 16 weight matrices:
-    a 7x7 map's rows of 4 tiles would otherwise stream them per 4 tiles), but no more than leaves two blocks per
-    thread."""
+    """F(2x2, 3x3) (csrc/ds_conv.c's ds_wino_f2), OpenMP over (block of whole tile rows, part of the output
+    channels). A block's tiles (2 output rows a tile row) are one contiguous range of output pixels, so its
+    epilogue runs over them while they are in cache; a block takes as many tile rows as fill one chunk of
+    WINO_TILES tiles, since every chunk streams all 16 weight matrices (a 7x7 map's rows of 4 tiles would
+    otherwise stream them per 4 tiles). With fewer blocks than two per thread, the threads split the output
+    channels instead (each transforms the block's input itself: O(C) a pixel), so the weights are still read
+    once per chunk in all."""
     node, c, oc = cv.node, geo["C"], geo["OC"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}
     o0 = kir.Buffer("o0", kir.F32, const=False)
@@ -215,28 +217,31 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lo
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
     geo_buf, body = _geo_array(geo, E)
-    tw, th, rows, per, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in ("TW", "TH", "TR", "R", "b", "r0", "r1", "p0",
-                                                                       "p1", "r", "j"))
+    names = ("TW", "TH", "TR", "R", "NB", "NP", "b", "part", "r0", "r1", "q0", "q1", "p0", "p1", "r", "j")
+    tw, th, rows, per, nb, parts, b, part, r0, r1, q0, q1, p0, p1, r, j = (kir.Var(v) for v in names)
+    pairs = (oc + 2 * NR - 1) // (2 * NR)
     threads = kir.Call("omp_get_max_threads", (), I64)
-    by_chunk = kir.Select(tw >= WINO_TILES, _i(1), _i(WINO_TILES) / tw)
-    by_threads = kir.Select(rows >= threads * 2, rows / (threads * 2), _i(1))
     body += [kir.Let(tw, (E["OW"] + 1) / 2), kir.Let(th, (E["OH"] + 1) / 2), kir.Let(rows, E["N"] * th),
-             kir.Let(per, kir.Select(by_chunk < by_threads, by_chunk, by_threads))]
+             kir.Let(per, kir.Select(tw >= WINO_TILES, _i(1), _i(WINO_TILES) / tw)),
+             kir.Let(nb, (rows + per - 1) / per),
+             kir.Let(parts, kir.Select(nb >= threads * 2, _i(1), kir.Select(threads < pairs, threads, _i(pairs))))]
 
     def first_pixel(e: kir.Expr) -> kir.Expr:  # of flat tile row e = (image, tile row)
         return ((e / th) * E["OH"] + (e % th) * 2) * E["OW"]
 
     block = [kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
+             kir.Let(q0, (part * pairs / parts) * 2), kir.Let(q1, ((part + 1) * pairs / parts) * 2),
              _call("ds_wino_f2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
-                   r0 * tw, r1 * tw, kir.Addr(scratch))]
+                   r0 * tw, r1 * tw, q0, q1, kir.Addr(scratch))]
+    col1 = kir.Select(q1 * NR < oc, q1 * NR, _i(oc))
     epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j,
-                             (_i(0), _i(oc)), oc)
+                             (q0 * NR, col1), oc)
     if epilogue:
         block += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
                   kir.For(r, p1, tuple(epilogue), start=p0)]
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
     flops = pixels * (oc * 9 * c)
-    loop = kir.For(b, (rows + per - 1) / per, tuple(block), omp=kir.Omp(shared=True))
+    loop = kir.For(b, nb, (kir.For(part, parts, tuple(block)),), omp=kir.Omp(shared=True, collapse=2))
     body += [kir.Alloc(zeros, _i(c), zero=True),
              kir.Region((kir.Alloc(scratch, _i(16 * WINO_TILES * (c + oc))), loop, kir.Free(scratch)),
                         if_=flops >= ctx.options.par_min_flops),
@@ -319,6 +324,6 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
-                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, P)}, share=True)
+                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P)}, share=True)
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
