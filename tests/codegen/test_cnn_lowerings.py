@@ -259,3 +259,24 @@ def test_row_stride_kernels_run_dense_on_the_unplanned_path():
         for c in (True, False):
             feed = {"x": x, "cond": np.array(c)}
             np.testing.assert_allclose(exe.run(feed)["y"], graph.run(feed)["y"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [None, 1, 2, 3, -1])
+def test_old_opset_softmax_of_a_channels_last_map(axis):
+    """Below opset 13 a Softmax normalises the flattened axes from `axis` on: over C, H, W (axis 1) it may move
+    into channels last (the same set of values), over H, W (axis 2) it must not (NHWC's H, W are not a
+    suffix); either way the values are the reference's."""
+    w = (RNG.standard_normal((4, 3, 1, 1)) * 0.5).astype(np.float32)
+    attrs = {} if axis is None else {"axis": axis}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Softmax", ["c"], ["y"], **attrs)]
+    _check(_model(nodes, ["n", 3, "h", "w"], {"w": w}, opset=11), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
+           [(1, 3, 3, 5), (2, 3, 1, 4), (1, 3, 6, 1)])
+
+
+def test_old_opset_classifier_softmax_after_a_global_pool_is_a_kernel():
+    w = (RNG.standard_normal((10, 3, 1, 1)) * 0.5).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+             helper.make_node("Softmax", ["p"], ["y"])]
+    exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w": w}, opset=9), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
+                 [(1, 3, 3, 5), (2, 3, 7, 2)])
+    assert "softmax" in {s.kind for s in exe.generic.steps if isinstance(s, KernelStep)}

@@ -49,6 +49,7 @@ class Rewrite:
     types: dict  # name -> TensorType of every new value
     consts: dict  # name -> ndarray of every new constant (transposed operands)
     seq: int = 0
+    opset: int = 13  # the graph's default-domain opset: Softmax's axis means something else below 13
 
     def fresh(self, base: str, taken: dict) -> str:
         while True:
@@ -85,9 +86,9 @@ def _wrappable(n: Node, types: dict) -> bool:
     return True
 
 
-def channels_last(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
+def channels_last(nodes: list[Node], types: dict, consts: dict, keep: set[str], opset: int = 13) -> Rewrite:
     """The rewritten schedule, with the types and constants of the values it makes (see the module doc)."""
-    rw = Rewrite([], {}, {})
+    rw = Rewrite([], {}, {}, opset=opset)
     all_types = dict(types)
     for n in nodes:
         if not _wrappable(n, all_types):
@@ -245,10 +246,18 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
         inputs[k] = name
     attrs = dict(n.attrs)
     if n.op_type in _AXIS:
-        if n.op_type in ("Softmax", "LogSoftmax") and n.attrs.get("_opset", 13) < 13:
-            return None
-        a = int(attrs.get("axis", 1 if n.op_type != "Softmax" else -1))
-        attrs["axis"] = perm[a % r]
+        if n.op_type in ("Softmax", "LogSoftmax") and rw.opset < 13:
+            # below opset 13 one softmax runs over the flattened axes from `axis` on (default 1): order-free, so
+            # the op moves when those axes are a suffix of the operand's axes too (NCHW's C, H, W are NHWC's
+            # H, W, C); else (H and W only) it stays where it is
+            a = int(attrs.get("axis", 1)) % r
+            block = sorted(perm[k] for k in range(a, r))
+            if block != list(range(r - len(block), r)):
+                return None
+            attrs["axis"] = r - len(block)
+        else:
+            a = int(attrs.get("axis", 1 if n.op_type != "Softmax" else -1))
+            attrs["axis"] = perm[a % r]
         if n.op_type == "Split" and len(inputs) > 1 and inputs[1] and inputs[1] not in consts:
             return None
     if n.op_type in _REDUCE:

@@ -33,9 +33,12 @@ def _softmax_node(item: Item, s: Schedule) -> Node | None:
     t = s.type(n.outputs[0]) if n.outputs else None
     if not is_float32(t) or not t.shape:
         return None
-    # opset < 13 flattens from `axis` (default 1) on: the same rows when that axis is the last one
-    axis = int(n.attrs.get("axis", -1 if s.graph.opset >= 13 else 1))
-    return n if axis in (-1, len(t.shape) - 1) else None
+    if s.graph.opset >= 13:
+        return n if int(n.attrs.get("axis", -1)) in (-1, len(t.shape) - 1) else None
+    # opset < 13 flattens from `axis` (default 1) on: the same rows when every axis but the last of those is 1
+    # (a classifier's (batch, 1, 1, classes) after a channels-last global pool)
+    axis = int(n.attrs.get("axis", 1)) % len(t.shape)
+    return n if all(d == 1 for d in t.shape[axis:-1]) else None
 
 
 def match_softmax(s: Schedule, i: int, item: Item) -> Match | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,7 +165,8 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     added: dict[str, np.ndarray] = {}
     for enabled, rewrite in ((options.fuse, drop_inference_dropout),
                              (options.fuse and options.fold_batchnorm, fold_batchnorm),
-                             (options.fuse and options.channels_last, channels_last)):
+                             (options.fuse and options.channels_last, functools.partial(channels_last,
+                                                                                         opset=graph.opset))):
         if enabled:
             rw = rewrite(live, types, {**consts, **added}, outputs)
             live = rw.nodes
