@@ -413,90 +413,95 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
    pixel, against O(C * OC) for the products) and a round trip of V and M through L2.
    Tiles are flat over (image, tile row, tile column); a call takes tiles t0..t1 in chunks of DS_WINO_TILES,
    scratch holding 16 * DS_WINO_TILES * (C + OC) floats (V then M). The products run on ds_conv_tile2 (the
-   6 x 64 micro-tiles) as 1x1 convolutions over the chunk's tiles. */
+   6 x 64 micro-tiles) as 1x1 convolutions over the chunk's tiles.
+   Threads share each chunk, phase by phase (tiles of the input transform, the 16 x pairs products, tiles of
+   the output transform): splitting tiles between threads instead left a 28x28 map's three blocks of rows
+   (or its 96 channels as 64 + 32) unevenly shared, and 2 threads ran its convolutions 1.2x faster than 1. */
 
-static void ds_wino_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t nt) {
+/* Tile i of the chunk from tile t0 (nt tiles): its 16 x C transformed values into V[xi][i][c]. */
+static void ds_wino_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t i,
+                          int64_t nt) {
     GEO_LOCALS;
     (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)LDY;
-    const int64_t TW = (OW + 1) / 2, TH = (OH + 1) / 2, XI = nt * C; /* V[xi][t][c] */
-    for (int64_t i = 0; i < nt; i++) {
-        const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
-        const int64_t ih0 = 2 * th - PT, iw0 = 2 * tw - PL;
-        const float *xn = x + n * H * W * C;
-        const float *row[4][4];
+    const int64_t TW = (OW + 1) / 2, TH = (OH + 1) / 2, XI = nt * C;
+    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
+    const int64_t ih0 = 2 * th - PT, iw0 = 2 * tw - PL;
+    const float *xn = x + n * H * W * C;
+    const float *row[4][4];
+    for (int64_t a = 0; a < 4; a++)
+        for (int64_t b = 0; b < 4; b++) {
+            const int64_t ih = ih0 + a, iw = iw0 + b;
+            row[a][b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
+        }
+    float *vt = v + i * C;
+    for (int64_t c = 0; c < C; c += 16) {
+        ds_v16 d[4][4], s[4][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) {
-                const int64_t ih = ih0 + a, iw = iw0 + b;
-                row[a][b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
-            }
-        float *vt = v + i * C;
-        for (int64_t c = 0; c < C; c += 16) {
-            ds_v16 d[4][4], s[4][4];
-            for (int64_t a = 0; a < 4; a++)
-                for (int64_t b = 0; b < 4; b++) d[a][b] = row[a][b] ? ds_ld16(row[a][b] + c) : (ds_v16){0};
-            for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
-                s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
-                s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
-            }
-            for (int64_t a = 0; a < 4; a++) { /* (B^T d) B: over columns */
-                float *o = vt + a * 4 * XI + c;
-                ds_st16(o, s[a][0] - s[a][2]);
-                ds_st16(o + XI, s[a][1] + s[a][2]);
-                ds_st16(o + 2 * XI, s[a][2] - s[a][1]);
-                ds_st16(o + 3 * XI, s[a][1] - s[a][3]);
-            }
+            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a][b] ? ds_ld16(row[a][b] + c) : (ds_v16){0};
+        for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
+            s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
+            s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
+        }
+        for (int64_t a = 0; a < 4; a++) { /* (B^T d) B: over columns */
+            float *o = vt + a * 4 * XI + c;
+            ds_st16(o, s[a][0] - s[a][2]);
+            ds_st16(o + XI, s[a][1] + s[a][2]);
+            ds_st16(o + 2 * XI, s[a][2] - s[a][1]);
+            ds_st16(o + 3 * XI, s[a][1] - s[a][3]);
         }
     }
 }
 
-static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t nt,
-                           int64_t c0, int64_t c1) {
+/* Tile i of the chunk: Y = A^T M A from M[xi][i][oc], its pixels that fall inside the output stored. */
+static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
+                           int64_t nt) {
     GEO_LOCALS;
     (void)H; (void)W; (void)C; (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)PT;
     (void)PL;
-    const int64_t OC = geo[DS_CONV_OC], TW = (OW + 1) / 2, TH = (OH + 1) / 2, XI = nt * OC; /* M[xi][t][oc] */
-    for (int64_t i = 0; i < nt; i++) {
-        const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
-        const int64_t oh = 2 * th, ow = 2 * tw;
-        const int two_rows = oh + 1 < OH, two_cols = ow + 1 < OW;
-        float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
-        const float *mt = m + i * OC;
-        for (int64_t c = c0; c < c1; c += 16) {
-            ds_v16 q[4][4], s[2][4];
-            for (int64_t a = 0; a < 4; a++)
-                for (int64_t b = 0; b < 4; b++) q[a][b] = ds_ld16(mt + (a * 4 + b) * XI + c);
-            for (int64_t b = 0; b < 4; b++) { /* A^T M: over rows */
-                s[0][b] = q[0][b] + q[1][b] + q[2][b];
-                s[1][b] = q[1][b] - q[2][b] - q[3][b];
-            }
-            for (int64_t a = 0; a < 2; a++) {
-                if (a == 1 && !two_rows) break;
-                float *o = y00 + a * OW * LDY + c;
-                ds_st16(o, s[a][0] + s[a][1] + s[a][2]);
-                if (two_cols) ds_st16(o + LDY, s[a][1] - s[a][2] - s[a][3]);
-            }
+    const int64_t OC = geo[DS_CONV_OC], TW = (OW + 1) / 2, TH = (OH + 1) / 2, XI = nt * OC;
+    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
+    const int64_t oh = 2 * th, ow = 2 * tw;
+    const int two_rows = oh + 1 < OH, two_cols = ow + 1 < OW;
+    float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
+    const float *mt = m + i * OC;
+    for (int64_t c = 0; c < OC; c += 16) {
+        ds_v16 q[4][4], s[2][4];
+        for (int64_t a = 0; a < 4; a++)
+            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_ld16(mt + (a * 4 + b) * XI + c);
+        for (int64_t b = 0; b < 4; b++) { /* A^T M: over rows */
+            s[0][b] = q[0][b] + q[1][b] + q[2][b];
+            s[1][b] = q[1][b] - q[2][b] - q[3][b];
+        }
+        for (int64_t a = 0; a < 2; a++) {
+            if (a == 1 && !two_rows) break;
+            float *o = y00 + a * OW * LDY + c;
+            ds_st16(o, s[a][0] + s[a][1] + s[a][2]);
+            if (two_cols) ds_st16(o + LDY, s[a][1] - s[a][2] - s[a][3]);
         }
     }
 }
 
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t q0, int64_t q1, float *restrict scratch) {
-    const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC];
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch) {
+    const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], pairs = (OC + 63) / 64;
     const int64_t per_xi = (OC + 31) / 32 * 32 * C; /* one position's packed weights */
-    const int64_t c1 = q1 * 32 < OC ? q1 * 32 : OC;
-    for (int64_t u0 = t0; u0 < t1; u0 += DS_WINO_TILES) {
+    float *v = scratch, *m = scratch + 16 * DS_WINO_TILES * C;
+    #pragma omp parallel if(par)
+    for (int64_t u0 = t0; u0 < t1; u0 += DS_WINO_TILES) { /* every thread walks the chunks; they share each */
         const int64_t nt = t1 - u0 < DS_WINO_TILES ? t1 - u0 : DS_WINO_TILES;
-        float *v = scratch, *m = scratch + 16 * DS_WINO_TILES * C;
-        ds_wino_input(geo, x, v, u0, nt);
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < nt; i++) ds_wino_input(geo, x, v, u0, i, nt);
         /* each position's product: a 1x1 convolution of the chunk's nt "pixels" */
         int64_t g1[DS_CONV_GEO] = {0};
         g1[DS_CONV_H] = 1; g1[DS_CONV_W] = nt; g1[DS_CONV_C] = C; g1[DS_CONV_OH] = 1; g1[DS_CONV_OW] = nt;
         g1[DS_CONV_OC] = OC; g1[DS_CONV_KH] = 1; g1[DS_CONV_KW] = 1; g1[DS_CONV_SH] = 1; g1[DS_CONV_SW] = 1;
         g1[DS_CONV_DH] = 1; g1[DS_CONV_DW] = 1; g1[DS_CONV_G] = 1; g1[DS_CONV_CG] = C; g1[DS_CONV_OCG] = OC;
         g1[DS_CONV_LDY] = OC;
+        #pragma omp for collapse(2) schedule(static)
         for (int64_t xi = 0; xi < 16; xi++)
-            for (int64_t q = q0; q < q1 && q * 32 < OC; q += 2)
-                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, q);
-        ds_wino_output(geo, m, y, u0, nt, q0 * 32, c1);
+            for (int64_t pq = 0; pq < pairs; pq++)
+                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq);
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < nt; i++) ds_wino_output(geo, m, y, u0, i, nt);
     }
 }

@@ -39,11 +39,10 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
 
 /* Winograd F(2x2, 3x3) for a 3x3, stride-1, undilated, ungrouped convolution with C and OC multiples of 16:
    the 2x2 output tiles t0 <= t < t1 (flat over image, tile row, tile column; ceil(OH/2) x ceil(OW/2) tiles an
-   image), output channels of the 32-column panels q0 <= q < q1 (q0 even), `up` the 16 transformed weight
-   matrices packed as 1x1 convolutions' (pack_winograd), `scratch` DS_WINO_SCRATCH(C, OC) floats of the
-   caller's. */
+   image), `up` the 16 transformed weight matrices packed as 1x1 convolutions' (pack_winograd), `scratch`
+   DS_WINO_SCRATCH(C, OC) floats of the caller's. With `par`, the call's own OpenMP team shares the work. */
 #define DS_WINO_TILES 96 /* tiles per chunk: V and M of a chunk stay in L2 for 256 + 256 channels */
 #define DS_WINO_SCRATCH(C, OC) (16 * DS_WINO_TILES * ((C) + (OC)))
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t q0, int64_t q1, float *restrict scratch);
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch);
 #endif

@@ -203,13 +203,14 @@ WINO_TILES = 96  # tiles per chunk of ds_wino_f2 (DS_WINO_TILES)
 
 
 def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
-    """F(2x2, 3x3) (csrc/ds_conv.c's ds_wino_f2), OpenMP over (block of whole tile rows, part of the output
-    channels). A block's tiles (2 output rows a tile row) are one contiguous range of output pixels, so its
-    epilogue runs over them while they are in cache; a block takes as many tile rows as fill one chunk of
-    WINO_TILES tiles, since every chunk streams all 16 weight matrices (a 7x7 map's rows of 4 tiles would
-    otherwise stream them per 4 tiles). With fewer blocks than two per thread, the threads split the output
-    channels instead (each transforms the block's input itself: O(C) a pixel), so the weights are still read
-    once per chunk in all."""
+    """F(2x2, 3x3) (csrc/ds_conv.c's ds_wino_f2) over blocks of whole tile rows (2 output rows each): a block's
+    output pixels are one contiguous range, so its epilogue runs over them while they are in cache. A block
+    takes as many tile rows as fill one chunk of WINO_TILES tiles, since every chunk streams all 16 weight
+    matrices (a 7x7 map's rows of 4 tiles would otherwise stream them per 4 tiles).
+    With at least 4 blocks a thread, OpenMP shares out the blocks (each thread its own scratch); with fewer
+    (small maps), the blocks run one after another and the whole team shares each chunk phase by phase
+    (ds_wino_f2's `par`): per-thread blocks left a 28x28 map's three blocks unevenly shared, and sharing every
+    chunk cost a 55x55 map with 16 channels more in barriers than its products take."""
     node, c, oc = cv.node, geo["C"], geo["OC"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}
     o0 = kir.Buffer("o0", kir.F32, const=False)
@@ -217,34 +218,39 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lo
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
     geo_buf, body = _geo_array(geo, E)
-    names = ("TW", "TH", "TR", "R", "NB", "NP", "b", "part", "r0", "r1", "q0", "q1", "p0", "p1", "r", "j")
-    tw, th, rows, per, nb, parts, b, part, r0, r1, q0, q1, p0, p1, r, j = (kir.Var(v) for v in names)
-    pairs = (oc + 2 * NR - 1) // (2 * NR)
-    threads = kir.Call("omp_get_max_threads", (), I64)
+    names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j")
+    tw, th, rows, per, par, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in names)
+    pixels = kir.product([E["N"], E["OH"], E["OW"]])
     body += [kir.Let(tw, (E["OW"] + 1) / 2), kir.Let(th, (E["OH"] + 1) / 2), kir.Let(rows, E["N"] * th),
              kir.Let(per, kir.Select(tw >= WINO_TILES, _i(1), _i(WINO_TILES) / tw)),
-             kir.Let(nb, (rows + per - 1) / per),
-             kir.Let(parts, kir.Select(nb >= threads * 2, _i(1), kir.Select(threads < pairs, threads, _i(pairs))))]
+             kir.Let(par, pixels * (oc * 9 * c) >= ctx.options.par_min_flops)]
 
     def first_pixel(e: kir.Expr) -> kir.Expr:  # of flat tile row e = (image, tile row)
         return ((e / th) * E["OH"] + (e % th) * 2) * E["OW"]
 
-    block = [kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
-             kir.Let(q0, (part * pairs / parts) * 2), kir.Let(q1, ((part + 1) * pairs / parts) * 2),
-             _call("ds_wino_f2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
-                   r0 * tw, r1 * tw, q0, q1, kir.Addr(scratch))]
-    col1 = kir.Select(q1 * NR < oc, q1 * NR, _i(oc))
+    nb, threads = kir.Var("NB"), kir.Call("omp_get_max_threads", (), I64)
+    body.append(kir.Let(nb, (rows + per - 1) / per))
     epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j,
-                             (q0 * NR, col1), oc)
-    if epilogue:
-        block += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
-                  kir.For(r, p1, tuple(epilogue), start=p0)]
-    pixels = kir.product([E["N"], E["OH"], E["OW"]])
-    flops = pixels * (oc * 9 * c)
-    loop = kir.For(b, nb, (kir.For(part, parts, tuple(block)),), omp=kir.Omp(shared=True, collapse=2))
+                             (_i(0), _i(oc)), oc)
+
+    def block(shared: bool) -> tuple[kir.Stmt, ...]:
+        """One block; `shared`: the team shares its chunks (and its epilogue), else one thread runs it."""
+        stmts: list[kir.Stmt] = [
+            kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
+            _call("ds_wino_f2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
+                  r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch))]
+        if epilogue:
+            stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
+                      kir.For(r, p1, tuple(epilogue), start=p0,
+                              omp=kir.Omp(parallel=True, if_=par) if shared else None)]
+        return tuple(stmts)
+
+    size = _i(16 * WINO_TILES * (c + oc))
+    per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
+                             kir.Free(scratch)))
+    team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
     body += [kir.Alloc(zeros, _i(c), zero=True),
-             kir.Region((kir.Alloc(scratch, _i(16 * WINO_TILES * (c + oc))), loop, kir.Free(scratch)),
-                        if_=flops >= ctx.options.par_min_flops),
+             kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="winograd"), *ops.ptrs),
@@ -324,6 +330,7 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
-                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P)}, share=True)
+                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P)}, share=True,
+                  openmp=True)
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
