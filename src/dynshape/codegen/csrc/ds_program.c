@@ -67,6 +67,30 @@ void ds_copy_strided(const int64_t *a) {
     }
 }
 
+/* Every row of a small block moved by one table (a transpose of a few inner dims: a channels-last channel
+   shuffle's (groups, C / groups) per pixel): a = [dst, src, rows, row stride in bytes, width, table], dst
+   contiguous, dst[r * width + k] = src[r * stride + table[k]] (4-byte elements, table in elements). The
+   strided copy's per-element loop ran ShuffleNet's 56x56 x (4, 28) shuffle at 0.7 ns an element; with AVX-512
+   a row is 16-lane gathers from L1. */
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+void ds_permute_rows(const int64_t *a) {
+    float *dst = (float *)a[0];
+    const char *src = (const char *)a[1];
+    const int64_t rows = a[2], stride = a[3], width = a[4];
+    const int32_t *table = (const int32_t *)a[5];
+    for (int64_t r = 0; r < rows; r++, dst += width) {
+        const float *s = (const float *)(src + r * stride);
+        int64_t k = 0;
+#ifdef __AVX512F__
+        for (; k + 16 <= width; k += 16)
+            _mm512_storeu_ps(dst + k, _mm512_i32gather_ps(_mm512_loadu_si512(table + k), s, 4));
+#endif
+        for (; k < width; k++) dst[k] = s[table[k]];
+    }
+}
+
 /* Concat into a planned buffer: a = [out, outer, n, bytes_out, (src, bytes) x n]: for each of `outer` rows of
    the output (bytes_out bytes each), the inputs' rows follow each other (the axis and everything inside it are
    contiguous, so a row of input i is `bytes` contiguous bytes). */

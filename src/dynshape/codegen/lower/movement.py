@@ -36,11 +36,52 @@ def _copy(src: np.ndarray, out: np.ndarray, keep: list) -> list | None:
         return None
     lib = program.LIBRARY.try_load()
     if lib is not None and src.dtype == out.dtype and out.flags.c_contiguous and src.ndim <= 16:
-        desc = np.array([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides],
+        shape, strides = _merged(src.shape, src.strides)
+        table = _row_table(shape, strides, src.itemsize)
+        if table is not None:
+            desc = np.array([out.ctypes.data, src.ctypes.data, shape[0], strides[0], table.size, table.ctypes.data],
+                            dtype=np.int64)
+            keep.extend((desc, src, table))
+            return [NativeCall(lib.ds_permute_rows, (desc.ctypes.data,))]
+        desc = np.array([len(shape), src.itemsize, out.ctypes.data, src.ctypes.data, *shape, *strides],
                         dtype=np.int64)
         keep.extend((desc, src))
         return [NativeCall(lib.ds_copy_strided, (desc.ctypes.data,))]
     return [functools.partial(np.copyto, out, src, casting="unsafe")]
+
+
+def _merged(shape: tuple, strides: tuple) -> tuple[list[int], list[int]]:
+    """The same strided view with adjacent dims merged where the outer one steps over the inner one whole (the
+    destination is contiguous, so its dims merge alike): a channels-last shuffle's (N, H, W, g, c) reads as
+    (N * H * W, g, c), and the copy's index arithmetic per outer position shrinks with the rank."""
+    dims = [(int(n), int(st)) for n, st in zip(shape, strides) if n != 1]  # a length-1 dim moves nothing
+    if not dims:
+        return [1] * min(1, len(shape)), [0] * min(1, len(shape))
+    out_shape, out_strides = [dims[0][0]], [dims[0][1]]
+    for n, st in dims[1:]:
+        if out_strides[-1] == n * st:
+            out_shape[-1] *= int(n)
+            out_strides[-1] = int(st)
+        else:
+            out_shape.append(int(n))
+            out_strides.append(int(st))
+    return out_shape, out_strides
+
+
+ROW_TABLE_MAX = 1024  # elements of the inner block moved by one table (ds_permute_rows)
+
+
+def _row_table(shape: list[int], strides: list[int], itemsize: int) -> np.ndarray | None:
+    """For a view (rows, *inner) of 4-byte elements whose inner block is small and not contiguous (a transpose
+    of inner dims per row), the block's source offsets in elements, in destination order; else None."""
+    if itemsize != 4 or len(shape) < 3 or strides[-1] == itemsize or any(st % 4 for st in strides[1:]) \
+            or math.prod(shape[1:]) > ROW_TABLE_MAX or shape[0] == 0:
+        return None
+    grid = np.indices(shape[1:], dtype=np.int64).reshape(len(shape) - 1, -1)
+    offsets = (grid * np.array([st // 4 for st in strides[1:]], np.int64)[:, None]).sum(axis=0)
+    if offsets.min() < 0 or offsets.max() >= 1 << 31:
+        return None
+    return np.ascontiguousarray(offsets, dtype=np.int32)
 
 
 def _bind_transpose(r: BindRequest) -> list | None:

@@ -1,0 +1,60 @@
+"""Native data movement (codegen/lower/movement.py): the strided views a Transpose or Expand binds, merged and
+copied in C (`ds_copy_strided`, or `ds_permute_rows` for a small inner block moved per row), against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import dynshape as ds
+from dynshape.codegen.lower.movement import ROW_TABLE_MAX, _merged, _row_table
+
+RNG = np.random.default_rng(3)
+
+
+def test_merged_dims_address_the_same_elements():
+    base = np.arange(2 * 5 * 6 * 112, dtype=np.float32).reshape(2, 5, 6, 4, 28)
+    for view in (base.transpose(0, 1, 2, 4, 3), base, base[:, :, :3], base.transpose(3, 0, 1, 2, 4),
+                 np.broadcast_to(base[:, :1], (2, 7, 6, 4, 28)), base[:, 2:3]):
+        shape, strides = _merged(view.shape, view.strides)
+        again = np.lib.stride_tricks.as_strided(view, shape, strides)
+        np.testing.assert_array_equal(again.reshape(view.shape), view)
+        assert len(shape) <= view.ndim
+
+
+def test_row_table_only_for_small_non_contiguous_inner_blocks():
+    x = np.zeros((10, 4, 28), np.float32)
+    t = _row_table(*_merged(x.transpose(0, 2, 1).shape, x.transpose(0, 2, 1).strides), 4)
+    assert t is not None and t.dtype == np.int32 and list(t[:5]) == [0, 28, 56, 84, 1]
+    assert _row_table(*_merged(x.shape, x.strides), 4) is None  # contiguous: one memcpy
+    big = np.zeros((3, 40, 40), np.float32).transpose(0, 2, 1)
+    assert 40 * 40 > ROW_TABLE_MAX and _row_table(*_merged(big.shape, big.strides), 4) is None
+    assert _row_table([10, 4, 28], [448, 4, 112], 8) is None  # 8-byte elements take the strided copy
+
+
+def _run_transpose(shape, perm, dtype=TensorProto.FLOAT):
+    names = [f"d{i}" for i in range(len(shape))]
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", dtype, names)],
+                          [helper.make_tensor_value_info("y", dtype, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = ds.compile(ds.load_onnx(m.SerializeToString(), dims={n: (0, 64) for n in names}))
+    assert [s.how for s in exe.generic.steps] == ["native"]
+    return exe
+
+
+@pytest.mark.parametrize("shape,perm", [((2, 5, 6, 4, 28), (0, 1, 2, 4, 3)), ((3, 7, 3, 5), (0, 1, 3, 2)),
+                                        ((4, 2, 3, 17), (0, 3, 2, 1)), ((1, 9, 1, 4, 2), (4, 0, 1, 3, 2)),
+                                        ((6, 64, 40), (0, 2, 1)), ((0, 4, 3), (0, 2, 1)), ((5, 1, 3), (0, 2, 1))])
+def test_transposes_match_numpy(shape, perm):
+    exe = _run_transpose(shape, perm)
+    for dt in (np.float32,):
+        x = RNG.standard_normal(shape).astype(dt)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(perm))
+
+
+def test_int64_transpose_takes_the_strided_copy():
+    exe = _run_transpose((3, 4, 5), (0, 2, 1), TensorProto.INT64)
+    x = RNG.integers(-100, 100, (3, 4, 5)).astype(np.int64)
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(0, 2, 1))
