@@ -81,9 +81,13 @@ class Options:
                                   default=True)
     channels_last: bool = _build("CNNs run channels last: spatial ops wrapped, their transposes cancelled",
                                  "DYNSHAPE_CHANNELS_LAST", True)
-    winograd: bool = _build("3x3 stride-1 convolutions as Winograd F(2x2, 3x3): 2.25x fewer multiply-adds, "
-                            "results within a few ulp of the direct sum's rounding (False: implicit GEMM)",
+    winograd: bool = _build("3x3 stride-1 convolutions by Winograd's transforms (see winograd_tile), relative "
+                            "differences from the direct sum around 1e-6 (F(2x2)) to 1e-5 (F(4x4)); False: implicit "
+                            "GEMM",
                             "DYNSHAPE_WINOGRAD", True)
+    winograd_tile: int = _build("Winograd's output tile: 4 (F(4x4, 3x3), 4x fewer multiply-adds, where the map's "
+                                "static sizes waste little of the tiles and the weights are under 512 x 512 "
+                                "channels; F(2x2) elsewhere) or 2 (F(2x2, 3x3) everywhere)", default=4)
     blas: str = _build("BLAS for the products not on our micro-kernels: auto (MKL when installed), mkl, openblas",
                        "DYNSHAPE_BLAS", "auto")
     par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",
@@ -113,6 +117,8 @@ class Options:
     def __post_init__(self) -> None:
         if self.buckets is not None and not isinstance(self.buckets, tuple):
             object.__setattr__(self, "buckets", tuple(self.buckets))
+        if self.winograd_tile not in (2, 4):
+            raise DynshapeError(f"winograd_tile={self.winograd_tile!r}: choose 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3))")
         if self.strategy not in STRATEGIES:
             raise DynshapeError(f"strategy={self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
         if self.over_budget not in ("error", "refuse_calls"):

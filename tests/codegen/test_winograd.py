@@ -1,7 +1,7 @@
-"""Winograd F(2x2, 3x3) convolutions (csrc/ds_conv.c's ds_wino_f2, lowered by codegen/lower/conv.py) against the
-numpy reference: odd and even output sizes (half tiles), every padding a 3x3 stride-1 conv can have, batches,
-tile rows wider than one chunk, blocks of several tile rows, epilogues, Concat slices; which convolutions take
-it, and the option that turns it off."""
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (csrc/ds_conv.c's ds_wino_f2 / ds_wino_f4, lowered by
+codegen/lower/conv.py) against the numpy reference: output sizes that are no multiple of the tile (part tiles),
+every padding a 3x3 stride-1 conv can have, batches, tile rows wider than one chunk, blocks of several tile
+rows, epilogues, Concat slices; which convolutions take it and which tile, and the options."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen.lower.conv import WINO_TILES
-from dynshape.codegen.packed_gemm import pack_winograd
+from dynshape.codegen.lower.conv import WINO4_MAX_WEIGHTS, WINO_TILES, winograd_tile
+from dynshape.codegen.packed_gemm import WINOGRAD_G, pack_winograd
+from dynshape.errors import DynshapeError
+from dynshape.options import Options
 from dynshape.runtime.build import KernelStep
+from dynshape.sym import sym
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(7)
-DIMS = {"n": (1, 4), "h": (1, 300), "w": (1, 300)}
+DIMS = {"n": (1, 4), "h": (1, 600), "w": (1, 600)}
 
 
 def _model(nodes, ci, inits):
@@ -26,14 +29,15 @@ def _model(nodes, ci, inits):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
 
 
-def _wino_steps(exe) -> int:
-    return sum("ds_wino_f2" in s.source for s in exe.generic.steps if isinstance(s, KernelStep))
+def _wino_steps(exe, tile: int) -> int:
+    return sum(f"ds_wino_f{tile}(" in s.source for s in exe.generic.steps if isinstance(s, KernelStep))
 
 
-def _check(model, shapes, winograd_steps, **options):
+def _check(model, shapes, winograd_steps, tile=4, **options):
     g = ds.load_onnx(model, dims=DIMS)
-    exe = ds.compile(g, **options)
-    assert _wino_steps(exe) == winograd_steps
+    exe = ds.compile(g, winograd_tile=tile, **options)
+    assert _wino_steps(exe, tile) == winograd_steps
+    assert _wino_steps(exe, 6 - tile) == 0
     for shape in shapes:
         x = RNG.standard_normal(shape).astype(np.float32)
         got, want = exe.run({"x": x})["y"], g.run({"x": x})["y"]
@@ -58,29 +62,51 @@ PADS = [{"pads": [1, 1, 1, 1]}, {"pads": [0, 0, 0, 0]}, {"pads": [0, 1, 1, 0]}, 
         {"auto_pad": "SAME_UPPER"}, {"auto_pad": "VALID"}]
 
 
+TILES = [2, 4]
+
+
+@pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("attrs", PADS, ids=[str(i) for i in range(len(PADS))])
-def test_every_padding_and_odd_and_even_sizes(attrs):
-    _check(_conv(16, 32, attrs), [(1, 16, 7, 9), (2, 16, 8, 8), (1, 16, 3, 3), (3, 16, 5, 12)], 1)
+def test_every_padding_and_part_tiles(attrs, tile):
+    _check(_conv(16, 32, attrs), [(1, 16, 7, 9), (2, 16, 8, 8), (1, 16, 3, 3), (3, 16, 5, 12), (1, 16, 10, 6)], 1,
+           tile)
 
 
+@pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("ci,co", [(16, 16), (32, 48), (64, 256), (256, 64)])
-def test_channel_counts(ci, co):
-    _check(_conv(ci, co, {"pads": [1, 1, 1, 1]}, act="HardSwish"), [(1, ci, 6, 10), (2, ci, 13, 5)], 1)
+def test_channel_counts(ci, co, tile):
+    _check(_conv(ci, co, {"pads": [1, 1, 1, 1]}, act="HardSwish"), [(1, ci, 6, 10), (2, ci, 13, 5)], 1, tile)
 
 
-def test_tile_rows_wider_than_a_chunk_and_blocks_of_many_rows():
-    """A row of 130 tiles (over WINO_TILES: two chunks in one call); 4 x 4 tiles a map (blocks of many tile rows,
-    crossing images); one pixel (a single half tile)."""
-    assert 130 > WINO_TILES
-    _check(_conv(16, 32, {"pads": [1, 1, 1, 1]}), [(1, 16, 3, 260), (4, 16, 7, 7), (1, 16, 1, 1)], 1)
+@pytest.mark.parametrize("tile", TILES)
+def test_tile_rows_wider_than_a_chunk_and_blocks_of_many_rows(tile):
+    """A row of 130 tiles of 2 or 4 (over WINO_TILES: several chunks in one call); small maps (blocks of many
+    tile rows, crossing images); one pixel (a single part tile)."""
+    assert 130 > max(WINO_TILES.values())
+    _check(_conv(16, 32, {"pads": [1, 1, 1, 1]}), [(1, 16, 3, 130 * tile), (4, 16, 7, 7), (1, 16, 1, 1)], 1, tile)
 
 
-def test_a_residual_epilogue_and_no_bias():
+@pytest.mark.parametrize("tile", TILES)
+def test_a_residual_epilogue_and_no_bias(tile):
     w = (RNG.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["c", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
-    _check(_model(nodes, 32, {"w": w}), [(2, 32, 9, 6), (1, 32, 2, 17)], 1)
-    _check(_conv(16, 16, {"pads": [1, 1, 1, 1]}, act=None, bias=False), [(1, 16, 5, 5)], 1)
+    _check(_model(nodes, 32, {"w": w}), [(2, 32, 9, 6), (1, 32, 2, 17)], 1, tile)
+    _check(_conv(16, 16, {"pads": [1, 1, 1, 1]}, act=None, bias=False), [(1, 16, 5, 5)], 1, tile)
+
+
+def test_which_tile_a_layer_takes():
+    """F(4x4) for large maps; F(2x2) for weights of 512 x 512 channels or more, maps small at a typical side
+    (h // 16), or where a static output size wastes more of 4-wide tiles (6 rows: 8 computed) than of 2-wide
+    ones (6 rows: 6)."""
+    geo = {"C": 64, "OC": 64, "OH": sym("h"), "OW": sym("w")}
+    assert winograd_tile(geo, 4) == 4 and winograd_tile(geo, 2) == 2
+    assert winograd_tile({**geo, "OH": sym("h") // 8}, 4) == 4 and winograd_tile({**geo, "OW": sym("w") // 16}, 4) == 2
+    assert winograd_tile({**geo, "OH": 6}, 4) == 2 and winograd_tile({**geo, "OH": 12, "OW": 3}, 4) == 4
+    assert winograd_tile({**geo, "C": 512, "OC": 512}, 4) == 2 and 512 * 512 == WINO4_MAX_WEIGHTS
+    assert winograd_tile({**geo, "C": 256, "OC": 512}, 4) == 4
+    with pytest.raises(DynshapeError, match="winograd_tile"):
+        Options(winograd_tile=3)
 
 
 def test_written_into_a_concat_slice():
@@ -104,24 +130,28 @@ def test_convolutions_it_does_not_take_run_on_implicit_gemm(ci, co, attrs):
     _check(_model(nodes, ci, {"w": w}), [(1, ci, 7, 8)], 0)
 
 
-def test_the_option_turns_it_off_and_both_agree():
+def test_the_options_turn_it_off_or_pick_the_tile_and_all_agree():
     model = _conv(32, 32, {"pads": [1, 1, 1, 1]})
     x = RNG.standard_normal((2, 32, 11, 10)).astype(np.float32)
-    on = _check(model, [], 1)
+    f4, f2 = _check(model, [], 1, 4), _check(model, [], 1, 2)
     off = _check(model, [], 0, winograd=False)
-    np.testing.assert_allclose(on.run({"x": x})["y"], off.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
-    assert on.options.build_key() != off.options.build_key()
+    for exe in (f4, f2):
+        np.testing.assert_allclose(exe.run({"x": x})["y"], off.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+    assert len({e.options.build_key() for e in (f4, f2, off)}) == 3
 
 
-def test_weight_transform_is_g_w_gt_per_position():
-    """pack_winograd's position (a, b) of output channel o, input channel c is (G w[o, c] G^T)[a, b]."""
+@pytest.mark.parametrize("tile", TILES)
+def test_weight_transform_is_g_w_gt_per_position(tile):
+    """pack_winograd's position (a, b) of output channel o, input channel c is (G w[o, c] G^T)[a, b]; G is the
+    one whose transforms compute a 3-tap correlation exactly (checked here in float64 on one 1-D tile)."""
+    g = WINOGRAD_G[tile]
+    n = tile + 2
     w = RNG.standard_normal((40, 16, 3, 3)).astype(np.float32)
-    packed = pack_winograd(w)
-    assert packed.shape == (16, 2, 16, 32) and packed.ctypes.data % 64 == 0
-    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    packed = pack_winograd(w, tile)
+    assert packed.shape == (n * n, 2, 16, 32) and packed.ctypes.data % 64 == 0
     for o, c in [(0, 0), (39, 15), (33, 7)]:
         u = g @ w[o, c].astype(np.float64) @ g.T
-        for a in range(4):
-            for b in range(4):
-                assert packed[a * 4 + b, o // 32, c, o % 32] == np.float32(u[a, b])
+        for a in range(n):
+            for b in range(n):
+                assert packed[a * n + b, o // 32, c, o % 32] == np.float32(u[a, b])
     assert not packed[:, 1, :, 8:].any()  # panel padding past 40 output channels

@@ -74,7 +74,8 @@ class PackedWeight:
     weight: str
     trans: bool = False
     layout: str = "panels"  # panels (pack_b), conv (pack_conv: per group), taps (pack_taps: depthwise),
-    # deconv (pack_deconv: a ConvTranspose's per-tap matrices), winograd (pack_winograd: F(2x2, 3x3)'s 16)
+    # deconv (pack_deconv: a ConvTranspose's per-tap matrices), winograd / winograd4 (pack_winograd: the 16
+    # matrices of F(2x2, 3x3), the 36 of F(4x4, 3x3))
     groups: int = 1
 
 

@@ -117,19 +117,24 @@ def pack_taps(w: np.ndarray) -> np.ndarray:
     return out
 
 
-#: Winograd F(2x2, 3x3)'s weight transform G (4 x 3): U = G g G^T per (output, input) channel pair
-WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+#: Winograd's weight transforms G ((tile + 2) x 3): U = G g G^T per (output, input) channel pair, for F(2x2, 3x3)
+#: and F(4x4, 3x3) (Lavin and Gray's, interpolation points 0, +-1, +-2 and infinity)
+WINOGRAD_G = {2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
+              4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                           [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
 
 
-def pack_winograd(w: np.ndarray) -> np.ndarray:
-    """A 3x3 convolution's weights (Co, Ci, 3, 3) transformed for F(2x2, 3x3) (in float64, rounded once) and
-    packed as 16 matrices (Ci, Co), one per position of the 4x4 transformed tile, each in the panels of a 1x1
-    convolution: [16, ceil(Co / 32), Ci, 32], what csrc/ds_conv.c's ds_wino_f2 reads."""
+def pack_winograd(w: np.ndarray, tile: int = 2) -> np.ndarray:
+    """A 3x3 convolution's weights (Co, Ci, 3, 3) transformed for F(tile x tile, 3x3) (in float64, rounded once)
+    and packed as (tile + 2)^2 matrices (Ci, Co), one per position of the transformed patch, each in the panels
+    of a 1x1 convolution: [(tile + 2)^2, ceil(Co / 32), Ci, 32], what csrc/ds_conv.c's ds_wino_f2 / _f4 read."""
+    g = WINOGRAD_G[tile]
     w = np.asarray(w, dtype=np.float64)
     co, ci = w.shape[:2]
-    u = np.einsum("ai,ocij,bj->abco", WINOGRAD_G, w, WINOGRAD_G).reshape(16, ci, co).astype(np.float32)
-    parts = [pack_b(u[x]) for x in range(16)]
-    out = aligned((16, *parts[0].shape))
+    a = g.shape[0]
+    u = np.einsum("ai,ocij,bj->abco", g, w, g).reshape(a * a, ci, co).astype(np.float32)
+    parts = [pack_b(u[x]) for x in range(a * a)]
+    out = aligned((a * a, *parts[0].shape))
     np.stack(parts, out=out)
     return out
 
@@ -152,7 +157,9 @@ def packed(w: np.ndarray, trans: bool = False, layout: str = "panels", groups: i
     elif layout == "deconv":
         out = pack_deconv(w)
     elif layout == "winograd":
-        out = pack_winograd(w)
+        out = pack_winograd(w, 2)
+    elif layout == "winograd4":
+        out = pack_winograd(w, 4)
     else:
         out = pack_b(w, trans)
     try:

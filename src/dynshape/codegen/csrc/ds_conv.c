@@ -481,16 +481,98 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
     }
 }
 
-void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch) {
+/* ---- F(4x4, 3x3): 6x6 patches, 36 products per 16 output pixels (4x fewer multiply-adds than direct) -------
+   B^T, G and A^T of Lavin and Gray (interpolation points 0, +-1, +-2, infinity). */
+
+/* Tile i of the chunk: its 36 x C transformed values into V[xi][i][c] (xi = 6a + b). */
+static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t i,
+                           int64_t nt) {
+    GEO_LOCALS;
+    (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)LDY;
+    const int64_t TW = (OW + 3) / 4, TH = (OH + 3) / 4, XI = nt * C;
+    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
+    const int64_t ih0 = 4 * th - PT, iw0 = 4 * tw - PL;
+    const float *xn = x + n * H * W * C;
+    const float *row[6][6];
+    for (int64_t a = 0; a < 6; a++)
+        for (int64_t b = 0; b < 6; b++) {
+            const int64_t ih = ih0 + a, iw = iw0 + b;
+            row[a][b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
+        }
+    float *vt = v + i * C;
+    for (int64_t c = 0; c < C; c += 16) {
+        ds_v16 s[6][6];
+        for (int64_t b = 0; b < 6; b++) { /* B^T d: over rows, one column of the patch at a time */
+            ds_v16 d[6];
+            for (int64_t a = 0; a < 6; a++) d[a] = row[a][b] ? ds_ld16(row[a][b] + c) : (ds_v16){0};
+            s[0][b] = 4 * d[0] - 5 * d[2] + d[4];
+            s[1][b] = d[3] + d[4] - 4 * (d[1] + d[2]);
+            s[2][b] = d[4] - d[3] + 4 * (d[1] - d[2]);
+            s[3][b] = d[4] - d[2] + 2 * (d[3] - d[1]);
+            s[4][b] = d[4] - d[2] - 2 * (d[3] - d[1]);
+            s[5][b] = 4 * d[1] - 5 * d[3] + d[5];
+        }
+        for (int64_t a = 0; a < 6; a++) { /* (B^T d) B: over columns */
+            const ds_v16 *e = s[a];
+            float *o = vt + a * 6 * XI + c;
+            ds_st16(o, 4 * e[0] - 5 * e[2] + e[4]);
+            ds_st16(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]));
+            ds_st16(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]));
+            ds_st16(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]));
+            ds_st16(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]));
+            ds_st16(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5]);
+        }
+    }
+}
+
+/* Tile i of the chunk: Y = A^T M A (4x4) from M[xi][i][oc], its pixels inside the output stored. */
+static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
+                            int64_t nt) {
+    GEO_LOCALS;
+    (void)H; (void)W; (void)C; (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)PT;
+    (void)PL;
+    const int64_t OC = geo[DS_CONV_OC], TW = (OW + 3) / 4, TH = (OH + 3) / 4, XI = nt * OC;
+    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
+    const int64_t oh = 4 * th, ow = 4 * tw;
+    const int64_t nr = OH - oh < 4 ? OH - oh : 4, nc = OW - ow < 4 ? OW - ow : 4;
+    float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
+    const float *mt = m + i * OC;
+    for (int64_t c = 0; c < OC; c += 16) {
+        ds_v16 s[4][6];
+        for (int64_t b = 0; b < 6; b++) { /* A^T M: over rows */
+            ds_v16 q[6];
+            for (int64_t a = 0; a < 6; a++) q[a] = ds_ld16(mt + (a * 6 + b) * XI + c);
+            const ds_v16 p12 = q[1] + q[2], m12 = q[1] - q[2], p34 = q[3] + q[4], m34 = q[3] - q[4];
+            s[0][b] = q[0] + p12 + p34;
+            s[1][b] = m12 + 2 * m34;
+            s[2][b] = p12 + 4 * p34;
+            s[3][b] = m12 + 8 * m34 + q[5];
+        }
+        for (int64_t a = 0; a < nr; a++) {
+            const ds_v16 *e = s[a];
+            const ds_v16 p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
+            const ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
+            float *o = y00 + a * OW * LDY + c;
+            for (int64_t b = 0; b < nc; b++) ds_st16(o + b * LDY, out[b]);
+        }
+    }
+}
+
+typedef void (*ds_wino_in_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
+typedef void (*ds_wino_out_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
+
+/* The chunk driver of both: `np` positions (16 or 36), chunks of `chunk` tiles. */
+static void ds_wino_run(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                        const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                        int64_t np, int64_t chunk, ds_wino_in_fn in, ds_wino_out_fn out) {
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], pairs = (OC + 63) / 64;
     const int64_t per_xi = (OC + 31) / 32 * 32 * C; /* one position's packed weights */
-    float *v = scratch, *m = scratch + 16 * DS_WINO_TILES * C;
+    float *v = scratch, *m = scratch + np * chunk * C;
     #pragma omp parallel if(par)
-    for (int64_t u0 = t0; u0 < t1; u0 += DS_WINO_TILES) { /* every thread walks the chunks; they share each */
-        const int64_t nt = t1 - u0 < DS_WINO_TILES ? t1 - u0 : DS_WINO_TILES;
+    for (int64_t u0 = t0; u0 < t1; u0 += chunk) { /* every thread walks the chunks; they share each */
+        const int64_t nt = t1 - u0 < chunk ? t1 - u0 : chunk;
         #pragma omp for schedule(static)
-        for (int64_t i = 0; i < nt; i++) ds_wino_input(geo, x, v, u0, i, nt);
+        for (int64_t i = 0; i < nt; i++) in(geo, x, v, u0, i, nt);
         /* each position's product: a 1x1 convolution of the chunk's nt "pixels" */
         int64_t g1[DS_CONV_GEO] = {0};
         g1[DS_CONV_H] = 1; g1[DS_CONV_W] = nt; g1[DS_CONV_C] = C; g1[DS_CONV_OH] = 1; g1[DS_CONV_OW] = nt;
@@ -498,10 +580,20 @@ void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restri
         g1[DS_CONV_DH] = 1; g1[DS_CONV_DW] = 1; g1[DS_CONV_G] = 1; g1[DS_CONV_CG] = C; g1[DS_CONV_OCG] = OC;
         g1[DS_CONV_LDY] = OC;
         #pragma omp for collapse(2) schedule(static)
-        for (int64_t xi = 0; xi < 16; xi++)
+        for (int64_t xi = 0; xi < np; xi++)
             for (int64_t pq = 0; pq < pairs; pq++)
                 ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq);
         #pragma omp for schedule(static)
-        for (int64_t i = 0; i < nt; i++) ds_wino_output(geo, m, y, u0, i, nt);
+        for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt);
     }
+}
+
+void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output);
+}
+
+void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output);
 }

@@ -45,4 +45,11 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
 #define DS_WINO_SCRATCH(C, OC) (16 * DS_WINO_TILES * ((C) + (OC)))
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                 const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch);
+
+/* F(4x4, 3x3): the same contract with 4x4 output tiles (ceil(OH/4) x ceil(OW/4) an image), 36 transformed
+   weight matrices, DS_WINO4_SCRATCH(C, OC) floats of scratch. */
+#define DS_WINO4_TILES 48
+#define DS_WINO4_SCRATCH(C, OC) (36 * DS_WINO4_TILES * ((C) + (OC)))
+void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch);
 #endif

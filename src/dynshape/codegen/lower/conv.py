@@ -135,8 +135,9 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
-    lower = (_depthwise if geo["C"] >= 16 else _depthwise_loops) if depthwise else \
-        _winograd if ctx.options.winograd and winograd_fits(geo) else _implicit_gemm
+    if not depthwise and ctx.options.winograd and winograd_fits(geo):
+        return _winograd(cv, ctx, geo, ops, ext, E, winograd_tile(geo, ctx.options.winograd_tile))
+    lower = (_depthwise if geo["C"] >= 16 else _depthwise_loops) if depthwise else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
 
 
@@ -199,17 +200,46 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
 
 
-WINO_TILES = 96  # tiles per chunk of ds_wino_f2 (DS_WINO_TILES)
+WINO_TILES = {2: 96, 4: 48}  # tiles per chunk of ds_wino_f2 / ds_wino_f4 (DS_WINO_TILES, DS_WINO4_TILES)
 
 
-def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
-    """F(2x2, 3x3) (csrc/ds_conv.c's ds_wino_f2) over blocks of whole tile rows (2 output rows each): a block's
-    output pixels are one contiguous range, so its epilogue runs over them while they are in cache. A block
-    takes as many tile rows as fill one chunk of WINO_TILES tiles, since every chunk streams all 16 weight
-    matrices (a 7x7 map's rows of 4 tiles would otherwise stream them per 4 tiles).
+WINO4_MAX_WEIGHTS = 512 * 512  # C * OC from which F(2x2) is kept: 36 weight matrices a chunk outweigh the products
+WINO_TYPICAL_SIDE = 256  # the value every symbol takes when judging a runtime map size (an image side, a length)
+WINO4_MIN_SIDE = 24  # output rows and columns at that value from which F(4x4) pays
+
+
+def winograd_tile(geo: dict, preferred: int) -> int:
+    """F(4x4) where the map is large, else F(2x2). Small maps (a 7x7 map: 2x2 tiles of 4, computing 8x8) read
+    each chunk's 36 weight matrices for a handful of tiles and waste part of each tile: Inception v2's 7x7 convs
+    ran 1.49 ms with F(4x4) against 0.62 with F(2x2), its 14x14 ones 0.91 against 0.84, its 28x28 ones 0.95
+    against 1.17. A runtime size is judged at WINO_TYPICAL_SIDE for every symbol (a map of H // 16 is 16 there:
+    F(2x2); H // 8 is 32: F(4x4)); a static size also keeps F(2x2) where 4-wide tiles waste more of it than
+    2-wide ones (text recognition's 6-row maps: 8 rows computed for 6). Large weights keep F(2x2) whatever the
+    map (deep layers run on small maps)."""
+    if preferred == 2 or geo["C"] * geo["OC"] >= WINO4_MAX_WEIGHTS:
+        return 2
+    for d in (geo["OH"], geo["OW"]):
+        if isinstance(d, int):
+            if -(-d // 4) * 4 > -(-d // 2) * 2:
+                return 2
+        else:
+            try:
+                typical = d.evaluate({s: WINO_TYPICAL_SIDE for s in d.free_symbols})
+            except (ArithmeticError, ValueError):
+                return 2
+            if typical < WINO4_MIN_SIDE:
+                return 2
+    return 4
+
+
+def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: int = 2) -> Lowered:
+    """F(m x m, 3x3) (csrc/ds_conv.c's ds_wino_f2 / ds_wino_f4) over blocks of whole tile rows (m output rows
+    each): a block's output pixels are one contiguous range, so its epilogue runs over them while they are in
+    cache. A block takes as many tile rows as fill one chunk of WINO_TILES[m] tiles, since every chunk streams
+    all (m + 2)^2 weight matrices (a 7x7 map's rows of 4 tiles would otherwise stream them per 4 tiles).
     With at least 4 blocks a thread, OpenMP shares out the blocks (each thread its own scratch); with fewer
     (small maps), the blocks run one after another and the whole team shares each chunk phase by phase
-    (ds_wino_f2's `par`): per-thread blocks left a 28x28 map's three blocks unevenly shared, and sharing every
+    (the C function's `par`): per-thread blocks left a 28x28 map's three blocks unevenly shared, and sharing every
     chunk cost a 55x55 map with 16 channels more in barriers than its products take."""
     node, c, oc = cv.node, geo["C"], geo["OC"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}
@@ -221,12 +251,13 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lo
     names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j")
     tw, th, rows, per, par, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in names)
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
-    body += [kir.Let(tw, (E["OW"] + 1) / 2), kir.Let(th, (E["OH"] + 1) / 2), kir.Let(rows, E["N"] * th),
-             kir.Let(per, kir.Select(tw >= WINO_TILES, _i(1), _i(WINO_TILES) / tw)),
+    chunk, fn = WINO_TILES[m], f"ds_wino_f{m}"
+    body += [kir.Let(tw, (E["OW"] + (m - 1)) / m), kir.Let(th, (E["OH"] + (m - 1)) / m), kir.Let(rows, E["N"] * th),
+             kir.Let(per, kir.Select(tw >= chunk, _i(1), _i(chunk) / tw)),
              kir.Let(par, pixels * (oc * 9 * c) >= ctx.options.par_min_flops)]
 
     def first_pixel(e: kir.Expr) -> kir.Expr:  # of flat tile row e = (image, tile row)
-        return ((e / th) * E["OH"] + (e % th) * 2) * E["OW"]
+        return ((e / th) * E["OH"] + (e % th) * m) * E["OW"]
 
     nb, threads = kir.Var("NB"), kir.Call("omp_get_max_threads", (), I64)
     body.append(kir.Let(nb, (rows + per - 1) / per))
@@ -237,7 +268,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lo
         """One block; `shared`: the team shares its chunks (and its epilogue), else one thread runs it."""
         stmts: list[kir.Stmt] = [
             kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
-            _call("ds_wino_f2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
+            _call(fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
                   r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch))]
         if epilogue:
             stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
@@ -245,7 +276,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lo
                               omp=kir.Omp(parallel=True, if_=par) if shared else None)]
         return tuple(stmts)
 
-    size = _i(16 * WINO_TILES * (c + oc))
+    size = _i((m + 2) ** 2 * chunk * (c + oc))
     per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
                              kir.Free(scratch)))
     team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
@@ -253,7 +284,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lo
              kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
-    return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="winograd"), *ops.ptrs),
+    weight = PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4")
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs),
                    needs=("conv",), row_stride=True)
 
 
@@ -330,7 +362,8 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
-                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P)}, share=True,
+                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P),
+                                        "ds_wino_f4": (P, P, P, P, P, C_I64, C_I64, C_I64, P)}, share=True,
                   openmp=True)
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
