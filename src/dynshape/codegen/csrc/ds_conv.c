@@ -405,7 +405,7 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
 }
 
 /* ---- Winograd F(2x2, 3x3) ------------------------------------------------------------------------------
-   A 3x3 convolution of stride 1 (no dilation, one group, C and OC multiples of 16) as 16 products: every 2x2
+   A 3x3 convolution of stride 1 (no dilation, one group; channel tails masked) as 16 products: every 2x2
    block of output pixels (a tile) reads a 4x4 input patch d, transformed to V = B^T d B (16 values per input
    channel); each of the 16 positions xi of V times that position's transformed weights U = G g G^T (C x OC,
    packed like a 1x1 convolution's) gives M, and Y = A^T M A is the 2x2 block. 16 products of C x OC per 4
@@ -435,19 +435,20 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
         }
     float *vt = v + i * C;
     for (int64_t c = 0; c < C; c += 16) {
+        const int64_t nl = C - c < 16 ? C - c : 16; /* a masked tail block: C need not be a multiple of 16 */
         ds_v16 d[4][4], s[4][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a][b] ? ds_ld16(row[a][b] + c) : (ds_v16){0};
+            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a][b] ? ds_ldm(row[a][b] + c, nl) : (ds_v16){0};
         for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
             s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
             s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
         }
         for (int64_t a = 0; a < 4; a++) { /* (B^T d) B: over columns */
             float *o = vt + a * 4 * XI + c;
-            ds_st16(o, s[a][0] - s[a][2]);
-            ds_st16(o + XI, s[a][1] + s[a][2]);
-            ds_st16(o + 2 * XI, s[a][2] - s[a][1]);
-            ds_st16(o + 3 * XI, s[a][1] - s[a][3]);
+            ds_stm(o, s[a][0] - s[a][2], nl);
+            ds_stm(o + XI, s[a][1] + s[a][2], nl);
+            ds_stm(o + 2 * XI, s[a][2] - s[a][1], nl);
+            ds_stm(o + 3 * XI, s[a][1] - s[a][3], nl);
         }
     }
 }
@@ -465,9 +466,10 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
     float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
     const float *mt = m + i * OC;
     for (int64_t c = 0; c < OC; c += 16) {
+        const int64_t nl = OC - c < 16 ? OC - c : 16;
         ds_v16 q[4][4], s[2][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_ld16(mt + (a * 4 + b) * XI + c);
+            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_ldm(mt + (a * 4 + b) * XI + c, nl);
         for (int64_t b = 0; b < 4; b++) { /* A^T M: over rows */
             s[0][b] = q[0][b] + q[1][b] + q[2][b];
             s[1][b] = q[1][b] - q[2][b] - q[3][b];
@@ -475,8 +477,8 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
         for (int64_t a = 0; a < 2; a++) {
             if (a == 1 && !two_rows) break;
             float *o = y00 + a * OW * LDY + c;
-            ds_st16(o, s[a][0] + s[a][1] + s[a][2]);
-            if (two_cols) ds_st16(o + LDY, s[a][1] - s[a][2] - s[a][3]);
+            ds_stm(o, s[a][0] + s[a][1] + s[a][2], nl);
+            if (two_cols) ds_stm(o + LDY, s[a][1] - s[a][2] - s[a][3], nl);
         }
     }
 }
@@ -501,10 +503,11 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
         }
     float *vt = v + i * C;
     for (int64_t c = 0; c < C; c += 16) {
+        const int64_t nl = C - c < 16 ? C - c : 16;
         ds_v16 s[6][6];
         for (int64_t b = 0; b < 6; b++) { /* B^T d: over rows, one column of the patch at a time */
             ds_v16 d[6];
-            for (int64_t a = 0; a < 6; a++) d[a] = row[a][b] ? ds_ld16(row[a][b] + c) : (ds_v16){0};
+            for (int64_t a = 0; a < 6; a++) d[a] = row[a][b] ? ds_ldm(row[a][b] + c, nl) : (ds_v16){0};
             s[0][b] = 4 * d[0] - 5 * d[2] + d[4];
             s[1][b] = d[3] + d[4] - 4 * (d[1] + d[2]);
             s[2][b] = d[4] - d[3] + 4 * (d[1] - d[2]);
@@ -515,12 +518,12 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
         for (int64_t a = 0; a < 6; a++) { /* (B^T d) B: over columns */
             const ds_v16 *e = s[a];
             float *o = vt + a * 6 * XI + c;
-            ds_st16(o, 4 * e[0] - 5 * e[2] + e[4]);
-            ds_st16(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]));
-            ds_st16(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]));
-            ds_st16(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]));
-            ds_st16(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]));
-            ds_st16(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5]);
+            ds_stm(o, 4 * e[0] - 5 * e[2] + e[4], nl);
+            ds_stm(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]), nl);
+            ds_stm(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]), nl);
+            ds_stm(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]), nl);
+            ds_stm(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]), nl);
+            ds_stm(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5], nl);
         }
     }
 }
@@ -538,10 +541,11 @@ static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *
     float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
     const float *mt = m + i * OC;
     for (int64_t c = 0; c < OC; c += 16) {
+        const int64_t nl = OC - c < 16 ? OC - c : 16;
         ds_v16 s[4][6];
         for (int64_t b = 0; b < 6; b++) { /* A^T M: over rows */
             ds_v16 q[6];
-            for (int64_t a = 0; a < 6; a++) q[a] = ds_ld16(mt + (a * 6 + b) * XI + c);
+            for (int64_t a = 0; a < 6; a++) q[a] = ds_ldm(mt + (a * 6 + b) * XI + c, nl);
             const ds_v16 p12 = q[1] + q[2], m12 = q[1] - q[2], p34 = q[3] + q[4], m34 = q[3] - q[4];
             s[0][b] = q[0] + p12 + p34;
             s[1][b] = m12 + 2 * m34;
@@ -553,7 +557,7 @@ static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *
             const ds_v16 p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
             const ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
             float *o = y00 + a * OW * LDY + c;
-            for (int64_t b = 0; b < nc; b++) ds_st16(o + b * LDY, out[b]);
+            for (int64_t b = 0; b < nc; b++) ds_stm(o + b * LDY, out[b], nl);
         }
     }
 }

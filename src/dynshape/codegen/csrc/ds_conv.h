@@ -37,7 +37,7 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
 void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
                    const float *restrict bias, float *restrict y, int64_t n, int64_t ho);
 
-/* Winograd F(2x2, 3x3) for a 3x3, stride-1, undilated, ungrouped convolution with C and OC multiples of 16:
+/* Winograd F(2x2, 3x3) for a 3x3, stride-1, undilated, ungrouped convolution (any C and OC; tails masked):
    the 2x2 output tiles t0 <= t < t1 (flat over image, tile row, tile column; ceil(OH/2) x ceil(OW/2) tiles an
    image), `up` the 16 transformed weight matrices packed as 1x1 convolutions' (pack_winograd), `scratch`
    DS_WINO_SCRATCH(C, OC) floats of the caller's. With `par`, the call's own OpenMP team shares the work. */
