@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.codegen.lower.movement import ROW_TABLE_MAX, _merged, _row_table
@@ -58,3 +58,27 @@ def test_int64_transpose_takes_the_strided_copy():
     exe = _run_transpose((3, 4, 5), (0, 2, 1), TensorProto.INT64)
     x = RNG.integers(-100, 100, (3, 4, 5)).astype(np.int64)
     np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(0, 2, 1))
+
+
+def _pad_model(mode, pads, axes=None):
+    ins = ["x", "pads"] + (["", "axes"] if axes is not None else [])
+    inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+    if axes is not None:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+    node = helper.make_node("Pad", ins, ["y"], mode=mode)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b", "c"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    return ds.load_onnx(m.SerializeToString(), dims={"a": (1, 8), "b": (1, 64), "c": (1, 64)})
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+@pytest.mark.parametrize("pads,axes", [([0, 0, 3, 0, 0, 2], None), ([0, 2, 1, 1, 0, 4], None),
+                                        ([1, 3, 2, 2], [1, 2]), ([0, -1, 2, 0, 1, -2], None), ([2, 5], [-1])])
+def test_edge_reflect_and_wrap_pads_are_native_and_match_the_reference(mode, pads, axes):
+    g = _pad_model(mode, pads, axes)
+    exe = ds.compile(g)
+    assert [s.how for s in exe.generic.steps] == ["native"]
+    for shape in [(1, 6, 9), (2, 7, 5), (3, 4, 7)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], g.run({"x": x})["y"])
