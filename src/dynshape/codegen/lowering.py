@@ -143,6 +143,9 @@ class BindRequest:
     keep: list
     addr: Callable[[Any], int]  # the address of a buffer (cached by the plan)
     options: Options
+    # scratch(nbytes, tag): bytes a call may overwrite, shared by every plan of the arena (its calls never run at
+    # once), grown when a key needs more; None outside a planned arena
+    scratch: Callable[[int, str], Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,9 @@ def _bind_native(r: BindRequest) -> list:
     k = _kernel_for(op, ins[1], ins[2], node.attrs)
     x = ins[0]
     seq, batch = (x.shape[0], x.shape[1]) if k.attrs.layout == 0 else (x.shape[1], x.shape[0])
-    ws = packed_gemm.aligned(int(k.workspace_floats(seq, batch)))
+    floats = int(k.workspace_floats(seq, batch))
+    # the plan's shared scratch (one per arena, grown to the largest key), else a buffer of this plan's own
+    ws = r.scratch(4 * floats, f"rnn:{node.name}") if r.scratch is not None else packed_gemm.aligned(floats)
     addr = {i: r.addr(a) for i, a in enumerate(ins) if a is not None}
     block = k.args(x=addr[0], seq=seq, batch=batch, ws=ws.ctypes.data, b=addr.get(3, 0), seq_lens=addr.get(4, 0),
                    h0=addr.get(5, 0), c0=addr.get(6, 0), p=addr.get(7, 0),
