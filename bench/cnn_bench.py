@@ -1,7 +1,7 @@
 """Issue 12's CNN / RNN models: dynshape beside onnxruntime and OpenVINO, same process, same inputs.
 
     python bench/cnn_bench.py [--threads 1|2] [--models text_det,vad,...] [--quick] [--peers ort,ov]
-                              [--ov-static] [--strategy generic] [--json out.json]
+                              [--ov-static] [--eta] [--strategy generic] [--json out.json]
     python bench/cnn_bench.py --memory [--models text_det] [--calls 1000] [--warmup 100] [--mem-frac 0.25]
 
 Needs `python bench/export_cnn_models.py` first (models in $DYNSHAPE_BENCH_MODELS or
@@ -84,10 +84,11 @@ def compile_in_fresh_process(path: str, spec: Spec, cache: str, strategy: str) -
 
 
 # ---- the candidates -------------------------------------------------------------------------------------
-def make_dynshape(path: str, spec: Spec, strategy: str) -> Call:
+def make_dynshape(path: str, spec: Spec, strategy: str, env: dict[str, int] | None = None) -> Call:
+    """The generic build over the declared dims, or (`env`) a static build with every dim fixed at a probe."""
     import dynshape as ds
 
-    exe = ds.compile(ds.load_onnx(path, dims=spec.dims), strategy=strategy)
+    exe = ds.compile(ds.load_onnx(path, dims={**spec.dims, **(env or {})}), strategy=strategy)
     names = list(spec.outputs)
 
     def call(feed: Feed) -> list[np.ndarray]:
@@ -178,6 +179,17 @@ def bench_model(spec: Spec, args: argparse.Namespace, peers: list[str]) -> dict[
                 rec["errors"][k] = short_error(e)
         for env in spec.probes:
             rec["rows"].append(bench_probe(spec, env, calls, args))
+        if args.eta and "dynshape" in calls:
+            for row, env in zip(rec["rows"], spec.probes):
+                try:
+                    static = make_dynshape(path, spec, args.strategy, env)
+                    feed = spec.make_inputs(env, seed=1)
+                    both = time_interleaved({"generic": calls["dynshape"], "static": static}, feed,
+                                            args.budget, rounds=args.rounds)
+                    row["eta"] = both["static"] / both["generic"]
+                    row["static_ms"], row["generic_ms"] = 1e3 * both["static"], 1e3 * both["generic"]
+                except Exception as e:  # noqa: BLE001
+                    row["static_error"] = short_error(e)
         if args.ov_static and "ov" in peers and "ov" in calls:
             for row, env in zip(rec["rows"], spec.probes):
                 try:
@@ -256,6 +268,14 @@ def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -
                      else " | -" if args.ov_static else "")
             print(f"| {rec['model']} | {row['shape']} | " + " | ".join(cells) + " | " + " | ".join(rs) + extra + " |")
     gm = statistics.geometric_mean
+    etas = [(rec["model"], row) for rec in recs for row in rec["rows"] if "eta" in row]
+    if etas:
+        print("\n## eta = T(static build at the probe) / T(generic build), same rounds\n")
+        print("| model | shape | generic ms | static ms | eta |\n|---|---|---|---|---|")
+        for model, row in etas:
+            print(f"| {model} | {row['shape']} | {row['generic_ms']:.2f} | {row['static_ms']:.2f} | {row['eta']:.3f} |")
+        v = [row["eta"] for _, row in etas]
+        print(f"\neta geomean {gm(v):.3f}, min {min(v):.3f} over {len(v)} probes")
     print("\ngeometric means: " + "; ".join(f"{k}/dyn {gm(v):.2f} over {len(v)} rows (min {min(v):.2f})"
                                              for k, v in ratios.items() if v) +
           "".join(f"; {k} {gm(v):.2f} over {len(v)} rows (time ratio of the peers: < 1 = OpenVINO faster)"
@@ -342,6 +362,7 @@ def main() -> None:
     ap.add_argument("--peers", default="ort,ov")
     ap.add_argument("--quick", action="store_true", help="0.6 s and 6 rounds per probe instead of 3 s and 12")
     ap.add_argument("--ov-static", action="store_true", help="also OpenVINO compiled per probe shape")
+    ap.add_argument("--eta", action="store_true", help="also dynshape built static at each probe (eta)")
     ap.add_argument("--strategy", default="generic", help="dynshape's ds.compile strategy")
     ap.add_argument("--json", default=None, help="write the raw records here")
     ap.add_argument("--memory", action="store_true", help="resident memory over random shapes instead")
