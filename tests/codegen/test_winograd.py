@@ -154,3 +154,10 @@ def test_weight_transform_is_g_w_gt_per_position(tile):
         got = np.array([[packed[a * n + b, o // 32, c, o % 32] for b in range(n)] for a in range(n)])
         np.testing.assert_allclose(got, u, rtol=2e-7, atol=1e-8)  # the float64 value, rounded once
     assert not packed[:, 1, :, 8:].any()  # panel padding past 40 output channels
+
+
+@pytest.mark.parametrize("tile", TILES)
+def test_the_parallel_paths(tile):
+    """Work over the parallel threshold: a 40x40 map in many blocks (whole blocks per thread, each its own
+    scratch) and a short wide one in few blocks (the team sharing each chunk), both against the reference."""
+    _check(_conv(32, 48, {"pads": [1, 1, 1, 1]}), [(2, 32, 40, 40), (1, 32, 4, 300), (3, 32, 23, 17)], 1, tile)
