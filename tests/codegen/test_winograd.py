@@ -161,3 +161,12 @@ def test_the_parallel_paths(tile):
     """Work over the parallel threshold: a 40x40 map in many blocks (whole blocks per thread, each its own
     scratch) and a short wide one in few blocks (the team sharing each chunk), both against the reference."""
     _check(_conv(32, 48, {"pads": [1, 1, 1, 1]}), [(2, 32, 40, 40), (1, 32, 4, 300), (3, 32, 23, 17)], 1, tile)
+
+
+def test_its_scratch_is_reported_beside_the_arena():
+    exe = _check(_conv(32, 48, {"pads": [1, 1, 1, 1]}), [(1, 32, 9, 9)], 1, 4)
+    scratch = exe.explain_strategy()["memory"]["kernel_scratch"]
+    assert scratch["bytes_per_thread"] == 4 * 36 * WINO_TILES[4] * (32 + 48)
+    assert "outside the arena" in scratch["text"]
+    off = _check(_conv(32, 48, {"pads": [1, 1, 1, 1]}), [], 0, winograd=False)
+    assert off.explain_strategy()["memory"]["kernel_scratch"] is None

@@ -180,6 +180,8 @@ def _print(data: dict[str, Any]) -> None:
     arena = spec["memory"]
     if arena is not None:
         line(f"memory plan: {arena['text']}")
+        if arena.get("kernel_scratch"):
+            line(f"  {arena['kernel_scratch']['text']}")
 
 
 @friendly

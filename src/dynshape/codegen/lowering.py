@@ -108,6 +108,9 @@ class Lowered:
     inputs: tuple[KernelArg, ...]
     needs: tuple[str, ...] = ()
     row_stride: bool = False  # its one output's rows are key[len(symbols)] elements apart (see ROW_STRIDE)
+    # bytes the kernel allocates itself for a call, per thread running it (Winograd's transformed tiles): outside
+    # the arena, so the memory report adds them beside it
+    scratch_bytes: int = 0
 
 
 # The name of the extra key slot a kernel with `Lowered.row_stride` reads: the distance between its output's rows

@@ -398,8 +398,20 @@ class Executable:
             "memory": None if mem is None else {**mem.as_dict(), "budget": self.memory.budget,
                                                 "arena_bytes": self.memory.arena_bytes if self.memory.bounded
                                                 else None, "arenas": self._pool.limit,
-                                                "preallocated": self.options.preallocate},
+                                                "preallocated": self.options.preallocate,
+                                                "kernel_scratch": self.kernel_scratch()},
         }
+
+    def kernel_scratch(self) -> dict | None:
+        """The largest scratch one kernel of the generic build allocates for a call (per thread, outside the arena;
+        kernels run one after another, so this is the most held at once per call and thread), or None."""
+        steps = [s for s in self.generic.build.steps if isinstance(s, KernelStep) and s.scratch_bytes]
+        if not steps:
+            return None
+        top = max(steps, key=lambda s: s.scratch_bytes)
+        return {"bytes_per_thread": top.scratch_bytes, "kernel": top.label,
+                "text": f"plus up to {top.scratch_bytes / 2**20:.1f} MiB a thread of kernel scratch outside the "
+                        f"arena while {top.label} runs"}
 
     def explain_build(self) -> dict:
         """The generic build: its kernels, and every node that runs without a generated kernel, how and why."""

@@ -293,8 +293,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4")
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs),
-                   needs=("conv",), row_stride=True)
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
+                   scratch_bytes=4 * (m + 2) ** 2 * chunk * (c + oc))
 
 
 def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
