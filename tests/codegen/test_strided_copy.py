@@ -46,7 +46,9 @@ def _run_transpose(shape, perm, dtype=TensorProto.FLOAT):
 
 @pytest.mark.parametrize("shape,perm", [((2, 5, 6, 4, 28), (0, 1, 2, 4, 3)), ((3, 7, 3, 5), (0, 1, 3, 2)),
                                         ((4, 2, 3, 17), (0, 3, 2, 1)), ((1, 9, 1, 4, 2), (4, 0, 1, 3, 2)),
-                                        ((6, 64, 40), (0, 2, 1)), ((0, 4, 3), (0, 2, 1)), ((5, 1, 3), (0, 2, 1))])
+                                        ((6, 64, 40), (0, 2, 1)), ((0, 4, 3), (0, 2, 1)), ((5, 1, 3), (0, 2, 1)),
+                                        ((2, 3, 9, 7), (0, 2, 3, 1)), ((1, 4, 33, 40), (0, 2, 3, 1)),
+                                        ((3, 3, 1, 5), (0, 2, 3, 1))])
 def test_transposes_match_numpy(shape, perm):
     exe = _run_transpose(shape, perm)
     for dt in (np.float32,):

@@ -22,6 +22,31 @@ void ds_copy_strided(const int64_t *a) {
     if (nd == 0) { memcpy(dst, src, size); return; }
     for (int64_t d = 0; d < nd; d++) if (shape[d] == 0) return;
     const int64_t inner = shape[nd - 1], ist = stride[nd - 1];
+    if (size == 4 && nd >= 2 && stride[nd - 2] == 4 && ist % 4 == 0 && (inner == 3 || inner == 4)) {
+        /* planes interleaved into pixels (an RGB image NCHW -> NHWC: (N, H * W, 3) read with the channel stride):
+           a few source streams, each read contiguously, and one destination written in order; a fixed width so
+           the compiler interleaves vectors (the 16 x 16 tiles below copied 3 floats a tile row) */
+        const int64_t rows = shape[nd - 2], cs = ist / 4;
+        for (;;) {
+            const char *s = src;
+            for (int64_t d = 0; d < nd - 2; d++) s += idx[d] * stride[d];
+            const float *s0 = (const float *)s, *s1 = s0 + cs, *s2 = s1 + cs, *s3 = s2 + cs;
+            float *o = (float *)dst;
+            if (inner == 3)
+                for (int64_t r = 0; r < rows; r++) { o[3 * r] = s0[r]; o[3 * r + 1] = s1[r]; o[3 * r + 2] = s2[r]; }
+            else
+                for (int64_t r = 0; r < rows; r++) {
+                    o[4 * r] = s0[r]; o[4 * r + 1] = s1[r]; o[4 * r + 2] = s2[r]; o[4 * r + 3] = s3[r];
+                }
+            dst += rows * inner * 4;
+            int64_t d = nd - 3;
+            for (; d >= 0; d--) {
+                if (++idx[d] < shape[d]) break;
+                idx[d] = 0;
+            }
+            if (d < 0) return;
+        }
+    }
     if (size == 4 && nd >= 2 && stride[nd - 2] == 4 && ist != 4) {
         /* the last two dims swapped (a matrix transpose per outer index): 16 x 16 tiles, so every cache line
            read or written is used whole instead of one float of it */
