@@ -84,3 +84,16 @@ def test_edge_reflect_and_wrap_pads_are_native_and_match_the_reference(mode, pad
     for shape in [(1, 6, 9), (2, 7, 5), (3, 4, 7)]:
         x = RNG.standard_normal(shape).astype(np.float32)
         np.testing.assert_array_equal(exe.run({"x": x})["y"], g.run({"x": x})["y"])
+
+
+def test_a_large_concat_shared_by_the_threads_matches_numpy():
+    """Over DS_CONCAT_PAR_BYTES (1 MiB) the rows are copied on every thread; under it on one."""
+    node = helper.make_node("Concat", ["x", "x2"], ["y"], axis=2)
+    sq = helper.make_node("Mul", ["x", "x"], ["x2"])
+    g = helper.make_graph([sq, node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b", "c"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    exe = ds.compile(ds.load_onnx(m.SerializeToString(), dims={"a": (1, 4), "b": (1, 2048), "c": (1, 512)}))
+    for shape in [(2, 1500, 300), (1, 7, 5), (3, 2048, 1)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], np.concatenate([x, x * x], axis=2))
