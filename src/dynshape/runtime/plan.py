@@ -212,7 +212,6 @@ class Planner:
 
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
         build, g = self.build, self.graph
-        self._arena = arena
         base = arena.ctypes.data
         views: dict[str, np.ndarray] = {}
         addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
@@ -264,13 +263,14 @@ class Planner:
 
         calls: list[Call] = []
         labels: list[str] = []
+        scratch = _scratch_for(arena, keep)
         skip = self.alias_step | set(self.per_key)
         for i, s in enumerate(build.steps):
             if i in skip:
                 continue
             ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
             try:
-                made = self._bind_step(s, ins, outs, key, keep, addr, fixed)
+                made = self._bind_step(s, ins, outs, key, keep, addr, fixed, scratch)
             except DynshapeError:
                 raise
             except Exception as e:  # binding evaluates shapes and indices: name the node, as run time does
@@ -283,7 +283,8 @@ class Planner:
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes,
                          tuple(v.name for v in g.inputs))
 
-    def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict) -> list[Call]:
+    def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict,
+                   scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
         """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
         if isinstance(s, KernelStep):  # dims and every address fixed now
             d = s.key_args(key, outs[0])  # a Concat's slice has the Concat's row stride
@@ -291,8 +292,7 @@ class Planner:
             keep.extend(ins)
             return [NativeCall(s.entry, (addr(d), *[addr(o) for o in outs], *[addr(a) for a in ins]))]
         if s.native is not None:
-            made = s.native.bind(BindRequest(s.node, s.attrs, ins, outs, fixed, keep, addr, self.options,
-                                             _scratch_for(self._arena, keep)))
+            made = s.native.bind(BindRequest(s.node, s.attrs, ins, outs, fixed, keep, addr, self.options, scratch))
             if made is not None:
                 return made
         fn = s.fn
