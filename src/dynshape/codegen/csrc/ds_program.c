@@ -11,6 +11,32 @@
 #include <string.h>
 
 #define DS_PROGRAM_MAX_ARGS 16
+
+/* 3 or 4 planes interleaved into pixels (an RGB image NCHW -> NHWC: (N, H * W, 3) read with the channel stride):
+   a few source streams, each read contiguously, and one destination written in order; a fixed width so the
+   compiler interleaves vectors (the 16 x 16 tiles copied 3 floats a tile row). */
+static void ds_interleave_planes(float *restrict o, const float *restrict s0, int64_t rows, int64_t inner,
+                                 int64_t cs) {
+    const float *s1 = s0 + cs, *s2 = s1 + cs, *s3 = s2 + cs;
+    if (inner == 3)
+        for (int64_t r = 0; r < rows; r++) { o[3 * r] = s0[r]; o[3 * r + 1] = s1[r]; o[3 * r + 2] = s2[r]; }
+    else
+        for (int64_t r = 0; r < rows; r++) {
+            o[4 * r] = s0[r]; o[4 * r + 1] = s1[r]; o[4 * r + 2] = s2[r]; o[4 * r + 3] = s3[r];
+        }
+}
+
+/* A matrix transpose in 16 x 16 tiles, so every cache line read or written is used whole instead of one float of
+   it: o[r][c] = s[r * 4 + c * ist bytes]. */
+static void ds_transpose_tiles(float *restrict o, const char *restrict s, int64_t rows, int64_t inner, int64_t ist) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c0 = 0; c0 < inner; c0 += 16) {
+            const int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows, c1 = c0 + 16 < inner ? c0 + 16 : inner;
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) memcpy(o + r * inner + c, s + r * 4 + c * ist, 4);
+        }
+}
+
 /* dst (contiguous) = the strided view described by a: [ndim, itemsize, dst, src, shape[ndim], strides[ndim]]
    (strides in bytes, 0 where the source broadcasts). The innermost dim is a memcpy when it is contiguous. */
 void ds_copy_strided(const int64_t *a) {
@@ -22,45 +48,15 @@ void ds_copy_strided(const int64_t *a) {
     if (nd == 0) { memcpy(dst, src, size); return; }
     for (int64_t d = 0; d < nd; d++) if (shape[d] == 0) return;
     const int64_t inner = shape[nd - 1], ist = stride[nd - 1];
-    if (size == 4 && nd >= 2 && stride[nd - 2] == 4 && ist % 4 == 0 && (inner == 3 || inner == 4)) {
-        /* planes interleaved into pixels (an RGB image NCHW -> NHWC: (N, H * W, 3) read with the channel stride):
-           a few source streams, each read contiguously, and one destination written in order; a fixed width so
-           the compiler interleaves vectors (the 16 x 16 tiles below copied 3 floats a tile row) */
-        const int64_t rows = shape[nd - 2], cs = ist / 4;
-        for (;;) {
-            const char *s = src;
-            for (int64_t d = 0; d < nd - 2; d++) s += idx[d] * stride[d];
-            const float *s0 = (const float *)s, *s1 = s0 + cs, *s2 = s1 + cs, *s3 = s2 + cs;
-            float *o = (float *)dst;
-            if (inner == 3)
-                for (int64_t r = 0; r < rows; r++) { o[3 * r] = s0[r]; o[3 * r + 1] = s1[r]; o[3 * r + 2] = s2[r]; }
-            else
-                for (int64_t r = 0; r < rows; r++) {
-                    o[4 * r] = s0[r]; o[4 * r + 1] = s1[r]; o[4 * r + 2] = s2[r]; o[4 * r + 3] = s3[r];
-                }
-            dst += rows * inner * 4;
-            int64_t d = nd - 3;
-            for (; d >= 0; d--) {
-                if (++idx[d] < shape[d]) break;
-                idx[d] = 0;
-            }
-            if (d < 0) return;
-        }
-    }
     if (size == 4 && nd >= 2 && stride[nd - 2] == 4 && ist != 4) {
-        /* the last two dims swapped (a matrix transpose per outer index): 16 x 16 tiles, so every cache line
-           read or written is used whole instead of one float of it */
+        /* the last two dims swapped (a matrix transpose per outer index) */
         const int64_t rows = shape[nd - 2];
+        const int planes = ist % 4 == 0 && (inner == 3 || inner == 4);
         for (;;) {
             const char *s = src;
             for (int64_t d = 0; d < nd - 2; d++) s += idx[d] * stride[d];
-            float *o = (float *)dst;
-            for (int64_t r0 = 0; r0 < rows; r0 += 16)
-                for (int64_t c0 = 0; c0 < inner; c0 += 16) {
-                    const int64_t r1 = r0 + 16 < rows ? r0 + 16 : rows, c1 = c0 + 16 < inner ? c0 + 16 : inner;
-                    for (int64_t c = c0; c < c1; c++)
-                        for (int64_t r = r0; r < r1; r++) memcpy(o + r * inner + c, s + r * 4 + c * ist, 4);
-                }
+            if (planes) ds_interleave_planes((float *)dst, (const float *)s, rows, inner, ist / 4);
+            else ds_transpose_tiles((float *)dst, s, rows, inner, ist);
             dst += rows * inner * 4;
             int64_t d = nd - 3;
             for (; d >= 0; d--) {
