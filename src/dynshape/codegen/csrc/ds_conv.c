@@ -418,27 +418,40 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
    the output transform): splitting tiles between threads instead left a 28x28 map's three blocks of rows
    (or its 96 channels as 64 + 32) unevenly shared, and 2 threads ran its convolutions 1.2x faster than 1. */
 
+/* Tile t of an m x m output tiling (flat over image, tile row, tile column): its image and first output pixel. */
+static inline void ds_wino_tile(const int64_t *geo, int64_t t, int64_t m, int64_t *n, int64_t *oh, int64_t *ow) {
+    const int64_t TW = (geo[DS_CONV_OW] + m - 1) / m, TH = (geo[DS_CONV_OH] + m - 1) / m;
+    *n = t / (TH * TW);
+    *oh = t % (TH * TW) / TW * m;
+    *ow = t % TW * m;
+}
+
+/* The (m + 2) x (m + 2) input pixels tile t reads, row-major into `row`: NULL where the patch is in the padding. */
+static void ds_wino_patch(const int64_t *geo, const float *restrict x, int64_t t, int64_t m, const float **row) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], a_ = m + 2;
+    int64_t n, oh, ow;
+    ds_wino_tile(geo, t, m, &n, &oh, &ow);
+    const int64_t ih0 = oh - geo[DS_CONV_PT], iw0 = ow - geo[DS_CONV_PL];
+    const float *xn = x + n * H * W * C;
+    for (int64_t a = 0; a < a_; a++)
+        for (int64_t b = 0; b < a_; b++) {
+            const int64_t ih = ih0 + a, iw = iw0 + b;
+            row[a * a_ + b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
+        }
+}
+
 /* Tile i of the chunk from tile t0 (nt tiles): its 16 x C transformed values into V[xi][i][c]. */
 static void ds_wino_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t i,
                           int64_t nt) {
-    GEO_LOCALS;
-    (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)LDY;
-    const int64_t TW = (OW + 1) / 2, TH = (OH + 1) / 2, XI = nt * C;
-    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
-    const int64_t ih0 = 2 * th - PT, iw0 = 2 * tw - PL;
-    const float *xn = x + n * H * W * C;
-    const float *row[4][4];
-    for (int64_t a = 0; a < 4; a++)
-        for (int64_t b = 0; b < 4; b++) {
-            const int64_t ih = ih0 + a, iw = iw0 + b;
-            row[a][b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
-        }
+    const int64_t C = geo[DS_CONV_C], XI = nt * C;
+    const float *row[16];
+    ds_wino_patch(geo, x, t0 + i, 2, row);
     float *vt = v + i * C;
     for (int64_t c = 0; c < C; c += 16) {
         const int64_t nl = C - c < 16 ? C - c : 16; /* a masked tail block: C need not be a multiple of 16 */
         ds_v16 d[4][4], s[4][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a][b] ? ds_ldm(row[a][b] + c, nl) : (ds_v16){0};
+            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a * 4 + b] ? ds_ldm(row[a * 4 + b] + c, nl) : (ds_v16){0};
         for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
             s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
             s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
@@ -456,12 +469,10 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
 /* Tile i of the chunk: Y = A^T M A from M[xi][i][oc], its pixels that fall inside the output stored. */
 static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
                            int64_t nt) {
-    GEO_LOCALS;
-    (void)H; (void)W; (void)C; (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)PT;
-    (void)PL;
-    const int64_t OC = geo[DS_CONV_OC], TW = (OW + 1) / 2, TH = (OH + 1) / 2, XI = nt * OC;
-    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
-    const int64_t oh = 2 * th, ow = 2 * tw;
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t XI = nt * OC;
+    int64_t n, oh, ow;
+    ds_wino_tile(geo, t0 + i, 2, &n, &oh, &ow);
     const int two_rows = oh + 1 < OH, two_cols = ow + 1 < OW;
     float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
     const float *mt = m + i * OC;
@@ -489,25 +500,16 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
 /* Tile i of the chunk: its 36 x C transformed values into V[xi][i][c] (xi = 6a + b). */
 static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t i,
                            int64_t nt) {
-    GEO_LOCALS;
-    (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)LDY;
-    const int64_t TW = (OW + 3) / 4, TH = (OH + 3) / 4, XI = nt * C;
-    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
-    const int64_t ih0 = 4 * th - PT, iw0 = 4 * tw - PL;
-    const float *xn = x + n * H * W * C;
-    const float *row[6][6];
-    for (int64_t a = 0; a < 6; a++)
-        for (int64_t b = 0; b < 6; b++) {
-            const int64_t ih = ih0 + a, iw = iw0 + b;
-            row[a][b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
-        }
+    const int64_t C = geo[DS_CONV_C], XI = nt * C;
+    const float *row[36];
+    ds_wino_patch(geo, x, t0 + i, 4, row);
     float *vt = v + i * C;
     for (int64_t c = 0; c < C; c += 16) {
         const int64_t nl = C - c < 16 ? C - c : 16;
         ds_v16 s[6][6];
         for (int64_t b = 0; b < 6; b++) { /* B^T d: over rows, one column of the patch at a time */
             ds_v16 d[6];
-            for (int64_t a = 0; a < 6; a++) d[a] = row[a][b] ? ds_ldm(row[a][b] + c, nl) : (ds_v16){0};
+            for (int64_t a = 0; a < 6; a++) d[a] = row[a * 6 + b] ? ds_ldm(row[a * 6 + b] + c, nl) : (ds_v16){0};
             s[0][b] = 4 * d[0] - 5 * d[2] + d[4];
             s[1][b] = d[3] + d[4] - 4 * (d[1] + d[2]);
             s[2][b] = d[4] - d[3] + 4 * (d[1] - d[2]);
@@ -531,12 +533,10 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
 /* Tile i of the chunk: Y = A^T M A (4x4) from M[xi][i][oc], its pixels inside the output stored. */
 static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
                             int64_t nt) {
-    GEO_LOCALS;
-    (void)H; (void)W; (void)C; (void)CG; (void)KH; (void)KW; (void)SH; (void)SW; (void)DH; (void)DW; (void)PT;
-    (void)PL;
-    const int64_t OC = geo[DS_CONV_OC], TW = (OW + 3) / 4, TH = (OH + 3) / 4, XI = nt * OC;
-    const int64_t t = t0 + i, n = t / (TH * TW), th = t % (TH * TW) / TW, tw = t % TW;
-    const int64_t oh = 4 * th, ow = 4 * tw;
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t XI = nt * OC;
+    int64_t n, oh, ow;
+    ds_wino_tile(geo, t0 + i, 4, &n, &oh, &ow);
     const int64_t nr = OH - oh < 4 ? OH - oh : 4, nc = OW - ow < 4 ? OW - ow : 4;
     float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
     const float *mt = m + i * OC;
