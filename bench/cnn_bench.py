@@ -180,31 +180,39 @@ def bench_model(spec: Spec, args: argparse.Namespace, peers: list[str]) -> dict[
         for env in spec.probes:
             rec["rows"].append(bench_probe(spec, env, calls, args))
         if args.eta and "dynshape" in calls:
-            for row, env in zip(rec["rows"], spec.probes):
-                try:
-                    static = make_dynshape(path, spec, args.strategy, env)
-                    feed = spec.make_inputs(env, seed=1)
-                    both = time_interleaved({"generic": calls["dynshape"], "static": static}, feed,
-                                            args.budget, rounds=args.rounds)
-                    row["eta"] = both["static"] / both["generic"]
-                    row["static_ms"], row["generic_ms"] = 1e3 * both["static"], 1e3 * both["generic"]
-                except Exception as e:  # noqa: BLE001
-                    row["static_error"] = short_error(e)
+            for row, t in against_static(spec, calls["dynshape"], lambda env: make_dynshape(path, spec, args.strategy,
+                                                                                            env), rec["rows"], args):
+                if isinstance(t, str):
+                    row["static_error"] = t
+                else:
+                    row["eta"] = t[1] / t[0]
+                    row["generic_ms"], row["static_ms"] = 1e3 * t[0], 1e3 * t[1]
         if args.ov_static and "ov" in peers and "ov" in calls:
-            for row, env in zip(rec["rows"], spec.probes):
-                try:
-                    static = make_ov(path, spec, args.threads, env)
-                    feed = spec.make_inputs(env, seed=1)
-                    both = time_interleaved({"ov": calls["ov"], "ov_static": static}, feed,
-                                            args.budget, rounds=args.rounds)
-                    row["ov_static_ms"] = 1e3 * both["ov_static"]
-                    row["ov_dyn_vs_static_ms"] = 1e3 * both["ov"]
-                except Exception as e:  # noqa: BLE001
-                    row["ov_static_error"] = short_error(e)
+            for row, t in against_static(spec, calls["ov"], lambda env: make_ov(path, spec, args.threads, env),
+                                         rec["rows"], args):
+                if isinstance(t, str):
+                    row["ov_static_error"] = t
+                else:
+                    row["ov_dyn_vs_static_ms"], row["ov_static_ms"] = 1e3 * t[0], 1e3 * t[1]
     finally:
         os.environ.pop("DYNSHAPE_CACHE_DIR", None)
         shutil.rmtree(cache, ignore_errors=True)
     return rec
+
+
+def against_static(spec: Spec, dynamic: Call, make_static: Callable[[dict[str, int]], Call], rows: list[dict],
+                   args: argparse.Namespace) -> list[tuple[dict, tuple[float, float] | str]]:
+    """Per probe row: a build at exactly that probe's shape, timed interleaved against the dynamic one, as
+    (dynamic s, static s), or the error that build or run raised."""
+    out: list[tuple[dict, tuple[float, float] | str]] = []
+    for row, env in zip(rows, spec.probes):
+        try:
+            both = time_interleaved({"dynamic": dynamic, "static": make_static(env)}, spec.make_inputs(env, seed=1),
+                                    args.budget, rounds=args.rounds)
+            out.append((row, (both["dynamic"], both["static"])))
+        except Exception as e:  # noqa: BLE001 - a shape one build refuses is a row's error, not a crash
+            out.append((row, short_error(e)))
+    return out
 
 
 def bench_probe(spec: Spec, env: dict[str, int], calls: dict[str, Call], args: argparse.Namespace) -> dict:
