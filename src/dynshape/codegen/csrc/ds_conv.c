@@ -9,6 +9,15 @@
 #include "ds_conv.h"
 #include "ds_simd.h"
 
+/* Winograd's tiles per chunk: the library is built with codegen/lower/conv.py's WINO_TILES (which also sizes the
+   scratch its kernels allocate); these defaults only serve a build of this file on its own, as ds_gemm.c's do */
+#ifndef DS_WINO_TILES
+#define DS_WINO_TILES 96
+#endif
+#ifndef DS_WINO4_TILES
+#define DS_WINO4_TILES 48
+#endif
+
 #define GEO_LOCALS                                                                                          \
     const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], OH = geo[DS_CONV_OH];         \
     const int64_t OW = geo[DS_CONV_OW], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];                          \

@@ -201,7 +201,9 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
 
 
-WINO_TILES = {2: 96, 4: 48}  # tiles per chunk of ds_wino_f2 / ds_wino_f4 (DS_WINO_TILES, DS_WINO4_TILES)
+# tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
+# and M stay in L2 for 256 + 256 channels
+WINO_TILES = {2: 96, 4: 48}
 
 
 WINO4_MAX_WEIGHTS = 512 * 512  # C * OC from which F(2x2) is kept: 36 weight matrices a chunk outweigh the products
@@ -372,6 +374,6 @@ LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": 
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
                                         "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P),
                                         "ds_wino_f4": (P, P, P, P, P, C_I64, C_I64, C_I64, P)}, share=True,
-                  openmp=True)
+                  openmp=True, flags=(f"-DDS_WINO_TILES={WINO_TILES[2]}", f"-DDS_WINO4_TILES={WINO_TILES[4]}"))
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
