@@ -84,11 +84,22 @@ def compile_in_fresh_process(path: str, spec: Spec, cache: str, strategy: str) -
 
 
 # ---- the candidates -------------------------------------------------------------------------------------
-def make_dynshape(path: str, spec: Spec, strategy: str, env: dict[str, int] | None = None) -> Call:
-    """The generic build over the declared dims, or (`env`) a static build with every dim fixed at a probe."""
+def make_dynshape(path: str, spec: Spec, strategy: str, env: dict[str, int] | None = None,
+                  graph: Any = None) -> Call:
+    """The generic build over the declared dims, or (`env`) a static build with every dim fixed at a probe.
+
+    `graph`: the static build is made from this loaded graph (`graph.specialize(env)`, initializers shared), as
+    the executable's own static variants are, so both builds stream the same packed weights. Why it matters
+    on this VM: the same packed FC weights stream at 13-21 GB/s on one core depending on where they land
+    (three identical AlexNet builds, interleaved: 26.0 / 23.7 / 22.9 ms, all of it in the FC products), which
+    swamped the difference eta is after (the generated code's)."""
     import dynshape as ds
 
-    exe = ds.compile(ds.load_onnx(path, dims={**spec.dims, **(env or {})}), strategy=strategy)
+    if graph is not None and env:
+        exe = ds.compile(graph.specialize(env), strategy=strategy)
+    else:
+        graph = ds.load_onnx(path, dims={**spec.dims, **(env or {})})
+        exe = ds.compile(graph, strategy=strategy)
     names = list(spec.outputs)
 
     def call(feed: Feed) -> list[np.ndarray]:
@@ -96,6 +107,7 @@ def make_dynshape(path: str, spec: Spec, strategy: str, env: dict[str, int] | No
         return [out[n] for n in names] if isinstance(out, dict) else list(out)
 
     call.exe = exe  # type: ignore[attr-defined]
+    call.graph = graph  # type: ignore[attr-defined]
     return call
 
 
@@ -180,8 +192,9 @@ def bench_model(spec: Spec, args: argparse.Namespace, peers: list[str]) -> dict[
         for env in spec.probes:
             rec["rows"].append(bench_probe(spec, env, calls, args))
         if args.eta and "dynshape" in calls:
-            for row, t in against_static(spec, calls["dynshape"], lambda env: make_dynshape(path, spec, args.strategy,
-                                                                                            env), rec["rows"], args):
+            for row, t in against_static(spec, calls["dynshape"],
+                                         lambda env: make_dynshape(path, spec, args.strategy, env,
+                                                                   graph=calls["dynshape"].graph), rec["rows"], args):
                 if isinstance(t, str):
                     row["static_error"] = t
                 else:
