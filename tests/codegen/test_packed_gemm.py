@@ -180,3 +180,44 @@ def test_pack_b_in_c_equals_the_numpy_packing(shape, trans, monkeypatch):
     in_c = packed_gemm.pack_b(b, trans)
     monkeypatch.setattr(packed_gemm, "LIBRARY", type("NoCompiler", (), {"try_load": staticmethod(lambda: None)}))
     np.testing.assert_array_equal(in_c, packed_gemm.pack_b(b, trans))
+
+
+def _packed_weights(exe) -> list:
+    return [k for k in exe.generic.fixed if isinstance(k, PackedWeight)]
+
+
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 5), (16, 8), (33, 31), (100, 32), (48, 33), (250, 70), (64, 100)])
+def test_few_rows_read_a_transposed_weight_in_place(k, n, monkeypatch):
+    """Gemm transB over at most 8 rows reads W (n, k) in place (ds_gemm_block_nt), with its epilogue: every row
+    count, the k tail (k % 16) and the column tails (n % 32, % 8, % 4) against numpy."""
+    from dynshape.codegen.lower import product
+
+    monkeypatch.setattr(product, "INPLACE_MIN_BYTES", 0)  # the real threshold (4 MB) needs big weights
+    rng = np.random.default_rng(k * 100 + n)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["t"], transB=1), helper.make_node("Relu", ["t"], ["y"])]
+    g = _model(nodes, {"x": ["m", k]}, {"w": w, "c": bias}, "y", {"m": (1, 8)})
+    exe = ds.compile(g)
+    assert len(_kernels(exe)) == 1 and not _packed_weights(exe)
+    for m in range(1, 9):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], np.maximum(x @ w.T + bias, 0), rtol=2e-5,
+                                   atol=2e-5 * np.sqrt(k))
+
+
+def test_in_place_weights_only_where_every_shape_has_few_rows(monkeypatch):
+    from dynshape.codegen.lower import product
+
+    monkeypatch.setattr(product, "INPLACE_MIN_BYTES", 0)
+    w = np.ones((40, 24), np.float32)
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    assert not _packed_weights(ds.compile(_model([node], {"x": ["m", 24]}, {"w": w}, "y", {"m": (1, 8)})))
+    wide = ds.compile(_model([node], {"x": ["m", 24]}, {"w": w}, "y", {"m": (1, 9)}))
+    assert _packed_weights(wide)  # 9 rows: packed
+    off = ds.compile(_model([node], {"x": ["m", 24]}, {"w": w}, "y", {"m": (1, 8)}), inplace_weights=False)
+    assert _packed_weights(off)
+    x = np.random.default_rng(0).standard_normal((9, 24)).astype(np.float32)
+    np.testing.assert_allclose(wide.run({"x": x})["y"], x @ w.T, rtol=1e-5, atol=1e-5)
+    unplanned = ds.compile(_model([node], {"x": ["m", 24]}, {"w": w * 2}, "y", {"m": (1, 8)}), planned=False)
+    np.testing.assert_allclose(unplanned.run({"x": x[:5]})["y"], 2 * x[:5] @ w.T, rtol=1e-5, atol=1e-5)

@@ -16,6 +16,8 @@ void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp
                   int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
 void ds_gemm_block(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                    int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
+void ds_gemm_block_nt(const float *restrict a, int64_t lda, const float *restrict b, float *restrict c,
+                      int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k);
 void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                     int64_t ldc, int64_t m, int64_t n, int64_t k);
 void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,

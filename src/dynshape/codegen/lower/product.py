@@ -10,6 +10,8 @@ blocks for every thread, else after all tiles (a batch-1 request still uses ever
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dynshape.codegen import kir
@@ -17,12 +19,14 @@ from dynshape.codegen.lower.elementwise import emit_nodes
 from dynshape.codegen.lower.operands import Operands, computable, operands, prod
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR, ROW_BLOCK, ROW_TAIL
-from dynshape.ir.graph import Graph, Node
+from dynshape.ir.graph import Graph, Node, upper_bound
 from dynshape.passes.items import Elementwise, Product
 from dynshape.passes.values import row_pattern
 from dynshape.sym import sym
 
 I64 = kir.I64
+INPLACE_MAX_ROWS = 8  # products with at most this many rows (see reads_in_place)
+INPLACE_MIN_BYTES = 4 << 20  # and weights this large
 
 
 def _i(x: int) -> kir.Const:
@@ -82,6 +86,22 @@ def panel_columns(q: kir.Var, n: int) -> tuple[list[kir.Stmt], tuple[kir.Expr, k
     return [kir.Let(j1, kir.Select(kir.Bin("<", panel_end, _i(n)), panel_end, _i(n)))], (kir.Bin("*", q, _i(NR)), j1)
 
 
+def reads_in_place(pr: Product, g: Graph, rows: Any, k: int, n: int, ctx: LowerCtx) -> bool:
+    """Whether the product reads its weight (n, k) in place (csrc/ds_gemm.c: ds_gemm_block_nt) rather than packed:
+    a transposed float32 weight of at least INPLACE_MIN_BYTES whose products never have more than INPLACE_MAX_ROWS
+    rows over the declared ranges. There the weights stream from memory once a call, which in-place rows do
+    faster than a packed panel, and the build keeps no packed copy; with more rows the products reuse each
+    weight and the packed micro-tiles compute faster (at 64 rows, 25088 x 4096: 174 ms packed, 216 in place)."""
+    if not (ctx.options.inplace_weights and pr.trans_b):
+        return False
+    w = g.initializers.get(pr.weight)
+    if w is None:
+        w = getattr(g.types.get(pr.weight), "value", None)
+    hi = upper_bound(rows)
+    return (isinstance(w, np.ndarray) and w.dtype == np.float32 and w.shape == (n, k)
+            and w.nbytes >= INPLACE_MIN_BYTES and hi is not None and hi <= INPLACE_MAX_ROWS)
+
+
 def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     g, node, shape = ctx.graph, pr.node, tuple(pr.shape)
     computable(shape, ctx.key_names)
@@ -107,6 +127,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     a, bp = kir.Buffer("i0"), kir.Buffer("i1")
     ln_bufs = [kir.Buffer(f"i{2 + len(ops.ptrs) + j}") for j in range(len(ln_params))]
     heads = pr.heads if pr.folded else 0
+    in_place = not heads and reads_in_place(pr, g, rows, k, n, ctx)
     strided = not heads and ln is None  # plain rows: their stride is a key slot (a Concat's slice, or dense)
     ext = [rows, shape[1]] if heads else [rows, sym(ROW_STRIDE)] if strided else [rows]
     L0 = kir.Extent(0)
@@ -151,8 +172,10 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                     kir.For(r, re, tuple(epilogue), start=rs),
                     kir.Assign(rs, re)))]
     else:
-        # rows r0..r1 of the whole product: the block at row 0 prefetches each panel (ds_gemm_block)
-        tile = [_call("ds_gemm_block", kir.Addr(a), _i(k), kir.Addr(bp), kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k))]
+        # rows r0..r1 of the whole product: the block at row 0 prefetches each panel (ds_gemm_block), or B's rows
+        # read in place (ds_gemm_block_nt)
+        tile = [_call("ds_gemm_block_nt" if in_place else "ds_gemm_block", kir.Addr(a), _i(k), kir.Addr(bp),
+                      kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k))]
         if epilogue:
             tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     panels = (n + NR - 1) // NR
@@ -182,7 +205,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
     symbols = (*ctx.symbols, ROW_STRIDE) if strided else ctx.symbols
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), symbols)
-    weight = PackedWeight(pr.weight, pr.trans_b)
+    weight = pr.weight if in_place else PackedWeight(pr.weight, pr.trans_b)
     return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params), needs=("packed_gemm",),
                    row_stride=strided)
 
