@@ -77,6 +77,8 @@ class Options:
                                    "DYNSHAPE_FOLD_TRANSPOSES", True)
     fused_layernorm: bool = _build("a last-axis LayerNormalization of a product runs on its blocks of rows",
                                    "DYNSHAPE_FUSED_LAYERNORM", True)
+    fused_product_softmax: bool = _build("a last-axis softmax of a product (a classifier head) runs on its blocks "
+                                         "of rows while they are in cache", "DYNSHAPE_FUSED_PRODUCT_SOFTMAX", True)
     fold_batchnorm: bool = _build("an inference BatchNormalization folds into the weights of the conv before it",
                                   default=True)
     channels_last: bool = _build("CNNs run channels last: spatial ops wrapped, their transposes cancelled",

@@ -221,3 +221,59 @@ def test_in_place_weights_only_where_every_shape_has_few_rows(monkeypatch):
     np.testing.assert_allclose(wide.run({"x": x})["y"], x @ w.T, rtol=1e-5, atol=1e-5)
     unplanned = ds.compile(_model([node], {"x": ["m", 24]}, {"w": w * 2}, "y", {"m": (1, 8)}), planned=False)
     np.testing.assert_allclose(unplanned.run({"x": x[:5]})["y"], 2 * x[:5] @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("n", [5, 40, 1000])
+def test_a_classifier_head_softmax_runs_on_the_products_rows(n):
+    """MatMul -> + bias -> Softmax(last axis) is one kernel (each block of rows normalised in cache): every row
+    count from one block shared by the team to several blocks a thread, against numpy."""
+    rng = np.random.default_rng(n)
+    k = 24
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Softmax", ["u"], ["y"], axis=-1)]
+    g = _model(nodes, {"x": ["m", k]}, {"w": w, "b": bias}, "y", {"m": (1, 400)})
+    exe = ds.compile(g)
+    assert _kernels(exe) == ["MatMul_0+Add_1+Softmax_2"]
+    for m in (1, 2, 7, 60, 61, 73, 130, 250, 400):
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], _softmax(x @ w + bias), rtol=1e-5, atol=1e-7)
+    unfused = ds.compile(g, fused_product_softmax=False)
+    assert len(_kernels(unfused)) == 2
+
+
+def test_a_fused_head_softmax_keeps_its_nan_clean_up_and_gemm_bias():
+    """Gemm (transB, bias C) -> Softmax -> Where(IsNaN(p), 0, p): a row with a NaN comes out all zeros, others
+    as numpy's; the same kernel."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((33, 16)).astype(np.float32)
+    c = rng.standard_normal(33).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["t"], transB=1), helper.make_node("Softmax", ["t"], ["p"]),
+             helper.make_node("IsNaN", ["p"], ["bad"]), helper.make_node("Where", ["bad", "zero", "p"], ["y"])]
+    g = _model(nodes, {"x": ["m", 16]}, {"w": w, "c": c, "zero": np.float32(0)}, "y", {"m": (1, 100)})
+    exe = ds.compile(g)
+    assert len(_kernels(exe)) == 1
+    x = rng.standard_normal((9, 16)).astype(np.float32)
+    x[3, 5] = np.nan
+    want = _softmax(x @ w.T + c)
+    want[3] = 0
+    np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_head_softmax_stays_apart_where_the_product_is_read_elsewhere():
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((8, 12)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Softmax", ["t"], ["s"]),
+             helper.make_node("Add", ["s", "t"], ["y"])]
+    g = _model(nodes, {"x": ["m", 8]}, {"w": w}, "y", {"m": (1, 50)})
+    exe = ds.compile(g)
+    assert len(_kernels(exe)) == 2
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    t = x @ w
+    np.testing.assert_allclose(exe.run({"x": x})["y"], _softmax(t) + t, rtol=1e-5, atol=1e-6)

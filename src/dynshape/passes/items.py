@@ -79,7 +79,8 @@ class Softmax(Item):
 @dataclass(frozen=True, eq=False)
 class Product(Item):
     """A product with a constant 2-D right operand (MatMul, or Gemm without transA): inputs are
-    [A, bias?, *epilogue operands, *layernorm scale/bias]; the weight travels packed (`weight`, `trans_b`)."""
+    [A, bias?, *epilogue operands, *layernorm scale/bias or *softmax operands]; the weight travels packed
+    (`weight`, `trans_b`)."""
 
     node: Node | None = None
     weight: str = ""
@@ -89,12 +90,13 @@ class Product(Item):
     folded: tuple[Node, ...] = ()  # Reshape to heads + Transpose (0, 2, 1, 3), written directly
     heads: int = 0  # with `folded`: (b, s, heads * d) is written as (b, heads, s, d)
     layernorm: Node | None = None  # a last-axis LayerNormalization of the result, applied per block of rows
+    softmax: Softmax | None = None  # a last-axis softmax (with its groups) of the result, per block of rows
     kind: ClassVar[str] = "product"
 
     @property
     def nodes(self) -> tuple[Node, ...]:
         return (self.node, *(self.epilogue.nodes if self.epilogue else ()), *self.folded,
-                *((self.layernorm,) if self.layernorm else ()))
+                *((self.layernorm,) if self.layernorm else ()), *(self.softmax.nodes if self.softmax else ()))
 
 
 @dataclass(frozen=True, eq=False)

@@ -139,6 +139,34 @@ def match_layernorm(s: Schedule, i: int, item: Item) -> Match | None:
     return Match(new, i, frozenset((i, s.slot_of[ln.outputs[0]])))
 
 
+def match_product_softmax(s: Schedule, i: int, item: Item) -> Match | None:
+    """A product whose result only a last-axis Softmax item reads (a classifier or CTC head: MatMul, + bias,
+    Softmax over thousands of classes) takes it: each block of rows is normalised while in cache, instead of
+    the product writing its result out and the softmax reading it back (text recognition's 320 x 6625 head:
+    8.5 MB each way). The softmax's other operands must be one value or a row vector, made before the product."""
+    if not isinstance(item, Product) or len(item.outputs) != 1 or not item.shape or item.layernorm is not None \
+            or item.folded or item.softmax is not None:
+        return None
+    y = item.outputs[0]
+    j = s.item_reading(y)
+    sm = s.items[j] if j is not None else None
+    if not isinstance(sm, Softmax) or y in s.graph_outputs or not s.read_only_by(y, j) or len(sm.outputs) != 1 \
+            or tuple(sm.shape) != tuple(item.shape) or (sm.post is not None and y in sm.post.inputs):
+        return None  # (the post group reading the product itself: the row holds the softmax by then)
+    n = item.shape[-1]
+    extra = [z for z in sm.inputs if z != y]
+    for z in extra:
+        t = s.type(z)
+        dims = tuple(t.shape) if t is not None else ()
+        if t is None or not is_float32(t) or s.slot_of.get(z, -1) >= i or len(dims) > len(item.shape) \
+                or not all(isinstance(d, int) for d in dims) or any(d != 1 for d in dims[:-1]) \
+                or (dims and dims[-1] not in (1, n)):
+            return None
+    new = Product(item.inputs + tuple(z for z in dict.fromkeys(extra) if z not in item.inputs), sm.outputs,
+                  item.node, item.weight, item.trans_b, item.epilogue, item.shape, softmax=sm)
+    return Match(new, i, frozenset((i, j)))
+
+
 # ---- convolutions ---------------------------------------------------------------------------------------------
 def _channels_last(item: Item, op: str) -> Node | None:
     if isinstance(item, Single) and item.node.op_type == "ChannelsLast" and item.node.domain == "dynshape" \
@@ -329,5 +357,6 @@ RULES: tuple[Rule, ...] = (
     Rule("convolutions with their epilogues", "packed_gemm", match_conv),
     Rule("pools and global reductions of channels-last tensors", "channels_last", match_pool),
     Rule("layer norm on a product's blocks of rows", "fused_layernorm", match_layernorm),
+    Rule("softmax on a product's blocks of rows", "fused_product_softmax", match_product_softmax),
     Rule("head transposes written by the kernel", "fold_transposes", match_heads),
 )

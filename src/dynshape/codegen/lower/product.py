@@ -17,10 +17,11 @@ import numpy as np
 from dynshape.codegen import kir
 from dynshape.codegen.lower.elementwise import emit_nodes
 from dynshape.codegen.lower.operands import Operands, computable, operands, prod
+from dynshape.codegen.lower.softmax import softmax_passes
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR, ROW_BLOCK, ROW_TAIL
 from dynshape.ir.graph import Graph, Node, upper_bound
-from dynshape.passes.items import Elementwise, Product
+from dynshape.passes.items import Elementwise, Product, Softmax
 from dynshape.passes.values import row_pattern
 from dynshape.sym import sym
 
@@ -102,6 +103,28 @@ def reads_in_place(pr: Product, g: Graph, rows: Any, k: int, n: int, ctx: LowerC
             and w.nbytes >= INPLACE_MIN_BYTES and hi is not None and hi <= INPLACE_MAX_ROWS)
 
 
+def softmax_rows(sm: Softmax, g: Graph, sm_in: str, sm_ops: Operands, at: kir.Expr, n: int) -> tuple[kir.Stmt, ...]:
+    """The softmax (with its groups) of one product row of n columns at `at`, in place: the row is its own
+    scratch (each pass reads and writes one column at a time), its operands row vectors or scalars."""
+    row = kir.Buffer("srow", kir.F32, const=False)
+
+    def load(nodes: tuple, extra: tuple, c: kir.Var) -> tuple[list[kir.Stmt], dict[str, kir.Expr]]:
+        env: dict[str, kir.Expr] = dict(sm_ops.scalars)
+        used = {x for nd in nodes for x in nd.inputs} | set(extra)
+        stmts: list[kir.Stmt] = []
+        for jj, (x, buf) in enumerate(zip(sm_ops.ptrs, sm_ops.buffers)):
+            if x in used:
+                v = kir.Var(f"s{jj}", buf.dtype)
+                stmts.append(kir.Let(v, kir.Load(buf, c if sm_ops.patterns[jj][-1] else _i(0))))
+                env[x] = v
+        return stmts, env
+
+    body: list[kir.Stmt] = [kir.Pointer(row, at)]
+    softmax_passes(sm, g, body, "c", _i(n), row, load, {sm_in: lambda c: kir.Load(row, c)},
+                   lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])])
+    return tuple(body)
+
+
 def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     g, node, shape = ctx.graph, pr.node, tuple(pr.shape)
     computable(shape, ctx.key_names)
@@ -111,9 +134,13 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     if not isinstance(k, int) or not isinstance(n, int) or k <= 0 or n <= 0:
         raise Unsupported(f"the contraction ({k}) and output ({n}) widths must be static and positive")
     rows = prod(shape, list(range(len(shape) - 1)))
-    ln = pr.layernorm
+    ln, sm = pr.layernorm, pr.softmax
     ln_params = [x for x in ln.inputs[1:3] if x] if ln is not None else []
-    extra = pr.inputs[1:len(pr.inputs) - len(ln_params)]
+    # the value the softmax reads from the product (its epilogue's result, if any), and its own operands
+    sm_in = (pr.epilogue.outputs[0] if pr.epilogue else node.outputs[0]) if sm is not None else ""
+    sm_params = [x for x in pr.inputs if x in set(sm.inputs) - {sm_in}] if sm is not None else []
+    extra = [x for x in pr.inputs[1:len(pr.inputs) - len(ln_params)] if x not in sm_params or
+             (pr.epilogue and x in pr.epilogue.inputs) or x in node.inputs]
     ops = operands(extra, shape, g, first_param=2)
     if not all(row_pattern(p) for p in ops.patterns):
         raise Unsupported("an epilogue operand is neither a full tensor, a row vector nor one value")
@@ -121,14 +148,17 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         raise Unsupported("the result is not float32")
     if pr.folded and not (len(shape) == 3 and pr.heads and n % pr.heads == 0):
         raise Unsupported(f"head folding needs (b, s, heads * d) with d whole; got {shape} for {pr.heads} heads")
-    if ln is not None and pr.folded:
-        raise Unsupported("a layer norm of heads-transposed rows")
+    if (ln is not None or sm is not None) and pr.folded:
+        raise Unsupported("a layer norm or softmax of heads-transposed rows")
+    sm_ops = operands(sm_params, shape, g, first_param=2 + len(ops.ptrs))
+    if sm is not None and not all(not any(p[:-1]) for p in sm_ops.patterns):
+        raise Unsupported("a softmax operand is neither a row vector nor one value")
     o0 = kir.Buffer("o0", kir.F32, const=False)
     a, bp = kir.Buffer("i0"), kir.Buffer("i1")
     ln_bufs = [kir.Buffer(f"i{2 + len(ops.ptrs) + j}") for j in range(len(ln_params))]
     heads = pr.heads if pr.folded else 0
     in_place = not heads and reads_in_place(pr, g, rows, k, n, ctx)
-    strided = not heads and ln is None  # plain rows: their stride is a key slot (a Concat's slice, or dense)
+    strided = not heads and ln is None and sm is None  # plain rows: their stride is a key slot (a Concat's slice)
     ext = [rows, shape[1]] if heads else [rows, sym(ROW_STRIDE)] if strided else [rows]
     L0 = kir.Extent(0)
     ldy: kir.Expr = kir.Extent(1) if strided else _i(n)
@@ -142,7 +172,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     else:
         at_index, at_buf = kir.Bin("+", kir.Bin("*", r, ldy), j), o0
     # the value before the folded reshapes or the LayerNormalization
-    out_name = pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else pr.outputs[0]
+    out_name = pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else sm_in if sm is not None \
+        else pr.outputs[0]
     lets, cols = panel_columns(q, n)
     epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n)
     epilogue = [*lets, *epilogue] if epilogue else []
@@ -185,7 +216,18 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     def tiles(omp: kir.Omp | None) -> kir.For:
         return kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),), omp=omp)
 
-    if ln is None:
+    if sm is not None:
+        def normalise(rr: kir.Var) -> tuple[kir.Stmt, ...]:
+            return softmax_rows(sm, g, sm_in, sm_ops, kir.Addr(o0, kir.Bin("*", rr, _i(n))), n)
+
+        rr, rr2 = kir.Var("r"), kir.Var("r")
+        per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, _i(panels), tuple(tile)),
+                                       kir.For(rr, r1, normalise(rr), start=r0)), omp=kir.Omp(parallel=True, if_=par))
+        after = kir.Region((tiles(kir.Omp(shared=True, collapse=2)),
+                            kir.For(rr2, L0, normalise(rr2), omp=kir.Omp(shared=True))), if_=par)
+        threads = kir.Call("omp_get_max_threads", (), I64)
+        lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
+    elif ln is None:
         lines.append(tiles(kir.Omp(parallel=True, collapse=2, if_=par)))
     else:
         eps = kir.Const(float(ln.attrs.get("epsilon", 1e-5)), kir.F32)
@@ -204,9 +246,10 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         threads = kir.Call("omp_get_max_threads", (), I64)
         lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
     symbols = (*ctx.symbols, ROW_STRIDE) if strided else ctx.symbols
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs), tuple(lines), symbols)
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs, *sm_ops.buffers), tuple(lines),
+                        symbols)
     weight = pr.weight if in_place else PackedWeight(pr.weight, pr.trans_b)
-    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params), needs=("packed_gemm",),
+    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params, *sm_ops.ptrs), needs=("packed_gemm",),
                    row_stride=strided)
 
 
