@@ -78,10 +78,14 @@ class KernelStep:
     def key_args(self, key: tuple, out: np.ndarray) -> np.ndarray:
         """The int64 array the kernel takes first: the key, then (row_stride kernels) the distance between the
         rows of `out`, the array it writes: its own width when dense, a Concat's when a slice of one."""
+        return np.array(self.key_values(key, out), dtype=np.int64)
+
+    def key_values(self, key: tuple, out: np.ndarray) -> tuple:
+        """key_args' contents, as a tuple (a plan shares one array between the kernels that take the same)."""
         if not self.row_stride:
-            return np.array(key, dtype=np.int64)
+            return tuple(key)
         stride = out.strides[-2] // out.itemsize if out.ndim >= 2 else 1  # one row: no stride to keep
-        return np.array((*key, stride), dtype=np.int64)
+        return (*key, stride)
 
     def run(self, args: list, scope: Scope) -> list:
         """Unplanned execution: fresh output arrays, contiguous inputs."""

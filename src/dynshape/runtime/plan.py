@@ -13,6 +13,7 @@ no allocation on the request path but the outputs the caller keeps.
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from dynshape.sym import Expr, Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
 ALIGN = 64
+MEMO_INPUT_BYTES = 1 << 12  # a per-key step's computed inputs up to this size key the shared results
+MEMO_BYTES = 16 << 20  # shared per-key results in all, per planner (over it, the memo starts again)
 _SCRATCH: dict[int, dict[str, np.ndarray]] = {}  # id(arena buffer) -> tag -> the scratch its plans share
 
 
@@ -146,6 +149,10 @@ class Planner:
         # token-type embeddings): computed once per key when the plan is bound, never on the request path
         known = set(self.fixed) | (set(build.symbolic.names) if build.symbolic is not None else set())
         self.per_key: list[int] = []
+        # per-key results shared between the plans of keys whose inputs to the step agree (_memo_key)
+        self._per_key_memo: dict[tuple, tuple] = {}
+        self._memo_bytes = 0
+        self._memo_lock = threading.Lock()
         per_key_values: set[str] = set()
         for i, s in enumerate(build.steps):
             ins = [x for x in s.inputs if x]
@@ -210,6 +217,33 @@ class Planner:
             total = max(total, at + sizes[b])
         return shapes, offsets, total
 
+    def _memo_key(self, i: int, names: tuple, args: list) -> tuple | None:
+        """What step i's per-key result depends on: its constants by name, the rest (symbol values, shapes
+        made from them) by content; None (not shared) when such an input is large. Why share: the keys of a
+        model at many widths repeat most of these values (text recognition's zero LSTM states depend on the
+        batch alone), and each plan of the cache kept its own copy (1 MB over 300 new shapes)."""
+        parts: list = [i]
+        for x, a in zip(names, args):
+            if not x:
+                parts.append(None)
+            elif x in self.fixed:
+                parts.append(x)
+            elif isinstance(a, np.ndarray) and a.nbytes <= MEMO_INPUT_BYTES:
+                parts.append((a.dtype.str, a.shape, a.tobytes()))
+            else:
+                return None
+        return tuple(parts)
+
+    def _remember(self, memo: tuple, made: tuple) -> None:
+        size = sum(v.nbytes for v in made if v is not None)
+        with self._memo_lock:
+            if self._memo_bytes + size > MEMO_BYTES:
+                self._per_key_memo.clear()
+                self._memo_bytes = 0
+            if size <= MEMO_BYTES:
+                self._per_key_memo[memo] = made
+                self._memo_bytes += size
+
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
         build, g = self.build, self.graph
         base = arena.ctypes.data
@@ -236,21 +270,29 @@ class Planner:
             views[x] = v
             addrs[id(v)] = base + off
         fixed = dict(self.fixed)
+        keep: list = []
         for k, v in symvals.items():
             fixed[k] = v = _contiguous(v)
             addrs[id(v)] = v.ctypes.data
-        keep: list = []
+            keep.append(v)
         per_key_bytes = 0
         for i in self.per_key:
             s = build.steps[i]
             args = [fixed[x] if x else None for x in s.inputs]
-            try:
-                outs = s.run(args, Scope(fixed, {}, key))
-            except Exception as e:  # an index the shapes put out of range: name the node, as run time does
-                raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
-            for name, out in zip(s.outputs, outs):
+            memo = self._memo_key(i, s.inputs, args)
+            made = self._per_key_memo.get(memo) if memo is not None else None
+            if made is None:
+                try:
+                    outs = s.run(args, Scope(fixed, {}, key))
+                except Exception as e:  # an index the shapes put out of range: name the node, as run time does
+                    raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
+                made = tuple(_contiguous(np.asarray(out, dtype=g.types[name].dtype)) if name else None
+                             for name, out in zip(s.outputs, outs))
+                if memo is not None:
+                    self._remember(memo, made)
+            for name, v in zip(s.outputs, made):
                 if name:
-                    fixed[name] = v = _contiguous(np.asarray(out, dtype=g.types[name].dtype))
+                    fixed[name] = v
                     addrs[id(v)] = v.ctypes.data
                     keep.append(v)
                     per_key_bytes += v.nbytes
@@ -264,13 +306,14 @@ class Planner:
         calls: list[Call] = []
         labels: list[str] = []
         scratch = _scratch_for(arena, keep)
+        key_arrays: dict[tuple, np.ndarray] = {}  # one int64 array per distinct kernel key in this plan
         skip = self.alias_step | set(self.per_key)
         for i, s in enumerate(build.steps):
             if i in skip:
                 continue
             ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
             try:
-                made = self._bind_step(s, ins, outs, key, keep, addr, fixed, scratch)
+                made = self._bind_step(s, ins, outs, key, keep, addr, fixed, scratch, key_arrays)
             except DynshapeError:
                 raise
             except Exception as e:  # binding evaluates shapes and indices: name the node, as run time does
@@ -284,12 +327,20 @@ class Planner:
                          tuple(v.name for v in g.inputs))
 
     def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict,
-                   scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
-        """Zero-argument callables running step s from `ins` into the planned buffers `outs`."""
+                   scratch: Callable[[int, str], np.ndarray], key_arrays: dict | None = None) -> list[Call]:
+        """Zero-argument callables running step s from `ins` into the planned buffers `outs`.
+
+        A kernel keeps only addresses: its inputs and outputs are views of the arena (which the plan holds) or
+        arrays the planner, `keep` (symbol values, per-key results) or the build hold, so the views are not
+        kept per plan (text_det's 256 cached plans held ~30 views each: 1.9 MB of 6.8 over 300 new shapes)."""
         if isinstance(s, KernelStep):  # dims and every address fixed now
-            d = s.key_args(key, outs[0])  # a Concat's slice has the Concat's row stride
-            keep.append(d)
-            keep.extend(ins)
+            values = s.key_values(key, outs[0])  # a Concat's slice has the Concat's row stride
+            d = key_arrays.get(values) if key_arrays is not None else None
+            if d is None:
+                d = np.array(values, dtype=np.int64)
+                keep.append(d)
+                if key_arrays is not None:
+                    key_arrays[values] = d
             return [NativeCall(s.entry, (addr(d), *[addr(o) for o in outs], *[addr(a) for a in ins]))]
         if s.native is not None:
             made = s.native.bind(BindRequest(s.node, s.attrs, ins, outs, fixed, keep, addr, self.options, scratch))

@@ -10,6 +10,8 @@ tf_crop_and_resize run the reference.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from dynshape.codegen.clib import P, declare
@@ -41,7 +43,26 @@ def _accepts(node: Node, graph: Graph) -> str | None:
 
 
 def _taps(attrs: dict, n_in: int, n_out: int, scale: float | None, opset: int) -> tuple:
-    """(first taps, second taps, weight of the second) of one axis, from the reference on an identity probe."""
+    """(first taps, second taps, weight of the second) of one axis, from the reference on an identity probe;
+    shared by every plan whose axis has these sizes (each plan of a detector at a new shape needed its own
+    before: 1.7 MB of tables over 300 shapes)."""
+    items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+    try:
+        hash(items)
+    except TypeError:  # an attribute value that cannot key a cache
+        return _compute_taps(attrs, n_in, n_out, scale, opset)
+    return _taps_of(items, n_in, n_out, scale, opset)
+
+
+@functools.lru_cache(maxsize=1024)
+def _taps_of(attrs_items: tuple, n_in: int, n_out: int, scale: float | None, opset: int) -> tuple:
+    first, second, w2 = _compute_taps(dict(attrs_items), n_in, n_out, scale, opset)
+    for t in (first, second, w2):
+        t.flags.writeable = False
+    return first, second, w2
+
+
+def _compute_taps(attrs: dict, n_in: int, n_out: int, scale: float | None, opset: int) -> tuple:
     probe = np.eye(n_in, dtype=np.float64).reshape(1, n_in, n_in, 1)
     ref = opdef.lookup(attrs["op"]).reference
     inner = {k: v for k, v in attrs.items() if k != "op"}
