@@ -127,3 +127,34 @@ def test_a_channel_shuffle_between_convs_stays_channels_last():
     names = [s.node.name for s in exe.generic.steps if isinstance(s, NodeStep) and s.node.op_type == "Transpose"]
     # the input to channels last, the shuffle itself, the output back: no round trip through channels first
     assert len(names) == 3 and sum("cl_shuffle" in n for n in names) == 1, names
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_a_global_pool_dropping_its_length_reads_the_channels_last_conv_output(opset):
+    """A byte classifier's x.amax(dim=2) / x.mean(dim=2) (keepdims=0) after a Conv1d: both reduce the
+    channels-last output directly (pool kernels), with no Transpose back to (N, C, L) before them; the same
+    values as the reference."""
+    w = (RNG.standard_normal((8, 4, 3)) * 0.3).astype(np.float32)
+    if opset >= 18:
+        nodes = [helper.make_node("ReduceMax", ["a", "ax"], ["p"], keepdims=0),
+                 helper.make_node("ReduceMean", ["a", "ax"], ["q"], keepdims=0)]
+        inits = {"w": w, "ax": np.array([2], np.int64)}
+    else:
+        nodes = [helper.make_node("ReduceMax", ["a"], ["p"], axes=[2], keepdims=0),
+                 helper.make_node("ReduceMean", ["a"], ["q"], axes=[-1], keepdims=0)]
+        inits = {"w": w}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1]), *nodes,
+             helper.make_node("Concat", ["p", "q"], ["y"], axis=1)]
+    exe = _run_both(_model(nodes, ["n", 4, "l"], inits, opset=opset), {"n": (1, 4), "l": (1, 64)}, (3, 4, 37))
+    assert "Transpose" not in [s.node.op_type for s in exe.generic.steps if isinstance(s, NodeStep)][1:]
+    assert [s.kind for s in exe.generic.steps if isinstance(s, KernelStep)].count("pool") == 2
+
+
+def test_a_reduction_whose_kept_axes_would_reorder_keeps_its_transpose():
+    """ReduceMean over H of NCHW, dims dropped: the channels-last operand's kept axes (N, W, C) are not
+    (N, C, W), so the reduction runs on the channels-first view; values as the reference."""
+    w = (RNG.standard_normal((6, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("ReduceMean", ["a"], ["y"], axes=[2], keepdims=0)]
+    _run_both(_model(nodes, ["n", 3, "h", "w"], {"w": w}, opset=13), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
+              (2, 3, 7, 5))

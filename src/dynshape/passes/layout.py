@@ -170,6 +170,10 @@ def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
             if early is not None and id(early) not in placed:
                 placed.add(id(early))
                 place(early)
+        if not perm:  # its result is already in the original layout
+            place(new)
+            changed = True
+            continue
         low = [rw.fresh(o, types) if o else "" for o in n.outputs]
         for o, lo in zip(n.outputs, low):
             if o:
@@ -221,7 +225,10 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
         return None
     r = len(perm)
     inv = _inverse(perm)
-    if any(len(getattr(types.get(o), "shape", ())) != r for o in n.outputs):
+    flat = n.op_type in _REDUCE and not n.attrs.get("keepdims", 1)
+    if flat and not _flat_reduce_keeps_order(n, perm, consts):
+        return None
+    if not flat and any(len(getattr(types.get(o), "shape", ())) != r for o in n.outputs):
         return None
     inputs = list(n.inputs)
     for k in _data_inputs(n):
@@ -261,8 +268,6 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
         if n.op_type == "Split" and len(inputs) > 1 and inputs[1] and inputs[1] not in consts:
             return None
     if n.op_type in _REDUCE:
-        if not attrs.get("keepdims", 1):
-            return None
         if "axes" in attrs:
             attrs["axes"] = [perm[a % r] for a in attrs["axes"]]
         elif len(n.inputs) > 1 and n.inputs[1] in consts:  # opset 18: the axes are an input
@@ -273,7 +278,24 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
             inputs[1] = name
         else:
             return None
-    return dataclasses.replace(n, inputs=inputs, attrs=attrs), perm
+    # a reduction dropping its axes whose kept axes come out in their original order: its result is the
+    # original one, no Transpose back (perm ())
+    return dataclasses.replace(n, inputs=inputs, attrs=attrs), (() if flat else perm)
+
+
+def _flat_reduce_keeps_order(n: Node, perm: list[int], consts: dict) -> bool:
+    """A keepdims=0 reduction with explicit axes, read through Transpose(perm), whose kept axes keep their
+    order in the un-permuted operand: a byte classifier's global max / mean over its length (N, C, L) -> (N, C)
+    reads the channels-last (N, L, C) directly."""
+    axes = n.attrs.get("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1] in consts:
+        axes = [int(a) for a in consts[n.inputs[1]].reshape(-1)]
+    if not axes:
+        return False
+    r = len(perm)
+    gone = {int(a) % r for a in axes}
+    kept = [perm[a] for a in range(r) if a not in gone]
+    return kept == sorted(kept)
 
 
 def _scalar(t: object, rank: int) -> bool:

@@ -208,9 +208,9 @@ _POOLS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 
 def spatial_reduction(n: Node, graph: Graph) -> str | None:
     """'mean' / 'max' when n is a ReduceMean / ReduceMax over every spatial axis (1 .. r-2) of a channels-last
-    tensor, keeping dims (the SE block's pool, once the layout pass moved it to channels last)."""
-    if n.op_type not in ("ReduceMean", "ReduceMax") or n.domain not in ("", "ai.onnx") or not n.attrs.get("keepdims",
-                                                                                                           1):
+    tensor (the SE block's pool, once the layout pass moved it to channels last; a classifier's global pool
+    over a length, dims dropped: (N, C) is (N, 1, C)'s memory)."""
+    if n.op_type not in ("ReduceMean", "ReduceMax") or n.domain not in ("", "ai.onnx"):
         return None
     x = graph.types.get(n.inputs[0])
     if not isinstance(x, TensorType) or len(x.shape) < 3:
