@@ -36,26 +36,33 @@ void ds_layernorm_args(const int64_t *a) {
 }
 
 /* LRN over the last axis (channels last): y = x / (bias + alpha / size * sum of squares over the window
-   [c - (size - 1) / 2, c + size / 2] clipped to the row)^beta. Per row: the window sums into a scratch row, then
-   one vectorised pass; beta = 0.75 (AlexNet, GoogLeNet, ZFNet) as sqrt(v) * sqrt(sqrt(v)) (correctly rounded
-   square roots, within 2 ulp of powf, and vectorised), any other beta with powf. */
+   [c - (size - 1) / 2, c + size / 2] clipped to the row)^beta. Per row: the squares into a scratch row padded
+   with lo zeros before and hi after (so every window is `size` plain loads and the loop over channels
+   vectorises: the clipped scalar loop made Inception v1's two LRNs 4.8 ms of a 34 ms call at 320x320), the
+   window sums, then one vectorised pass; beta = 0.75 (AlexNet, GoogLeNet, ZFNet) as sqrt(v) * sqrt(sqrt(v))
+   (correctly rounded square roots, within 2 ulp of powf, and vectorised), any other beta with powf. The sums
+   add the window's squares in channel order, as before. */
 void ds_lrn_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n, int64_t size, float alpha,
                 float beta, float bias) {
-    const int64_t lo = (size - 1) / 2, hi = size / 2;
+    const int64_t lo = (size - 1) / 2;
     const float k = alpha / (float)size;
     #pragma omp parallel if(rows * n >= 32768)
     {
         float *d = (float *)malloc((size_t)n * sizeof(float));
+        float *sq = (float *)calloc((size_t)(n + size), sizeof(float)); /* its padding stays zero */
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * n;
             float *yr = y + r * n;
-            for (int64_t c = 0; c < n; c++) {
-                const int64_t a = c - lo < 0 ? 0 : c - lo, b = c + hi >= n ? n - 1 : c + hi;
-                float s = 0.0f;
-                for (int64_t j = a; j <= b; j++) s += xr[j] * xr[j];
-                d[c] = bias + k * s;
+            #pragma omp simd
+            for (int64_t c = 0; c < n; c++) sq[lo + c] = xr[c] * xr[c];
+            for (int64_t c = 0; c < n; c++) d[c] = 0.0f;
+            for (int64_t j = 0; j < size; j++) { /* tap-major: the channel loop vectorises whatever the size */
+                #pragma omp simd
+                for (int64_t c = 0; c < n; c++) d[c] += sq[c + j];
             }
+            #pragma omp simd
+            for (int64_t c = 0; c < n; c++) d[c] = bias + k * d[c];
             if (beta == 0.75f) {
                 #pragma omp simd
                 for (int64_t c = 0; c < n; c++) { const float q = sqrtf(d[c]); yr[c] = xr[c] / (q * sqrtf(q)); }
@@ -63,6 +70,7 @@ void ds_lrn_f32(const float *restrict x, float *restrict y, int64_t rows, int64_
                 for (int64_t c = 0; c < n; c++) yr[c] = xr[c] / powf(d[c], beta);
             }
         }
+        free(sq);
         free(d);
     }
 }
