@@ -280,3 +280,23 @@ def test_old_opset_classifier_softmax_after_a_global_pool_is_a_kernel():
     exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w": w}, opset=9), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
                  [(1, 3, 3, 5), (2, 3, 7, 2)])
     assert "softmax" in {s.kind for s in exe.generic.steps if isinstance(s, KernelStep)}
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_an_fpn_upsampling_writes_its_slice_of_the_concat(mode):
+    """A detector's neck: a map upsampled 2x (Resize, native) beside a conv at the larger scale, concatenated:
+    both write their columns of the Concat's pixels (the Resize at the Concat's pixel stride), the Concat runs no
+    step, values as the reference at every shape."""
+    w1 = (RNG.standard_normal((6, 3, 1, 1)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((5, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2"], ["b0"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Resize", ["b0", "", "sc"], ["b"], mode=mode),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1), helper.make_node("Relu", ["c"], ["y"])]
+    sc = np.array([1, 1, 2, 2], np.float32)
+    exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w1": w1, "w2": w2, "sc": sc}),
+                 {"n": (1, 2), "h": {"min": 2, "max": 24, "multiple_of": 2}, "w": {"min": 2, "max": 24,
+                                                                                  "multiple_of": 2}},
+                 [(1, 3, 8, 10), (2, 3, 2, 24), (1, 3, 24, 4)])
+    joined = _joined(exe)
+    assert len(joined) == 2 and sorted(v[1:] for v in joined.values()) == [(0, 11), (6, 11)]

@@ -155,7 +155,10 @@ class BindRequest:
 class NativeRule:
     """`accepts(node, graph)`: None when the node can run natively, else why not (decided at build time, shown
     by explain); `bind(request)`: zero-argument calls filling the outputs, or None when this key's shapes are
-    not covered (the step then runs its numpy path into the planned buffers)."""
+    not covered (the step then runs its numpy path into the planned buffers). `strided(node)`: whether bind
+    takes an output that is a slice of a wider channels-last buffer (a Concat's, read from its strides), so the
+    plan may point the node at its columns of a Concat (runtime/concat_joins.py)."""
 
     accepts: Callable[[Node, Graph], str | None]
     bind: Callable[[BindRequest], list[Callable[[], None]] | None]
+    strided: Callable[[Node], bool] = lambda node: False

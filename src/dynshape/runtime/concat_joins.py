@@ -3,8 +3,9 @@
 A channels-last Concat on the last axis (SqueezeNet's fire modules, Inception's branches, DenseNet's growth,
 a detector's FPN) copies every pixel's channels from each branch into the wider pixel. When each branch is the
 only output of a kernel whose output rows are a key slot apart (`KernelStep.row_stride`: dense convolutions and
-products), the plan instead points that kernel at its columns of the Concat's buffer and passes the Concat's
-width as the stride; the Concat runs no step. The plan decides this per build, so the same kernel serves a dense
+products) or of a native node that reads its output's strides (`NativeRule.strided`: Resize, a detector's FPN
+upsampling), the plan instead points that step at its columns of the Concat's buffer (a kernel gets the Concat's
+width as the stride); the Concat runs no step. The plan decides this per build, so the same kernel serves a dense
 output (unplanned runs, per-key steps) and a slice.
 
 A join needs, for every input of the Concat: a distinct value, made by a row-stride kernel step as its only
@@ -79,7 +80,9 @@ def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key:
         if j is None or j > i or j in per_key:
             return None
         p = steps[j]
-        if not (isinstance(p, KernelStep) and p.row_stride and p.outputs == (x,)):
+        kernel = isinstance(p, KernelStep) and p.row_stride
+        native = isinstance(p, NodeStep) and p.how == "native" and p.native is not None and p.native.strided(p.node)
+        if not ((kernel or native) and p.outputs == (x,)):
             return None
         found[x] = Join(out, col)
         col += xt.shape[-1]

@@ -5,8 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* a: x, y, N, H, W, C, OH, OW, ih0, ih1, wh, iw0, iw1, ww, linear (tables: int64 rows / columns, float
-   weights of the second tap; nearest reads only ih0 / iw0). */
+/* a: x, y, N, H, W, C, OH, OW, ih0, ih1, wh, iw0, iw1, ww, linear, LDY (tables: int64 rows / columns, float
+   weights of the second tap; nearest reads only ih0 / iw0; LDY: floats between output pixels, C or the width
+   of the Concat whose slice y is). */
 void ds_resize2d_nhwc(const int64_t *a) {
     const float *x = (const float *)a[0];
     float *y = (float *)a[1];
@@ -16,13 +17,14 @@ void ds_resize2d_nhwc(const int64_t *a) {
     const int64_t *iw0 = (const int64_t *)a[11], *iw1 = (const int64_t *)a[12];
     const float *ww = (const float *)a[13];
     const int linear = (int)a[14];
+    const int64_t LDY = a[15];
     #pragma omp parallel for schedule(static) if(N * OH * OW * C >= 65536)
     for (int64_t row = 0; row < N * OH; row++) {
         const int64_t n = row / OH, oh = row % OH;
         const float *x0 = x + (n * H + ih0[oh]) * W * C;
-        float *yr = y + row * OW * C;
+        float *yr = y + row * OW * LDY;
         if (!linear) {
-            for (int64_t ow = 0; ow < OW; ow++) memcpy(yr + ow * C, x0 + iw0[ow] * C, (size_t)C * sizeof(float));
+            for (int64_t ow = 0; ow < OW; ow++) memcpy(yr + ow * LDY, x0 + iw0[ow] * C, (size_t)C * sizeof(float));
             continue;
         }
         const float *x1 = x + (n * H + ih1[oh]) * W * C;
@@ -31,7 +33,7 @@ void ds_resize2d_nhwc(const int64_t *a) {
             const float *p00 = x0 + iw0[ow] * C, *p01 = x0 + iw1[ow] * C;
             const float *p10 = x1 + iw0[ow] * C, *p11 = x1 + iw1[ow] * C;
             const float d = ww[ow], c0 = 1.0f - d;
-            float *o = yr + ow * C;
+            float *o = yr + ow * LDY;
             #pragma omp simd
             for (int64_t c = 0; c < C; c++)
                 o[c] = a0 * (c0 * p00[c] + d * p01[c]) + b * (c0 * p10[c] + d * p11[c]);

@@ -28,4 +28,9 @@ def _bind(r: BindRequest) -> list | None:
     return _INNER[r.node.attrs["op"]].bind(r)
 
 
-register_lowering("ChannelsLast", "native", NativeRule(_accepts, _bind), domain="dynshape")
+def _strided(node: Node) -> bool:
+    rule = _INNER.get(node.attrs.get("op"))
+    return rule is not None and rule.strided(node)
+
+
+register_lowering("ChannelsLast", "native", NativeRule(_accepts, _bind, _strided), domain="dynshape")

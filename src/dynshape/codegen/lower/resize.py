@@ -106,13 +106,27 @@ def _bind(r: BindRequest) -> list | None:
     if lib is None:
         return None
     linear = r.attrs.get("mode", "nearest") == "linear"
+    ldy = _pixel_stride(y)
+    if ldy is None or not x.flags.c_contiguous:
+        return None
     tables = [*th, *tw]
     r.keep.extend(tables)
-    args = np.array([r.addr(x), r.addr(y), n, h, w, c, oh, ow, *[t.ctypes.data for t in tables], int(linear)],
+    args = np.array([r.addr(x), r.addr(y), n, h, w, c, oh, ow, *[t.ctypes.data for t in tables], int(linear), ldy],
                     dtype=np.int64)
     r.keep.append(args)
     return [NativeCall(lib.ds_resize2d_nhwc, (args.ctypes.data,))]
 
 
-register_channels_last("Resize", NativeRule(_accepts, _bind))
-register_channels_last("Upsample", NativeRule(_accepts, _bind))
+def _pixel_stride(y: np.ndarray) -> int | None:
+    """Floats between y's pixels when y (N, OH, OW, C) is dense or a channel slice of a wider buffer (its rows
+    and images follow from that stride), else None."""
+    ldy, item = y.strides[2] // y.itemsize, y.itemsize
+    n, oh, ow, c = y.shape
+    if y.strides[3] != item or ldy < c or (oh > 1 and y.strides[1] != ow * ldy * item) \
+            or (n > 1 and y.strides[0] != oh * ow * ldy * item):
+        return None
+    return int(ldy)
+
+
+register_channels_last("Resize", NativeRule(_accepts, _bind, lambda node: True))
+register_channels_last("Upsample", NativeRule(_accepts, _bind, lambda node: True))
