@@ -221,7 +221,11 @@ class Planner:
         """What step i's per-key result depends on: its constants by name, the rest (symbol values, shapes
         made from them) by content; None (not shared) when such an input is large. Why share: the keys of a
         model at many widths repeat most of these values (text recognition's zero LSTM states depend on the
-        batch alone), and each plan of the cache kept its own copy (1 MB over 300 new shapes)."""
+        batch alone), and each plan of the cache kept its own copy (1 MB over 300 new shapes). Only node steps
+        (pure functions of their inputs and attributes: random and scoped ones are never per key); a kernel's
+        loop extents come from the key itself, so its result is not shared."""
+        if not isinstance(self.build.steps[i], NodeStep):
+            return None
         parts: list = [i]
         for x, a in zip(names, args):
             if not x:

@@ -139,6 +139,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     # the value the softmax reads from the product (its epilogue's result, if any), and its own operands
     sm_in = (pr.epilogue.outputs[0] if pr.epilogue else node.outputs[0]) if sm is not None else ""
     sm_params = [x for x in pr.inputs if x in set(sm.inputs) - {sm_in}] if sm is not None else []
+    # the product's own operands (Gemm's C, the epilogue's): a softmax-only operand is the softmax's alone
     extra = [x for x in pr.inputs[1:len(pr.inputs) - len(ln_params)] if x not in sm_params or
              (pr.epilogue and x in pr.epilogue.inputs) or x in node.inputs]
     ops = operands(extra, shape, g, first_param=2)
