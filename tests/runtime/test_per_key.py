@@ -122,9 +122,10 @@ def test_keys_that_agree_on_a_per_key_step_share_its_result():
     """Position embeddings depend on seq alone: the plans of (batch 1, seq 5) and (batch 3, seq 5) hold one array
     for them (the Planner's memo), a third key with another seq its own; values right for every key."""
     emb = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
-    nodes = [helper.make_node("Shape", ["x"], ["shp"], start=1, end=2), helper.make_node("Squeeze", ["shp"], ["seq"]),
-             helper.make_node("Range", ["zero", "seq", "one"], ["pos"]), helper.make_node("Gather", ["emb", "pos"], ["pe"]),
-             helper.make_node("Add", ["x", "pe"], ["y"])]
+    nodes = [helper.make_node("Shape", ["x"], ["shp"], start=1, end=2),
+             helper.make_node("Squeeze", ["shp"], ["seq"]),
+             helper.make_node("Range", ["zero", "seq", "one"], ["pos"]),
+             helper.make_node("Gather", ["emb", "pos"], ["pe"]), helper.make_node("Add", ["x", "pe"], ["y"])]
     consts = [numpy_helper.from_array(emb, "emb"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
               numpy_helper.from_array(np.array(1, np.int64), "one")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "seq", 4])],
@@ -136,6 +137,7 @@ def test_keys_that_agree_on_a_per_key_step_share_its_result():
         x = np.full((b, seq, 4), 0.25, np.float32)
         np.testing.assert_array_equal(exe.run({"x": x})["y"], x + emb[:seq])
     plans = exe.arenas[0].plans
-    held = {key[1]: {id(a) for a in p.keep if isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape[-1:] == (4,)}
+    held = {key[1]: {id(a) for a in p.keep
+                     if isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape[-1:] == (4,)}
             for key, p in plans.items()}
     assert held[(1, 5)] and held[(1, 5)] == held[(3, 5)] and held[(1, 5)].isdisjoint(held[(2, 9)])
