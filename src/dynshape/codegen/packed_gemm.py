@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen.clib import F32, I64, P, declare
+from dynshape.ir.buffers import fresh_array
 
 NR = 32  # columns per packed panel: two 16-float vectors
 ROW_BLOCK = 60  # rows per block (a multiple of every micro-tile height): the block stays in cache for the epilogue
@@ -88,13 +89,20 @@ def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
     cog = co // groups
     # per group (cog, kh * kw * cig) rows, packed transposed: the copy reads w in order (3.5 ms instead of 12 for
     # a 512-channel 3x3 conv, whose (kh, kw, ci, co) transpose read w 4.6 KB apart)
-    mats = [np.ascontiguousarray(w[g * cog:(g + 1) * cog].transpose(0, 2, 3, 1)).reshape(cog, kh * kw * cig)
+    mats = [_contiguous(w[g * cog:(g + 1) * cog].transpose(0, 2, 3, 1)).reshape(cog, kh * kw * cig)
             for g in range(groups)]
     if len(mats) == 1:
         return pack_b(mats[0], trans=True)
     parts = [pack_b(m, trans=True) for m in mats]
     out = aligned((sum(p.shape[0] for p in parts), *parts[0].shape[1:]))
     np.concatenate(parts, out=out)
+    return out
+
+
+def _contiguous(view: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `view` on pages of its own when large (numpy's may stall in THP compaction)."""
+    out = fresh_array(view.shape, view.dtype)
+    np.copyto(out, view)
     return out
 
 

@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from dynshape.ir.buffers import fresh_array
 from dynshape.ir.graph import Node
 from dynshape.ir.types import TensorType
 from dynshape.passes.layout import Rewrite
@@ -60,13 +61,15 @@ def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str])
             w = consts[conv.inputs[1]]
             b = consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
             k32 = k.astype(np.float32)
+            out = fresh_array(w.shape)  # (numpy's own large arrays may stall in THP compaction: ir/buffers.py)
             if conv.op_type == "Conv":
-                w = np.multiply(w, k32.reshape(-1, *[1] * (w.ndim - 1)), dtype=np.float32)
+                np.multiply(w, k32.reshape(-1, *[1] * (w.ndim - 1)), out=out, dtype=np.float32)
             else:  # ConvTranspose: W is (C_in, C_out / group, ...), output channel co = g * C_out/g + j
                 g = int(conv.attrs.get("group", 1))
                 cg = w.shape[1]
-                w = np.multiply(w.reshape(g, -1, cg, *w.shape[2:]), k32.reshape(g, 1, cg, *[1] * (w.ndim - 2)),
-                                dtype=np.float32).reshape(w.shape)
+                np.multiply(w.reshape(g, -1, cg, *w.shape[2:]), k32.reshape(g, 1, cg, *[1] * (w.ndim - 2)),
+                            out=out.reshape(g, -1, cg, *w.shape[2:]), dtype=np.float32)
+            w = out
             wn, bn = rw.fresh(conv.inputs[1], types), rw.fresh(n.name or "bn", types)
             for name, v in ((wn, w), (bn, (b * k + shift).astype(np.float32))):
                 rw.consts[name] = v
