@@ -17,14 +17,13 @@ for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to t
 
 from __future__ import annotations
 
-import mmap
 import weakref
 from typing import Any
 
 import numpy as np
 
 from dynshape.codegen.clib import F32, I64, P, declare
-from dynshape.ir.buffers import fresh_array
+from dynshape.ir.buffers import OWN_PAGES_BYTES, fresh_array
 
 NR = 32  # columns per packed panel: two 16-float vectors
 ROW_BLOCK = 60  # rows per block (a multiple of every micro-tile height): the block stays in cache for the epilogue
@@ -34,21 +33,17 @@ MR_NARROW = 4  # with 16 registers
 PAR_MIN_FLOPS = 1 << 20  # multiply-adds below which a product runs on one thread
 
 
-BIG_BYTES = 4 << 20  # packed buffers from this size get pages of their own (see aligned)
-
-
 def aligned(shape: int | tuple, dtype: Any = np.float32) -> np.ndarray:
     """An uninitialised C-contiguous array starting on a 64-byte boundary. Packed weights live in these: numpy's
     own allocations start 16 bytes past one, so every 64-byte vector load of a panel touched two cache lines
-    (a 256-channel 3x3 conv tile sweep: 192 -> 181 GFLOP/s with the panels 16 bytes off)."""
+    (a 256-channel 3x3 conv tile sweep: 192 -> 181 GFLOP/s with the panels 16 bytes off). Large ones are
+    ir/buffers' page-aligned mappings (numpy's own large arrays may stall in THP compaction: VGG-19's 550 MB of
+    packed weights took 0.94-1.44 s instead of 0.37 s to pack; the kernels ran at the same speed)."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     dtype = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if n >= BIG_BYTES:
-        # anonymous pages of our own: numpy advises huge pages for its large arrays, and with the kernel's THP
-        # defrag on "madvise" their first touch compacts memory (VGG-19's 550 MB of packed weights: 0.94-1.44 s
-        # instead of 0.37 s to pack; the kernels ran at the same speed)
-        return np.frombuffer(mmap.mmap(-1, n), dtype=dtype).reshape(shape)  # page-aligned; the array keeps it
+    if n >= OWN_PAGES_BYTES:
+        return fresh_array(shape, dtype)
     buf = np.empty(n + 64, np.uint8)
     off = -buf.ctypes.data % 64
     return buf[off:off + n].view(dtype).reshape(shape)
