@@ -182,6 +182,34 @@ def test_pack_b_in_c_equals_the_numpy_packing(shape, trans, monkeypatch):
     np.testing.assert_array_equal(in_c, packed_gemm.pack_b(b, trans))
 
 
+@pytest.mark.parametrize("shape,groups,scaled", [((64, 16, 3, 3), 1, False), ((70, 8, 5, 5), 2, True),
+                                                  ((96, 24, 1, 1), 3, True), ((40, 33, 7), 1, True),
+                                                  ((33, 200, 1, 1), 1, False)])
+def test_pack_conv_in_c_equals_the_numpy_packing(shape, groups, scaled, monkeypatch):
+    """The one-pass C packer (scale folded in) against numpy's transposes: the same floats, bit for bit."""
+    from dynshape.codegen import packed_gemm
+
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal(shape).astype(np.float32)
+    scale = rng.standard_normal(shape[0]).astype(np.float32) if scaled else None
+    in_c = packed_gemm.pack_conv(w, groups, scale)
+    monkeypatch.setattr(packed_gemm, "LIBRARY", type("NoCompiler", (), {"try_load": staticmethod(lambda: None)}))
+    by_numpy = packed_gemm.pack_conv(w, groups, scale)
+    np.testing.assert_array_equal(in_c, by_numpy)
+    # and the layout itself: panel q of group g, row k = tap * cig + c, column j
+    w4 = (w if w.ndim == 4 else w[:, :, None, :]) * (1 if scale is None else scale.reshape(-1, 1, 1, 1))
+    cog, cig = shape[0] // groups, shape[1]
+    taps = w4.shape[2] * w4.shape[3]
+    panels = -(-cog // 32)
+    for g in range(groups):
+        o = g * cog + cog - 1  # the group's last channel: panel (cog - 1) // 32, column (cog - 1) % 32
+        q, j = (cog - 1) // 32, (cog - 1) % 32
+        for t in (0, taps - 1):
+            for c in (0, cig - 1):
+                assert by_numpy[g * panels + q, t * cig + c, j] == w4[o, c].reshape(-1)[t]
+    assert not by_numpy[panels - 1, :, (cog - 1) % 32 + 1:].any()  # zero past the group's channels
+
+
 def _packed_weights(exe) -> list:
     return [k for k in exe.generic.fixed if isinstance(k, PackedWeight)]
 

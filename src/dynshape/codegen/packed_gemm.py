@@ -18,6 +18,7 @@ for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to t
 from __future__ import annotations
 
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -73,31 +74,33 @@ def pack_b(b: np.ndarray, trans: bool = False) -> np.ndarray:
     return out
 
 
-def pack_conv(w: np.ndarray, groups: int) -> np.ndarray:
-    """A convolution's weights (Co, Ci / groups, KH, KW) (or (Co, Ci / groups, KW): 1-D) as, per group, panels
-    [ceil(Co_g / 32), KH * KW * Ci_g, 32] whose rows run over k = (kh * KW + kw) * Ci_g + c: the layout
-    ds_conv_tile reads (csrc/ds_conv.h). Groups follow each other."""
+def pack_conv(w: np.ndarray, groups: int, scale: np.ndarray | None = None) -> np.ndarray:
+    """A convolution's weights (Co, Ci / groups, KH, KW) (or (Co, Ci / groups, KW): 1-D), each output channel
+    times `scale` (Co floats) when given, as, per group, panels [ceil(Co_g / 32), KH * KW * Ci_g, 32] whose rows
+    run over k = (kh * KW + kw) * Ci_g + c: the layout ds_conv_tile reads (csrc/ds_conv.h). Groups follow each
+    other. In C when the micro-kernel library loads: one pass from the weights as stored (ResNet-50's: 0.06 s
+    of a warm compile saved, a transposed copy of every weight no longer made first)."""
     w = np.asarray(w, dtype=np.float32)
     if w.ndim == 3:
         w = w[:, :, None, :]
     co, cig, kh, kw = w.shape
     cog = co // groups
-    # per group (cog, kh * kw * cig) rows, packed transposed: the copy reads w in order (3.5 ms instead of 12 for
-    # a 512-channel 3x3 conv, whose (kh, kw, ci, co) transpose read w 4.6 KB apart)
-    mats = [_contiguous(w[g * cog:(g + 1) * cog].transpose(0, 2, 3, 1)).reshape(cog, kh * kw * cig)
+    panels = -(-cog // NR)
+    lib = LIBRARY.try_load() if w.size >= 1 << 12 else None
+    if lib is not None:
+        src = np.ascontiguousarray(w)
+        sc = None if scale is None else np.ascontiguousarray(scale, dtype=np.float32)
+        out = aligned((groups * panels, kh * kw * cig, NR))
+        lib.ds_pack_conv(src.ctypes.data, co, cig, kh * kw, groups, None if sc is None else sc.ctypes.data,
+                         out.ctypes.data)
+        return out
+    if scale is not None:
+        w = w * np.asarray(scale, dtype=np.float32).reshape(-1, 1, 1, 1)
+    # per group (cog, kh * kw * cig) rows, packed transposed
+    mats = [np.ascontiguousarray(w[g * cog:(g + 1) * cog].transpose(0, 2, 3, 1)).reshape(cog, kh * kw * cig)
             for g in range(groups)]
-    if len(mats) == 1:
-        return pack_b(mats[0], trans=True)
-    parts = [pack_b(m, trans=True) for m in mats]
-    out = aligned((sum(p.shape[0] for p in parts), *parts[0].shape[1:]))
-    np.concatenate(parts, out=out)
-    return out
-
-
-def _contiguous(view: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of `view` on pages of its own when large (numpy's may stall in THP compaction)."""
-    out = fresh_array(view.shape, view.dtype)
-    np.copyto(out, view)
+    out = aligned((groups * panels, kh * kw * cig, NR))
+    np.concatenate([pack_b(m, trans=True) for m in mats], out=out)
     return out
 
 
@@ -180,9 +183,26 @@ def packed(w: np.ndarray, trans: bool = False, layout: str = "panels", groups: i
     return out
 
 
+PARALLEL_PACK_BYTES = 8 << 20  # weights from this total are packed on two threads
+
+
+def packed_all(items: list[tuple[np.ndarray, bool, str, int]]) -> list[np.ndarray]:
+    """`packed(*item)` for each item, on two threads when they are large: the packers run in C without the GIL,
+    and what they cost is mostly the first touch of fresh pages (~2 us a page on this VM; ResNet-50's 1x1 and
+    strided convs alone are 12,000 pages), which two cores take in parallel. Small C packs below
+    DS_PAR_PACK_FLOATS run on one thread each, so the two workers do not oversubscribe the cores."""
+    if len(items) < 2 or sum(it[0].nbytes for it in items) < PARALLEL_PACK_BYTES:
+        return [packed(*it) for it in items]
+    # the largest first, so the two workers end together
+    order = sorted(range(len(items)), key=lambda i: -items[i][0].nbytes)
+    with ThreadPoolExecutor(2) as pool:
+        done = dict(zip(order, pool.map(lambda i: packed(*items[i]), order)))
+    return [done[i] for i in range(len(items))]
+
+
 LIBRARY = declare("packed_gemm", "ds_gemm.c", {
     "ds_pack_panels": (P, I64, I64, I64, P), "ds_pack_panels_t": (P, I64, I64, I64, P),
-    "ds_pack_winograd": (P, I64, I64, I64, P, P),
+    "ds_pack_conv": (P, I64, I64, I64, I64, P, P), "ds_pack_winograd": (P, I64, I64, I64, P, P),
     "ds_gemm_panel": (P, I64, P, I64, P, I64, I64, I64, I64, I64),
     "ds_gemm_tile": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_gemm_block": (P, I64, P, P, I64, I64, I64, I64, I64, I64),

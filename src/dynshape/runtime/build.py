@@ -192,10 +192,9 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
         steps = [_node_step(n, spec, options, "fuse=False") for n in live]
         uncompiled, nk = [_uncompiled(s) for s in steps if s.how != "native"], 0
     fixed: dict[str | PackedWeight, np.ndarray] = {k: v for k, v in consts.items() if k in needed}
-    for s in steps:
-        for x in s.inputs:
-            if isinstance(x, PackedWeight) and x not in fixed:
-                fixed[x] = packed_gemm.packed(consts[x.weight], x.trans, x.layout, x.groups)
+    wanted = list(dict.fromkeys(x for s in steps for x in s.inputs if isinstance(x, PackedWeight) and x not in fixed))
+    packs = packed_gemm.packed_all([(consts[x.weight], x.trans, x.layout, x.groups) for x in wanted])
+    fixed.update(zip(wanted, packs))
     if key is not None:
         fixed.update({k: v for k, v in symvals(key).items() if k in needed})
     return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)

@@ -199,6 +199,33 @@ void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n
     }
 }
 
+/* A convolution's weights w (co, cig, taps) (taps = KH * KW, OIHW order as ONNX stores them), each output channel
+   o times scale[o] when `scale` is not NULL (a BatchNormalization folded in while packing), as per group g the
+   panels [ceil(cog / 32)][taps * cig][32] whose row k = t * cig + c holds w[g * cog + q * 32 + j][c][t] in column
+   j (zero past the group's cog channels), groups one after another: the layout ds_conv_tile reads. One pass
+   (each panel, at most 32 * taps * cig floats, is written while it sits in L2; w read in order): a transposed
+   copy and then a pack wrote every weight twice to fresh pages, and fresh pages cost ~2 us each here. */
+void ds_pack_conv(const float *restrict w, int64_t co, int64_t cig, int64_t taps, int64_t groups,
+                  const float *restrict scale, float *restrict out) {
+    const int64_t cog = co / groups, panels = (cog + 31) / 32, k = taps * cig;
+    #pragma omp parallel for schedule(static) if(co * k >= DS_PAR_PACK_FLOATS)
+    for (int64_t gq = 0; gq < groups * panels; gq++) {
+        const int64_t g = gq / panels, q = gq % panels;
+        const int64_t nc = cog - q * 32 < 32 ? cog - q * 32 : 32;
+        float *dst = out + gq * k * 32;
+        int64_t j = 0;
+        for (; j < nc; j++) {
+            const int64_t o = g * cog + q * 32 + j;
+            const float *src = w + o * k, s = scale ? scale[o] : 1.0f;
+            for (int64_t c = 0; c < cig; c++)
+                for (int64_t t = 0; t < taps; t++) dst[(t * cig + c) * 32 + j] = scale ? src[c * taps + t] * s
+                                                                                        : src[c * taps + t];
+        }
+        for (; j < 32; j++)
+            for (int64_t r = 0; r < k; r++) dst[r * 32 + j] = 0.0f;
+    }
+}
+
 /* A 3x3 convolution's weights w (co, ci, 3, 3) as Winograd F(tile x tile, 3x3)'s transformed matrices: per
    position x of the (tile + 2)^2 patch, U_x (ci x co) in 32-column panels, out[x][q][c][j] = (G w[q * 32 + j][c]
    G^T)[x], zero past co; G is `g` (tile + 2 rows of 3, row-major), the products in double, rounded once. In C

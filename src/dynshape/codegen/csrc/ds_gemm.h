@@ -8,6 +8,8 @@
 
 void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp);
 void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp);
+void ds_pack_conv(const float *restrict w, int64_t co, int64_t cig, int64_t taps, int64_t groups,
+                  const float *restrict scale, float *restrict out);
 void ds_pack_winograd(const float *restrict w, int64_t co, int64_t ci, int64_t a, const double *restrict g,
                       float *restrict out);
 void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
