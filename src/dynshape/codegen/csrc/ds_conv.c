@@ -285,6 +285,36 @@ DS_CONV_MICRO2_OF(ds_conv_micro2_6, DS_NO_PREFETCH)
 DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2)
 #endif
 
+/* The runs path over two panels: 6 output pixels times 64 output channels, each kernel row's KW * C floats of a
+   pixel one run (see DS_CONV_RMICRO). For the RGB stems, whose taps have 3 channels each, the per-tap loop
+   above spends as much on its 6 pointers per tap as on the 3 iterations they feed. */
+#define DS_R2FMA(r) { const float v = a##r[c]; c##r##0 += v * b0; c##r##1 += v * b1; c##r##2 += v * b2;           \
+                      c##r##3 += v * b3; }
+#define DS_RROW_ZERO4(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}, c##r##2 = {0}, c##r##3 = {0};
+#if DS_MR > 4
+static void ds_conv_rmicro2_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
+                              int64_t pstride, float *restrict yo, int64_t p, int64_t ncols) {
+    GEO_LOCALS;
+    const int64_t RUN = KW * C;
+    float scratch[6 * DS_CONV_PATCH_MAX];
+    (void)CG; (void)DW;
+    DS_POS_START
+    DS_ROWS6(DS_RROW_BASE)
+    DS_ROWS6(DS_RROW_ZERO4)
+    for (int64_t kh = 0; kh < KH; kh++) {
+        DS_ROWS6(DS_RROW_PTR)
+        const float *b = bp + kh * RUN * 32, *bb = b + pstride;
+        _Pragma("GCC unroll 4")
+        for (int64_t c = 0; c < RUN; c++) {
+            const ds_v16 b0 = ds_ld16(b + c * 32), b1 = ds_ld16(b + c * 32 + 16);
+            const ds_v16 b2 = ds_ld16(bb + c * 32), b3 = ds_ld16(bb + c * 32 + 16);
+            DS_ROWS6(DS_R2FMA)
+        }
+    }
+    DS_ROWS6(DS_C2ROW_STORE)
+}
+#endif
+
 void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                    const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q) {
     const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
@@ -297,6 +327,9 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
         const float *xg = x + g * CG, *panel = bp + (g * panels + q) * K * 32;
         float *yq = y + g * OCG + q * 32;
         int64_t p = p0;
+        if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1 && geo[DS_CONV_C] < 8
+            && K <= DS_CONV_PATCH_MAX)
+            for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols);
         if (p0 == 0) /* the panels' first block: they come from L3 */
             for (; p1 - p >= 6; p += 6) ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols);
         for (; p1 - p >= 6; p += 6) ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols);
