@@ -98,6 +98,9 @@ class Options:
     par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",
                                    default=1 << 15)
     par_min_flops: int = _build("multiply-adds below which a product runs on one thread", default=1 << 20)
+    par_min_weights: int = _build("weight floats from which a product runs on every thread whatever its rows "
+                                  "(streaming them is its cost: a batch-1 classifier's 1024 x 1000)",
+                                  default=1 << 18)
     fast_math: bool = _build("dynshape's vectorised exp/erf/tanh (a few ulp; False: libm's)", default=True)
 
     # ---- how calls are served ---------------------------------------------------------------------------------
@@ -137,7 +140,7 @@ class Options:
             raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
         if self.blas not in BLAS_CHOICES:
             raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
-        for name in ("par_min_elements", "par_min_flops"):
+        for name in ("par_min_elements", "par_min_flops", "par_min_weights"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
                 raise DynshapeError(f"{name}={v!r}: expected an int in [0, 2**62)")

@@ -251,6 +251,27 @@ def test_in_place_weights_only_where_every_shape_has_few_rows(monkeypatch):
     np.testing.assert_allclose(unplanned.run({"x": x[:5]})["y"], 2 * x[:5] @ w.T, rtol=1e-5, atol=1e-5)
 
 
+def test_one_row_by_large_weights_runs_on_every_thread():
+    """A batch-1 classifier (1 x 1024 by 1024 x 1000: a million multiply-adds, under par_min_flops) streams 4 MB
+    of weights, which the threads share from par_min_weights on; below it the row count decides."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((1024, 1000)).astype(np.float32)
+
+    def build(**opts):
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        return ds.compile(_model([node], {"x": ["m", 1024]}, {"w": w}, "y", {"m": (1, 64)}), **opts)
+
+    def omp_ifs(exe) -> list[str]:
+        return [ln.split(" if(")[1] for ln in exe.generic.steps[0].source.splitlines() if "omp parallel" in ln]
+
+    shared, by_rows = build(), build(par_min_weights=1 << 40)
+    assert omp_ifs(shared) == ["1)"] and "L0" in omp_ifs(by_rows)[0]
+    for m in (1, 3):
+        x = rng.standard_normal((m, 1024)).astype(np.float32)
+        for exe in (shared, by_rows):
+            np.testing.assert_allclose(exe.run({"x": x})["y"], x @ w, rtol=2e-5, atol=2e-4)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)

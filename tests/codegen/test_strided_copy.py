@@ -56,6 +56,14 @@ def test_transposes_match_numpy(shape, perm):
         np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(perm))
 
 
+def test_a_large_channel_shuffle_shared_by_the_threads_matches_numpy():
+    """From 256 KB the rows of ds_permute_rows are split between the threads (OpenMP's default: every core):
+    every row still lands once, in its place."""
+    exe = _run_transpose((1, 56, 57, 3, 40), (0, 1, 2, 4, 3))  # 1.5 MB, an odd row count
+    x = RNG.standard_normal((1, 56, 57, 3, 40)).astype(np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(0, 1, 2, 4, 3))
+
+
 def test_int64_transpose_takes_the_strided_copy():
     exe = _run_transpose((3, 4, 5), (0, 2, 1), TensorProto.INT64)
     x = RNG.integers(-100, 100, (3, 4, 5)).astype(np.int64)

@@ -102,12 +102,15 @@ void ds_copy_strided(const int64_t *a) {
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
+#define DS_PERMUTE_PAR_BYTES (1 << 18) /* from here the threads share the rows (ShuffleNet's 56x56 x 240 shuffle) */
 void ds_permute_rows(const int64_t *a) {
-    float *dst = (float *)a[0];
+    float *const out = (float *)a[0];
     const char *src = (const char *)a[1];
     const int64_t rows = a[2], stride = a[3], width = a[4];
     const int32_t *table = (const int32_t *)a[5];
-    for (int64_t r = 0; r < rows; r++, dst += width) {
+    #pragma omp parallel for schedule(static) if(rows > 1 && rows * width * 4 >= DS_PERMUTE_PAR_BYTES)
+    for (int64_t r = 0; r < rows; r++) {
+        float *dst = out + r * width;
         const float *s = (const float *)(src + r * stride);
         int64_t k = 0;
 #ifdef __AVX512F__

@@ -212,6 +212,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
             tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     panels = (n + NR - 1) // NR
     par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
+    if n * k >= ctx.options.par_min_weights:  # few rows, large weights: the threads share the stream
+        par = kir.Const(1, I64)
     lines: list[kir.Stmt] = [kir.Let(nblk, row_blocks(L0))]
 
     def tiles(omp: kir.Omp | None) -> kir.For:
