@@ -28,6 +28,8 @@ from dynshape.sym import eq, prove, sym
 
 I64 = kir.I64
 ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
+MICRO_ROWS = 12  # the widest micro-tile's pixels: blocks made smaller stay a multiple of it
+MIN_TILES_PER_THREAD = 4
 BLOCK_MAJOR_BYTES = 256 << 10  # packed weights up to this size: tiles in block-major order (see _implicit_gemm)
 
 
@@ -174,9 +176,21 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     pairs = (ocg + 2 * NR - 1) // (2 * NR)
     gq, pb, gi, q, p0, p1, r, j = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1", "r", "j"))
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
-    blocks = (pixels + (ROWS - 1)) / ROWS
-    tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * ROWS),
-            kir.Let(p1, kir.Select(p0 + ROWS < pixels, p0 + ROWS, pixels)),
+    flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
+    par = flops >= ctx.options.par_min_flops
+    # rows per block: ROWS, or fewer where the tiles would not give each thread MIN_TILES_PER_THREAD of them
+    # (SqueezeNet's 1x1 convs on 9x15 maps: 5 blocks of one panel pair, shared 3 / 2 between two threads)
+    per, blocks = kir.Var("BR"), kir.Var("NBLK")
+    gp = geo["G"] * pairs
+    want = kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1)) * MIN_TILES_PER_THREAD
+    spread = (pixels * gp + want - 1) / want  # pixels per block that make `want` tiles
+    spread = (spread + (MICRO_ROWS - 1)) / MICRO_ROWS * MICRO_ROWS
+    few = ((pixels + (ROWS - 1)) / ROWS) * gp < want
+    body += [kir.Let(per, kir.Select(few, kir.Select(spread < ROWS, kir.Select(spread > MICRO_ROWS, spread,
+                                                                                 _i(MICRO_ROWS)), _i(ROWS)), _i(ROWS))),
+             kir.Let(blocks, (pixels + per - 1) / per)]
+    tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * per),
+            kir.Let(p1, kir.Select(p0 + per < pixels, p0 + per, pixels)),
             _call("ds_conv_tile2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
                   p1, gi, q)]
     col0 = gi * ocg + q * NR
@@ -185,7 +199,6 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
                              oc)
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
-    flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
     # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile;
     # block-major where all the weights stay in L2 anyway (<= BLOCK_MAJOR_BYTES): a block's tiles then read and
     # write the same rows one after another (its epilogue's residual rows arrive as one stream, not 64 columns
@@ -193,8 +206,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     weight_bytes = 4 * geo["G"] * pairs * 2 * NR * geo["KH"] * geo["KW"] * cg
     by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
     (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
-    loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),),
-                   omp=kir.Omp(parallel=True, collapse=2, if_=flops >= ctx.options.par_min_flops))
+    loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
