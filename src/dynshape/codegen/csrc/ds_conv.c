@@ -9,6 +9,51 @@
 #include "ds_conv.h"
 #include "ds_simd.h"
 
+/* The finish a micro-tile applies to its accumulators before storing them, where the kernel passes `bias` (the
+   tile's first column's: the conv's bias, or zeros) instead of leaving it to the generated epilogue: + bias, then
+   max(0, .) where geo[DS_CONV_ACT] is DS_ACT_RELU. In registers: a separate epilogue pass over the tile, for the
+   1x1 convs of few input channels (SqueezeNet's, MobileNet's), cost 15-20% of their time. ds_ldb reads the
+   first n (<= 0: none) of 16 bias values, never past them. */
+#ifdef __AVX512F__
+#include <immintrin.h>
+static inline ds_v16 ds_ldb(const float *p, int64_t n) {
+    if (n >= 16) return ds_ld16(p);
+    return n <= 0 ? (ds_v16){0} : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+/* max(0, c) with c second: MAXPS returns its second operand where either is NaN, so NaN stays NaN, as in Relu */
+static inline ds_v16 ds_relu16(ds_v16 c) { return (ds_v16)_mm512_max_ps(_mm512_setzero_ps(), (__m512)c); }
+#else
+static inline ds_v16 ds_ldb(const float *p, int64_t n) {
+    float t[16] = {0};
+    for (int64_t j = 0; j < n && j < 16; j++) t[j] = p[j];
+    return ds_ld16(t);
+}
+static inline ds_v16 ds_relu16(ds_v16 c) {
+    for (int j = 0; j < 16; j++) c[j] = c[j] < 0.0f ? 0.0f : c[j];
+    return c;
+}
+#endif
+static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) {
+    c += b;
+    return act == DS_ACT_RELU ? ds_relu16(c) : c;
+}
+#define DS_FINR1(r) c##r##0 = ds_fin(c##r##0, f0, act);
+#define DS_FINR2(r) DS_FINR1(r) c##r##1 = ds_fin(c##r##1, f1, act);
+#define DS_FINR4(r) DS_FINR2(r) c##r##2 = ds_fin(c##r##2, f2, act); c##r##3 = ds_fin(c##r##3, f3, act);
+/* one vector of columns (ncols <= 16), two (ncols <= 32), or two panels (64: the second panel's ncols) */
+#define DS_FIN_1(MR)                                                                                        \
+    if (bias) { const int64_t act = geo[DS_CONV_ACT]; const ds_v16 f0 = ds_ldb(bias, ncols);               \
+                DS_ROWS##MR(DS_FINR1) }
+#define DS_FIN_2(MR)                                                                                        \
+    if (bias) { const int64_t act = geo[DS_CONV_ACT];                                                      \
+                const ds_v16 f0 = ds_ldb(bias, ncols), f1 = ds_ldb(bias + 16, ncols - 16);                 \
+                DS_ROWS##MR(DS_FINR2) }
+#define DS_FIN_4(MR)                                                                                        \
+    if (bias) { const int64_t act = geo[DS_CONV_ACT];                                                      \
+                const ds_v16 f0 = ds_ld16(bias), f1 = ds_ld16(bias + 16);                                  \
+                const ds_v16 f2 = ds_ldb(bias + 32, ncols), f3 = ds_ldb(bias + 48, ncols - 16);            \
+                DS_ROWS##MR(DS_FINR4) }
+
 /* Winograd's tiles per chunk: the library is built with codegen/lower/conv.py's WINO_TILES (which also sizes the
    scratch its kernels allocate); these defaults only serve a build of this file on its own, as ds_gemm.c's do */
 #ifndef DS_WINO_TILES
@@ -63,9 +108,10 @@
    (`ds_conv_nmicro_MR`, a group's <= 16-column tail such as 8 output channels: one register a pixel, so twice
    the pixels; see ds_gemm.c): per tap, each row's input pixel (or the zero row in the padding), then the
    broadcast-FMA loop over the tap's CG packed rows. */
-#define DS_CONV_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE, PREFETCH)                                      \
+#define DS_CONV_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE, PREFETCH, FIN)                                 \
     static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
-                            float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols) {     \
+                            float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
+                            const float *restrict bias) {                                                   \
         GEO_LOCALS;                                                                                         \
         DS_POS_START                                                                                        \
         DS_ROWS##MR(INIT)                                                                                    \
@@ -80,13 +126,16 @@
                     DS_ROWS##MR(FMA)                                                                         \
                 }                                                                                           \
             }                                                                                               \
+        FIN(MR)                                                                                             \
         DS_ROWS##MR(STORE)                                                                                   \
     }
 #define DS_NO_PREFETCH(b)
 #define DS_CONV_MICRO(MR)                                                                                   \
-    DS_CONV_MICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE, DS_NO_PREFETCH)
+    DS_CONV_MICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE, DS_NO_PREFETCH,    \
+                     DS_FIN_2)
 #define DS_CONV_NMICRO(MR)                                                                                  \
-    DS_CONV_MICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_LOAD_B1, DS_NCROW_FMA, DS_NCROW_STORE, DS_NO_PREFETCH)
+    DS_CONV_MICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_LOAD_B1, DS_NCROW_FMA, DS_NCROW_STORE,                \
+                     DS_NO_PREFETCH, DS_FIN_1)
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
 DS_CONV_NMICRO(4)
@@ -103,7 +152,8 @@ DS_CONV_MICRO(4)
 #if DS_MR > 4
 DS_CONV_MICRO(8)
 DS_CONV_MICRO(12)
-DS_CONV_MICRO_OF(ds_conv_pmicro, 12, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE, DS_PREFETCH_B)
+DS_CONV_MICRO_OF(ds_conv_pmicro, 12, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE, DS_PREFETCH_B,
+                 DS_FIN_2)
 #endif
 
 
@@ -150,7 +200,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_CONV_RMICRO(MR, NV, FMA, STORE)                                                                  \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \
-                                          int64_t ncols) {                                                   \
+                                          int64_t ncols, const float *restrict bias) {                       \
         GEO_LOCALS;                                                                                         \
         const int64_t RUN = KW * C;                                                                         \
         float scratch[MR * DS_CONV_PATCH_MAX];                                                              \
@@ -167,6 +217,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
                 FMA                                                                                         \
             }                                                                                               \
         }                                                                                                   \
+        DS_FIN_##NV(MR)                                                                                      \
         DS_ROWS##MR(STORE)                                                                                   \
     }
 #define DS_RFMA2(MR) const ds_v16 b1 = ds_ld16(b + c * 32 + 16); DS_ROWS##MR(DS_CROW_FMA)
@@ -190,11 +241,11 @@ DS_CONV_RMICRO1(24)
 
 /* The runs path over pixels p0..p1: micro-tiles of the widest height, the rest in halving steps. */
 static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const float *restrict panel,
-                         float *restrict y0, int64_t p0, int64_t p1, int64_t ncols) {
+                         float *restrict y0, int64_t p0, int64_t p1, int64_t ncols, const float *restrict bias) {
     const int64_t LDY = geo[DS_CONV_LDY];
     int64_t p = p0;
 #define DS_RSTEP(NV, MR)                                                                                    \
-    for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols);
+    for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols, bias);
     if (ncols <= 16) {
 #if DS_MR > 4
         DS_RSTEP(1, 24) DS_RSTEP(1, 16) DS_RSTEP(1, 12)
@@ -210,22 +261,24 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
 }
 
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
-                  const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q) {
+                  const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                  const float *restrict bias) {
     const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
+    const float *bq = bias ? bias + g * OCG + q * 32 : 0;
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
     const int64_t ncols = OCG - q * 32 < 32 ? OCG - q * 32 : 32;
     const float *xg = x + g * CG;
     const float *panel = bp + (g * panels + q) * K * 32;
     if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1
         && geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_C] <= DS_CONV_PATCH_MAX) {
-        ds_conv_runs(geo, xg, panel, y + q * 32, p0, p1, ncols);
+        ds_conv_runs(geo, xg, panel, y + q * 32, p0, p1, ncols, bq);
         return;
     }
     if (ncols <= 16) {
         int64_t p = p0;
 #define DS_NSTEP(MR)                                                                                        \
         for (; p1 - p >= MR; p += MR)                                                                       \
-            ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols);
+            ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq);
 #if DS_MR16 > 8
         DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
 #endif
@@ -237,10 +290,12 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
        the path of every CNN's first build) */
     int64_t p = p0;
 #define DS_WSTEP(MR)                                                                                        \
-    for (; p1 - p >= MR; p += MR) ds_conv_micro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols);
+    for (; p1 - p >= MR; p += MR)                                                                           \
+        ds_conv_micro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq);
 #if DS_MR > 4
     if (p0 == 0) /* the panel's first block */
-        for (; p1 - p >= 12; p += 12) ds_conv_pmicro_12(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols);
+        for (; p1 - p >= 12; p += 12)
+            ds_conv_pmicro_12(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq);
     DS_WSTEP(12) DS_WSTEP(8)
 #endif
     DS_WSTEP(4) DS_WSTEP(2) DS_WSTEP(1)
@@ -262,7 +317,8 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #define DS_PREFETCH_B2(b) { DS_PREFETCH_B(b) DS_PREFETCH_B((b) + pstride) }
 #define DS_CONV_MICRO2_OF(NAME, PREFETCH)                                                                  \
     static void NAME(const int64_t *geo, const float *restrict xg, const float *restrict bp, int64_t pstride, \
-                     float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols) {          \
+                     float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,            \
+                     const float *restrict bias) {                                                          \
         GEO_LOCALS;                                                                                         \
         DS_POS_START                                                                                        \
         DS_ROWS6(DS_C2ROW_INIT)                                                                              \
@@ -278,6 +334,7 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
                     DS_ROWS6(DS_C2ROW_FMA)                                                                   \
                 }                                                                                           \
             }                                                                                               \
+        DS_FIN_4(6)                                                                                          \
         DS_ROWS6(DS_C2ROW_STORE)                                                                             \
     }
 #if DS_MR > 4
@@ -293,7 +350,8 @@ DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2)
 #define DS_RROW_ZERO4(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}, c##r##2 = {0}, c##r##3 = {0};
 #if DS_MR > 4
 static void ds_conv_rmicro2_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
-                              int64_t pstride, float *restrict yo, int64_t p, int64_t ncols) {
+                              int64_t pstride, float *restrict yo, int64_t p, int64_t ncols,
+                              const float *restrict bias) {
     GEO_LOCALS;
     const int64_t RUN = KW * C;
     float scratch[6 * DS_CONV_PATCH_MAX];
@@ -311,12 +369,14 @@ static void ds_conv_rmicro2_6(const int64_t *geo, const float *restrict xg, cons
             DS_ROWS6(DS_R2FMA)
         }
     }
+    DS_FIN_4(6)
     DS_ROWS6(DS_C2ROW_STORE)
 }
 #endif
 
 void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
-                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q) {
+                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                   const float *restrict bias) {
     const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
     const int64_t ncols = OCG - (q + 1) * 32 < 32 ? OCG - (q + 1) * 32 : 32; /* the second panel's */
@@ -326,22 +386,23 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
     if (q + 1 < panels && ncols > 16) {
         const float *xg = x + g * CG, *panel = bp + (g * panels + q) * K * 32;
         float *yq = y + g * OCG + q * 32;
+        const float *bq = bias ? bias + g * OCG + q * 32 : 0;
         int64_t p = p0;
         if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1 && geo[DS_CONV_C] < 8
             && K <= DS_CONV_PATCH_MAX)
-            for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols);
+            for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols, bq);
         if (p0 == 0) /* the panels' first block: they come from L3 */
-            for (; p1 - p >= 6; p += 6) ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols);
-        for (; p1 - p >= 6; p += 6) ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols);
+            for (; p1 - p >= 6; p += 6) ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq);
+        for (; p1 - p >= 6; p += 6) ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq);
         if (p < p1) {
-            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q);
-            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q + 1);
+            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q, bias);
+            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q + 1, bias);
         }
         return;
     }
 #endif
-    ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q);
-    if (q + 1 < panels) ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q + 1);
+    ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q, bias);
+    if (q + 1 < panels) ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q + 1, bias);
 }
 
 /* ---- depthwise ------------------------------------------------------------------------------------------
@@ -628,7 +689,7 @@ static void ds_wino_run(const int64_t *geo, const float *restrict x, const float
         #pragma omp for collapse(2) schedule(static)
         for (int64_t xi = 0; xi < np; xi++)
             for (int64_t pq = 0; pq < pairs; pq++)
-                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq);
+                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0);
         #pragma omp for schedule(static)
         for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt);
     }

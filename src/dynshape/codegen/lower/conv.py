@@ -151,17 +151,40 @@ def winograd_fits(geo: dict) -> bool:
         and geo["C"] >= 16 and geo["OC"] >= 16
 
 
-def _geo_array(geo: dict, E: dict) -> tuple[kir.Buffer, list[kir.Stmt]]:
+ACT_NONE, ACT_RELU = 0, 1  # csrc/ds_conv.h's DS_ACT_*
+
+
+def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, list[kir.Stmt]]:
     """The geometry array ds_conv.c reads (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
     geo_buf = kir.Buffer("geo", I64, const=False)
     order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
-    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 1)]
+    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 2)]
     for i, k in enumerate(order):
         body.append(kir.Store(geo_buf, _i(i), E[k] if k in E else _i(geo[k])))
     # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel, or
     # a Concat's wider one), else the pixel itself
     body.append(kir.Store(geo_buf, _i(len(order)), E.get("LD", _i(geo["OC"]))))
+    body.append(kir.Store(geo_buf, _i(len(order) + 1), _i(act)))
     return geo_buf, body
+
+
+def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops) -> tuple[str | None, bool]:
+    """What the implicit-GEMM tiles apply in registers before storing (csrc/ds_conv.c's ds_fin), so that the
+    generated epilogue need not: (the bias operand when it is a per-output-channel vector, whether the epilogue is
+    exactly one Relu of the conv's output). (None, False) where the option is off or neither holds."""
+    if not ctx.options.conv_bias_in_tiles:
+        return None, False
+    node = cv.node
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
+    per_channel = bool(pat) and bool(pat[-1]) and not any(pat[:-1])
+    group = cv.epilogue.group if cv.epilogue else ()
+    relu = (len(group) == 1 and group[0].op_type == "Relu" and group[0].domain in ("", "ai.onnx")
+            and list(group[0].inputs) == [node.outputs[0]] and group[0].outputs[0] == cv.outputs[0]
+            and len(cv.outputs) == 1)
+    if bias is not None and not per_channel:  # a scalar or computed bias: the epilogue adds it, and the Relu after
+        return None, False
+    return bias, relu
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
@@ -170,7 +193,13 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
-    geo_buf, body = _geo_array(geo, E)
+    bias, relu = _finish_in_tiles(cv, ctx, ops)
+    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # a Relu's bias where the conv has none
+    geo_buf, body = _geo_array(geo, E, ACT_RELU if relu else ACT_NONE)
+    if bias is not None:
+        bias_arg: kir.Expr = kir.Addr(ops.buffers[ops.ptrs.index(bias)])
+    else:
+        bias_arg = kir.Addr(zero_bias) if relu else kir.NULL
     # a tile is a block of pixels times a pair of panels (64 output channels: ds_conv_tile2's 6 x 64 micro-tiles
     # read each input value once for both), or a group's last, odd panel
     pairs = (ocg + 2 * NR - 1) // (2 * NR)
@@ -192,11 +221,15 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * per),
             kir.Let(p1, kir.Select(p0 + per < pixels, p0 + per, pixels)),
             _call("ds_conv_tile2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
-                  p1, gi, q)]
+                  p1, gi, q, bias_arg)]
     col0 = gi * ocg + q * NR
     col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
-    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j, (col0, col1),
-                             oc)
+    # a bias the tiles add is not the epilogue's to add again (it sees the node without it); a Relu they apply
+    # leaves no epilogue
+    seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
+        if bias is not None else node
+    epilogue = [] if relu else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
+                                             r, j, (col0, col1), oc)
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
     # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile;
@@ -207,7 +240,11 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
     (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
     loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
-    body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
+    if relu and bias is None:
+        body += [kir.Alloc(zero_bias, _i(oc), zero=True), kir.Alloc(zeros, _i(cg), zero=True), loop,
+                 kir.Free(zeros), kir.Free(zero_bias)]
+    else:
+        body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
@@ -381,7 +418,7 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 
 
 
-_TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, C_I64, C_I64)
+_TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
                                         "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P),
