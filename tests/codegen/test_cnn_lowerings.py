@@ -75,6 +75,42 @@ def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
     assert not exe.explain_build()["uncompiled"]
 
 
+FINISHED = [(16, 48, (1, 1), {}), (3, 64, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+            (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}), (64, 160, (3, 3), {"group": 2, "pads": [0, 1, 1, 0]}),
+            (3, 8, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}), (40, 20, (3, 3), {"pads": [1, 1, 1, 1]})]
+
+
+@pytest.mark.parametrize("ci,co,k,attrs", FINISHED, ids=[str(i) for i in range(len(FINISHED))])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("winograd", [True, False])
+def test_conv_tiles_add_the_bias_and_apply_the_relu_in_registers(ci, co, k, attrs, bias, winograd):
+    """Conv (+ bias) + Relu: the tiles (and Winograd's output transform) finish the values before storing them,
+    no epilogue pass (conv_bias_in_tiles); the same values as the reference and as the option off, masked
+    column tails included, and a NaN input stays NaN through the Relu."""
+    groups = attrs.get("group", 1)
+    w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
+    inits = {"w": w, **({"b": RNG.standard_normal(co).astype(np.float32)} if bias else {})}
+    nodes = [helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["c"], **attrs),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model, dims = _model(nodes, ["n", ci, "h", "w"], inits), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}
+    g = ds.load_onnx(model, dims=dims)
+    on, off = ds.compile(g, winograd=winograd), ds.compile(g, winograd=winograd, conv_bias_in_tiles=False)
+    src_on, src_off = (next(s.source for s in e.generic.steps if isinstance(s, KernelStep)) for e in (on, off))
+    assert [s.kind for s in on.generic.steps if isinstance(s, KernelStep)] == ["conv"]
+    assert "acc" not in src_on and "acc" in src_off  # the generated epilogue's accumulator: gone
+    for shape in [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3), (2, ci, 12, 13)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        if shape[0] == 2:
+            x[1, :, 2, 3] = np.nan
+        got, ref = on.run({"x": x})["y"], g.run({"x": x})["y"]
+        assert np.isnan(got)[np.isnan(ref)].all() and np.isnan(got).any() == (shape[0] == 2)
+        if "ds_wino" not in src_on:  # (Winograd's transforms spread a NaN over its whole tile, with or without)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+        ok = ~np.isnan(got)  # Winograd's transforms round differently: the tolerance scales with the outputs
+        np.testing.assert_allclose(got[ok], ref[ok], rtol=1e-4, atol=2e-5 * max(1.0, float(np.abs(ref[ok]).max())))
+        np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
 def test_conv1d_few_channels_runs():
     w = (RNG.standard_normal((5, 3, 7)) * 0.3).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[3, 2])]

@@ -571,8 +571,9 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
 
 /* Tile i of the chunk: Y = A^T M A from M[xi][i][oc], its pixels that fall inside the output stored. */
 static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
-                           int64_t nt) {
+                           int64_t nt, const float *restrict bias) {
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t act = geo[DS_CONV_ACT];
     const int64_t XI = nt * OC;
     int64_t n, oh, ow;
     ds_wino_tile(geo, t0 + i, 2, &n, &oh, &ow);
@@ -588,11 +589,14 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
             s[0][b] = q[0][b] + q[1][b] + q[2][b];
             s[1][b] = q[1][b] - q[2][b] - q[3][b];
         }
+        const ds_v16 f = bias ? ds_ldm(bias + c, nl) : (ds_v16){0};
         for (int64_t a = 0; a < 2; a++) {
             if (a == 1 && !two_rows) break;
             float *o = y00 + a * OW * LDY + c;
-            ds_stm(o, s[a][0] + s[a][1] + s[a][2], nl);
-            if (two_cols) ds_stm(o + LDY, s[a][1] - s[a][2] - s[a][3], nl);
+            ds_v16 o0 = s[a][0] + s[a][1] + s[a][2], o1 = s[a][1] - s[a][2] - s[a][3];
+            if (bias) { o0 = ds_fin(o0, f, act); o1 = ds_fin(o1, f, act); }
+            ds_stm(o, o0, nl);
+            if (two_cols) ds_stm(o + LDY, o1, nl);
         }
     }
 }
@@ -635,8 +639,9 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
 
 /* Tile i of the chunk: Y = A^T M A (4x4) from M[xi][i][oc], its pixels inside the output stored. */
 static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
-                            int64_t nt) {
+                            int64_t nt, const float *restrict bias) {
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t act = geo[DS_CONV_ACT];
     const int64_t XI = nt * OC;
     int64_t n, oh, ow;
     ds_wino_tile(geo, t0 + i, 4, &n, &oh, &ow);
@@ -655,10 +660,13 @@ static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *
             s[2][b] = p12 + 4 * p34;
             s[3][b] = m12 + 8 * m34 + q[5];
         }
+        const ds_v16 f = bias ? ds_ldm(bias + c, nl) : (ds_v16){0};
         for (int64_t a = 0; a < nr; a++) {
             const ds_v16 *e = s[a];
             const ds_v16 p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
-            const ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
+            ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
+            if (bias)
+                for (int64_t b = 0; b < 4; b++) out[b] = ds_fin(out[b], f, act);
             float *o = y00 + a * OW * LDY + c;
             for (int64_t b = 0; b < nc; b++) ds_stm(o + b * LDY, out[b], nl);
         }
@@ -666,12 +674,13 @@ static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *
 }
 
 typedef void (*ds_wino_in_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
-typedef void (*ds_wino_out_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
+typedef void (*ds_wino_out_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t,
+                               const float *restrict);
 
 /* The chunk driver of both: `np` positions (16 or 36), chunks of `chunk` tiles. */
 static void ds_wino_run(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                         const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
-                        int64_t np, int64_t chunk, ds_wino_in_fn in, ds_wino_out_fn out) {
+                        int64_t np, int64_t chunk, ds_wino_in_fn in, ds_wino_out_fn out, const float *restrict bias) {
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], pairs = (OC + 63) / 64;
     const int64_t per_xi = (OC + 31) / 32 * 32 * C; /* one position's packed weights */
     float *v = scratch, *m = scratch + np * chunk * C;
@@ -691,16 +700,18 @@ static void ds_wino_run(const int64_t *geo, const float *restrict x, const float
             for (int64_t pq = 0; pq < pairs; pq++)
                 ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0);
         #pragma omp for schedule(static)
-        for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt);
+        for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt, bias);
     }
 }
 
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch) {
-    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output);
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                const float *restrict bias) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output, bias);
 }
 
 void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch) {
-    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output);
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                const float *restrict bias) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output, bias);
 }

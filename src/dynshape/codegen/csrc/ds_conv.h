@@ -45,16 +45,19 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
 /* Winograd F(2x2, 3x3) for a 3x3, stride-1, undilated, ungrouped convolution (any C and OC; tails masked):
    the 2x2 output tiles t0 <= t < t1 (flat over image, tile row, tile column; ceil(OH/2) x ceil(OW/2) tiles an
    image), `up` the 16 transformed weight matrices packed as 1x1 convolutions' (pack_winograd), `scratch`
-   DS_WINO_SCRATCH(C, OC) floats of the caller's. With `par`, the call's own OpenMP team shares the work. */
+   DS_WINO_SCRATCH(C, OC) floats of the caller's. With `par`, the call's own OpenMP team shares the work.
+   `bias` as in ds_conv_tile: added (then geo[DS_CONV_ACT]) as each output tile is stored. */
 /* DS_WINO_TILES / DS_WINO4_TILES, the tiles per chunk of F(2x2) / F(4x4), come from the library's build flags:
    codegen/lower/conv.py's WINO_TILES, which also sizes the scratch its kernels allocate */
 #define DS_WINO_SCRATCH(C, OC) (16 * DS_WINO_TILES * ((C) + (OC)))
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch);
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                const float *restrict bias);
 
 /* F(4x4, 3x3): the same contract with 4x4 output tiles (ceil(OH/4) x ceil(OW/4) an image), 36 transformed
    weight matrices, DS_WINO4_SCRATCH(C, OC) floats of scratch. */
 #define DS_WINO4_SCRATCH(C, OC) (36 * DS_WINO4_TILES * ((C) + (OC)))
 void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
-                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch);
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                const float *restrict bias);
 #endif

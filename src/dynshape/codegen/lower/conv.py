@@ -300,7 +300,11 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     x, up = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
-    geo_buf, body = _geo_array(geo, E)
+    bias, relu = _finish_in_tiles(cv, ctx, ops)
+    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # a Relu's bias where the conv has none
+    bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if bias is not None else \
+        kir.Addr(zero_bias) if relu else kir.NULL
+    geo_buf, body = _geo_array(geo, E, ACT_RELU if relu else ACT_NONE)
     names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j")
     tw, th, rows, per, par, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in names)
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
@@ -320,15 +324,17 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
 
     nb = kir.Var("NB")
     body.append(kir.Let(nb, (rows + per - 1) / per))
-    epilogue = epilogue_loop(ctx.graph, ops, node, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j,
-                             (_i(0), _i(oc)), oc)
+    seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
+        if bias is not None else node  # the output transform adds the bias (and applies the Relu)
+    epilogue = [] if relu else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
+                                             r, j, (_i(0), _i(oc)), oc)
 
     def block(shared: bool) -> tuple[kir.Stmt, ...]:
         """One block; `shared`: the team shares its chunks (and its epilogue), else one thread runs it."""
         stmts: list[kir.Stmt] = [
             kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
             _call(fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
-                  r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch))]
+                  r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch), bias_arg)]
         if epilogue:
             stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
                       kir.For(r, p1, tuple(epilogue), start=p0,
@@ -339,9 +345,9 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
                              kir.Free(scratch)))
     team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
-    body += [kir.Alloc(zeros, _i(c), zero=True),
-             kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
-             kir.Free(zeros)]
+    run = [kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
+           kir.Free(zeros)]
+    body += [kir.Alloc(zero_bias, _i(oc), zero=True), *run, kir.Free(zero_bias)] if relu and bias is None else run
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4")
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
@@ -421,8 +427,8 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
-                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P),
-                                        "ds_wino_f4": (P, P, P, P, P, C_I64, C_I64, C_I64, P)}, share=True,
+                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P),
+                                        "ds_wino_f4": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P)}, share=True,
                   openmp=True, flags=(f"-DDS_WINO_TILES={WINO_TILES[2]}", f"-DDS_WINO4_TILES={WINO_TILES[4]}"))
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
