@@ -79,8 +79,8 @@ class Options:
                                    "DYNSHAPE_FUSED_LAYERNORM", True)
     fused_product_softmax: bool = _build("a last-axis softmax of a product (a classifier head) runs on its blocks "
                                          "of rows while they are in cache", "DYNSHAPE_FUSED_PRODUCT_SOFTMAX", True)
-    conv_bias_in_tiles: bool = _build("implicit-GEMM convs add a per-channel bias (and apply a Relu that is their "
-                                      "whole epilogue) in registers before storing each micro-tile",
+    conv_bias_in_tiles: bool = _build("convs add a per-channel bias (and apply a Relu or HardSwish that is their "
+                                      "whole epilogue) in registers as their C stores each tile",
                                       "DYNSHAPE_CONV_BIAS_IN_TILES", True)
     fold_batchnorm: bool = _build("an inference BatchNormalization folds into the weights of the conv before it",
                                   default=True)

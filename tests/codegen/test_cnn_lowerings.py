@@ -77,22 +77,25 @@ def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
 
 FINISHED = [(16, 48, (1, 1), {}), (3, 64, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
             (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}), (64, 160, (3, 3), {"group": 2, "pads": [0, 1, 1, 0]}),
-            (3, 8, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}), (40, 20, (3, 3), {"pads": [1, 1, 1, 1]})]
+            (3, 8, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}), (40, 20, (3, 3), {"pads": [1, 1, 1, 1]}),
+            (40, 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
+            (24, 24, (5, 5), {"group": 24, "strides": [2, 2], "pads": [2, 2, 2, 2]})]
 
 
 @pytest.mark.parametrize("ci,co,k,attrs", FINISHED, ids=[str(i) for i in range(len(FINISHED))])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("winograd", [True, False])
-def test_conv_tiles_add_the_bias_and_apply_the_relu_in_registers(ci, co, k, attrs, bias, winograd):
-    """Conv (+ bias) + Relu: the tiles (and Winograd's output transform) finish the values before storing them,
-    no epilogue pass (conv_bias_in_tiles); the same values as the reference and as the option off, masked
-    column tails included, and a NaN input stays NaN through the Relu."""
+@pytest.mark.parametrize("act", ["Relu", "HardSwish"])
+def test_conv_tiles_add_the_bias_and_apply_the_activation_in_registers(ci, co, k, attrs, bias, winograd, act):
+    """Conv (+ bias) + Relu or HardSwish: the tiles (Winograd's output transform, the depthwise rows) finish the
+    values before storing them, no epilogue pass (conv_bias_in_tiles); the same values as the reference and as
+    the option off, masked column tails included, and a NaN input stays NaN through the activation."""
     groups = attrs.get("group", 1)
     w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
     inits = {"w": w, **({"b": RNG.standard_normal(co).astype(np.float32)} if bias else {})}
     nodes = [helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["c"], **attrs),
-             helper.make_node("Relu", ["c"], ["y"])]
-    model, dims = _model(nodes, ["n", ci, "h", "w"], inits), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}
+             helper.make_node(act, ["c"], ["y"])]
+    model, dims = _model(nodes, ["n", ci, "h", "w"], inits, opset=19), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}
     g = ds.load_onnx(model, dims=dims)
     on, off = ds.compile(g, winograd=winograd), ds.compile(g, winograd=winograd, conv_bias_in_tiles=False)
     src_on, src_off = (next(s.source for s in e.generic.steps if isinstance(s, KernelStep)) for e in (on, off))

@@ -11,32 +11,41 @@
 
 /* The finish a micro-tile applies to its accumulators before storing them, where the kernel passes `bias` (the
    tile's first column's: the conv's bias, or zeros) instead of leaving it to the generated epilogue: + bias, then
-   max(0, .) where geo[DS_CONV_ACT] is DS_ACT_RELU. In registers: a separate epilogue pass over the tile, for the
-   1x1 convs of few input channels (SqueezeNet's, MobileNet's), cost 15-20% of their time. ds_ldb reads the
-   first n (<= 0: none) of 16 bias values, never past them. */
+   geo[DS_CONV_ACT]'s activation (ds_act). In registers: a separate epilogue pass over the tile, for the 1x1
+   convs of few input channels (SqueezeNet's, MobileNet's), cost 15-20% of their time. ds_ldb reads the first n
+   (<= 0: none) of 16 bias values, never past them. */
 #ifdef __AVX512F__
 #include <immintrin.h>
 static inline ds_v16 ds_ldb(const float *p, int64_t n) {
     if (n >= 16) return ds_ld16(p);
     return n <= 0 ? (ds_v16){0} : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
 }
-/* max(0, c) with c second: MAXPS returns its second operand where either is NaN, so NaN stays NaN, as in Relu */
-static inline ds_v16 ds_relu16(ds_v16 c) { return (ds_v16)_mm512_max_ps(_mm512_setzero_ps(), (__m512)c); }
+/* max(lo, c) and min(hi, c) with c second: MAXPS / MINPS return their second operand where either is NaN, so a NaN
+   stays NaN, as in Relu and HardSwish */
+static inline ds_v16 ds_max16(float lo, ds_v16 c) { return (ds_v16)_mm512_max_ps(_mm512_set1_ps(lo), (__m512)c); }
+static inline ds_v16 ds_min16(float hi, ds_v16 c) { return (ds_v16)_mm512_min_ps(_mm512_set1_ps(hi), (__m512)c); }
 #else
 static inline ds_v16 ds_ldb(const float *p, int64_t n) {
     float t[16] = {0};
     for (int64_t j = 0; j < n && j < 16; j++) t[j] = p[j];
     return ds_ld16(t);
 }
-static inline ds_v16 ds_relu16(ds_v16 c) {
-    for (int j = 0; j < 16; j++) c[j] = c[j] < 0.0f ? 0.0f : c[j];
+static inline ds_v16 ds_max16(float lo, ds_v16 c) {
+    for (int j = 0; j < 16; j++) c[j] = c[j] < lo ? lo : c[j];
+    return c;
+}
+static inline ds_v16 ds_min16(float hi, ds_v16 c) {
+    for (int j = 0; j < 16; j++) c[j] = c[j] > hi ? hi : c[j];
     return c;
 }
 #endif
-static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) {
-    c += b;
-    return act == DS_ACT_RELU ? ds_relu16(c) : c;
+/* DS_ACT_RELU: max(0, c); DS_ACT_HARDSWISH: c * min(1, max(0, c / 6 + 1 / 2)) (ONNX's, alpha 1/6, beta 1/2) */
+static inline ds_v16 ds_act(ds_v16 c, int64_t act) {
+    if (act == DS_ACT_RELU) return ds_max16(0.0f, c);
+    if (act == DS_ACT_HARDSWISH) return c * ds_min16(1.0f, ds_max16(0.0f, c * (1.0f / 6.0f) + 0.5f));
+    return c;
 }
+static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c + b, act); }
 #define DS_FINR1(r) c##r##0 = ds_fin(c##r##0, f0, act);
 #define DS_FINR2(r) DS_FINR1(r) c##r##1 = ds_fin(c##r##1, f1, act);
 #define DS_FINR4(r) DS_FINR2(r) c##r##2 = ds_fin(c##r##2, f2, act); c##r##3 = ds_fin(c##r##3, f3, act);
@@ -434,13 +443,14 @@ static inline void ds_stm(float *p, ds_v16 v, int64_t n) { ds_store16(p, v, n); 
 #define DS_DW_CHUNK 128
 #define DS_DW_ACC(i) ds_v16 d##i = b0;
 #define DS_DW_FMA(i) d##i += ds_ldm(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
-#define DS_DW_STORE(i) ds_stm(y + (wo + (i)) * LDY + c0, d##i, nl);
+#define DS_DW_STORE(i) ds_stm(y + (wo + (i)) * LDY + c0, ds_act(d##i, act), nl);
 /* NP interior pixels from wo, every channel block: taps unchecked. */
 #define DS_DW_BLOCK(NP)                                                                                     \
     static void ds_dw_block##NP(const int64_t *geo, const float *restrict xn, const float *restrict w,      \
                                 const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0,    \
                                 int64_t kh1, int64_t wo, int64_t cb, int64_t ce) {                          \
         GEO_LOCALS;                                                                                         \
+        const int64_t act = geo[DS_CONV_ACT];                                                              \
         (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;                                \
         for (int64_t c0 = cb; c0 < ce; c0 += 16) {                                                          \
             const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;                                                 \
@@ -476,7 +486,7 @@ static void ds_dw_border(const int64_t *geo, const float *restrict xn, const flo
                 if ((uint64_t)iw < (uint64_t)W) acc += ds_ldm(xr + iw * C, nl) * ds_ldm(w + (kh * KW + kw) * C + c0, nl);
             }
         }
-        ds_stm(y + o * LDY + c0, acc, nl);
+        ds_stm(y + o * LDY + c0, ds_act(acc, geo[DS_CONV_ACT]), nl);
     }
 }
 

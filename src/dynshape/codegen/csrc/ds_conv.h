@@ -19,14 +19,14 @@ enum {
     DS_CONV_ACT,                            /* what the tiles apply after their bias: DS_ACT_* */
     DS_CONV_GEO
 };
-enum { DS_ACT_NONE, DS_ACT_RELU };
+enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH };
 
 #define DS_CONV_ROWS 60 /* output pixels per block: a multiple of every micro-tile height */
 
 /* y[p][g * OCG + q * 32 + j] = sum_k x[...] * w[...] for the flat output pixels p0 <= p < p1 (p = (n * OH + ho)
    * OW + wo) and the columns of panel q of group g; `zeros` holds at least CG zero floats (what a padded tap
-   reads). With `bias` (OC floats, NULL: none) each value is + bias[column], then max(0, .) where geo[DS_CONV_ACT]
-   is DS_ACT_RELU, in registers before the store. */
+   reads). With `bias` (OC floats, NULL: none) each value is + bias[column], then geo[DS_CONV_ACT]'s activation,
+   in registers before the store. */
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
                   const float *restrict bias);
@@ -38,7 +38,7 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
                    const float *restrict bias);
 
 /* Output row (n, ho) of a depthwise convolution (G = C, one channel per group): y points at the row's first
-   pixel (pixels LDY floats apart), w is (KH * KW, C), bias is C floats or NULL. */
+   pixel (pixels LDY floats apart), w is (KH * KW, C), bias is C floats or NULL; geo[DS_CONV_ACT] applied. */
 void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
                    const float *restrict bias, float *restrict y, int64_t n, int64_t ho);
 

@@ -151,7 +151,8 @@ def winograd_fits(geo: dict) -> bool:
         and geo["C"] >= 16 and geo["OC"] >= 16
 
 
-ACT_NONE, ACT_RELU = 0, 1  # csrc/ds_conv.h's DS_ACT_*
+ACT_NONE, ACT_RELU, ACT_HARDSWISH = 0, 1, 2  # csrc/ds_conv.h's DS_ACT_*
+_ACTS = {"Relu": ACT_RELU, "HardSwish": ACT_HARDSWISH}  # an epilogue of just one of these: applied in the C
 
 
 def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, list[kir.Stmt]]:
@@ -168,23 +169,24 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, lis
     return geo_buf, body
 
 
-def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops) -> tuple[str | None, bool]:
-    """What the implicit-GEMM tiles apply in registers before storing (csrc/ds_conv.c's ds_fin), so that the
-    generated epilogue need not: (the bias operand when it is a per-output-channel vector, whether the epilogue is
-    exactly one Relu of the conv's output). (None, False) where the option is off or neither holds."""
+def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops) -> tuple[str | None, int]:
+    """What the conv's C applies in registers before storing (csrc/ds_conv.c's ds_fin), so that the generated
+    epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
+    exactly one Relu or HardSwish of the conv's output). (None, ACT_NONE) where the option is off or neither
+    holds."""
     if not ctx.options.conv_bias_in_tiles:
-        return None, False
+        return None, ACT_NONE
     node = cv.node
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
     per_channel = bool(pat) and bool(pat[-1]) and not any(pat[:-1])
     group = cv.epilogue.group if cv.epilogue else ()
-    relu = (len(group) == 1 and group[0].op_type == "Relu" and group[0].domain in ("", "ai.onnx")
-            and list(group[0].inputs) == [node.outputs[0]] and group[0].outputs[0] == cv.outputs[0]
-            and len(cv.outputs) == 1)
-    if bias is not None and not per_channel:  # a scalar or computed bias: the epilogue adds it, and the Relu after
-        return None, False
-    return bias, relu
+    act = _ACTS.get(group[0].op_type, ACT_NONE) if (
+        len(group) == 1 and group[0].domain in ("", "ai.onnx") and list(group[0].inputs) == [node.outputs[0]]
+        and group[0].outputs[0] == cv.outputs[0] and len(cv.outputs) == 1) else ACT_NONE
+    if bias is not None and not per_channel:  # a scalar or computed bias: the epilogue adds it, and what follows
+        return None, ACT_NONE
+    return bias, act
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
@@ -193,13 +195,13 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
-    bias, relu = _finish_in_tiles(cv, ctx, ops)
-    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # a Relu's bias where the conv has none
-    geo_buf, body = _geo_array(geo, E, ACT_RELU if relu else ACT_NONE)
+    bias, act = _finish_in_tiles(cv, ctx, ops)
+    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # an activation's bias where the conv has none
+    geo_buf, body = _geo_array(geo, E, act)
     if bias is not None:
         bias_arg: kir.Expr = kir.Addr(ops.buffers[ops.ptrs.index(bias)])
     else:
-        bias_arg = kir.Addr(zero_bias) if relu else kir.NULL
+        bias_arg = kir.Addr(zero_bias) if act else kir.NULL
     # a tile is a block of pixels times a pair of panels (64 output channels: ds_conv_tile2's 6 x 64 micro-tiles
     # read each input value once for both), or a group's last, odd panel
     pairs = (ocg + 2 * NR - 1) // (2 * NR)
@@ -224,11 +226,11 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
                   p1, gi, q, bias_arg)]
     col0 = gi * ocg + q * NR
     col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
-    # a bias the tiles add is not the epilogue's to add again (it sees the node without it); a Relu they apply
-    # leaves no epilogue
+    # a bias the tiles add is not the epilogue's to add again (it sees the node without it); an activation they
+    # apply leaves no epilogue
     seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
         if bias is not None else node
-    epilogue = [] if relu else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
+    epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
                                              r, j, (col0, col1), oc)
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
@@ -240,7 +242,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
     (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
     loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
-    if relu and bias is None:
+    if act and bias is None:
         body += [kir.Alloc(zero_bias, _i(oc), zero=True), kir.Alloc(zeros, _i(cg), zero=True), loop,
                  kir.Free(zeros), kir.Free(zero_bias)]
     else:
@@ -300,11 +302,11 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     x, up = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
-    bias, relu = _finish_in_tiles(cv, ctx, ops)
-    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # a Relu's bias where the conv has none
+    bias, act = _finish_in_tiles(cv, ctx, ops)
+    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # an activation's bias where the conv has none
     bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if bias is not None else \
-        kir.Addr(zero_bias) if relu else kir.NULL
-    geo_buf, body = _geo_array(geo, E, ACT_RELU if relu else ACT_NONE)
+        kir.Addr(zero_bias) if act else kir.NULL
+    geo_buf, body = _geo_array(geo, E, act)
     names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j")
     tw, th, rows, per, par, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in names)
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
@@ -325,8 +327,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     nb = kir.Var("NB")
     body.append(kir.Let(nb, (rows + per - 1) / per))
     seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
-        if bias is not None else node  # the output transform adds the bias (and applies the Relu)
-    epilogue = [] if relu else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
+        if bias is not None else node  # the output transform adds the bias (and applies the activation)
+    epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
                                              r, j, (_i(0), _i(oc)), oc)
 
     def block(shared: bool) -> tuple[kir.Stmt, ...]:
@@ -347,7 +349,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
     run = [kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
            kir.Free(zeros)]
-    body += [kir.Alloc(zero_bias, _i(oc), zero=True), *run, kir.Free(zero_bias)] if relu and bias is None else run
+    body += [kir.Alloc(zero_bias, _i(oc), zero=True), *run, kir.Free(zero_bias)] if act and bias is None else run
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4")
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
@@ -360,7 +362,8 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     node, c = cv.node, geo["C"]
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, wt = kir.Buffer("i0"), kir.Buffer("i1")
-    geo_buf, body = _geo_array(geo, E)
+    _, act = _finish_in_tiles(cv, ctx, ops)  # an activation that is the whole epilogue: ds_dwconv_row applies it
+    geo_buf, body = _geo_array(geo, E, act)
     nho, n, ho, r, j = (kir.Var(v) for v in ("nho", "n", "ho", "r", "j"))
     oh, ow = E["OH"], E["OW"]
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
@@ -369,7 +372,8 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if in_c else kir.NULL
     # a bias the C applied is not the epilogue's to add again: it sees the node without it
     seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) if in_c else node
-    epilogue = epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j, (_i(0), _i(c)), c)
+    epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j,
+                                            (_i(0), _i(c)), c)
     row = [kir.Let(n, nho / oh), kir.Let(ho, nho % oh),
            _call("ds_dwconv_row", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(wt), bias_arg,
                  kir.Addr(o0, nho * ow * c), n, ho)]
