@@ -132,6 +132,8 @@ POOLS = [("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 
          ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
          ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
          ("AveragePool", {"kernel_shape": [3, 1], "strides": [3, 1], "count_include_pad": 1, "ceil_mode": 1}),
+         ("MaxPool", {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 1], "pads": [2, 0, 2, 1]}),
+         ("AveragePool", {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 1, 0, 2], "ceil_mode": 1}),
          ("GlobalAveragePool", {}), ("GlobalMaxPool", {})]
 
 
@@ -141,6 +143,32 @@ def test_pools(op, attrs):
     exe = _check(_model(nodes, ["n", 70, "h", "w"], {}), {"n": (1, 2), "h": (3, 40), "w": (3, 40)},
                  [(1, 70, 7, 9), (2, 70, 16, 3)], ["pool"])
     assert not exe.explain_build()["uncompiled"]
+
+
+@pytest.mark.parametrize("channels", [16, 130])
+def test_max_pool_keeps_a_nan_wherever_it_falls_in_the_window(channels):
+    """ds_pool_row's vector max keeps a NaN whether it comes first in a window or after larger values, as
+    numpy's reference does; every block of 64 channels and the masked tail."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    model = _model(nodes, ["n", channels, "h", "w"], {})
+    g = ds.load_onnx(model, dims={"n": (1, 2), "h": (3, 40), "w": (3, 40)})
+    exe = ds.compile(g)
+    x = RNG.standard_normal((2, channels, 9, 9)).astype(np.float32)
+    x[0, -1, 0, 0] = np.nan  # the first valid tap of output (0, 0)'s window
+    x[1, 3, 4, 4] = np.nan  # the centre of output (2, 2)'s window (rows and columns 3..5)
+    x[1, 3, 3, 3] = 100.0  # a larger value before it in that window
+    got, ref = exe.run({"x": x})["y"], g.run({"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    assert np.isnan(got).sum() == 2 and np.isnan(got[1, 3, 2, 2]) and np.isnan(got[0, -1, 0, 0])
+    np.testing.assert_array_equal(got[~np.isnan(got)], ref[~np.isnan(ref)])
+
+
+def test_pools_are_one_c_call_per_output_row():
+    nodes = [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    exe = ds.compile(ds.load_onnx(_model(nodes, ["n", 8, "h", "w"], {}), dims={"n": (1, 2), "h": (3, 9),
+                                                                               "w": (3, 9)}))
+    (step,) = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
+    assert "ds_pool_row(" in step.source
 
 
 def test_the_se_blocks_mean_is_a_global_pool_in_channels_last():

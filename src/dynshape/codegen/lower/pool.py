@@ -1,8 +1,9 @@
-"""A `Pool` item (channels last) as one loop nest, vectorised over the contiguous channels.
+"""A `Pool` item (channels last) as one kernel, vectorised over the contiguous channels.
 
-Windowed pools (MaxPool, AveragePool): per output pixel, the taps that fall inside the input are reduced into
-a row of C floats (in L1); AveragePool divides by the taps inside the input, or with count_include_pad by those
-inside the padded input (never ceil_mode's overhang), as the spec and the reference do. Global pools (and
+Windowed pools (MaxPool, AveragePool): per output row, `ds_pool_row` (csrc/ds_pool.c): per output pixel the
+taps that fall inside the input, reduced in registers for up to 64 channels at a time; AveragePool divides by
+the taps inside the input, or with count_include_pad by those inside the padded input (never ceil_mode's
+overhang), as the spec and the reference do. Global pools (and
 ReduceMean / ReduceMax over every spatial axis) reduce each image's pixels, OpenMP over images and blocks of
 channels so a batch-1 call still uses every thread. A NaN is kept by MaxPool, as numpy's reference keeps it.
 """
@@ -10,6 +11,9 @@ channels so a batch-1 call still uses every thread. A NaN is kept by MaxPool, as
 from __future__ import annotations
 
 from dynshape.codegen import kir
+from dynshape.codegen.clib import I64 as C_I64
+from dynshape.codegen.clib import P, declare
+from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower.operands import computable
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
 from dynshape.ops.conv import window_out, window_params
@@ -108,48 +112,25 @@ def _windowed(p: Pool, ctx: LowerCtx, op: str) -> Lowered:
     names = ("N", "H", "W", "OH", "OW", "PT", "PL", "PB", "PR")
     ext = (x_t.shape[0], spatial[0], spatial[1], out[0], out[1], begins[0], begins[1], ends[0], ends[1])
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
-    H, W, oh, ow = E["H"], E["W"], E["OH"], E["OW"]
     o0, x = kir.Buffer("o0", F32, const=False), kir.Buffer("i0")
-    acc = kir.Buffer("acc", F32, const=False)
-    nho, n, ho, wo, r, kh, kw, ih, iw, base = (kir.Var(v) for v in ("nho", "n", "ho", "wo", "r", "kh", "kw", "ih",
-                                                                    "iw", "base"))
-    ch, ch_init, ch_out = kir.Var("c"), kir.Var("c"), kir.Var("c")
-    count, padded = kir.Var("count"), kir.Var("padded")
-    simd = kir.Omp(simd=True, schedule=None)
-    is_max = op == "MaxPool"
-    v = kir.Load(x, base + ch)
-    reduce = _max(kir.Load(acc, ch), v) if is_max else kir.Load(acc, ch) + v
-    tap = [kir.Let(base, ((n * H + ih) * W + iw) * c), kir.For(ch, _i(c), (kir.Store(acc, ch, reduce),), omp=simd)]
-    if not is_max:
-        tap.append(kir.Assign(count, count + 1))
-    inside_w, inside_h = kir.Bin("&&", iw >= 0, iw < W), kir.Bin("&&", ih >= 0, ih < H)
-    include_pad = not is_max and bool(a.get("count_include_pad", 0))
-    iw_at = kir.Let(iw, wo * strides[1] - E["PL"] + kw * dilations[1])
-    ih_at = kir.Let(ih, ho * strides[0] - E["PT"] + kh * dilations[0])
-    if include_pad:  # the divisor counts taps inside the padded input (explicit or SAME pads), not the overhang
-        in_pads = kir.Bin("&&", kir.Bin("&&", ih + E["PT"] >= 0, ih < H + E["PB"]),
-                          kir.Bin("&&", iw + E["PL"] >= 0, iw < W + E["PR"]))
-        per_kw = kir.For(kw, _i(kernel[1]), (iw_at, kir.If(kir.Bin("&&", inside_h, inside_w), tuple(tap)),
-                                             kir.If(in_pads, (kir.Assign(padded, padded + 1),))))
-        per_kh = kir.For(kh, _i(kernel[0]), (ih_at, per_kw))
-    else:
-        per_kw = kir.For(kw, _i(kernel[1]), (iw_at, kir.If(inside_w, tuple(tap))))
-        per_kh = kir.For(kh, _i(kernel[0]), (ih_at, kir.If(inside_h, (per_kw,))))
-    start = _f(float("-inf")) if is_max else _f(0.0)
-    divisor = padded if include_pad else count
-    result = kir.Load(acc, ch_out) if is_max else kir.Load(acc, ch_out) / kir.Cast(divisor, F32)
-    pixel = [kir.Let(r, nho * ow + wo), kir.For(ch_init, _i(c), (kir.Store(acc, ch_init, start),), omp=simd)]
-    if not is_max:
-        pixel.append(kir.Decl(count, _i(0)))
-    if include_pad:
-        pixel.append(kir.Decl(padded, _i(0)))
-    pixel += [per_kh, kir.For(ch_out, _i(c), (kir.Store(o0, r * c + ch_out, result),), omp=simd)]
-    rows = kir.For(nho, E["N"] * oh, (kir.Let(n, nho / oh), kir.Let(ho, nho % oh), kir.For(wo, ow, tuple(pixel))),
-                   omp=kir.Omp(shared=True))
-    work = kir.product([E["N"], oh, ow, _i(c * kernel[0] * kernel[1])])
-    region = kir.Region((kir.Alloc(acc, _i(c)), rows, kir.Free(acc)), if_=work >= ctx.options.par_min_elements)
-    kern = kir.Kernel(ctx.name, ext, (o0,), (x,), (region,), ctx.symbols)
-    return Lowered(kern, p.outputs, (node.inputs[0],))
+    geo = kir.Buffer("geo", I64, const=False)
+    mode = MODE_MAX if op == "MaxPool" else MODE_AVG_PADS if a.get("count_include_pad", 0) else MODE_AVG
+    fields = (E["H"], E["W"], _i(c), E["OH"], E["OW"], _i(kernel[0]), _i(kernel[1]), _i(strides[0]),
+              _i(strides[1]), _i(dilations[0]), _i(dilations[1]), E["PT"], E["PL"], E["PB"], E["PR"], _i(mode))
+    body: list[kir.Stmt] = [kir.Array(geo, len(fields))]
+    body += [kir.Store(geo, _i(i), f) for i, f in enumerate(fields)]
+    nho, n, ho = kir.Var("nho"), kir.Var("n"), kir.Var("ho")
+    row = (kir.Let(n, nho / E["OH"]), kir.Let(ho, nho % E["OH"]),
+           kir.Eval(kir.Call("ds_pool_row", (kir.Addr(geo), kir.Addr(x), kir.Addr(o0, nho * E["OW"] * c), n, ho),
+                             "void")))
+    work = kir.product([E["N"], E["OH"], E["OW"], _i(c * kernel[0] * kernel[1])])
+    body.append(kir.For(nho, E["N"] * E["OH"], row,
+                        omp=kir.Omp(parallel=True, if_=work >= ctx.options.par_min_elements)))
+    kern = kir.Kernel(ctx.name, ext, (o0,), (x,), tuple(body), ctx.symbols)
+    return Lowered(kern, p.outputs, (node.inputs[0],), needs=("pool",))
 
 
+MODE_MAX, MODE_AVG, MODE_AVG_PADS = 0, 1, 2  # csrc/ds_pool.h's DS_POOL_*
+LIBRARY = declare("pool", "ds_pool.c", {"ds_pool_row": (P, P, P, C_I64, C_I64)}, share=True)
+register_helper("pool", LIBRARY, "ds_pool.h")
 register_lowering("pool", "kernel", lower_pool)
