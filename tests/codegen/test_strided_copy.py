@@ -64,6 +64,17 @@ def test_a_large_channel_shuffle_shared_by_the_threads_matches_numpy():
     np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(0, 1, 2, 4, 3))
 
 
+@pytest.mark.parametrize("shape,perm", [((9, 60, 3, 41), (1, 0, 3, 2)), ((19, 61, 62), (0, 2, 1)),
+                                        ((5, 4, 63, 64), (3, 1, 0, 2))])
+def test_large_strided_copies_shared_by_the_threads_match_numpy(shape, perm):
+    """From 256 KB ds_copy_strided splits the outermost dim between the threads (odd counts, each thread's share
+    a sub-view of its own): every element still lands once, in its place."""
+    exe = _run_transpose(shape, perm)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    assert x.nbytes >= 1 << 18
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], x.transpose(perm))
+
+
 def test_int64_transpose_takes_the_strided_copy():
     exe = _run_transpose((3, 4, 5), (0, 2, 1), TensorProto.INT64)
     x = RNG.integers(-100, 100, (3, 4, 5)).astype(np.int64)
