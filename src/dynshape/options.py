@@ -101,8 +101,8 @@ class Options:
     par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",
                                    default=1 << 15)
     par_min_flops: int = _build("multiply-adds below which a product runs on one thread", default=1 << 20)
-    par_min_weights: int = _build("weight floats from which a product runs on every thread whatever its rows "
-                                  "(streaming them is its cost: a batch-1 classifier's 1024 x 1000)",
+    par_min_weights: int = _build("weight floats from which a product or conv runs on every thread whatever its "
+                                  "rows (streaming them is its cost: a batch-1 classifier's 1024 x 1000)",
                                   default=1 << 18)
     fast_math: bool = _build("dynshape's vectorised exp/erf/tanh (a few ulp; False: libm's)", default=True)
 

@@ -114,6 +114,25 @@ def test_conv_tiles_add_the_bias_and_apply_the_activation_in_registers(ci, co, k
         np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
+def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
+    """A 1x1 conv of 1024 -> 1000 channels on a 1x1 map (DenseNet's head): a million multiply-adds, under
+    par_min_flops, but 4 MB of weights, which the threads share from par_min_weights on."""
+    w = (RNG.standard_normal((1000, 1024, 1, 1)) * 0.05).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
+    model, dims = _model(nodes, ["n", 1024, 1, 1], {"w": w}), {"n": (1, 4)}
+    g = ds.load_onnx(model, dims=dims)
+
+    def omp_ifs(exe) -> list[str]:
+        (step,) = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
+        return [ln.split(" if(")[1] for ln in step.source.splitlines() if "omp parallel" in ln]
+
+    shared, by_flops = ds.compile(g), ds.compile(g, par_min_weights=1 << 40)
+    assert omp_ifs(shared) == ["1)"] and omp_ifs(by_flops) != ["1)"]
+    x = RNG.standard_normal((3, 1024, 1, 1)).astype(np.float32)
+    for exe in (shared, by_flops):
+        np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-4)
+
+
 def test_conv1d_few_channels_runs():
     w = (RNG.standard_normal((5, 3, 7)) * 0.3).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[3, 2])]

@@ -208,7 +208,9 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     gq, pb, gi, q, p0, p1, r, j = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1", "r", "j"))
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
     flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
-    par = flops >= ctx.options.par_min_flops
+    # few pixels by large weights (a classifier's 1x1 conv on the pooled 1x1 map): the threads share the stream
+    weights_shared = oc * geo["KH"] * geo["KW"] * cg >= ctx.options.par_min_weights
+    par = kir.Const(1, I64) if weights_shared else flops >= ctx.options.par_min_flops
     # rows per block: ROWS, or fewer where the tiles would not give each thread MIN_TILES_PER_THREAD of them
     # (SqueezeNet's 1x1 convs on 9x15 maps: 5 blocks of one panel pair, shared 3 / 2 between two threads)
     per, blocks = kir.Var("BR"), kir.Var("NBLK")
@@ -316,7 +318,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     if (m + 2) ** 2 * c * oc * 4 <= WINO_SMALL_WEIGHTS:
         # weights that stay in L2 across chunks: smaller blocks, so that every thread gets 4 of them (SqueezeNet's
         # 16 -> 64 expand on 55x55: 5 blocks of 3 tile rows shared chunk by chunk scaled 1.24x on 2 threads)
-        spread = kir.Select(rows >= threads * 4, rows / (threads * 4), _i(1))
+        spread = kir.Select(rows >= threads * 4, rows / (threads * 4), fill)  # (too few rows: one shared chunk)
         fill = kir.Select(spread < fill, spread, fill)
     body += [kir.Let(tw, (E["OW"] + (m - 1)) / m), kir.Let(th, (E["OH"] + (m - 1)) / m), kir.Let(rows, E["N"] * th),
              kir.Let(per, fill), kir.Let(par, pixels * (oc * 9 * c) >= ctx.options.par_min_flops)]
