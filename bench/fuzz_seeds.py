@@ -147,6 +147,11 @@ def if_branches() -> onnx.ModelProto:
 
 
 def attention() -> onnx.ModelProto:
+    """Self-attention with an additive key mask: a masked key's logit is lowered by 30 (e^-30: it weighs ~1e-13).
+    Not the customary 1e4: in float32 a logit of magnitude 1e4 keeps ~3 decimals, so two correct evaluation
+    orders (the reference's numpy products, a kernel's own) agree only to ~1e-3, and the seed stopped testing the
+    runtime and tested float32 (the hardening property compares at rtol 1e-4). A fully masked row then still
+    weighs its keys by their scores, the sum unchanged."""
     nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
              helper.make_node("MatMul", ["x", "wk"], ["k"], name="k"),
              helper.make_node("MatMul", ["x", "wv"], ["v"], name="v"),
@@ -163,7 +168,7 @@ def attention() -> onnx.ModelProto:
     return _model(nodes, [_vi("x", F32, ["B", "S", 8]), _vi("mask", I64, ["B", "S"])], [_vi("y", F32, ["B", "S", 8])],
                   {"wq": _w(8, 8, seed=3), "wk": _w(8, 8, seed=4), "wv": _w(8, 8, seed=5),
                    "scale": np.array(np.sqrt(8.0), np.float32), "one": np.array(1, np.float32),
-                   "neg": np.array(1e4, np.float32), "ax1": np.array([1])})
+                   "neg": np.array(-30.0, np.float32), "ax1": np.array([1])})
 
 
 def mlp() -> onnx.ModelProto:
