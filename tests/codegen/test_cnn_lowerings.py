@@ -114,6 +114,39 @@ def test_conv_tiles_add_the_bias_and_apply_the_activation_in_registers(ci, co, k
         np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("ci,co,k,attrs", [(16, 48, (1, 1), {}), (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}),
+                                           (64, 160, (1, 1), {"group": 2}), (3, 64, (3, 3), {"pads": [1, 1, 1, 1]})],
+                         ids=["1x1", "3x3", "grouped", "rgb"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("swap", [True, False])
+def test_conv_tiles_add_a_residual_in_registers(ci, co, k, attrs, bias, relu, swap):
+    """Conv (+ bias) + residual Add (+ Relu), ResNet's and MobileNet's block ends: the implicit-GEMM tiles add the
+    residual map as they store (no epilogue pass); the reference's values, either Add operand order, masked
+    column tails and the pair micro-tiles' second panel included."""
+    groups = attrs.get("group", 1)
+    w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
+    inits = {"w": w, "wr": (RNG.standard_normal((co, ci, 1, 1)) * 0.3).astype(np.float32),
+             **({"b": RNG.standard_normal(co).astype(np.float32)} if bias else {})}
+    nodes = [helper.make_node("Conv", ["x", "wr"], ["r"]),  # the residual: a map like the conv's output
+             helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["c"], **attrs),
+             helper.make_node("Add", ["r", "c"] if swap else ["c", "r"], ["a" if relu else "y"])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["a"], ["y"]))
+    model, dims = _model(nodes, ["n", ci, "h", "w"], inits), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}
+    g = ds.load_onnx(model, dims=dims)
+    on = ds.compile(g, winograd=False)
+    off = ds.compile(g, winograd=False, conv_bias_in_tiles=False)
+    (src_on, src_off) = ([s.source for s in e.generic.steps if isinstance(s, KernelStep) and "Add" in s.name]
+                         for e in (on, off))
+    assert len(src_on) == 1 and "acc" not in src_on[0] and "acc" in src_off[0]
+    for shape in [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 1, 1)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        got = on.run({"x": x})["y"]
+        np.testing.assert_allclose(got, g.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
 def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
     """A 1x1 conv of 1024 -> 1000 channels on a 1x1 map (DenseNet's head): a million multiply-adds, under
     par_min_flops, but 4 MB of weights, which the threads share from par_min_weights on."""

@@ -49,19 +49,32 @@ static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c +
 #define DS_FINR1(r) c##r##0 = ds_fin(c##r##0, f0, act);
 #define DS_FINR2(r) DS_FINR1(r) c##r##1 = ds_fin(c##r##1, f1, act);
 #define DS_FINR4(r) DS_FINR2(r) c##r##2 = ds_fin(c##r##2, f2, act); c##r##3 = ds_fin(c##r##3, f3, act);
+/* with a residual `res` (the tile's first column of a map of OC-float pixels, pixel p's row at res + p * OC):
+   (c + bias) + residual, then the activation, the reference's order */
+#define DS_RES(r) const float *rr##r = res + (p + (r)) * OC;
+#define DS_FINQ1(r) DS_RES(r) c##r##0 = ds_fin(c##r##0, f0, act2) + ds_ldb(rr##r, ncols); c##r##0 = ds_act(c##r##0, act);
+#define DS_FINQ2(r) DS_FINQ1(r) c##r##1 = ds_act(ds_fin(c##r##1, f1, act2) + ds_ldb(rr##r + 16, ncols - 16), act);
+#define DS_FINQ4(r)                                                                                         \
+    DS_RES(r) c##r##0 = ds_act(ds_fin(c##r##0, f0, act2) + ds_ld16(rr##r), act);                            \
+    c##r##1 = ds_act(ds_fin(c##r##1, f1, act2) + ds_ld16(rr##r + 16), act);                                 \
+    c##r##2 = ds_act(ds_fin(c##r##2, f2, act2) + ds_ldb(rr##r + 32, ncols), act);                           \
+    c##r##3 = ds_act(ds_fin(c##r##3, f3, act2) + ds_ldb(rr##r + 48, ncols - 16), act);
+#define DS_FIN_ROWS(MR, N)                                                                                  \
+    if (res) { const int64_t OC = geo[DS_CONV_OC], act2 = DS_ACT_NONE; DS_ROWS##MR(DS_FINQ##N) }           \
+    else { DS_ROWS##MR(DS_FINR##N) }
 /* one vector of columns (ncols <= 16), two (ncols <= 32), or two panels (64: the second panel's ncols) */
 #define DS_FIN_1(MR)                                                                                        \
     if (bias) { const int64_t act = geo[DS_CONV_ACT]; const ds_v16 f0 = ds_ldb(bias, ncols);               \
-                DS_ROWS##MR(DS_FINR1) }
+                DS_FIN_ROWS(MR, 1) }
 #define DS_FIN_2(MR)                                                                                        \
     if (bias) { const int64_t act = geo[DS_CONV_ACT];                                                      \
                 const ds_v16 f0 = ds_ldb(bias, ncols), f1 = ds_ldb(bias + 16, ncols - 16);                 \
-                DS_ROWS##MR(DS_FINR2) }
+                DS_FIN_ROWS(MR, 2) }
 #define DS_FIN_4(MR)                                                                                        \
     if (bias) { const int64_t act = geo[DS_CONV_ACT];                                                      \
                 const ds_v16 f0 = ds_ld16(bias), f1 = ds_ld16(bias + 16);                                  \
                 const ds_v16 f2 = ds_ldb(bias + 32, ncols), f3 = ds_ldb(bias + 48, ncols - 16);            \
-                DS_ROWS##MR(DS_FINR4) }
+                DS_FIN_ROWS(MR, 4) }
 
 /* Winograd's tiles per chunk: the library is built with codegen/lower/conv.py's WINO_TILES (which also sizes the
    scratch its kernels allocate); these defaults only serve a build of this file on its own, as ds_gemm.c's do */
@@ -120,7 +133,7 @@ static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c +
 #define DS_CONV_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE, PREFETCH, FIN)                                 \
     static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
                             float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
-                            const float *restrict bias) {                                                   \
+                            const float *restrict bias, const float *restrict res) {                        \
         GEO_LOCALS;                                                                                         \
         DS_POS_START                                                                                        \
         DS_ROWS##MR(INIT)                                                                                    \
@@ -209,7 +222,8 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_CONV_RMICRO(MR, NV, FMA, STORE)                                                                  \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \
-                                          int64_t ncols, const float *restrict bias) {                       \
+                                          int64_t ncols, const float *restrict bias,                         \
+                                          const float *restrict res) {                                       \
         GEO_LOCALS;                                                                                         \
         const int64_t RUN = KW * C;                                                                         \
         float scratch[MR * DS_CONV_PATCH_MAX];                                                              \
@@ -250,11 +264,12 @@ DS_CONV_RMICRO1(24)
 
 /* The runs path over pixels p0..p1: micro-tiles of the widest height, the rest in halving steps. */
 static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const float *restrict panel,
-                         float *restrict y0, int64_t p0, int64_t p1, int64_t ncols, const float *restrict bias) {
+                         float *restrict y0, int64_t p0, int64_t p1, int64_t ncols, const float *restrict bias,
+                         const float *restrict res) {
     const int64_t LDY = geo[DS_CONV_LDY];
     int64_t p = p0;
 #define DS_RSTEP(NV, MR)                                                                                    \
-    for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols, bias);
+    for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols, bias, res);
     if (ncols <= 16) {
 #if DS_MR > 4
         DS_RSTEP(1, 24) DS_RSTEP(1, 16) DS_RSTEP(1, 12)
@@ -271,23 +286,23 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
 
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                  const float *restrict bias) {
+                  const float *restrict bias, const float *restrict res) {
     const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
-    const float *bq = bias ? bias + g * OCG + q * 32 : 0;
+    const float *bq = bias ? bias + g * OCG + q * 32 : 0, *rq = res ? res + g * OCG + q * 32 : 0;
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
     const int64_t ncols = OCG - q * 32 < 32 ? OCG - q * 32 : 32;
     const float *xg = x + g * CG;
     const float *panel = bp + (g * panels + q) * K * 32;
     if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1
         && geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_C] <= DS_CONV_PATCH_MAX) {
-        ds_conv_runs(geo, xg, panel, y + q * 32, p0, p1, ncols, bq);
+        ds_conv_runs(geo, xg, panel, y + q * 32, p0, p1, ncols, bq, rq);
         return;
     }
     if (ncols <= 16) {
         int64_t p = p0;
 #define DS_NSTEP(MR)                                                                                        \
         for (; p1 - p >= MR; p += MR)                                                                       \
-            ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq);
+            ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
 #if DS_MR16 > 8
         DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
 #endif
@@ -300,11 +315,11 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
     int64_t p = p0;
 #define DS_WSTEP(MR)                                                                                        \
     for (; p1 - p >= MR; p += MR)                                                                           \
-        ds_conv_micro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq);
+        ds_conv_micro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
 #if DS_MR > 4
     if (p0 == 0) /* the panel's first block */
         for (; p1 - p >= 12; p += 12)
-            ds_conv_pmicro_12(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq);
+            ds_conv_pmicro_12(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
     DS_WSTEP(12) DS_WSTEP(8)
 #endif
     DS_WSTEP(4) DS_WSTEP(2) DS_WSTEP(1)
@@ -327,7 +342,7 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #define DS_CONV_MICRO2_OF(NAME, PREFETCH)                                                                  \
     static void NAME(const int64_t *geo, const float *restrict xg, const float *restrict bp, int64_t pstride, \
                      float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,            \
-                     const float *restrict bias) {                                                          \
+                     const float *restrict bias, const float *restrict res) {                               \
         GEO_LOCALS;                                                                                         \
         DS_POS_START                                                                                        \
         DS_ROWS6(DS_C2ROW_INIT)                                                                              \
@@ -360,7 +375,7 @@ DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2)
 #if DS_MR > 4
 static void ds_conv_rmicro2_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
                               int64_t pstride, float *restrict yo, int64_t p, int64_t ncols,
-                              const float *restrict bias) {
+                              const float *restrict bias, const float *restrict res) {
     GEO_LOCALS;
     const int64_t RUN = KW * C;
     float scratch[6 * DS_CONV_PATCH_MAX];
@@ -385,7 +400,7 @@ static void ds_conv_rmicro2_6(const int64_t *geo, const float *restrict xg, cons
 
 void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                    const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                   const float *restrict bias) {
+                   const float *restrict bias, const float *restrict res) {
     const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
     const int64_t ncols = OCG - (q + 1) * 32 < 32 ? OCG - (q + 1) * 32 : 32; /* the second panel's */
@@ -395,23 +410,23 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
     if (q + 1 < panels && ncols > 16) {
         const float *xg = x + g * CG, *panel = bp + (g * panels + q) * K * 32;
         float *yq = y + g * OCG + q * 32;
-        const float *bq = bias ? bias + g * OCG + q * 32 : 0;
+        const float *bq = bias ? bias + g * OCG + q * 32 : 0, *rq = res ? res + g * OCG + q * 32 : 0;
         int64_t p = p0;
         if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1 && geo[DS_CONV_C] < 8
             && K <= DS_CONV_PATCH_MAX)
-            for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols, bq);
+            for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols, bq, rq);
         if (p0 == 0) /* the panels' first block: they come from L3 */
-            for (; p1 - p >= 6; p += 6) ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq);
-        for (; p1 - p >= 6; p += 6) ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq);
+            for (; p1 - p >= 6; p += 6) ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq);
+        for (; p1 - p >= 6; p += 6) ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq);
         if (p < p1) {
-            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q, bias);
-            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q + 1, bias);
+            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q, bias, res);
+            ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q + 1, bias, res);
         }
         return;
     }
 #endif
-    ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q, bias);
-    if (q + 1 < panels) ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q + 1, bias);
+    ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q, bias, res);
+    if (q + 1 < panels) ds_conv_tile(geo, x, bp, y, zeros, p0, p1, g, q + 1, bias, res);
 }
 
 /* ---- depthwise ------------------------------------------------------------------------------------------
@@ -708,7 +723,7 @@ static void ds_wino_run(const int64_t *geo, const float *restrict x, const float
         #pragma omp for collapse(2) schedule(static)
         for (int64_t xi = 0; xi < np; xi++)
             for (int64_t pq = 0; pq < pairs; pq++)
-                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0);
+                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0, 0);
         #pragma omp for schedule(static)
         for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt, bias);
     }

@@ -25,17 +25,18 @@ enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH };
 
 /* y[p][g * OCG + q * 32 + j] = sum_k x[...] * w[...] for the flat output pixels p0 <= p < p1 (p = (n * OH + ho)
    * OW + wo) and the columns of panel q of group g; `zeros` holds at least CG zero floats (what a padded tap
-   reads). With `bias` (OC floats, NULL: none) each value is + bias[column], then geo[DS_CONV_ACT]'s activation,
+   reads). With `bias` (OC floats, NULL: none) each value is + bias[column], + res[p * OC + column] where `res`
+   (a residual map like the output, NULL: none; only with a bias) is given, then geo[DS_CONV_ACT]'s activation,
    in registers before the store. */
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                  const float *restrict bias);
+                  const float *restrict bias, const float *restrict res);
 
 /* Panels q and q + 1 (when the group has it) of the same tile: ds_conv_tile's result for both, computed as 6 x 64
    micro-tiles (each input value read once for 64 output channels). */
 void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                    const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                   const float *restrict bias);
+                   const float *restrict bias, const float *restrict res);
 
 /* Output row (n, ho) of a depthwise convolution (G = C, one channel per group): y points at the row's first
    pixel (pixels LDY floats apart), w is (KH * KW, C), bias is C floats or NULL; geo[DS_CONV_ACT] applied. */

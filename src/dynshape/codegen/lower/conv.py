@@ -169,24 +169,39 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, lis
     return geo_buf, body
 
 
-def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops) -> tuple[str | None, int]:
+def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tuple[str | None, int, str | None]:
     """What the conv's C applies in registers before storing (csrc/ds_conv.c's ds_fin), so that the generated
     epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
-    exactly one Relu or HardSwish of the conv's output). (None, ACT_NONE) where the option is off or neither
-    holds."""
+    exactly one Relu or HardSwish of the conv's output, or with `residual` (the implicit-GEMM tiles) exactly
+    Add(conv, R) or Add(conv, R) then Relu, R a float32 map like the output: R's operand). (None, ACT_NONE,
+    None) where the option is off or none of these holds."""
     if not ctx.options.conv_bias_in_tiles:
-        return None, ACT_NONE
+        return None, ACT_NONE, None
     node = cv.node
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
     per_channel = bool(pat) and bool(pat[-1]) and not any(pat[:-1])
-    group = cv.epilogue.group if cv.epilogue else ()
-    act = _ACTS.get(group[0].op_type, ACT_NONE) if (
-        len(group) == 1 and group[0].domain in ("", "ai.onnx") and list(group[0].inputs) == [node.outputs[0]]
-        and group[0].outputs[0] == cv.outputs[0] and len(cv.outputs) == 1) else ACT_NONE
     if bias is not None and not per_channel:  # a scalar or computed bias: the epilogue adds it, and what follows
-        return None, ACT_NONE
-    return bias, act
+        return None, ACT_NONE, None
+    group = list(cv.epilogue.group if cv.epilogue else ())
+    if len(cv.outputs) != 1 or not group or any(n.domain not in ("", "ai.onnx") for n in group):
+        return bias, ACT_NONE, None
+    last = group[-1].outputs[0] == cv.outputs[0]
+    if len(group) == 1 and last and list(group[0].inputs) == [node.outputs[0]]:
+        return bias, _ACTS.get(group[0].op_type, ACT_NONE), None
+    add = group[0]
+    if not (residual and add.op_type == "Add" and len(add.inputs) == 2 and node.outputs[0] in add.inputs):
+        return bias, ACT_NONE, None
+    res = add.inputs[1] if add.inputs[0] == node.outputs[0] else add.inputs[0]
+    full = res in ops.ptrs and all(ops.patterns[ops.ptrs.index(res)]) and len(ops.patterns[ops.ptrs.index(res)]) > 1
+    if not full or res == node.outputs[0] or ops.buffers[ops.ptrs.index(res)].dtype != kir.F32:
+        return bias, ACT_NONE, None
+    if len(group) == 1 and last:
+        return bias, ACT_NONE, res
+    if (len(group) == 2 and group[1].outputs[0] == cv.outputs[0] and group[1].op_type == "Relu"
+            and list(group[1].inputs) == [add.outputs[0]]):
+        return bias, ACT_RELU, res
+    return bias, ACT_NONE, None
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
@@ -195,13 +210,15 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
-    bias, act = _finish_in_tiles(cv, ctx, ops)
+    bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
     zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # an activation's bias where the conv has none
     geo_buf, body = _geo_array(geo, E, act)
+    done = bool(act) or res is not None  # the tiles finish the values: no epilogue
     if bias is not None:
         bias_arg: kir.Expr = kir.Addr(ops.buffers[ops.ptrs.index(bias)])
     else:
-        bias_arg = kir.Addr(zero_bias) if act else kir.NULL
+        bias_arg = kir.Addr(zero_bias) if done else kir.NULL
+    res_arg = kir.Addr(ops.buffers[ops.ptrs.index(res)]) if res is not None else kir.NULL
     # a tile is a block of pixels times a pair of panels (64 output channels: ds_conv_tile2's 6 x 64 micro-tiles
     # read each input value once for both), or a group's last, odd panel
     pairs = (ocg + 2 * NR - 1) // (2 * NR)
@@ -225,15 +242,15 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * per),
             kir.Let(p1, kir.Select(p0 + per < pixels, p0 + per, pixels)),
             _call("ds_conv_tile2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
-                  p1, gi, q, bias_arg)]
+                  p1, gi, q, bias_arg, res_arg)]
     col0 = gi * ocg + q * NR
     col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
     # a bias the tiles add is not the epilogue's to add again (it sees the node without it); an activation they
     # apply leaves no epilogue
     seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
         if bias is not None else node
-    epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
-                                             r, j, (col0, col1), oc)
+    epilogue = [] if done else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
+                                              r, j, (col0, col1), oc)
     if epilogue:
         tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
     # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile;
@@ -244,7 +261,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
     (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
     loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
-    if act and bias is None:
+    if done and bias is None:
         body += [kir.Alloc(zero_bias, _i(oc), zero=True), kir.Alloc(zeros, _i(cg), zero=True), loop,
                  kir.Free(zeros), kir.Free(zero_bias)]
     else:
@@ -304,7 +321,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     x, up = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
-    bias, act = _finish_in_tiles(cv, ctx, ops)
+    bias, act, _ = _finish_in_tiles(cv, ctx, ops)
     zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # an activation's bias where the conv has none
     bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if bias is not None else \
         kir.Addr(zero_bias) if act else kir.NULL
@@ -364,7 +381,7 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     node, c = cv.node, geo["C"]
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, wt = kir.Buffer("i0"), kir.Buffer("i1")
-    _, act = _finish_in_tiles(cv, ctx, ops)  # an activation that is the whole epilogue: ds_dwconv_row applies it
+    _, act, _ = _finish_in_tiles(cv, ctx, ops)  # an activation that is the whole epilogue: ds_dwconv_row applies it
     geo_buf, body = _geo_array(geo, E, act)
     nho, n, ho, r, j = (kir.Var(v) for v in ("nho", "n", "ho", "r", "j"))
     oh, ow = E["OH"], E["OW"]
@@ -430,7 +447,7 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 
 
 
-_TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P)
+_TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P, P)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
                                         "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P),
