@@ -142,8 +142,9 @@ def test_conv_tiles_add_a_residual_in_registers(ci, co, k, attrs, bias, relu, sw
     assert len(src_on) == 1 and "acc" not in src_on[0] and "acc" in src_off[0]
     for shape in [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 1, 1)]:
         x = RNG.standard_normal(shape).astype(np.float32)
-        got = on.run({"x": x})["y"]
-        np.testing.assert_allclose(got, g.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+        got, ref = on.run({"x": x})["y"], g.run({"x": x})["y"]
+        # a residual nearly cancelling a 576-term sum keeps ~1e-5 of the sum's size: the tolerance scales with it
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
         np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
 
 
