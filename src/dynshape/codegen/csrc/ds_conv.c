@@ -9,27 +9,17 @@
 #include "ds_conv.h"
 #include "ds_simd.h"
 
-/* The finish a micro-tile applies to its accumulators before storing them, where the kernel passes `bias` (the
-   tile's first column's: the conv's bias, or zeros) instead of leaving it to the generated epilogue: + bias, then
+/* The finish a micro-tile applies to its accumulators before storing them, instead of leaving it to the
+   generated epilogue: + `bias` (the tile's first column's; NULL: none), + a residual `res`, then
    geo[DS_CONV_ACT]'s activation (ds_act). In registers: a separate epilogue pass over the tile, for the 1x1
-   convs of few input channels (SqueezeNet's, MobileNet's), cost 15-20% of their time. ds_ldb reads the first n
-   (<= 0: none) of 16 bias values, never past them. */
+   convs of few input channels (SqueezeNet's, MobileNet's), cost 15-20% of their time. */
 #ifdef __AVX512F__
 #include <immintrin.h>
-static inline ds_v16 ds_ldb(const float *p, int64_t n) {
-    if (n >= 16) return ds_ld16(p);
-    return n <= 0 ? (ds_v16){0} : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
-}
 /* max(lo, c) and min(hi, c) with c second: MAXPS / MINPS return their second operand where either is NaN, so a NaN
    stays NaN, as in Relu and HardSwish */
 static inline ds_v16 ds_max16(float lo, ds_v16 c) { return (ds_v16)_mm512_max_ps(_mm512_set1_ps(lo), (__m512)c); }
 static inline ds_v16 ds_min16(float hi, ds_v16 c) { return (ds_v16)_mm512_min_ps(_mm512_set1_ps(hi), (__m512)c); }
 #else
-static inline ds_v16 ds_ldb(const float *p, int64_t n) {
-    float t[16] = {0};
-    for (int64_t j = 0; j < n && j < 16; j++) t[j] = p[j];
-    return ds_ld16(t);
-}
 static inline ds_v16 ds_max16(float lo, ds_v16 c) {
     for (int j = 0; j < 16; j++) c[j] = c[j] < lo ? lo : c[j];
     return c;
@@ -46,35 +36,41 @@ static inline ds_v16 ds_act(ds_v16 c, int64_t act) {
     return c;
 }
 static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c + b, act); }
+/* n bias values from p, zeros past them (and for no bias) */
+static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16(p, n) : (ds_v16){0}; }
 #define DS_FINR1(r) c##r##0 = ds_fin(c##r##0, f0, act);
 #define DS_FINR2(r) DS_FINR1(r) c##r##1 = ds_fin(c##r##1, f1, act);
 #define DS_FINR4(r) DS_FINR2(r) c##r##2 = ds_fin(c##r##2, f2, act); c##r##3 = ds_fin(c##r##3, f3, act);
 /* with a residual `res` (the tile's first column of a map of OC-float pixels, pixel p's row at res + p * OC):
    (c + bias) + residual, then the activation, the reference's order */
 #define DS_RES(r) const float *rr##r = res + (p + (r)) * OC;
-#define DS_FINQ1(r) DS_RES(r) c##r##0 = ds_fin(c##r##0, f0, act2) + ds_ldb(rr##r, ncols); c##r##0 = ds_act(c##r##0, act);
-#define DS_FINQ2(r) DS_FINQ1(r) c##r##1 = ds_act(ds_fin(c##r##1, f1, act2) + ds_ldb(rr##r + 16, ncols - 16), act);
+#define DS_FINQ1(r) DS_RES(r) c##r##0 = ds_act(c##r##0 + f0 + ds_load16(rr##r, ncols), act);
+#define DS_FINQ2(r) DS_FINQ1(r) c##r##1 = ds_act(c##r##1 + f1 + ds_load16(rr##r + 16, ncols - 16), act);
 #define DS_FINQ4(r)                                                                                         \
-    DS_RES(r) c##r##0 = ds_act(ds_fin(c##r##0, f0, act2) + ds_ld16(rr##r), act);                            \
-    c##r##1 = ds_act(ds_fin(c##r##1, f1, act2) + ds_ld16(rr##r + 16), act);                                 \
-    c##r##2 = ds_act(ds_fin(c##r##2, f2, act2) + ds_ldb(rr##r + 32, ncols), act);                           \
-    c##r##3 = ds_act(ds_fin(c##r##3, f3, act2) + ds_ldb(rr##r + 48, ncols - 16), act);
+    DS_RES(r) c##r##0 = ds_act(c##r##0 + f0 + ds_ld16(rr##r), act);                                         \
+    c##r##1 = ds_act(c##r##1 + f1 + ds_ld16(rr##r + 16), act);                                              \
+    c##r##2 = ds_act(c##r##2 + f2 + ds_load16(rr##r + 32, ncols), act);                                     \
+    c##r##3 = ds_act(c##r##3 + f3 + ds_load16(rr##r + 48, ncols - 16), act);
 #define DS_FIN_ROWS(MR, N)                                                                                  \
-    if (res) { const int64_t OC = geo[DS_CONV_OC], act2 = DS_ACT_NONE; DS_ROWS##MR(DS_FINQ##N) }           \
+    if (res) { const int64_t OC = geo[DS_CONV_OC]; DS_ROWS##MR(DS_FINQ##N) }                               \
     else { DS_ROWS##MR(DS_FINR##N) }
-/* one vector of columns (ncols <= 16), two (ncols <= 32), or two panels (64: the second panel's ncols) */
+/* one vector of columns (ncols <= 16), two (ncols <= 32), or two panels (64: the second panel's ncols); nothing
+   to do without a bias, a residual or an activation */
 #define DS_FIN_1(MR)                                                                                        \
-    if (bias) { const int64_t act = geo[DS_CONV_ACT]; const ds_v16 f0 = ds_ldb(bias, ncols);               \
-                DS_FIN_ROWS(MR, 1) }
+    { const int64_t act = geo[DS_CONV_ACT];                                                                \
+      if (bias || res || act) { const ds_v16 f0 = ds_bias16(bias, ncols); DS_FIN_ROWS(MR, 1) } }
 #define DS_FIN_2(MR)                                                                                        \
-    if (bias) { const int64_t act = geo[DS_CONV_ACT];                                                      \
-                const ds_v16 f0 = ds_ldb(bias, ncols), f1 = ds_ldb(bias + 16, ncols - 16);                 \
-                DS_FIN_ROWS(MR, 2) }
+    { const int64_t act = geo[DS_CONV_ACT];                                                                \
+      if (bias || res || act) {                                                                             \
+          const ds_v16 f0 = ds_bias16(bias, ncols), f1 = ds_bias16(bias ? bias + 16 : 0, ncols - 16);       \
+          DS_FIN_ROWS(MR, 2) } }
 #define DS_FIN_4(MR)                                                                                        \
-    if (bias) { const int64_t act = geo[DS_CONV_ACT];                                                      \
-                const ds_v16 f0 = ds_ld16(bias), f1 = ds_ld16(bias + 16);                                  \
-                const ds_v16 f2 = ds_ldb(bias + 32, ncols), f3 = ds_ldb(bias + 48, ncols - 16);            \
-                DS_FIN_ROWS(MR, 4) }
+    { const int64_t act = geo[DS_CONV_ACT];                                                                \
+      if (bias || res || act) {                                                                             \
+          const ds_v16 f0 = ds_bias16(bias, 16), f1 = ds_bias16(bias ? bias + 16 : 0, 16);                  \
+          const ds_v16 f2 = ds_bias16(bias ? bias + 32 : 0, ncols);                                         \
+          const ds_v16 f3 = ds_bias16(bias ? bias + 48 : 0, ncols - 16);                                    \
+          DS_FIN_ROWS(MR, 4) } }
 
 /* Winograd's tiles per chunk: the library is built with codegen/lower/conv.py's WINO_TILES (which also sizes the
    scratch its kernels allocate); these defaults only serve a build of this file on its own, as ds_gemm.c's do */
@@ -436,29 +432,11 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
    input, eight pixels at once in eight accumulators (independent FMA chains), their weight vector loaded once
    per tap for all eight; the border columns one by one with their taps checked. The weights are (KH*KW, C):
    tap-major, channels contiguous. */
-#ifdef __AVX512F__
-#include <immintrin.h>
-static inline ds_v16 ds_ldm(const float *p, int64_t n) {
-    return n == 16 ? ds_ld16(p) : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
-}
-static inline void ds_stm(float *p, ds_v16 v, int64_t n) {
-    if (n == 16) ds_st16(p, v);
-    else _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
-}
-#else
-static inline ds_v16 ds_ldm(const float *p, int64_t n) {
-    if (n == 16) return ds_ld16(p);
-    float t[16] = {0};
-    for (int64_t j = 0; j < n; j++) t[j] = p[j];
-    return ds_ld16(t);
-}
-static inline void ds_stm(float *p, ds_v16 v, int64_t n) { ds_store16(p, v, n); }
-#endif
 
 #define DS_DW_CHUNK 128
 #define DS_DW_ACC(i) ds_v16 d##i = b0;
-#define DS_DW_FMA(i) d##i += ds_ldm(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
-#define DS_DW_STORE(i) ds_stm(y + (wo + (i)) * LDY + c0, ds_act(d##i, act), nl);
+#define DS_DW_FMA(i) d##i += ds_load16(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
+#define DS_DW_STORE(i) ds_store16(y + (wo + (i)) * LDY + c0, ds_act(d##i, act), nl);
 /* NP interior pixels from wo, every channel block: taps unchecked. */
 #define DS_DW_BLOCK(NP)                                                                                     \
     static void ds_dw_block##NP(const int64_t *geo, const float *restrict xn, const float *restrict w,      \
@@ -469,12 +447,12 @@ static inline void ds_stm(float *p, ds_v16 v, int64_t n) { ds_store16(p, v, n); 
         (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;                                \
         for (int64_t c0 = cb; c0 < ce; c0 += 16) {                                                          \
             const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;                                                 \
-            const ds_v16 b0 = bias ? ds_ldm(bias + c0, nl) : (ds_v16){0};                                   \
+            const ds_v16 b0 = bias ? ds_load16(bias + c0, nl) : (ds_v16){0};                                   \
             DS_ROWS##NP(DS_DW_ACC)                                                                           \
             for (int64_t kh = kh0; kh < kh1; kh++) {                                                        \
                 const float *xr = xn + ((ih0 + kh * DH) * W - PL) * C + c0;                                 \
                 for (int64_t kw = 0; kw < KW; kw++) {                                                       \
-                    const ds_v16 wv = ds_ldm(w + (kh * KW + kw) * C + c0, nl);                              \
+                    const ds_v16 wv = ds_load16(w + (kh * KW + kw) * C + c0, nl);                              \
                     DS_ROWS##NP(DS_DW_FMA)                                                                   \
                 }                                                                                           \
             }                                                                                               \
@@ -493,15 +471,15 @@ static void ds_dw_border(const int64_t *geo, const float *restrict xn, const flo
     (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;
     for (int64_t c0 = cb; c0 < ce; c0 += 16) {
         const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;
-        ds_v16 acc = bias ? ds_ldm(bias + c0, nl) : (ds_v16){0};
+        ds_v16 acc = bias ? ds_load16(bias + c0, nl) : (ds_v16){0};
         for (int64_t kh = kh0; kh < kh1; kh++) {
             const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
             for (int64_t kw = 0; kw < KW; kw++) {
                 const int64_t iw = o * SW - PL + kw * DW;
-                if ((uint64_t)iw < (uint64_t)W) acc += ds_ldm(xr + iw * C, nl) * ds_ldm(w + (kh * KW + kw) * C + c0, nl);
+                if ((uint64_t)iw < (uint64_t)W) acc += ds_load16(xr + iw * C, nl) * ds_load16(w + (kh * KW + kw) * C + c0, nl);
             }
         }
-        ds_stm(y + o * LDY + c0, ds_act(acc, geo[DS_CONV_ACT]), nl);
+        ds_store16(y + o * LDY + c0, ds_act(acc, geo[DS_CONV_ACT]), nl);
     }
 }
 
@@ -579,17 +557,17 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
         const int64_t nl = C - c < 16 ? C - c : 16; /* a masked tail block: C need not be a multiple of 16 */
         ds_v16 d[4][4], s[4][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a * 4 + b] ? ds_ldm(row[a * 4 + b] + c, nl) : (ds_v16){0};
+            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a * 4 + b] ? ds_load16(row[a * 4 + b] + c, nl) : (ds_v16){0};
         for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
             s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
             s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
         }
         for (int64_t a = 0; a < 4; a++) { /* (B^T d) B: over columns */
             float *o = vt + a * 4 * XI + c;
-            ds_stm(o, s[a][0] - s[a][2], nl);
-            ds_stm(o + XI, s[a][1] + s[a][2], nl);
-            ds_stm(o + 2 * XI, s[a][2] - s[a][1], nl);
-            ds_stm(o + 3 * XI, s[a][1] - s[a][3], nl);
+            ds_store16(o, s[a][0] - s[a][2], nl);
+            ds_store16(o + XI, s[a][1] + s[a][2], nl);
+            ds_store16(o + 2 * XI, s[a][2] - s[a][1], nl);
+            ds_store16(o + 3 * XI, s[a][1] - s[a][3], nl);
         }
     }
 }
@@ -609,19 +587,19 @@ static void ds_wino_output(const int64_t *geo, const float *restrict m, float *r
         const int64_t nl = OC - c < 16 ? OC - c : 16;
         ds_v16 q[4][4], s[2][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_ldm(mt + (a * 4 + b) * XI + c, nl);
+            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_load16(mt + (a * 4 + b) * XI + c, nl);
         for (int64_t b = 0; b < 4; b++) { /* A^T M: over rows */
             s[0][b] = q[0][b] + q[1][b] + q[2][b];
             s[1][b] = q[1][b] - q[2][b] - q[3][b];
         }
-        const ds_v16 f = bias ? ds_ldm(bias + c, nl) : (ds_v16){0};
+        const ds_v16 f = ds_bias16(bias ? bias + c : 0, nl);
         for (int64_t a = 0; a < 2; a++) {
             if (a == 1 && !two_rows) break;
             float *o = y00 + a * OW * LDY + c;
             ds_v16 o0 = s[a][0] + s[a][1] + s[a][2], o1 = s[a][1] - s[a][2] - s[a][3];
-            if (bias) { o0 = ds_fin(o0, f, act); o1 = ds_fin(o1, f, act); }
-            ds_stm(o, o0, nl);
-            if (two_cols) ds_stm(o + LDY, o1, nl);
+            if (bias || act) { o0 = ds_fin(o0, f, act); o1 = ds_fin(o1, f, act); }
+            ds_store16(o, o0, nl);
+            if (two_cols) ds_store16(o + LDY, o1, nl);
         }
     }
 }
@@ -641,7 +619,7 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
         ds_v16 s[6][6];
         for (int64_t b = 0; b < 6; b++) { /* B^T d: over rows, one column of the patch at a time */
             ds_v16 d[6];
-            for (int64_t a = 0; a < 6; a++) d[a] = row[a * 6 + b] ? ds_ldm(row[a * 6 + b] + c, nl) : (ds_v16){0};
+            for (int64_t a = 0; a < 6; a++) d[a] = row[a * 6 + b] ? ds_load16(row[a * 6 + b] + c, nl) : (ds_v16){0};
             s[0][b] = 4 * d[0] - 5 * d[2] + d[4];
             s[1][b] = d[3] + d[4] - 4 * (d[1] + d[2]);
             s[2][b] = d[4] - d[3] + 4 * (d[1] - d[2]);
@@ -652,12 +630,12 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
         for (int64_t a = 0; a < 6; a++) { /* (B^T d) B: over columns */
             const ds_v16 *e = s[a];
             float *o = vt + a * 6 * XI + c;
-            ds_stm(o, 4 * e[0] - 5 * e[2] + e[4], nl);
-            ds_stm(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]), nl);
-            ds_stm(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]), nl);
-            ds_stm(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]), nl);
-            ds_stm(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]), nl);
-            ds_stm(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5], nl);
+            ds_store16(o, 4 * e[0] - 5 * e[2] + e[4], nl);
+            ds_store16(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]), nl);
+            ds_store16(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]), nl);
+            ds_store16(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]), nl);
+            ds_store16(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]), nl);
+            ds_store16(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5], nl);
         }
     }
 }
@@ -678,22 +656,22 @@ static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *
         ds_v16 s[4][6];
         for (int64_t b = 0; b < 6; b++) { /* A^T M: over rows */
             ds_v16 q[6];
-            for (int64_t a = 0; a < 6; a++) q[a] = ds_ldm(mt + (a * 6 + b) * XI + c, nl);
+            for (int64_t a = 0; a < 6; a++) q[a] = ds_load16(mt + (a * 6 + b) * XI + c, nl);
             const ds_v16 p12 = q[1] + q[2], m12 = q[1] - q[2], p34 = q[3] + q[4], m34 = q[3] - q[4];
             s[0][b] = q[0] + p12 + p34;
             s[1][b] = m12 + 2 * m34;
             s[2][b] = p12 + 4 * p34;
             s[3][b] = m12 + 8 * m34 + q[5];
         }
-        const ds_v16 f = bias ? ds_ldm(bias + c, nl) : (ds_v16){0};
+        const ds_v16 f = ds_bias16(bias ? bias + c : 0, nl);
         for (int64_t a = 0; a < nr; a++) {
             const ds_v16 *e = s[a];
             const ds_v16 p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
             ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
-            if (bias)
+            if (bias || act)
                 for (int64_t b = 0; b < 4; b++) out[b] = ds_fin(out[b], f, act);
             float *o = y00 + a * OW * LDY + c;
-            for (int64_t b = 0; b < nc; b++) ds_stm(o + b * LDY, out[b], nl);
+            for (int64_t b = 0; b < nc; b++) ds_store16(o + b * LDY, out[b], nl);
         }
     }
 }

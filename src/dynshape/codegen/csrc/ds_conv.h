@@ -25,9 +25,8 @@ enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH };
 
 /* y[p][g * OCG + q * 32 + j] = sum_k x[...] * w[...] for the flat output pixels p0 <= p < p1 (p = (n * OH + ho)
    * OW + wo) and the columns of panel q of group g; `zeros` holds at least CG zero floats (what a padded tap
-   reads). With `bias` (OC floats, NULL: none) each value is + bias[column], + res[p * OC + column] where `res`
-   (a residual map like the output, NULL: none; only with a bias) is given, then geo[DS_CONV_ACT]'s activation,
-   in registers before the store. */
+   reads). Each value is + bias[column] where `bias` (OC floats) is given, + res[p * OC + column] where `res` (a
+   residual map like the output) is, then geo[DS_CONV_ACT]'s activation, in registers before the store. */
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                   const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
                   const float *restrict bias, const float *restrict res);

@@ -11,25 +11,12 @@
 
 #ifdef __AVX512F__
 #include <immintrin.h>
-static inline ds_v16 ds_pool_ld(const float *p, int64_t n) {
-    return n >= 16 ? ds_ld16(p) : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
-}
-static inline void ds_pool_st(float *p, ds_v16 v, int64_t n) {
-    if (n >= 16) ds_st16(p, v);
-    else _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
-}
 /* max keeping a NaN from either side: MAXPS(v, a) returns a where either is NaN, then a NaN v is put back */
 static inline ds_v16 ds_pool_max(ds_v16 a, ds_v16 v) {
     const __m512 m = _mm512_max_ps((__m512)v, (__m512)a);
     return (ds_v16)_mm512_mask_mov_ps(m, _mm512_cmp_ps_mask((__m512)v, (__m512)v, _CMP_UNORD_Q), (__m512)v);
 }
 #else
-static inline ds_v16 ds_pool_ld(const float *p, int64_t n) {
-    float t[16] = {0};
-    for (int64_t j = 0; j < n && j < 16; j++) t[j] = p[j];
-    return ds_ld16(t);
-}
-static inline void ds_pool_st(float *p, ds_v16 v, int64_t n) { ds_store16(p, v, n < 16 ? n : 16); }
 static inline ds_v16 ds_pool_max(ds_v16 a, ds_v16 v) {
     for (int j = 0; j < 16; j++) a[j] = (a[j] != a[j] || a[j] >= v[j]) ? a[j] : v[j];
     return a;
@@ -78,23 +65,23 @@ void ds_pool_row(const int64_t *geo, const float *restrict x, float *restrict y,
                 for (int64_t kw = kw0; kw < kw1; kw++) {
                     const float *p = xr + (iw0 + kw * DW) * C;
                     if (mode == DS_POOL_MAX) {
-                        a0 = ds_pool_max(a0, ds_pool_ld(p, nl));
-                        if (nl > 16) a1 = ds_pool_max(a1, ds_pool_ld(p + 16, nl - 16));
-                        if (nl > 32) a2 = ds_pool_max(a2, ds_pool_ld(p + 32, nl - 32));
-                        if (nl > 48) a3 = ds_pool_max(a3, ds_pool_ld(p + 48, nl - 48));
+                        a0 = ds_pool_max(a0, ds_load16(p, nl));
+                        if (nl > 16) a1 = ds_pool_max(a1, ds_load16(p + 16, nl - 16));
+                        if (nl > 32) a2 = ds_pool_max(a2, ds_load16(p + 32, nl - 32));
+                        if (nl > 48) a3 = ds_pool_max(a3, ds_load16(p + 48, nl - 48));
                     } else {
-                        a0 += ds_pool_ld(p, nl);
-                        if (nl > 16) a1 += ds_pool_ld(p + 16, nl - 16);
-                        if (nl > 32) a2 += ds_pool_ld(p + 32, nl - 32);
-                        if (nl > 48) a3 += ds_pool_ld(p + 48, nl - 48);
+                        a0 += ds_load16(p, nl);
+                        if (nl > 16) a1 += ds_load16(p + 16, nl - 16);
+                        if (nl > 32) a2 += ds_load16(p + 32, nl - 32);
+                        if (nl > 48) a3 += ds_load16(p + 48, nl - 48);
                     }
                 }
             }
             if (mode != DS_POOL_MAX) { a0 /= count; a1 /= count; a2 /= count; a3 /= count; }
-            ds_pool_st(yo + c0, a0, nl);
-            if (nl > 16) ds_pool_st(yo + c0 + 16, a1, nl - 16);
-            if (nl > 32) ds_pool_st(yo + c0 + 32, a2, nl - 32);
-            if (nl > 48) ds_pool_st(yo + c0 + 48, a3, nl - 48);
+            ds_store16(yo + c0, a0, nl);
+            if (nl > 16) ds_store16(yo + c0 + 16, a1, nl - 16);
+            if (nl > 32) ds_store16(yo + c0 + 32, a2, nl - 32);
+            if (nl > 48) ds_store16(yo + c0 + 48, a3, nl - 48);
         }
     }
 }

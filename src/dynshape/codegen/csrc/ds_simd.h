@@ -25,6 +25,11 @@ static inline void ds_store16(float *c, ds_v16 x0, int64_t n) {
     if (n >= 16) { ds_st16(c, x0); return; }
     _mm512_mask_storeu_ps(c, (__mmask16)((1u << n) - 1), (__m512)x0);
 }
+/* The first n of 16 floats (n >= 16: all; n <= 0: none), zeros after them: never reads past p[n - 1]. */
+static inline ds_v16 ds_load16(const float *p, int64_t n) {
+    if (n >= 16) return ds_ld16(p);
+    return n <= 0 ? (ds_v16){0} : (ds_v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
 static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
     if (n >= 32) { ds_st16(c, x0); ds_st16(c + 16, x1); return; }
     if (n <= 16) { ds_store16(c, x0, n); return; }
@@ -40,10 +45,16 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
     for (int64_t j = 0; j < n; j++) c[j] = t[j];
 }
 static inline void ds_store16(float *c, ds_v16 x0, int64_t n) {
-    if (n == 16) { ds_st16(c, x0); return; }
+    if (n >= 16) { ds_st16(c, x0); return; }
     float t[16];
     ds_st16(t, x0);
     for (int64_t j = 0; j < n; j++) c[j] = t[j];
+}
+static inline ds_v16 ds_load16(const float *p, int64_t n) {
+    if (n >= 16) return ds_ld16(p);
+    float t[16] = {0};
+    for (int64_t j = 0; j < n; j++) t[j] = p[j];
+    return ds_ld16(t);
 }
 #endif
 

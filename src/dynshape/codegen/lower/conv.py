@@ -204,6 +204,16 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     return bias, ACT_NONE, None
 
 
+def _operand_addr(ops, name: str | None) -> kir.Expr:
+    """The address of operand `name` of the kernel, NULL for None."""
+    return kir.NULL if name is None else kir.Addr(ops.buffers[ops.ptrs.index(name)])
+
+
+def _without_bias(node):
+    """The conv node without its bias input: what the epilogue sees where the C adds the bias itself."""
+    return type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs)
+
+
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}  # output pixels a key slot apart
@@ -211,14 +221,9 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
-    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # an activation's bias where the conv has none
     geo_buf, body = _geo_array(geo, E, act)
     done = bool(act) or res is not None  # the tiles finish the values: no epilogue
-    if bias is not None:
-        bias_arg: kir.Expr = kir.Addr(ops.buffers[ops.ptrs.index(bias)])
-    else:
-        bias_arg = kir.Addr(zero_bias) if done else kir.NULL
-    res_arg = kir.Addr(ops.buffers[ops.ptrs.index(res)]) if res is not None else kir.NULL
+    bias_arg, res_arg = (_operand_addr(ops, v) for v in (bias, res))
     # a tile is a block of pixels times a pair of panels (64 output channels: ds_conv_tile2's 6 x 64 micro-tiles
     # read each input value once for both), or a group's last, odd panel
     pairs = (ocg + 2 * NR - 1) // (2 * NR)
@@ -247,8 +252,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
     # a bias the tiles add is not the epilogue's to add again (it sees the node without it); an activation they
     # apply leaves no epilogue
-    seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
-        if bias is not None else node
+    seen = _without_bias(node) if bias is not None else node
     epilogue = [] if done else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
                                               r, j, (col0, col1), oc)
     if epilogue:
@@ -261,11 +265,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
     (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
     loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
-    if done and bias is None:
-        body += [kir.Alloc(zero_bias, _i(oc), zero=True), kir.Alloc(zeros, _i(cg), zero=True), loop,
-                 kir.Free(zeros), kir.Free(zero_bias)]
-    else:
-        body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
+    body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
@@ -322,9 +322,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
     bias, act, _ = _finish_in_tiles(cv, ctx, ops)
-    zero_bias = kir.Buffer("zero_bias", kir.F32, const=False)  # an activation's bias where the conv has none
-    bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if bias is not None else \
-        kir.Addr(zero_bias) if act else kir.NULL
+    bias_arg = _operand_addr(ops, bias)
     geo_buf, body = _geo_array(geo, E, act)
     names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j")
     tw, th, rows, per, par, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in names)
@@ -345,8 +343,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
 
     nb = kir.Var("NB")
     body.append(kir.Let(nb, (rows + per - 1) / per))
-    seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) \
-        if bias is not None else node  # the output transform adds the bias (and applies the activation)
+    seen = _without_bias(node) if bias is not None else node  # the output transform adds it (and the activation)
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
                                              r, j, (_i(0), _i(oc)), oc)
 
@@ -366,9 +363,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
                              kir.Free(scratch)))
     team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
-    run = [kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
-           kir.Free(zeros)]
-    body += [kir.Alloc(zero_bias, _i(oc), zero=True), *run, kir.Free(zero_bias)] if act and bias is None else run
+    body += [kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
+             kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4")
     return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
@@ -390,7 +386,7 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     in_c = bool(pat) and pat[-1] and not any(pat[:-1])  # a per-channel vector
     bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if in_c else kir.NULL
     # a bias the C applied is not the epilogue's to add again: it sees the node without it
-    seen = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs) if in_c else node
+    seen = _without_bias(node) if in_c else node
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j,
                                             (_i(0), _i(c)), c)
     row = [kir.Let(n, nho / oh), kir.Let(ho, nho % oh),
@@ -432,7 +428,7 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
         ops.scalars.get(bias, zero) if bias else zero
     store = kir.For(ch_out, _i(c), (kir.Store(o0, r * c + ch_out, kir.Load(acc, ch_out)),), omp=simd)
     # the bias is in `acc` already: the epilogue sees the node without it
-    bare = type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs)
+    bare = _without_bias(node)
     epilogue = epilogue_loop(ctx.graph, ops, bare, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j, (_i(0), _i(c)), c)
     pixel = (kir.Let(r, nho * ow + wo), kir.For(ch_init, _i(c), (kir.Store(acc, ch_init, init),), omp=simd),
              per_kh, store, *epilogue)
