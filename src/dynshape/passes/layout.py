@@ -24,7 +24,7 @@ import numpy as np
 from dynshape.ir.graph import Node
 from dynshape.ir.types import TensorType
 from dynshape.ops.layout import DOMAIN, to_first, to_last
-from dynshape.passes.values import is_float32
+from dynshape.passes.values import is_float32, reduction_axes
 
 SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
            "Upsample", "LpPool", "GlobalLpPool", "LRN"}  # LRN: across channels, the last axis once wrapped
@@ -287,13 +287,11 @@ def _flat_reduce_keeps_order(n: Node, perm: list[int], consts: dict) -> bool:
     """A keepdims=0 reduction with explicit axes, read through Transpose(perm), whose kept axes keep their
     order in the un-permuted operand: a byte classifier's global max / mean over its length (N, C, L) -> (N, C)
     reads the channels-last (N, L, C) directly."""
-    axes = n.attrs.get("axes")
-    if axes is None and len(n.inputs) > 1 and n.inputs[1] in consts:
-        axes = [int(a) for a in consts[n.inputs[1]].reshape(-1)]
+    axes = reduction_axes(n, consts.get)
     if not axes:
         return False
     r = len(perm)
-    gone = {int(a) % r for a in axes}
+    gone = {a % r for a in axes}
     kept = [perm[a] for a in range(r) if a not in gone]
     return kept == sorted(kept)
 

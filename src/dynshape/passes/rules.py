@@ -12,7 +12,7 @@ from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
 from dynshape.passes.items import Attention, Conv, Elementwise, Item, Pool, Product, Single, Softmax
 from dynshape.passes.schedule import Match, Rule, Schedule
-from dynshape.passes.values import broadcast_pattern, const_value, is_float32, row_pattern, scalar_const
+from dynshape.passes.values import broadcast_pattern, const_value, is_float32, reduction_axes, row_pattern, scalar_const
 
 _HEADS_PERM = [0, 2, 1, 3]
 
@@ -215,10 +215,7 @@ def spatial_reduction(n: Node, graph: Graph) -> str | None:
     x = graph.types.get(n.inputs[0])
     if not isinstance(x, TensorType) or len(x.shape) < 3:
         return None
-    axes = n.attrs.get("axes")
-    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
-        c = const_value(n.inputs[1], graph)
-        axes = None if c is None else [int(a) for a in c.reshape(-1)]
+    axes = reduction_axes(n, lambda name: const_value(name, graph))
     r = len(x.shape)
     if axes is None or sorted(a % r for a in axes) != list(range(1, r - 1)):
         return None

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from dynshape.ir.graph import Graph
+from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
 
 # Ops whose output is their input's buffer reinterpreted (a plan makes them views, no copy).
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 # Pure data movement: the views, and Transpose (a copy, but of unchanged values).
 MOVEMENT_OPS = VIEW_OPS | {"Transpose"}
+
+
+def reduction_axes(n: Node, value: Callable[[str], np.ndarray | None]) -> list[int] | None:
+    """A Reduce* node's axes as written: its `axes` attribute, or (opset 18) its second input when `value(name)`
+    knows that constant; None when neither."""
+    axes = n.attrs.get("axes")
+    if axes is None and len(n.inputs) > 1 and n.inputs[1]:
+        c = value(n.inputs[1])
+        axes = None if c is None else c.reshape(-1)
+    return None if axes is None else [int(a) for a in axes]
 
 
 def is_float32(t: object) -> bool:
