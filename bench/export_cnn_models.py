@@ -125,7 +125,9 @@ def normalise_dims(path: str, spec: Spec) -> None:
 
 
 # ---- checks ---------------------------------------------------------------------------------------------
-def ort_session(path_or_bytes: str | bytes, threads: int = 1) -> Any:
+def ort_session(path_or_bytes: str | bytes, threads: int = 1, profile_prefix: str | None = None) -> Any:
+    """onnxruntime as the benchmarks run it (all graph optimisations, sequential); with `profile_prefix`, its
+    per-node profile on (bench/step_profile.py)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -134,6 +136,9 @@ def ort_session(path_or_bytes: str | bytes, threads: int = 1) -> Any:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 4  # a failing export's check raises; onnxruntime's own log line is noise beside it
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     return ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
 
 

@@ -167,6 +167,32 @@ def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
         np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("k, winograd", [(1, False), (3, False), (3, True)])
+def test_the_geometry_array_fills_every_slot_the_c_reads(k, winograd):
+    """The generated kernel's `geo` array has one entry per DS_CONV_* slot of csrc/ds_conv.h, each stored (the C
+    reads NPIX and WREST past the activation: a shorter array would be read past its end, silently)."""
+    import re
+    from pathlib import Path
+
+    from dynshape.codegen.cc import CSRC
+
+    header = (Path(CSRC) / "ds_conv.h").read_text()
+    body = header[header.index("enum {"):header.index("DS_CONV_GEO")]
+    slots = len(re.findall(r"\bDS_CONV_[A-Z]+\b", body))
+    w = (RNG.standard_normal((64, 32, k, k)) * 0.1).astype(np.float32)
+    pads = [k // 2] * 4
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=pads)], ["n", 32, "h", "h"], {"w": w})
+    g = ds.load_onnx(model, dims={"n": (1, 2), "h": (4, 16)})
+    exe = ds.compile(g, winograd=winograd)
+    for shape in [(1, 32, 7, 7), (2, 32, 9, 9)]:  # Winograd's F(4x4) keeps ~1e-5 of the sum's size
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-4)
+    (step,) = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
+    (size,) = re.findall(r"int64_t geo\w*\[(\d+)\];", step.source)
+    stored = set(re.findall(r"geo\w*\[(\d+)\] = ", step.source))
+    assert int(size) == slots and stored == {str(i) for i in range(slots)}, (size, slots, sorted(stored))
+
+
 def test_conv1d_few_channels_runs():
     w = (RNG.standard_normal((5, 3, 7)) * 0.3).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[3, 2])]

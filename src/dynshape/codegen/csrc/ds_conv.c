@@ -335,11 +335,17 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #define DS_C2ROW_STORE(r) { float *o_ = yo + (r) * LDY; ds_st16(o_, c##r##0); ds_st16(o_ + 16, c##r##1);           \
                             ds_store_row(o_ + 32, c##r##2, c##r##3, ncols); }
 #define DS_PREFETCH_B2(b) { DS_PREFETCH_B(b) DS_PREFETCH_B((b) + pstride) }
-#define DS_CONV_MICRO2_OF(NAME, PREFETCH)                                                                  \
+/* NPF lines of the next pair's panels into L2 per iteration (`nx`: this micro-tile's share of them). */
+#define DS_PREFETCH_NEXT1(b) __builtin_prefetch(nx + c * 16, 0, 2);
+#define DS_PREFETCH_NEXT2(b) { __builtin_prefetch(nx + c * 32, 0, 2); __builtin_prefetch(nx + c * 32 + 16, 0, 2); }
+#define DS_PREFETCH_NEXT4(b) { __builtin_prefetch(nx + c * 64, 0, 2); __builtin_prefetch(nx + c * 64 + 16, 0, 2); \
+                               __builtin_prefetch(nx + c * 64 + 32, 0, 2); __builtin_prefetch(nx + c * 64 + 48, 0, 2); }
+#define DS_CONV_MICRO2_OF(NAME, PREFETCH, NPF)                                                             \
     static void NAME(const int64_t *geo, const float *restrict xg, const float *restrict bp, int64_t pstride, \
                      float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,            \
-                     const float *restrict bias, const float *restrict res) {                               \
+                     const float *restrict bias, const float *restrict res, const float *nx) {             \
         GEO_LOCALS;                                                                                         \
+        (void)nx;                                                                                           \
         DS_POS_START                                                                                        \
         DS_ROWS6(DS_C2ROW_INIT)                                                                              \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -353,14 +359,22 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
                     PREFETCH(b + c * 32)                                                                    \
                     DS_ROWS6(DS_C2ROW_FMA)                                                                   \
                 }                                                                                           \
+                nx += CG * 16 * NPF;                                                                        \
             }                                                                                               \
         DS_FIN_4(6)                                                                                          \
         DS_ROWS6(DS_C2ROW_STORE)                                                                             \
     }
 #if DS_MR > 4
-DS_CONV_MICRO2_OF(ds_conv_micro2_6, DS_NO_PREFETCH)
-DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2)
+DS_CONV_MICRO2_OF(ds_conv_micro2_6, DS_NO_PREFETCH, 0)
+DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2, 0)
+DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_1, DS_PREFETCH_NEXT1, 1)
+DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_2, DS_PREFETCH_NEXT2, 2)
+DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_4, DS_PREFETCH_NEXT4, 4)
 #endif
+
+/* Packed weights from which a pair's last block prefetches the next pair (smaller ones stay in L2 and are run
+   block-major: codegen/lower/conv.py's BLOCK_MAJOR_BYTES). */
+#define DS_NEXT_PAIR_MIN_BYTES (256 << 10)
 
 /* The runs path over two panels: 6 output pixels times 64 output channels, each kernel row's KW * C floats of a
    pixel one run (see DS_CONV_RMICRO). For the RGB stems, whose taps have 3 channels each, the per-tap loop
@@ -411,9 +425,33 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
         if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1 && geo[DS_CONV_C] < 8
             && K <= DS_CONV_PATCH_MAX)
             for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols, bq, rq);
-        if (p0 == 0) /* the panels' first block: they come from L3 */
-            for (; p1 - p >= 6; p += 6) ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq);
-        for (; p1 - p >= 6; p += 6) ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq);
+        /* a pair's last block brings the next pair's weights (the next tile's, panel-major) from L3 into L2 while
+           it computes, spread over its micro-tiles after the first, 1, 2 or 4 lines an iteration so that they
+           cover the pair: a micro-tile reading them from L3 itself (256 bytes an iteration) ran 3.9x slower than
+           from L2, the whole block of a 7x7 map's 2048 -> 512 1x1 conv (8 micro-tiles a pair) at 60% of peak */
+        const int64_t all = geo[DS_CONV_WREST] ? geo[DS_CONV_WREST] : geo[DS_CONV_G] * panels * K * 32;
+        const int64_t at = (g * panels + q + 2) * K * 32;
+        const float *nx = bp + at;
+        const int64_t major = geo[DS_CONV_G] * (panels + 1) / 2 * 2 * K * 32 * 4; /* conv.py's weight_bytes */
+        int64_t left = p1 == geo[DS_CONV_NPIX] && (major > DS_NEXT_PAIR_MIN_BYTES || geo[DS_CONV_WREST]) && at < all
+                       ? (all - at < 2 * K * 32 ? all - at : 2 * K * 32) : 0;
+        const int64_t later = (p1 - p) / 6 - (p0 == 0); /* micro-tiles that prefetch */
+        const int64_t npf = later >= 4 ? 1 : later >= 2 ? 2 : 4;
+        if (p0 == 0 && p1 - p >= 6) { /* the panels' first block: they may come from L3 */
+            ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx);
+            p += 6;
+        }
+        for (; p1 - p >= 6; p += 6) {
+#define DS_NEXT_CASE(N)                                                                                     \
+            case N: ds_conv_nmicro2_6_##N(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx); break;
+            if (left > 0) {
+                switch (npf) { DS_NEXT_CASE(1) DS_NEXT_CASE(2) DS_NEXT_CASE(4) }
+                nx += K * 16 * npf;
+                left -= K * 16 * npf;
+            } else
+                ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx);
+#undef DS_NEXT_CASE
+        }
         if (p < p1) {
             ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q, bias, res);
             ds_conv_tile(geo, x, bp, y, zeros, p, p1, g, q + 1, bias, res);
@@ -698,10 +736,13 @@ static void ds_wino_run(const int64_t *geo, const float *restrict x, const float
         g1[DS_CONV_OC] = OC; g1[DS_CONV_KH] = 1; g1[DS_CONV_KW] = 1; g1[DS_CONV_SH] = 1; g1[DS_CONV_SW] = 1;
         g1[DS_CONV_DH] = 1; g1[DS_CONV_DW] = 1; g1[DS_CONV_G] = 1; g1[DS_CONV_CG] = C; g1[DS_CONV_OCG] = OC;
         g1[DS_CONV_LDY] = OC;
+        g1[DS_CONV_NPIX] = nt; /* one block a pair: each tile prefetches the next (pair, position)'s weights */
         #pragma omp for collapse(2) schedule(static)
         for (int64_t xi = 0; xi < np; xi++)
-            for (int64_t pq = 0; pq < pairs; pq++)
+            for (int64_t pq = 0; pq < pairs; pq++) {
+                g1[DS_CONV_WREST] = (np - xi) * per_xi;
                 ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0, 0);
+            }
         #pragma omp for schedule(static)
         for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt, bias);
     }

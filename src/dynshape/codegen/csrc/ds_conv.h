@@ -17,6 +17,9 @@ enum {
     DS_CONV_G, DS_CONV_CG, DS_CONV_OCG,     /* groups, input and output channels per group */
     DS_CONV_LDY,                            /* output pixel stride in floats (>= OC: a concat slice) */
     DS_CONV_ACT,                            /* what the tiles apply after their bias: DS_ACT_* */
+    DS_CONV_NPIX,                           /* output pixels in all (N * OH * OW): which block is a pair's last */
+    DS_CONV_WREST,                          /* packed weight floats from bp on that the caller's tiles run through
+                                               (0: the conv's own, G * panels * K * 32) */
     DS_CONV_GEO
 };
 enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH };

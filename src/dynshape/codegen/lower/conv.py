@@ -159,13 +159,16 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, lis
     """The geometry array ds_conv.c reads (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
     geo_buf = kir.Buffer("geo", I64, const=False)
     order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
-    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 2)]
+    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 4)]
     for i, k in enumerate(order):
         body.append(kir.Store(geo_buf, _i(i), E[k] if k in E else _i(geo[k])))
     # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel, or
     # a Concat's wider one), else the pixel itself
     body.append(kir.Store(geo_buf, _i(len(order)), E.get("LD", _i(geo["OC"]))))
     body.append(kir.Store(geo_buf, _i(len(order) + 1), _i(act)))
+    # NPIX, the output pixels of the call: a pair's last block (p1 == NPIX) prefetches the next pair's weights
+    body.append(kir.Store(geo_buf, _i(len(order) + 2), kir.product([E["N"], E["OH"], E["OW"]])))
+    body.append(kir.Store(geo_buf, _i(len(order) + 3), _i(0)))  # WREST: the conv's own packed weights
     return geo_buf, body
 
 
