@@ -61,9 +61,13 @@ static void ds_micro_1(const float *restrict a, int64_t lda, const float *restri
 #define DS_GPREFETCH(p) { __builtin_prefetch(bp + ((p) + 64) * ps, 0, 2);                                  \
                           __builtin_prefetch(bp + ((p) + 64) * ps + 16, 0, 2); }
 #define DS_GNO_PREFETCH(p)
+/* One line of the next tile's panel into L2 an iteration (`nx`: this micro-tile's share of it), so that the next
+   tile's first micro-tile need not read its panel from L3 (see ds_gemm_block). */
+#define DS_GPREFETCH_NEXT(p) __builtin_prefetch(nx + (p) * 16, 0, 2);
 #define DS_MICRO_OF(NAME, MR, INIT, LOAD_B, FMA, STORE, PREFETCH)                                         \
     static void NAME##_##MR(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps,   \
-                            int64_t k, float *restrict c, int64_t ldc, int64_t ncols) {                   \
+                            int64_t k, float *restrict c, int64_t ldc, int64_t ncols, const float *nx) {  \
+        (void)nx;                                                                                         \
         DS_ROWS##MR(INIT)                                                                                 \
         _Pragma("GCC unroll 4")                                                                           \
         for (int64_t p = 0; p < k; p++) {                                                                 \
@@ -89,6 +93,7 @@ DS_MICRO(10)
 DS_MICRO(11)
 DS_MICRO(12)
 DS_MICRO_OF(ds_pmicro, 12, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE, DS_GPREFETCH)
+DS_MICRO_OF(ds_xmicro, 12, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE, DS_GPREFETCH_NEXT)
 #endif
 
 DS_NMICRO(1)
@@ -104,7 +109,7 @@ static void ds_gemm_narrow(const float *restrict a, int64_t lda, const float *re
                            float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
     int64_t i = i0;
 #define DS_NSTEP(MR)                                                                                      \
-    for (; i1 - i >= MR; i += MR) ds_nmicro_##MR(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols);
+    for (; i1 - i >= MR; i += MR) ds_nmicro_##MR(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols, 0);
 #if DS_MR16 > 8
     DS_NSTEP(24)
 #endif
@@ -112,18 +117,24 @@ static void ds_gemm_narrow(const float *restrict a, int64_t lda, const float *re
 #undef DS_NSTEP
 }
 
-/* ds_gemm_panel's rows, prefetching the panel when `pf`. */
+/* ds_gemm_panel's rows, prefetching the panel when `pf`, and the `nl` floats at `next` (the next tile's panel)
+   into L2 over the micro-tiles after the first. */
 static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
-                         float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k, int pf) {
+                         float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k, int pf,
+                         const float *next, int64_t nl) {
     if (ncols <= 16) {
         ds_gemm_narrow(a, lda, panel, ps, c, ldc, i0, i1, ncols, k);
         return;
     }
     int64_t i = i0;
-    (void)pf;
+    (void)pf; (void)next; (void)nl;
 #if DS_MR > 4
-    if (pf) /* the panel's first use in this call: its full micro-tiles prefetch it */
-        for (; i1 - i >= 12; i += 12) ds_pmicro_12(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols);
+    if (pf && i1 - i >= 12) { /* the panel's first use in this call: the first micro-tile prefetches it */
+        ds_pmicro_12(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols, 0);
+        i += 12;
+    }
+    for (; nl > 0 && i1 - i >= 12; i += 12, next += k * 16, nl -= k * 16)
+        ds_xmicro_12(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols, next);
 #endif
     for (; i < i1; i += DS_MR) {
         const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
@@ -131,20 +142,20 @@ static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *rest
         float *ci = c + i * ldc;
         switch (mr) {
         case 1: ds_micro_1(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 2: ds_micro_2(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 3: ds_micro_3(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 2: ds_micro_2(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 3: ds_micro_3(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
 #if DS_MR > 4
-        case 4: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 5: ds_micro_5(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 6: ds_micro_6(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 7: ds_micro_7(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 8: ds_micro_8(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 9: ds_micro_9(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 10: ds_micro_10(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        case 11: ds_micro_11(ai, lda, panel, ps, k, ci, ldc, ncols); break;
-        default: ds_micro_12(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        case 4: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 5: ds_micro_5(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 6: ds_micro_6(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 7: ds_micro_7(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 8: ds_micro_8(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 9: ds_micro_9(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 10: ds_micro_10(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        case 11: ds_micro_11(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        default: ds_micro_12(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
 #else
-        default: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols); break;
+        default: ds_micro_4(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
 #endif
         }
     }
@@ -156,7 +167,7 @@ static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *rest
    pointers (i0 is often 0 for every call), so nothing here can tell a panel's first use: no prefetching. */
 void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict panel, int64_t ps,
                    float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t ncols, int64_t k) {
-    ds_gemm_rows(a, lda, panel, ps, c, ldc, i0, i1, ncols, k, 0);
+    ds_gemm_rows(a, lda, panel, ps, c, ldc, i0, i1, ncols, k, 0, 0, 0);
 }
 
 /* Packs this large (VGG-19's classifier: 103 M floats) are compile-time weights: both cores share the copy and
@@ -258,15 +269,26 @@ void ds_pack_winograd(const float *restrict w, int64_t co, int64_t ci, int64_t a
 /* The tile (rows i0..i1, panel q) of C = A @ B with B packed by pack_b. */
 void ds_gemm_tile(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                   int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
-    ds_gemm_rows(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k, 0);
+    ds_gemm_rows(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k, 0, 0,
+                 0);
 }
 
-/* ds_gemm_tile for a caller whose i0 is the row of the whole product (its row blocks over A and C from row 0):
-   the block at row 0 is each panel's first use in the call, and prefetches it. */
+/* Packed weights from which ds_gemm_block prefetches the next tile's panel (the prefetch costs 2% on a product
+   whose 256 KB of weights stay in L2: 2000 x 256 x 256). */
+#define DS_GEMM_NEXT_MIN_BYTES (1 << 20)
+
+/* ds_gemm_tile for a caller whose i0 is the row of the whole product (its row blocks over A and C from row 0) and
+   whose tiles run block-major (a block's panels in order, then the next block's): the block at row 0 is each
+   panel's first use in the call, and its first micro-tile prefetches it; every tile brings the next one's panel
+   (q + 1, or the next block's first) into L2 while it computes. Weights over L2 (text recognition's 192 x 6625
+   classifier: 5 MB) are otherwise read from L3 by every block's first micro-tile of each panel, ~4x slower than
+   from L2 (see ds_conv.c's pairs). */
 void ds_gemm_block(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                    int64_t ldc, int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k) {
+    const int64_t panels = (n + 31) / 32;
+    const int64_t nl = panels * k * 32 * 4 > DS_GEMM_NEXT_MIN_BYTES ? k * 32 : 0; /* smaller weights stay in L2 */
     ds_gemm_rows(a, lda, bp + q * k * 32, 32, c + q * 32, ldc, i0, i1, n - q * 32 < 32 ? n - q * 32 : 32, k,
-                 i0 == 0);
+                 i0 == 0, bp + (q + 1 < panels ? q + 1 : 0) * k * 32, nl);
 }
 
 /* C = A @ B for B packed by pack_b, tiles in parallel: the product alone, without an epilogue. */
