@@ -323,13 +323,23 @@ def test_a_branch_read_elsewhere_keeps_the_copying_concat():
     assert _joined(exe) == {}
 
 
-def test_conv_transpose_with_kernel_equal_to_stride_writes_its_blocks():
-    w = (RNG.standard_normal((12, 5, 2, 2)) * 0.3).astype(np.float32)
-    b = RNG.standard_normal(5).astype(np.float32)
-    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2]),
-             helper.make_node("Sigmoid", ["c"], ["y"])]
-    exe = _check(_model(nodes, ["n", 12, "h", "w"], {"w": w, "b": b}), {"n": (1, 2), "h": (1, 30), "w": (1, 30)},
-                 [(1, 12, 3, 4), (2, 12, 7, 1)], ["conv"])
+@pytest.mark.parametrize("co, k, scale", [(5, 2, False), (1, 2, False), (3, 3, True), (1, 3, True)])
+def test_conv_transpose_with_kernel_equal_to_stride_writes_its_blocks(co, k, scale):
+    """Each input pixel's k x k block of outputs, the epilogue run over each kernel row's contiguous run of the
+    block's pixels: its per-channel operands (the bias, a channel scale) indexed by the run's position modulo Co
+    (one channel: a detector's sigmoid head), over more pixels than one block of ROWS (70 columns)."""
+    w = (RNG.standard_normal((12, co, k, k)) * 0.3).astype(np.float32)
+    b = RNG.standard_normal(co).astype(np.float32)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], strides=[k, k]),
+             helper.make_node("Sigmoid", ["c"], ["s"])]
+    inits = {"w": w, "b": b}
+    if scale:
+        inits["m"] = RNG.standard_normal((1, co, 1, 1)).astype(np.float32)
+        nodes.append(helper.make_node("Mul", ["s", "m"], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    exe = _check(_model(nodes, ["n", 12, "h", "w"], inits), {"n": (1, 2), "h": (1, 30), "w": (1, 80)},
+                 [(1, 12, 3, 4), (2, 12, 7, 1), (1, 12, 2, 70)], ["conv"])
     assert not exe.explain_build()["uncompiled"]
 
 

@@ -47,18 +47,22 @@ def row_blocks(m: kir.Expr) -> kir.Expr:
 
 
 def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
-                  at_index: kir.Expr, r: kir.Var, j: kir.Var, cols: tuple[kir.Expr, kir.Expr], n: int
-                  ) -> list[kir.Stmt]:
+                  at_index: kir.Expr, r: kir.Var, j: kir.Var, cols: tuple[kir.Expr, kir.Expr], n: int,
+                  channel: kir.Expr | None = None) -> list[kir.Stmt]:
     """The epilogue of row r (a product row, a convolution's output pixel), columns cols[0] <= j < cols[1], in cache:
     the product's own bias (Gemm's alpha / beta C, a convolution's bias), then the elementwise group, stored
     back where the tile is (`at_buf[at_index]`). Operands are indexed as full rows (`r * n + j`: row-major with
-    n columns), row vectors (`j`: per output channel) or one value. Empty when there is nothing to apply."""
+    n columns), row vectors (`channel`, by default `j`: per output channel) or one value. Empty when there is
+    nothing to apply. A caller whose j runs over several pixels' values at once (r their first pixel) passes
+    `channel` = j % n."""
     acc = kir.Var("acc", kir.F32)
     body: list[kir.Stmt] = [kir.Let(acc, kir.Load(at_buf, at_index))]
     env: dict[str, kir.Expr] = dict(ops.scalars)
     for jj, (x, buf) in enumerate(zip(ops.ptrs, ops.buffers)):
         pat = ops.patterns[jj]
-        idx = kir.Bin("+", kir.Bin("*", r, _i(n)), j) if all(pat) and len(pat) > 1 else (j if pat[-1] else _i(0))
+        per_channel = j if channel is None else channel
+        idx = kir.Bin("+", kir.Bin("*", r, _i(n)), j) if all(pat) and len(pat) > 1 else \
+            (per_channel if pat[-1] else _i(0))
         v = kir.Var(f"v{jj}", buf.dtype)
         body.append(kir.Let(v, kir.Load(buf, idx)))
         env[x] = v
