@@ -58,6 +58,11 @@ CONVS = [  # (ci, co, k, attrs)
     # depthwise in C: a masked channel tail (40 = 16 + 16 + 8), chunks of 128 channels, stride and dilation
     (40, 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}), (200, 200, (5, 5), {"group": 200, "pads": [2, 2, 2, 2]}),
     (32, 32, (3, 3), {"group": 32, "strides": [2, 2], "dilations": [2, 2], "pads": [2, 1, 2, 1]}),
+    # depthwise of 1, 2, 4 or 8 channels at stride 1 as flat runs of pixels (ds_dw_flat), and at stride 2 the loops
+    (8, 8, (3, 3), {"group": 8, "pads": [1, 1, 1, 1]}), (4, 4, (5, 5), {"group": 4, "pads": [2, 4, 2, 4],
+                                                                          "dilations": [1, 2]}),
+    (2, 2, (3, 3), {"group": 2}), (1, 1, (3, 3), {"pads": [1, 0, 1, 2]}),
+    (8, 8, (3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -69,8 +74,9 @@ def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
     w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
     b = RNG.standard_normal(co).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("HardSwish", ["c"], ["y"])]
-    exe = _check(_model(nodes, ["n", ci, "h", "w"], {"w": w, "b": b}), {"n": (1, 3), "h": (1, 40), "w": (1, 40)},
-                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3)], winograd=False)
+    exe = _check(_model(nodes, ["n", ci, "h", "w"], {"w": w, "b": b}), {"n": (1, 3), "h": (1, 40), "w": (1, 80)},
+                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3), *([(1, ci, 4, 75)] if ci <= 8 else [])],
+                 winograd=False)  # 75 columns: whole 64-float runs of the few-channel depthwise
     assert not any("ds_wino_f2" in s.source for s in exe.generic.steps if isinstance(s, KernelStep))
     assert not exe.explain_build()["uncompiled"]
 
@@ -79,7 +85,8 @@ FINISHED = [(16, 48, (1, 1), {}), (3, 64, (7, 7), {"strides": [2, 2], "pads": [3
             (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}), (64, 160, (3, 3), {"group": 2, "pads": [0, 1, 1, 0]}),
             (3, 8, (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}), (40, 20, (3, 3), {"pads": [1, 1, 1, 1]}),
             (40, 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}),
-            (24, 24, (5, 5), {"group": 24, "strides": [2, 2], "pads": [2, 2, 2, 2]})]
+            (24, 24, (5, 5), {"group": 24, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
+            (8, 8, (3, 3), {"group": 8, "pads": [1, 1, 1, 1]})]
 
 
 @pytest.mark.parametrize("ci,co,k,attrs", FINISHED, ids=[str(i) for i in range(len(FINISHED))])

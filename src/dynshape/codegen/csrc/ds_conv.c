@@ -521,6 +521,53 @@ static void ds_dw_border(const int64_t *geo, const float *restrict xn, const flo
     }
 }
 
+/* Few channels (C = 1, 2, 4 or 8), stride 1, dense output: the interior of a row is one flat run of floats
+   f = wo * C + c, each tap reading the input run shifted by (kw * DW - PL) * C, its weights tiled to 16 lanes
+   (16 % C == 0: every vector sees the same channel pattern), four vectors at once: 16 / C pixels a vector
+   instead of one pixel in a half-empty one (a detector's 8-channel 3x3 on 240x320: 0.68 ms, onnxruntime 0.35). */
+#define DS_DWF_TAPS 64
+static int ds_dw_flat(const int64_t *geo, const float *restrict xn, const float *restrict w,
+                      const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0, int64_t kh1,
+                      int64_t lo, int64_t hi) {
+    GEO_LOCALS;
+    (void)CG; (void)OH; (void)H; (void)PT; (void)SH;
+    if (C >= 16 || 16 % C || SW != 1 || LDY != C || KH * KW > DS_DWF_TAPS) return 0;
+    const int64_t act = geo[DS_CONV_ACT];
+    ds_v16 wt[DS_DWF_TAPS], bt = {0};
+    for (int64_t t = 0; t < KH * KW; t++)
+        for (int l = 0; l < 16; l++) wt[t][l] = w[t * C + l % C];
+    if (bias)
+        for (int l = 0; l < 16; l++) bt[l] = bias[l % C];
+    for (int64_t o = 0; o < lo; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
+    const int64_t f1 = hi * C;
+    int64_t f = lo * C;
+    for (; f + 64 <= f1; f += 64) {
+        ds_v16 a0 = bt, a1 = bt, a2 = bt, a3 = bt;
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *xp = xr + kw * DW * C;
+                const ds_v16 wv = wt[kh * KW + kw];
+                a0 += ds_ld16(xp) * wv; a1 += ds_ld16(xp + 16) * wv; a2 += ds_ld16(xp + 32) * wv;
+                a3 += ds_ld16(xp + 48) * wv;
+            }
+        }
+        ds_st16(y + f, ds_act(a0, act)); ds_st16(y + f + 16, ds_act(a1, act));
+        ds_st16(y + f + 32, ds_act(a2, act)); ds_st16(y + f + 48, ds_act(a3, act));
+    }
+    for (; f < f1; f += 16) { /* the last vectors, the very last masked: never past the interior's end */
+        const int64_t nl = f1 - f < 16 ? f1 - f : 16;
+        ds_v16 a0 = bt;
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
+            for (int64_t kw = 0; kw < KW; kw++) a0 += ds_load16(xr + kw * DW * C, nl) * wt[kh * KW + kw];
+        }
+        ds_store16(y + f, ds_act(a0, act), nl);
+    }
+    for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
+    return 1;
+}
+
 void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
                    const float *restrict bias, float *restrict y, int64_t n, int64_t ho) {
     GEO_LOCALS;
@@ -535,6 +582,7 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
     if (hi > OW) hi = OW;
     if (lo > hi) lo = hi;
     const float *xn = x + n * H * W * C;
+    if (ds_dw_flat(geo, xn, w, bias, y, ih0, kh0, kh1, lo, hi)) return;
     /* chunks of DS_DW_CHUNK channels: a chunk's weights (KH * KW * 128 floats) stay in L1 over the row's pixel
        blocks, and within a block the chunk's input pixels are read contiguously */
     for (int64_t cb = 0; cb < C; cb += DS_DW_CHUNK) {

@@ -150,10 +150,19 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
+    # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
     if not depthwise and ctx.options.winograd and winograd_fits(geo):
         return _winograd(cv, ctx, geo, ops, ext, E, winograd_tile(geo, ctx.options.winograd_tile))
-    lower = (_depthwise if geo["C"] >= 16 else _depthwise_loops) if depthwise else _implicit_gemm
+    lower = (_depthwise if geo["C"] >= 16 or flat_depthwise(geo) else _depthwise_loops) if depthwise \
+        else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
+
+
+def flat_depthwise(geo: dict) -> bool:
+    """A depthwise conv of 1, 2, 4 or 8 channels and stride 1 runs in C too (csrc/ds_conv.c's ds_dw_flat: a row's
+    interior as one flat run of floats, 16 / C pixels a vector; the C also checks KH * KW <= 64 and falls back to
+    its per-pixel blocks)."""
+    return geo["C"] in (1, 2, 4, 8) and geo["SW"] == 1
 
 
 def winograd_fits(geo: dict) -> bool:
