@@ -50,11 +50,15 @@ def balanced_orders(n: int) -> list[list[int]]:
     return rows if n % 2 == 0 else rows + [r[::-1] for r in rows]
 
 
-def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 16, settle_s: float = 0.05) -> dict:
+def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 16, settle_s: float = 0.05,
+                     warm_calls: int = 0) -> dict:
     """Seconds per call of each candidate: `rounds` rounds, each timing every candidate on a block of calls
     (about budget_s / rounds / len(calls) long, at least one call), in balanced orders; the median block.
     Microsecond calls are timed in blocks (a single perf_counter pair is noise there), and interleaving puts
-    the machine's drift on every candidate alike."""
+    the machine's drift on every candidate alike. `warm_calls` untimed calls open each block: 0 times a
+    candidate as it runs right after another one and a settle pause (its weights and activations partly out
+    of cache, its pages' translations out of the TLB); 1 or more, its steady state, a server's back-to-back
+    requests."""
     per_call = {}
     for k, f in calls.items():  # warm-up (a tenth of the budget each: caches, pools, clocks), and an estimate
         f(inputs)
@@ -76,6 +80,8 @@ def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 1
             f = calls[k]
             n = max(1, int(block_s / per_call[k]))
             time.sleep(settle_s)  # the previous candidate's idle threads stop spinning before this one runs
+            for _ in range(warm_calls):
+                f(inputs)
             t = time.perf_counter()
             for _ in range(n):
                 f(inputs)

@@ -281,7 +281,7 @@ def bench_probe(spec: Spec, env: dict[str, int], calls: dict[str, Call], args: a
             if k in outs:
                 row[f"{k}_diff"], row[f"{k}_ok"] = compare(outs[k], outs["ort"])
     if ok_calls:
-        t = time_interleaved(ok_calls, feed, args.budget, rounds=args.rounds)
+        t = time_interleaved(ok_calls, feed, args.budget, rounds=args.rounds, warm_calls=args.warm_calls)
         row["ms"] = {k: 1e3 * v for k, v in t.items()}
     print(f"  {spec.name} {row['shape']}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in row["ms"].items()) +
           ("".join(f"; {k} FAILED: {e}" for k, e in row["errors"].items())), flush=True)
@@ -421,6 +421,9 @@ def main() -> None:
     ap.add_argument("--models", default="", help=f"comma-separated (default all): {', '.join(ALL_SPECS)}")
     ap.add_argument("--peers", default="ort,ov")
     ap.add_argument("--quick", action="store_true", help="0.6 s and 6 rounds per probe instead of 3 s and 12")
+    ap.add_argument("--warm-calls", type=int, default=0,
+                    help="untimed calls opening each timed block (default 0: each block starts right after "
+                         "another runtime's block and a settle pause; 1: steady state)")
     ap.add_argument("--ov-static", action="store_true", help="also OpenVINO compiled per probe shape")
     ap.add_argument("--eta", action="store_true", help="also dynshape built static at each probe (eta)")
     ap.add_argument("--strategy", default="generic", help="dynshape's ds.compile strategy")
