@@ -79,6 +79,9 @@ class Options:
                                    "DYNSHAPE_FUSED_LAYERNORM", True)
     fused_product_softmax: bool = _build("a last-axis softmax of a product (a classifier head) runs on its blocks "
                                          "of rows while they are in cache", "DYNSHAPE_FUSED_PRODUCT_SOFTMAX", True)
+    fused_pw_dw: bool = _build("a 1x1 conv that only a depthwise conv reads (a MobileNet block's expansion) "
+                               "is computed a few rows at a time into per-thread scratch the depthwise reads "
+                               "in cache, instead of writing its whole map out", "DYNSHAPE_FUSED_PW_DW", True)
     conv_bias_in_tiles: bool = _build("convs add a per-channel bias (and apply a Relu or HardSwish that is their "
                                       "whole epilogue) in registers as their C stores each tile",
                                       "DYNSHAPE_CONV_BIAS_IN_TILES", True)

@@ -463,3 +463,38 @@ def test_an_fpn_upsampling_writes_its_slice_of_the_concat(mode):
                  [(1, 3, 8, 10), (2, 3, 2, 24), (1, 3, 24, 4)])
     joined = _joined(exe)
     assert len(joined) == 2 and sorted(v[1:] for v in joined.values()) == [(0, 11), (6, 11)]
+
+
+def _pw_dw(cin, cexp, k, s, act1, act2, dil=1):
+    w1 = (RNG.standard_normal((cexp, cin, 1, 1)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((cexp, 1, k, k)) * 0.3).astype(np.float32)
+    inits = {"w1": w1, "b1": RNG.standard_normal(cexp).astype(np.float32), "w2": w2,
+             "b2": RNG.standard_normal(cexp).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node(act1, ["c1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], group=cexp, strides=[s, s],
+                              pads=[k // 2 * dil] * 4, dilations=[dil, dil]),
+             helper.make_node(act2, ["c2"], ["y"])]
+    return _model(nodes, ["n", cin, "h", "w"], inits)
+
+
+@pytest.mark.parametrize("cin,cexp,k,s,act1,act2,dil", [
+    (8, 32, 3, 2, "Relu", "Relu", 1), (16, 40, 3, 1, "HardSwish", "Relu", 1), (16, 40, 5, 2, "Relu", "HardSwish", 1),
+    (8, 8, 3, 1, "Relu", "Relu", 1), (24, 72, 3, 1, "Relu", "Sigmoid", 2), (16, 100, 5, 1, "Relu", "Relu", 1)])
+def test_a_1x1_conv_into_a_depthwise_one_runs_as_one_kernel(cin, cexp, k, s, act1, act2, dil):
+    """A MobileNet block's expansion and depthwise conv: one kernel (the expanded rows computed a chunk at a time
+    into scratch), over maps of one row to more rows than a chunk holds, the depthwise's epilogue (a sigmoid:
+    not applied by its C) included."""
+    _check(_pw_dw(cin, cexp, k, s, act1, act2, dil), {"n": (1, 3), "h": (1, 200), "w": (1, 200)},
+           [(1, cin, 9, 11), (2, cin, 30, 17), (1, cin, 3, 3), (1, cin, 1, 5), (1, cin, 120, 160)], ["conv_chain"])
+
+
+def test_a_small_expanded_map_runs_as_two_conv_kernels():
+    """Where the chain does not pay (an expanded map of 2 channels: under PWDW_MIN_MAP_BYTES at the typical
+    side) or is switched off, its lowering declines and its two convs run as kernels of their own, not node by
+    node."""
+    exe = _check(_pw_dw(1, 2, 3, 1, "Relu", "Relu"), {"n": (1, 3), "h": (1, 40), "w": (1, 40)},
+                 [(1, 1, 9, 11), (2, 1, 6, 5)], ["conv"])
+    assert len([s for s in exe.generic.steps if isinstance(s, KernelStep)]) == 2
+    assert not exe.explain_build()["uncompiled"]
+    _check(_pw_dw(8, 32, 3, 1, "Relu", "Relu"), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}, [(1, 8, 9, 11)], ["conv"],
+           fused_pw_dw=False)

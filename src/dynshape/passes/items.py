@@ -11,7 +11,10 @@ The kinds:
 - `Product`: a product by a constant matrix with the elementwise group that alone reads it as its epilogue,
   and optionally the head transposes it writes itself or the LayerNormalization that closes it;
 - `Attention`: softmax(pre(Q @ KT)) @ V, a block of query rows at a time (the scores never reach memory);
-- `Conv`: a channels-last convolution with its epilogue (bias, activation, residual add).
+- `Conv`: a channels-last convolution with its epilogue (bias, activation, residual add);
+- `ConvChain`: a 1x1 convolution whose result only a depthwise one reads (a MobileNet block's expansion),
+  computed a few rows at a time into scratch the depthwise reads while they are in cache; `parts` are the two
+  `Conv`s, which run as kernels of their own where the chain's lowering declines.
 """
 
 from __future__ import annotations
@@ -114,6 +117,24 @@ class Conv(Item):
     @property
     def nodes(self) -> tuple[Node, ...]:
         return (self.node, *(self.epilogue.nodes if self.epilogue else ()))
+
+
+@dataclass(frozen=True, eq=False)
+class ConvChain(Item):
+    """`first` (a 1x1 Conv item) feeding only `second` (a depthwise Conv item): inputs are first's then
+    second's other ones; the value between them stays inside."""
+
+    first: Conv | None = None
+    second: Conv | None = None
+    kind: ClassVar[str] = "conv_chain"
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return (*self.first.nodes, *self.second.nodes)
+
+    @property
+    def parts(self) -> tuple[Item, ...]:
+        return (self.first, self.second)
 
 
 @dataclass(frozen=True, eq=False)

@@ -204,29 +204,38 @@ def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symb
                  parallel: bool) -> tuple[list[Step], list[Uncompiled], int]:
     items = fuse(live, g, known, options, fusible)
     key_names_ = tuple(s.name for s in symbols)
-    lowered: dict[int, Lowered] = {}
-    declined: dict[int, str] = {}
+    # a compound item whose lowering declines (a ConvChain) runs as its parts, each lowered on its own
+    lowered: dict[int, list[tuple[Item, Lowered | None, str]]] = {}
     for i, item in enumerate(items):
-        if isinstance(item, Single):
-            continue
-        rule = get_lowering(item.kind, "kernel")
-        if rule is None:
-            declined[i] = f"no kernel lowering for {item.kind} items"
-            continue
-        try:
-            lowered[i] = rule.rule(item, LowerCtx(g, f"ds_fused_{i}", key_names_, options))
-        except Unsupported as e:
-            declined[i] = f"{item.kind} kernel declined: {e}"
-    compiled = compile_kernels(list(lowered.values()), g.name or "graph", options, parallel) if lowered else {}
+        if not isinstance(item, Single):
+            lowered[i] = _lower(item, LowerCtx(g, f"ds_fused_{i}", key_names_, options))
+    kernels = [lk for parts in lowered.values() for _, lk, _ in parts if lk is not None]
+    compiled = compile_kernels(kernels, g.name or "graph", options, parallel) if kernels else {}
     steps: list[Step] = []
     for i, item in enumerate(items):
-        if i in lowered:
-            steps.append(_kernel_step(item, lowered[i], compiled[lowered[i].kernel.name], g, symbols))
-        else:
-            why = declined.get(i, "")
-            steps += [_node_step(n, g, options, why) for n in item.nodes]
+        for part, lk, why in lowered.get(i, [(item, None, "")]):
+            if lk is not None:
+                steps.append(_kernel_step(part, lk, compiled[lk.kernel.name], g, symbols))
+            else:
+                steps += [_node_step(n, g, options, why) for n in part.nodes]
     uncompiled = [_uncompiled(s) for s in steps if isinstance(s, NodeStep) and s.how != "native"]
     return steps, uncompiled, len(lowered)
+
+
+def _lower(item: Item, ctx: LowerCtx) -> list[tuple[Item, Lowered | None, str]]:
+    """(item, its kernel or None, why not) for an item, or for each of its `parts` when it declines."""
+    rule = get_lowering(item.kind, "kernel")
+    if rule is None:
+        return [(item, None, f"no kernel lowering for {item.kind} items")]
+    try:
+        return [(item, rule.rule(item, ctx), "")]
+    except Unsupported as e:
+        why = f"{item.kind} kernel declined: {e}"
+        parts = getattr(item, "parts", None)
+        if not parts:
+            return [(item, None, why)]
+    return [lowered for k, part in enumerate(parts)
+            for lowered in _lower(part, dataclasses.replace(ctx, name=f"{ctx.name}_{k}"))]
 
 
 def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol]) -> KernelStep:

@@ -596,6 +596,31 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
     }
 }
 
+/* ---- a 1x1 conv into a depthwise one ------------------------------------------------------------------------
+   Output rows ho0..ho1 of image n of the depthwise conv (geometry gd) over the 1x1 conv's (gp) result, of which
+   only the rows these need are computed, into `scratch` (the caller's, DS_PWDW rows of W * C floats at most):
+   the 1x1's tiles over those rows' pixels (finished in registers: bias, activation), then the depthwise rows
+   reading them there, in cache, instead of the whole expanded map going out to memory and back. Scratch row r
+   holds input row r0 + r; the depthwise kernel addresses an image's rows from its start, which therefore lies
+   r0 rows before the scratch (never read: every row it reads is one of r0..r1). */
+void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x, const float *restrict bp,
+                  const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                  float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
+                  int64_t ho1) {
+    const int64_t H = gd[DS_CONV_H], W = gd[DS_CONV_W], C = gd[DS_CONV_C], OH = gd[DS_CONV_OH];
+    const int64_t OW = gd[DS_CONV_OW], LDY = gd[DS_CONV_LDY];
+    const int64_t first = ho0 * gd[DS_CONV_SH] - gd[DS_CONV_PT];
+    const int64_t last = (ho1 - 1) * gd[DS_CONV_SH] - gd[DS_CONV_PT] + (gd[DS_CONV_KH] - 1) * gd[DS_CONV_DH];
+    const int64_t r0 = first > 0 ? first : 0, r1 = last + 1 < H ? last + 1 : H;
+    if (r0 < r1) {
+        const int64_t p0 = (n * H + r0) * W, p1 = (n * H + r1) * W, pairs = (C + 63) / 64;
+        float *ys = (float *)((uintptr_t)scratch - (uintptr_t)(p0 * C) * sizeof(float));
+        for (int64_t q = 0; q < pairs; q++) ds_conv_tile2(gp, x, bp, ys, zeros, p0, p1, 0, 2 * q, bias_p, 0);
+    }
+    const float *xs = (const float *)((uintptr_t)scratch - (uintptr_t)((n * H + r0) * W * C) * sizeof(float));
+    for (int64_t ho = ho0; ho < ho1; ho++) ds_dwconv_row(gd, xs, wd, bias_d, y + (n * OH + ho) * OW * LDY, n, ho);
+}
+
 /* ---- Winograd F(2x2, 3x3) ------------------------------------------------------------------------------
    A 3x3 convolution of stride 1 (no dilation, one group; channel tails masked) as 16 products: every 2x2
    block of output pixels (a tile) reads a 4x4 input patch d, transformed to V = B^T d B (16 values per input

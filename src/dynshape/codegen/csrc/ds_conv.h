@@ -45,6 +45,15 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
 void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
                    const float *restrict bias, float *restrict y, int64_t n, int64_t ho);
 
+/* Output rows ho0..ho1 of image n of a depthwise conv (geometry gd) over a 1x1 conv (gp, weights bp, bias_p; its
+   activation in gp[DS_CONV_ACT]) of x: the 1x1's rows they read computed into `scratch` (at least
+   ((ho1 - ho0 - 1) * SH + (KH - 1) * DH + 1) * W * C floats), then the depthwise rows from there; y is the
+   depthwise output's start. gp[DS_CONV_NPIX] should be -1 (no next-pair prefetch: its weights stay in cache). */
+void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x, const float *restrict bp,
+                  const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                  float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
+                  int64_t ho1);
+
 /* Winograd F(2x2, 3x3) for a 3x3, stride-1, undilated, ungrouped convolution (any C and OC; tails masked):
    the 2x2 output tiles t0 <= t < t1 (flat over image, tile row, tile column; ceil(OH/2) x ceil(OW/2) tiles an
    image), `up` the 16 transformed weight matrices packed as 1x1 convolutions' (pack_winograd), `scratch`

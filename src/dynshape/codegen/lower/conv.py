@@ -22,7 +22,7 @@ from dynshape.codegen.lower.product import epilogue_loop
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR
 from dynshape.ops.conv import window_out, window_params
-from dynshape.passes.items import Conv
+from dynshape.passes.items import Conv, ConvChain
 from dynshape.passes.values import const_value, row_pattern
 from dynshape.sym import eq, prove, sym
 
@@ -177,7 +177,8 @@ ACT_NONE, ACT_RELU, ACT_HARDSWISH = 0, 1, 2  # csrc/ds_conv.h's DS_ACT_*
 _ACTS = {"Relu": ACT_RELU, "HardSwish": ACT_HARDSWISH}  # an epilogue of just one of these: applied in the C
 
 
-def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, list[kir.Stmt]]:
+def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None
+               ) -> tuple[kir.Buffer, list[kir.Stmt]]:
     """The geometry array ds_conv.c reads (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
     geo_buf = kir.Buffer("geo", I64, const=False)
     order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
@@ -189,7 +190,8 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE) -> tuple[kir.Buffer, lis
     body.append(kir.Store(geo_buf, _i(len(order)), E.get("LD", _i(geo["OC"]))))
     body.append(kir.Store(geo_buf, _i(len(order) + 1), _i(act)))
     # NPIX, the output pixels of the call: a pair's last block (p1 == NPIX) prefetches the next pair's weights
-    body.append(kir.Store(geo_buf, _i(len(order) + 2), kir.product([E["N"], E["OH"], E["OW"]])))
+    body.append(kir.Store(geo_buf, _i(len(order) + 2),
+                          kir.product([E["N"], E["OH"], E["OW"]]) if npix is None else npix))
     body.append(kir.Store(geo_buf, _i(len(order) + 3), _i(0)))  # WREST: the conv's own packed weights
     return geo_buf, body
 
@@ -468,6 +470,95 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
 
 
 
+PWDW_SCRATCH_BYTES = 512 << 10  # a chunk's rows of the expanded map: they and the depthwise's reads stay in L2
+PWDW_MIN_MAP_BYTES = 1 << 20  # the expanded map of one image (at WINO_TYPICAL_SIDE) from which the chain pays
+
+
+def _typical(d) -> int | None:
+    """A dim at WINO_TYPICAL_SIDE for every symbol (None where it cannot be evaluated)."""
+    if isinstance(d, int):
+        return d
+    try:
+        return int(d.evaluate({s: WINO_TYPICAL_SIDE for s in d.free_symbols}))
+    except (ArithmeticError, ValueError):
+        return None
+
+
+def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
+    """A 1x1 conv (stride 1, one group, finished in its tiles) into the depthwise conv that alone reads it, per
+    chunk of the depthwise's output rows of one image (OpenMP over the chunks): csrc/ds_conv.c's ds_pwdw_rows
+    computes the expanded rows the chunk reads into per-thread scratch, then the depthwise rows from there; the
+    depthwise's epilogue (other than an activation its C applies) runs over each chunk's rows after."""
+    pw, dw, g = ch.first, ch.second, ctx.graph
+    for cv in (pw, dw):
+        computable(tuple(cv.shape), ctx.key_names)
+        computable(tuple(g.types[cv.node.inputs[0]].shape), ctx.key_names)
+    gp, gd = geometry(pw, ctx), geometry(dw, ctx)
+    if (gp["KH"], gp["KW"], gp["SH"], gp["SW"], gp["G"]) != (1, 1, 1, 1, 1) or gd["CG"] != 1 or gd["OCG"] != 1 \
+            or not all(isinstance(gd[k], int) for k in ("C", "KH", "KW")) or gp["OC"] != gd["C"]:
+        raise Unsupported("not a 1x1 stride-1 ungrouped conv into a depthwise one")
+    h, w = _typical(gd["H"]), _typical(gd["W"])
+    if h is None or w is None or h * w * gd["C"] * 4 < PWDW_MIN_MAP_BYTES:
+        # small maps stay in L2 between two kernels anyway, and the chain's chunks recompute the rows they share
+        # (text_det's 30x40 stage-2 blocks ran 5-15% slower chained)
+        raise Unsupported("the expanded map is small: two kernels")
+    ops_p = operands(pw.inputs[1:], tuple(pw.shape), g, first_param=2)
+    bias_p, act_p, res_p = _finish_in_tiles(pw, ctx, ops_p)
+    if res_p is not None or (pw.epilogue is not None and not act_p) or not all(row_pattern(p) for p in ops_p.patterns):
+        raise Unsupported("the 1x1 conv's epilogue is not finished in its tiles")
+    shape = tuple(dw.shape)
+    ops_d = operands(dw.inputs[1:], shape, g, first_param=3 + len(ops_p.ptrs))
+    if not all(row_pattern(p) for p in ops_d.patterns):
+        raise Unsupported("an epilogue operand is neither a full tensor, a per-channel vector nor one value")
+    names = ("N", "H", "W", "OH", "OW", "PT", "PL")
+    ext = [gd[k] for k in names]
+    E = {k: kir.Extent(i) for i, k in enumerate(names)}
+    Ep = {"N": E["N"], "H": E["H"], "W": E["W"], "OH": E["H"], "OW": E["W"]}
+    geo_p, body = _geo_array(gp, Ep, act_p, npix=_i(-1))
+    _, act_d, _ = _finish_in_tiles(dw, ctx, ops_d)
+    geo_d, body_d = _geo_array(gd, E, act_d)
+    body += body_d
+    o0 = kir.Buffer("o0", kir.F32, const=False)
+    x, bp, wd = kir.Buffer("i0"), kir.Buffer("i1"), kir.Buffer(f"i{2 + len(ops_p.ptrs)}")
+    zeros, scratch = kir.Buffer("zeros", kir.F32, const=False), kir.Buffer("scratch", kir.F32, const=False)
+    c = gd["C"]
+    node_d = dw.node
+    bias_d = node_d.inputs[2] if len(node_d.inputs) > 2 and node_d.inputs[2] else None
+    pat = ops_d.patterns[ops_d.ptrs.index(bias_d)] if bias_d is not None and bias_d in ops_d.ptrs else ()
+    in_c = bool(pat) and pat[-1] and not any(pat[:-1])  # a per-channel vector the depthwise C adds
+    bias_d_arg = _operand_addr(ops_d, bias_d) if in_c else kir.NULL
+    if bias_d is not None and not in_c:
+        raise Unsupported("the depthwise conv's bias is not a per-channel vector")
+    rows, chunks, nc, n, ho0, ho1, r = (kir.Var(v) for v in ("R", "NCH", "nc", "n", "ho0", "ho1", "r"))
+    j = kir.Var("j")
+    oh, ow = E["OH"], E["OW"]
+    row_bytes = E["W"] * (gd["SH"] * c * 4)
+    fit = _i(PWDW_SCRATCH_BYTES) / row_bytes
+    body += [kir.Let(rows, kir.Select(fit < _i(1), _i(1), kir.Select(fit > oh, oh, fit))),
+             kir.Let(chunks, (oh + rows - 1) / rows)]
+    need = ((rows - 1) * gd["SH"] + (gd["KH"] - 1) * gd["DH"] + 1) * E["W"] * c
+    seen = _without_bias(node_d) if in_c else node_d
+    epilogue = [] if act_d else epilogue_loop(g, ops_d, seen, dw.epilogue, dw.outputs[0], o0, r * c + j, r, j,
+                                              (_i(0), _i(c)), c)
+    chunk = [kir.Let(n, nc / chunks), kir.Let(ho0, (nc % chunks) * rows),
+             kir.Let(ho1, kir.Select(ho0 + rows < oh, ho0 + rows, oh)),
+             _call("ds_pwdw_rows", kir.Addr(geo_p), kir.Addr(geo_d), kir.Addr(x), kir.Addr(bp),
+                   _operand_addr(ops_p, bias_p), kir.Addr(wd), bias_d_arg, kir.Addr(o0), kir.Addr(zeros),
+                   kir.Addr(scratch), n, ho0, ho1)]
+    if epilogue:
+        chunk.append(kir.For(r, (n * oh + ho1) * ow, tuple(epilogue), start=(n * oh + ho0) * ow))
+    loop = kir.For(nc, E["N"] * chunks, tuple(chunk), omp=kir.Omp(shared=True))
+    work = kir.product([E["N"], E["H"], E["W"], _i(c * gp["C"])])
+    body += [kir.Alloc(zeros, _i(gp["C"]), zero=True),
+             kir.Region((kir.Alloc(scratch, need), loop, kir.Free(scratch)), if_=work >= ctx.options.par_min_flops),
+             kir.Free(zeros)]
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops_p.buffers, wd, *ops_d.buffers), tuple(body),
+                        ctx.symbols)
+    inputs = (pw.node.inputs[0], PackedWeight(pw.weight, layout="conv", groups=1), *ops_p.ptrs,
+              PackedWeight(dw.weight, layout="taps"), *ops_d.ptrs)
+    return Lowered(kernel, ch.outputs, inputs, needs=("conv",))
+
+
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P, P)
 LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
                                         "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
@@ -476,3 +567,4 @@ LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": 
                   openmp=True, flags=(f"-DDS_WINO_TILES={WINO_TILES[2]}", f"-DDS_WINO4_TILES={WINO_TILES[4]}"))
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
+register_lowering("conv_chain", "kernel", lower_conv_chain)
