@@ -122,8 +122,9 @@ def test_conv_tiles_add_the_bias_and_apply_the_activation_in_registers(ci, co, k
 
 
 @pytest.mark.parametrize("ci,co,k,attrs", [(16, 48, (1, 1), {}), (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}),
-                                           (64, 160, (1, 1), {"group": 2}), (3, 64, (3, 3), {"pads": [1, 1, 1, 1]})],
-                         ids=["1x1", "3x3", "grouped", "rgb"])
+                                           (64, 160, (1, 1), {"group": 2}), (3, 64, (3, 3), {"pads": [1, 1, 1, 1]}),
+                                           (256, 56, (3, 3), {"pads": [1, 1, 1, 1]})],
+                         ids=["1x1", "3x3", "grouped", "rgb", "chunked"])  # chunked: a pair over 512 KB
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("relu", [True, False])
 @pytest.mark.parametrize("swap", [True, False])
@@ -147,7 +148,7 @@ def test_conv_tiles_add_a_residual_in_registers(ci, co, k, attrs, bias, relu, sw
     (src_on, src_off) = ([s.source for s in e.generic.steps if isinstance(s, KernelStep) and "Add" in s.name]
                          for e in (on, off))
     assert len(src_on) == 1 and "acc" not in src_on[0] and "acc" in src_off[0]
-    for shape in [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 1, 1)]:
+    for shape in [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 1, 1), (1, ci, 5, 7)]:
         x = RNG.standard_normal(shape).astype(np.float32)
         got, ref = on.run({"x": x})["y"], g.run({"x": x})["y"]
         # a residual nearly cancelling a 576-term sum keeps ~1e-5 of the sum's size: the tolerance scales with it

@@ -337,7 +337,6 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #define DS_PREFETCH_B2(b) { DS_PREFETCH_B(b) DS_PREFETCH_B((b) + pstride) }
 /* NPF lines of the next pair's panels into L2 per iteration (`nx`: this micro-tile's share of them). */
 #define DS_PREFETCH_NEXT1(b) __builtin_prefetch(nx + c * 16, 0, 2);
-#define DS_PREFETCH_NEXT2(b) { __builtin_prefetch(nx + c * 32, 0, 2); __builtin_prefetch(nx + c * 32 + 16, 0, 2); }
 #define DS_PREFETCH_NEXT4(b) { __builtin_prefetch(nx + c * 64, 0, 2); __builtin_prefetch(nx + c * 64 + 16, 0, 2); \
                                __builtin_prefetch(nx + c * 64 + 32, 0, 2); __builtin_prefetch(nx + c * 64 + 48, 0, 2); }
 #define DS_CONV_MICRO2_OF(NAME, PREFETCH, NPF)                                                             \
@@ -368,7 +367,6 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 DS_CONV_MICRO2_OF(ds_conv_micro2_6, DS_NO_PREFETCH, 0)
 DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2, 0)
 DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_1, DS_PREFETCH_NEXT1, 1)
-DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_2, DS_PREFETCH_NEXT2, 2)
 DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_4, DS_PREFETCH_NEXT4, 4)
 #endif
 
@@ -426,8 +424,8 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
             && K <= DS_CONV_PATCH_MAX)
             for (; p1 - p >= 6; p += 6) ds_conv_rmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols, bq, rq);
         /* a pair's last block brings the next pair's weights (the next tile's, panel-major) from L3 into L2 while
-           it computes, spread over its micro-tiles after the first, 1, 2 or 4 lines an iteration so that they
-           cover the pair: a micro-tile reading them from L3 itself (256 bytes an iteration) ran 3.9x slower than
+           it computes, spread over its micro-tiles after the first, 1 or 4 lines an iteration so that they cover
+           the pair: a micro-tile reading them from L3 itself (256 bytes an iteration) ran 3.9x slower than
            from L2, the whole block of a 7x7 map's 2048 -> 512 1x1 conv (8 micro-tiles a pair) at 60% of peak */
         const int64_t all = geo[DS_CONV_WREST] ? geo[DS_CONV_WREST] : geo[DS_CONV_G] * panels * K * 32;
         const int64_t at = (g * panels + q + 2) * K * 32;
@@ -436,7 +434,7 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
         int64_t left = p1 == geo[DS_CONV_NPIX] && (major > DS_NEXT_PAIR_MIN_BYTES || geo[DS_CONV_WREST]) && at < all
                        ? (all - at < 2 * K * 32 ? all - at : 2 * K * 32) : 0;
         const int64_t later = (p1 - p) / 6 - (p0 == 0); /* micro-tiles that prefetch */
-        const int64_t npf = later >= 4 ? 1 : later >= 2 ? 2 : 4;
+        const int64_t npf = later >= 4 ? 1 : 4; /* (each variant of the 6 x 64 kernel costs compile time) */
         if (p0 == 0 && p1 - p >= 6) { /* the panels' first block: they may come from L3 */
             ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx);
             p += 6;
@@ -445,7 +443,7 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
 #define DS_NEXT_CASE(N)                                                                                     \
             case N: ds_conv_nmicro2_6_##N(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx); break;
             if (left > 0) {
-                switch (npf) { DS_NEXT_CASE(1) DS_NEXT_CASE(2) DS_NEXT_CASE(4) }
+                switch (npf) { DS_NEXT_CASE(1) DS_NEXT_CASE(4) }
                 nx += K * 16 * npf;
                 left -= K * 16 * npf;
             } else
