@@ -203,7 +203,7 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     return Match(make(epi), at, absorbed, alone) if epi is not None else alone
 
 
-_FINISHING_ACTS = ("Relu", "HardSwish")  # codegen's conv tiles apply these in registers (lower/conv.py's _ACTS)
+FINISHING_ACTS = ("Relu", "HardSwish")  # the activations conv tiles apply in registers (codegen/lower/conv.py)
 
 
 def _conv_geometry(item: Conv, s: Schedule) -> tuple[np.ndarray, dict] | None:
@@ -224,7 +224,7 @@ def _finishes_in_tiles(item: Conv, s: Schedule) -> bool:
     if bias is not None and const_value(bias, s.graph) is None:
         return False
     group = item.epilogue.group if item.epilogue else ()
-    return not group or (len(group) == 1 and group[0].op_type in _FINISHING_ACTS and _default_domain(group[0])
+    return not group or (len(group) == 1 and group[0].op_type in FINISHING_ACTS and _default_domain(group[0])
                          and list(group[0].inputs) == [node.outputs[0]])
 
 

@@ -219,7 +219,7 @@ def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symb
             else:
                 steps += [_node_step(n, g, options, why) for n in part.nodes]
     uncompiled = [_uncompiled(s) for s in steps if isinstance(s, NodeStep) and s.how != "native"]
-    return steps, uncompiled, len(lowered)
+    return steps, uncompiled, len(kernels)
 
 
 def _lower(item: Item, ctx: LowerCtx) -> list[tuple[Item, Lowered | None, str]]:

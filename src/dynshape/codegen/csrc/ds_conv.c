@@ -596,7 +596,7 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
 
 /* ---- a 1x1 conv into a depthwise one ------------------------------------------------------------------------
    Output rows ho0..ho1 of image n of the depthwise conv (geometry gd) over the 1x1 conv's (gp) result, of which
-   only the rows these need are computed, into `scratch` (the caller's, DS_PWDW rows of W * C floats at most):
+   only the rows these need are computed, into `scratch` (the caller's: ds_conv.h says how large):
    the 1x1's tiles over those rows' pixels (finished in registers: bias, activation), then the depthwise rows
    reading them there, in cache, instead of the whole expanded map going out to memory and back. Scratch row r
    holds input row r0 + r; the depthwise kernel addresses an image's rows from its start, which therefore lies

@@ -23,6 +23,7 @@ from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeigh
 from dynshape.codegen.packed_gemm import NR
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Conv, ConvChain
+from dynshape.passes.rules import FINISHING_ACTS
 from dynshape.passes.values import const_value, row_pattern
 from dynshape.sym import eq, prove, sym
 
@@ -174,7 +175,9 @@ def winograd_fits(geo: dict) -> bool:
 
 
 ACT_NONE, ACT_RELU, ACT_HARDSWISH = 0, 1, 2  # csrc/ds_conv.h's DS_ACT_*
-_ACTS = {"Relu": ACT_RELU, "HardSwish": ACT_HARDSWISH}  # an epilogue of just one of these: applied in the C
+# an epilogue of just one of these: applied in the C (the order of passes/rules.py's FINISHING_ACTS, which the
+# 1x1 -> depthwise rule checks)
+_ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH), strict=True))
 
 
 def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None
