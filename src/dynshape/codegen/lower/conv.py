@@ -199,6 +199,14 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = 
     return geo_buf, body
 
 
+def _bias_operand(node, ops) -> tuple[str | None, bool]:
+    """The conv's bias input (None without one) and whether it is a per-output-channel vector among the kernel's
+    operands: what the conv's C can add itself."""
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+    pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
+    return bias, bool(pat) and bool(pat[-1]) and not any(pat[:-1])
+
+
 def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tuple[str | None, int, str | None]:
     """What the conv's C applies in registers before storing (csrc/ds_conv.c's ds_fin), so that the generated
     epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
@@ -208,9 +216,7 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     if not ctx.options.conv_bias_in_tiles:
         return None, ACT_NONE, None
     node = cv.node
-    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-    pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
-    per_channel = bool(pat) and bool(pat[-1]) and not any(pat[:-1])
+    bias, per_channel = _bias_operand(node, ops)
     if bias is not None and not per_channel:  # a scalar or computed bias: the epilogue adds it, and what follows
         return None, ACT_NONE, None
     group = list(cv.epilogue.group if cv.epilogue else ())
@@ -327,13 +333,20 @@ def winograd_tile(geo: dict, preferred: int) -> int:
             if -(-d // 4) * 4 > -(-d // 2) * 2:
                 return 2
         else:
-            try:
-                typical = d.evaluate({s: WINO_TYPICAL_SIDE for s in d.free_symbols})
-            except (ArithmeticError, ValueError):
-                return 2
-            if typical < WINO4_MIN_SIDE:
+            typical = _typical(d)
+            if typical is None or typical < WINO4_MIN_SIDE:
                 return 2
     return 4
+
+
+def _typical(d) -> int | None:
+    """A dim at WINO_TYPICAL_SIDE for every symbol (None where it cannot be evaluated)."""
+    if isinstance(d, int):
+        return d
+    try:
+        return int(d.evaluate({s: WINO_TYPICAL_SIDE for s in d.free_symbols}))
+    except (ArithmeticError, ValueError):
+        return None
 
 
 def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: int = 2) -> Lowered:
@@ -411,10 +424,8 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     geo_buf, body = _geo_array(geo, E, act)
     nho, n, ho, r, j = (kir.Var(v) for v in ("nho", "n", "ho", "r", "j"))
     oh, ow = E["OH"], E["OW"]
-    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
-    pat = ops.patterns[ops.ptrs.index(bias)] if bias is not None and bias in ops.ptrs else ()
-    in_c = bool(pat) and pat[-1] and not any(pat[:-1])  # a per-channel vector
-    bias_arg = kir.Addr(ops.buffers[ops.ptrs.index(bias)]) if in_c else kir.NULL
+    bias, in_c = _bias_operand(node, ops)
+    bias_arg = _operand_addr(ops, bias) if in_c else kir.NULL
     # a bias the C applied is not the epilogue's to add again: it sees the node without it
     seen = _without_bias(node) if in_c else node
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j,
@@ -477,16 +488,6 @@ PWDW_SCRATCH_BYTES = 512 << 10  # a chunk's rows of the expanded map: they and t
 PWDW_MIN_MAP_BYTES = 1 << 20  # the expanded map of one image (at WINO_TYPICAL_SIDE) from which the chain pays
 
 
-def _typical(d) -> int | None:
-    """A dim at WINO_TYPICAL_SIDE for every symbol (None where it cannot be evaluated)."""
-    if isinstance(d, int):
-        return d
-    try:
-        return int(d.evaluate({s: WINO_TYPICAL_SIDE for s in d.free_symbols}))
-    except (ArithmeticError, ValueError):
-        return None
-
-
 def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     """A 1x1 conv (stride 1, one group, finished in its tiles) into the depthwise conv that alone reads it, per
     chunk of the depthwise's output rows of one image (OpenMP over the chunks): csrc/ds_conv.c's ds_pwdw_rows
@@ -526,9 +527,7 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     zeros, scratch = kir.Buffer("zeros", kir.F32, const=False), kir.Buffer("scratch", kir.F32, const=False)
     c = gd["C"]
     node_d = dw.node
-    bias_d = node_d.inputs[2] if len(node_d.inputs) > 2 and node_d.inputs[2] else None
-    pat = ops_d.patterns[ops_d.ptrs.index(bias_d)] if bias_d is not None and bias_d in ops_d.ptrs else ()
-    in_c = bool(pat) and pat[-1] and not any(pat[:-1])  # a per-channel vector the depthwise C adds
+    bias_d, in_c = _bias_operand(node_d, ops_d)  # a per-channel vector the depthwise C adds
     bias_d_arg = _operand_addr(ops_d, bias_d) if in_c else kir.NULL
     if bias_d is not None and not in_c:
         raise Unsupported("the depthwise conv's bias is not a per-channel vector")
