@@ -94,8 +94,9 @@ class Options:
                             "GEMM",
                             "DYNSHAPE_WINOGRAD", True)
     winograd_tile: int = _build("Winograd's output tile: 4 (F(4x4, 3x3), 4x fewer multiply-adds, where the map's "
-                                "static sizes waste little of the tiles and the weights are under 512 x 512 "
-                                "channels; F(2x2) elsewhere) or 2 (F(2x2, 3x3) everywhere)", default=4)
+                                "tiles are many and waste little of it and the weights are under 512 x 512 "
+                                "channels, chosen per call where the map is a runtime size and the weights are "
+                                "small; F(2x2) elsewhere) or 2 (F(2x2, 3x3) everywhere)", default=4)
     inplace_weights: bool = _build("products of at most 8 rows (every declared shape) read a large transposed "
                                    "weight (Gemm transB, >= 4 MB) in place, several rows at once, instead of a "
                                    "packed copy", "DYNSHAPE_INPLACE_WEIGHTS", True)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen.lower.conv import WINO4_MAX_WEIGHTS, WINO_TILES, winograd_tile
+from dynshape.codegen.lower.conv import WINO4_MAX_WEIGHTS, WINO_BOTH_BYTES, WINO_TILES, wino4_pays, winograd_tiles
 from dynshape.codegen.packed_gemm import WINOGRAD_G, pack_winograd
 from dynshape.errors import DynshapeError
 from dynshape.options import Options
@@ -37,7 +37,8 @@ def _check(model, shapes, winograd_steps, tile=4, **options):
     g = ds.load_onnx(model, dims=DIMS)
     exe = ds.compile(g, winograd_tile=tile, **options)
     assert _wino_steps(exe, tile) == winograd_steps
-    assert _wino_steps(exe, 6 - tile) == 0
+    if tile == 2:
+        assert _wino_steps(exe, 4) == 0
     for shape in shapes:
         x = RNG.standard_normal(shape).astype(np.float32)
         got, want = exe.run({"x": x})["y"], g.run({"x": x})["y"]
@@ -68,14 +69,16 @@ TILES = [2, 4]
 @pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("attrs", PADS, ids=[str(i) for i in range(len(PADS))])
 def test_every_padding_and_part_tiles(attrs, tile):
-    _check(_conv(16, 32, attrs), [(1, 16, 7, 9), (2, 16, 8, 8), (1, 16, 3, 3), (3, 16, 5, 12), (1, 16, 10, 6)], 1,
-           tile)
+    """The small maps run F(2x2) whatever the option (too few 4x4 tiles to pay), 23x26 F(4x4) where allowed."""
+    _check(_conv(16, 32, attrs), [(1, 16, 7, 9), (2, 16, 8, 8), (1, 16, 3, 3), (3, 16, 5, 12), (1, 16, 10, 6),
+                                  (1, 16, 23, 26)], 1, tile)
 
 
 @pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("ci,co", [(16, 16), (32, 48), (64, 256), (256, 64), (96, 24), (40, 56), (17, 33)])
 def test_channel_counts(ci, co, tile):
-    _check(_conv(ci, co, {"pads": [1, 1, 1, 1]}, act="HardSwish"), [(1, ci, 6, 10), (2, ci, 13, 5)], 1, tile)
+    _check(_conv(ci, co, {"pads": [1, 1, 1, 1]}, act="HardSwish"), [(1, ci, 6, 10), (2, ci, 13, 5), (1, ci, 16, 20)], 1,
+           tile)
 
 
 @pytest.mark.parametrize("tile", TILES)
@@ -96,17 +99,46 @@ def test_a_residual_epilogue_and_no_bias(tile):
 
 
 def test_which_tile_a_layer_takes():
-    """F(4x4) for large maps; F(2x2) for weights of 512 x 512 channels or more, maps small at a typical side
-    (h // 16), or where a static output size wastes more of 4-wide tiles (6 rows: 8 computed) than of 2-wide
-    ones (6 rows: 6)."""
-    geo = {"C": 64, "OC": 64, "OH": sym("h"), "OW": sym("w")}
-    assert winograd_tile(geo, 4) == 4 and winograd_tile(geo, 2) == 2
-    assert winograd_tile({**geo, "OH": sym("h") // 8}, 4) == 4 and winograd_tile({**geo, "OW": sym("w") // 16}, 4) == 2
-    assert winograd_tile({**geo, "OH": 6}, 4) == 2 and winograd_tile({**geo, "OH": 12, "OW": 3}, 4) == 4
-    assert winograd_tile({**geo, "C": 512, "OC": 512}, 4) == 2 and 512 * 512 == WINO4_MAX_WEIGHTS
-    assert winograd_tile({**geo, "C": 256, "OC": 512}, 4) == 4
+    """F(2x2) for weights of 512 x 512 channels or more, or a static map F(4x4) does not pay on (too few 4x4
+    tiles, or 4-wide edge tiles wasting too much: 6 rows compute 8); a runtime map: both packed where F(4x4)'s
+    weights are small (the call chooses), else F(4x4) only where the map is large at a typical side (h // 8, not
+    h // 16)."""
+    geo = {"N": sym("n"), "C": 64, "OC": 64, "OH": sym("h"), "OW": sym("w")}
+    assert winograd_tiles(geo, 4) == (4, 2) and winograd_tiles(geo, 2) == (2,)
+    big = {**geo, "C": 256, "OC": 256}
+    assert 36 * 4 * 256 * 256 > WINO_BOTH_BYTES >= 36 * 4 * 64 * 64
+    assert winograd_tiles({**big, "OH": sym("h") // 8}, 4) == (4,)
+    assert winograd_tiles({**big, "OW": sym("w") // 16}, 4) == (2,)
+    static = {**geo, "N": 1}
+    assert winograd_tiles({**static, "OH": 6, "OW": 40}, 4) == (2,)
+    assert winograd_tiles({**static, "OH": 16, "OW": 16}, 4) == (4,)
+    assert winograd_tiles({**static, "OH": 7, "OW": 7}, 4) == (2,)  # 4 tiles
+    assert winograd_tiles({**static, "N": 4, "OH": 7, "OW": 7}, 4) == (4,)  # 16 tiles in all
+    assert winograd_tiles({**static, "OH": 13, "OW": 13}, 4) == (2,)  # 16 tiles, but 3/16 of each row wasted
+    assert winograd_tiles({**static, "OH": 19, "OW": 19}, 4) == (4,)
+    assert winograd_tiles({**static, "C": 512, "OC": 512}, 4) == (2,) and 512 * 512 == WINO4_MAX_WEIGHTS
+    assert winograd_tiles({**static, "C": 256, "OC": 512, "OH": 28, "OW": 28}, 4) == (4,)
     with pytest.raises(DynshapeError, match="winograd_tile"):
         Options(winograd_tile=3)
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 19, 19), (1, 32, 13, 13), (4, 32, 7, 7), (1, 32, 7, 7), (2, 32, 6, 40)])
+def test_a_generic_build_takes_the_static_builds_tile_per_call(shape):
+    """Both packings in one kernel, the call choosing by `wino4_pays`: the generic build's output equals the static
+    build's bit for bit (the same C on the same numbers), where F(2x2) and F(4x4) round differently."""
+    model = _conv(32, 32, {"pads": [1, 1, 1, 1]})
+    generic = _check(model, [], 1, 4)
+    assert _wino_steps(generic, 2) == 1  # one kernel holds both
+    n, _, h, w = shape
+    static = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=4)
+    pays = all(wino4_pays(n, h, w))
+    assert _wino_steps(static, 4) == int(pays) and _wino_steps(static, 2) == int(not pays)
+    other = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=2)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = generic.run({"x": x})["y"]
+    assert np.array_equal(got, static.run({"x": x})["y"])
+    if pays:  # and not the other tile's
+        assert not np.array_equal(got, other.run({"x": x})["y"])
 
 
 def test_written_into_a_concat_slice():

@@ -153,7 +153,7 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
     # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
     if not depthwise and ctx.options.winograd and winograd_fits(geo):
-        return _winograd(cv, ctx, geo, ops, ext, E, winograd_tile(geo, ctx.options.winograd_tile))
+        return _winograd(cv, ctx, geo, ops, ext, E, winograd_tiles(geo, ctx.options.winograd_tile))
     lower = (_depthwise if geo["C"] >= 16 or flat_depthwise(geo) else _depthwise_loops) if depthwise \
         else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
@@ -315,28 +315,46 @@ WINO_TILES = {2: 96, 4: 48}
 WINO4_MAX_WEIGHTS = 512 * 512  # C * OC from which F(2x2) is kept: 36 weight matrices a chunk outweigh the products
 WINO_SMALL_WEIGHTS = 256 << 10  # transformed weights this small stay in L2: blocks need not fill a chunk
 WINO_TYPICAL_SIDE = 256  # the value every symbol takes when judging a runtime map size (an image side, a length)
-WINO4_MIN_SIDE = 24  # output rows and columns at that value from which F(4x4) pays
+WINO4_MIN_SIDE = 24  # output rows and columns at that value from which F(4x4) pays (weights not packed twice)
+WINO4_MIN_TILES = 16  # F(4x4) tiles of a call (all images) from which its 36 weight matrices a chunk pay
+WINO4_MAX_WORK = 0.67  # F(4x4)'s products over F(2x2)'s (tiles x 36 / tiles x 16) up to which F(4x4) pays
+WINO_BOTH_BYTES = 5 << 19  # F(4x4) weights up to 2.5 MB are packed beside the F(2x2) ones: the call chooses
 
 
-def winograd_tile(geo: dict, preferred: int) -> int:
-    """F(4x4) where the map is large, else F(2x2). Small maps (a 7x7 map: 2x2 tiles of 4, computing 8x8) read
-    each chunk's 36 weight matrices for a handful of tiles and waste part of each tile: Inception v2's 7x7 convs
-    ran 1.49 ms with F(4x4) against 0.62 with F(2x2), its 14x14 ones 0.91 against 0.84, its 28x28 ones 0.95
-    against 1.17. A runtime size is judged at WINO_TYPICAL_SIDE for every symbol (a map of H // 16 is 16 there:
-    F(2x2); H // 8 is 32: F(4x4)); a static size also keeps F(2x2) where 4-wide tiles waste more of it than
-    2-wide ones (text recognition's 6-row maps: 8 rows computed for 6). Large weights keep F(2x2) whatever the
-    map (deep layers run on small maps)."""
+def wino4_pays(n, oh, ow, div=lambda a, b: a // b):
+    """Whether F(4x4) beats F(2x2) on a call's map: its tiles (all images) at least WINO4_MIN_TILES, and its
+    products (36 a tile) at most WINO4_MAX_WORK of F(2x2)'s (16 a tile), edge tiles' waste included. Measured
+    standalone, hot, 1 thread (F(4x4) / F(2x2) time): 15x15 and 19x19 maps 0.78-0.86 for 16..192 x 64..320
+    channels (work ratio 0.56); 13x13 and 14x14 0.95-1.09 (0.73); 9x9 and 10x10 1.04-1.35 (0.81); 7x7 and 11x11
+    0.86-1.42, the large weights losing (0.56 but 4 or 9 tiles). `div`: integer division, so that the same rule
+    is the static build's choice (ints) and the generic build's per call (kir expressions, in C): a tuple of
+    the two conditions, both true where F(4x4) pays."""
+    t4 = div(oh + 3, 4) * div(ow + 3, 4)
+    t2 = div(oh + 1, 2) * div(ow + 1, 2)
+    return n * t4 >= WINO4_MIN_TILES, 3600 * t4 <= int(WINO4_MAX_WORK * 1600) * t2
+
+
+def winograd_tiles(geo: dict, preferred: int) -> tuple[int, ...]:
+    """The output tiles a 3x3 conv's Winograd may use: (2,) F(2x2), (4,) F(4x4), or (4, 2): both packed, the call
+    choosing by `wino4_pays` on its map. F(2x2) for weights of WINO4_MAX_WEIGHTS and more whatever the map (deep
+    layers run on small maps: Inception v2's 7x7 convs ran 1.49 ms with F(4x4) against 0.62 with F(2x2)). A
+    static map takes `wino4_pays`; a runtime one both where F(4x4)'s weights are at most WINO_BOTH_BYTES (so a
+    generic build runs each shape as its static build would: SqueezeNet's 64 -> 256 convs at 320x320 run on
+    19x19 maps, F(4x4) 20% faster there, while 224x224 gives 13x13, where F(2x2) is), else the one F(4x4)
+    takes where every map side is WINO4_MIN_SIDE or more at WINO_TYPICAL_SIDE (a map of H // 16 is 16 there:
+    F(2x2); H // 8 is 32: F(4x4))."""
     if preferred == 2 or geo["C"] * geo["OC"] >= WINO4_MAX_WEIGHTS:
-        return 2
-    for d in (geo["OH"], geo["OW"]):
-        if isinstance(d, int):
-            if -(-d // 4) * 4 > -(-d // 2) * 2:
-                return 2
-        else:
-            typical = _typical(d)
-            if typical is None or typical < WINO4_MIN_SIDE:
-                return 2
-    return 4
+        return (2,)
+    n, oh, ow = geo["N"], geo["OH"], geo["OW"]
+    if all(isinstance(d, int) for d in (n, oh, ow)):
+        return (4,) if all(wino4_pays(n, oh, ow)) else (2,)
+    if 36 * 4 * geo["C"] * geo["OC"] <= WINO_BOTH_BYTES:
+        return (4, 2)
+    for d in (oh, ow):
+        typical = _typical(d)
+        if typical is None or typical < WINO4_MIN_SIDE:
+            return (2,)
+    return (4,)
 
 
 def _typical(d) -> int | None:
@@ -349,7 +367,8 @@ def _typical(d) -> int | None:
         return None
 
 
-def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: int = 2) -> Lowered:
+def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles: tuple[int, ...] = (2,)
+              ) -> Lowered:
     """F(m x m, 3x3) (csrc/ds_conv.c's ds_wino_f2 / ds_wino_f4) over blocks of whole tile rows (m output rows
     each): a block's output pixels are one contiguous range, so its epilogue runs over them while they are in
     cache. A block takes as many tile rows as fill one chunk of WINO_TILES[m] tiles, since every chunk streams
@@ -357,61 +376,80 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, m: in
     With at least 4 blocks a thread, OpenMP shares out the blocks (each thread its own scratch); with fewer
     (small maps), the blocks run one after another and the whole team shares each chunk phase by phase
     (the C function's `par`): per-thread blocks left a 28x28 map's three blocks unevenly shared, and sharing every
-    chunk cost a 55x55 map with 16 channels more in barriers than its products take."""
+    chunk cost a 55x55 map with 16 channels more in barriers than its products take.
+    `tiles` (winograd_tiles): one m, or (4, 2): both weight packings, the call taking F(4x4) where `wino4_pays`
+    on its map (the F(4x4) weights are the kernel's last input)."""
     node, c, oc = cv.node, geo["C"], geo["OC"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}
     o0 = kir.Buffer("o0", kir.F32, const=False)
-    x, up = kir.Buffer("i0"), kir.Buffer("i1")
+    x = kir.Buffer("i0")
+    packs = {tiles[-1]: kir.Buffer("i1")}
+    if len(tiles) == 2:
+        packs[tiles[0]] = kir.Buffer(f"i{2 + len(ops.buffers)}")
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     scratch = kir.Buffer("scratch", kir.F32, const=False)
     bias, act, _ = _finish_in_tiles(cv, ctx, ops)
     bias_arg = _operand_addr(ops, bias)
     geo_buf, body = _geo_array(geo, E, act)
-    names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j")
-    tw, th, rows, per, par, b, r0, r1, p0, p1, r, j = (kir.Var(v) for v in names)
+    names = ("TW", "TH", "TR", "R", "par", "b", "r0", "r1", "p0", "p1", "r", "j", "NB")
+    tw, th, rows, per, par, b, r0, r1, p0, p1, r, j, nb = (kir.Var(v) for v in names)
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
-    chunk, fn = WINO_TILES[m], f"ds_wino_f{m}"
     threads = kir.Call("omp_get_max_threads", (), I64)
-    fill = kir.Select(tw >= chunk, _i(1), _i(chunk) / tw)  # tile rows that fill a chunk
-    if (m + 2) ** 2 * c * oc * 4 <= WINO_SMALL_WEIGHTS:
-        # weights that stay in L2 across chunks: smaller blocks, so that every thread gets 4 of them (SqueezeNet's
-        # 16 -> 64 expand on 55x55: 5 blocks of 3 tile rows shared chunk by chunk scaled 1.24x on 2 threads)
-        spread = kir.Select(rows >= threads * 4, rows / (threads * 4), fill)  # (too few rows: one shared chunk)
-        fill = kir.Select(spread < fill, spread, fill)
-    body += [kir.Let(tw, (E["OW"] + (m - 1)) / m), kir.Let(th, (E["OH"] + (m - 1)) / m), kir.Let(rows, E["N"] * th),
-             kir.Let(per, fill), kir.Let(par, pixels * (oc * 9 * c) >= ctx.options.par_min_flops)]
-
-    def first_pixel(e: kir.Expr) -> kir.Expr:  # of flat tile row e = (image, tile row)
-        return ((e / th) * E["OH"] + (e % th) * m) * E["OW"]
-
-    nb = kir.Var("NB")
-    body.append(kir.Let(nb, (rows + per - 1) / per))
+    body.append(kir.Let(par, pixels * (oc * 9 * c) >= ctx.options.par_min_flops))
     seen = _without_bias(node) if bias is not None else node  # the output transform adds it (and the activation)
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
                                              r, j, (_i(0), _i(oc)), oc)
 
-    def block(shared: bool) -> tuple[kir.Stmt, ...]:
-        """One block; `shared`: the team shares its chunks (and its epilogue), else one thread runs it."""
-        stmts: list[kir.Stmt] = [
-            kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
-            _call(fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(up), kir.Addr(o0), kir.Addr(zeros),
-                  r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch), bias_arg)]
-        if epilogue:
-            stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
-                      kir.For(r, p1, tuple(epilogue), start=p0,
-                              omp=kir.Omp(parallel=True, if_=par) if shared else None)]
-        return tuple(stmts)
+    def run(m: int) -> tuple[kir.Stmt, ...]:
+        """The whole call with F(m x m)."""
+        chunk, fn = WINO_TILES[m], f"ds_wino_f{m}"
+        fill = kir.Select(tw >= chunk, _i(1), _i(chunk) / tw)  # tile rows that fill a chunk
+        if (m + 2) ** 2 * c * oc * 4 <= WINO_SMALL_WEIGHTS:
+            # weights that stay in L2 across chunks: smaller blocks, so that every thread gets 4 of them
+            # (SqueezeNet's 16 -> 64 expand on 55x55: 5 blocks of 3 tile rows shared chunk by chunk scaled 1.24x on
+            # 2 threads)
+            spread = kir.Select(rows >= threads * 4, rows / (threads * 4), fill)  # (too few rows: one shared chunk)
+            fill = kir.Select(spread < fill, spread, fill)
 
-    size = _i((m + 2) ** 2 * chunk * (c + oc))
-    per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
-                             kir.Free(scratch)))
-    team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
-    body += [kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
-             kir.Free(zeros)]
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, up, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
-    weight = PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4")
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
-                   scratch_bytes=4 * (m + 2) ** 2 * chunk * (c + oc))
+        def first_pixel(e: kir.Expr) -> kir.Expr:  # of flat tile row e = (image, tile row)
+            return ((e / th) * E["OH"] + (e % th) * m) * E["OW"]
+
+        def block(shared: bool) -> tuple[kir.Stmt, ...]:
+            """One block; `shared`: the team shares its chunks (and its epilogue), else one thread runs it."""
+            stmts: list[kir.Stmt] = [
+                kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
+                _call(fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(packs[m]), kir.Addr(o0), kir.Addr(zeros),
+                      r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch), bias_arg)]
+            if epilogue:
+                stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
+                          kir.For(r, p1, tuple(epilogue), start=p0,
+                                  omp=kir.Omp(parallel=True, if_=par) if shared else None)]
+            return tuple(stmts)
+
+        size = _i(_wino_scratch(m, c, oc) // 4)
+        per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
+                                 kir.Free(scratch)))
+        team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
+        return (kir.Let(tw, (E["OW"] + (m - 1)) / m), kir.Let(th, (E["OH"] + (m - 1)) / m),
+                kir.Let(rows, E["N"] * th), kir.Let(per, fill), kir.Let(nb, (rows + per - 1) / per),
+                kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
+                kir.Free(zeros))
+
+    if len(tiles) == 2:
+        enough, cheaper = wino4_pays(E["N"], E["OH"], E["OW"], div=lambda v, k: v / _i(k))
+        body.append(kir.If(kir.Bin("&&", enough, cheaper), run(4), run(2)))
+    else:
+        body += run(tiles[0])
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, packs[tiles[-1]], *ops.buffers, *(
+        [packs[tiles[0]]] if len(tiles) == 2 else [])), tuple(body), (*ctx.symbols, ROW_STRIDE))
+    weights = [PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4") for m in tiles]
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weights[-1], *ops.ptrs, *weights[:-1]), needs=("conv",),
+                   row_stride=True, scratch_bytes=max(_wino_scratch(m, c, oc) for m in tiles))
+
+
+def _wino_scratch(m: int, c: int, oc: int) -> int:
+    """Bytes of a Winograd block's scratch: a chunk's transformed inputs and products."""
+    return 4 * (m + 2) ** 2 * WINO_TILES[m] * (c + oc)
 
 
 def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
