@@ -54,28 +54,41 @@ class Printer:
 
     # ---- expressions -------------------------------------------------------------------------------------
     def expr(self, e: kir.Expr) -> str:
-        if isinstance(e, kir.Const):
-            return self.const(e)
-        if isinstance(e, (kir.Var, kir.Buffer)):
-            return self.names(e)
-        if isinstance(e, kir.Extent):
-            return self.extent_names[e.k]
-        if isinstance(e, kir.Bin):
-            return f"({self.expr(e.a)} {e.op} {self.expr(e.b)})"
-        if isinstance(e, kir.Un):
-            return f"({e.op}{self.expr(e.a)})"
-        if isinstance(e, kir.Call):
-            return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})"
-        if isinstance(e, kir.Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
-        if isinstance(e, kir.Cast):
-            return f"({ctype(e.dtype)})({self.expr(e.a)})"
-        if isinstance(e, kir.Load):
-            return f"{self.names(e.buf)}[{self.expr(e.index)}]"
-        if isinstance(e, kir.Addr):
-            base = self.names(e.buf)
-            return base if e.offset is None else f"{base} + {self.expr(e.offset)}"
-        raise TypeError(f"not a kernel IR expression: {e!r}")
+        """By a table on the node's type: a kernel's print is mostly expressions (DenseNet's 188 kernels: 46,000
+        of them, a third of a warm compile's printing when each went down a chain of isinstance tests)."""
+        try:
+            how = _EXPR[type(e)]
+        except KeyError:
+            raise TypeError(f"not a kernel IR expression: {e!r}") from None
+        return how(self, e)
+
+    def _var(self, e) -> str:
+        return self.names(e)
+
+    def _extent(self, e: kir.Extent) -> str:
+        return self.extent_names[e.k]
+
+    def _bin(self, e: kir.Bin) -> str:
+        return f"({self.expr(e.a)} {e.op} {self.expr(e.b)})"
+
+    def _un(self, e: kir.Un) -> str:
+        return f"({e.op}{self.expr(e.a)})"
+
+    def _call(self, e: kir.Call) -> str:
+        return f"{e.fn}({', '.join(self.expr(a) for a in e.args)})"
+
+    def _select(self, e: kir.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+
+    def _cast(self, e: kir.Cast) -> str:
+        return f"({ctype(e.dtype)})({self.expr(e.a)})"
+
+    def _load(self, e: kir.Load) -> str:
+        return f"{self.names(e.buf)}[{self.expr(e.index)}]"
+
+    def _addr(self, e: kir.Addr) -> str:
+        base = self.names(e.buf)
+        return base if e.offset is None else f"{base} + {self.expr(e.offset)}"
 
     @staticmethod
     def const(e: kir.Const) -> str:
@@ -190,6 +203,11 @@ class Printer:
         self.block(k.body, 1)
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
+
+
+_EXPR = {kir.Const: lambda p, e: p.const(e), kir.Var: Printer._var, kir.Buffer: Printer._var,
+         kir.Extent: Printer._extent, kir.Bin: Printer._bin, kir.Un: Printer._un, kir.Call: Printer._call,
+         kir.Select: Printer._select, kir.Cast: Printer._cast, kir.Load: Printer._load, kir.Addr: Printer._addr}
 
 
 def print_c(kernel: kir.Kernel) -> str:
