@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dynshape.codegen import program
+from dynshape.codegen.keep import Keep
 from dynshape.codegen.lowering import NativeCall
 from dynshape.runtime.plan import _programs
 
@@ -43,12 +44,11 @@ def test_strided_copy_matches_numpy(lib, dtype):
 def test_consecutive_native_calls_run_as_one_program(lib):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     b, c = np.empty((4, 3), np.float32), np.empty((3, 4), np.float32)
-    keep = []
+    keep = Keep()
 
     def copy_call(src, out):
-        d = np.array([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides], np.int64)
-        keep.append(d)
-        return NativeCall(lib.ds_copy_strided, (d.ctypes.data,))
+        d = keep.table([src.ndim, src.itemsize, out.ctypes.data, src.ctypes.data, *src.shape, *src.strides])
+        return NativeCall(lib.ds_copy_strided, (d,))
 
     seen = []
     calls = [copy_call(a.T, b), copy_call(b.T, c), lambda: seen.append(c.copy()), copy_call(a.T, b)]

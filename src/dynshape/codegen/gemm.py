@@ -17,6 +17,7 @@ import numpy as np
 
 from dynshape.codegen.blas import bind, resolve
 from dynshape.codegen.clib import F32, I64, INT, P, declare
+from dynshape.codegen.keep import Keep
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.ir.graph import Graph, Node
 from dynshape.passes.values import is_float32
@@ -58,12 +59,10 @@ def kernel(choice: str = "auto") -> Matmul | None:
 
 
 def packed_call(mm: Matmul, a: int, b: int, c: int, batch: int, m: int, n: int, k: int, sa: int, sb: int, ta: int,
-                tb: int, alpha: float, beta: float, keep: list) -> NativeCall:
+                tb: int, alpha: float, beta: float, keep: Keep) -> NativeCall:
     """One pre-bound product (addresses fixed): a native call a plan's program can run."""
-    ints = np.array([a, b, c, batch, m, n, k, sa, sb, ta, tb], dtype=np.int64)
-    floats = np.array([alpha, beta], dtype=np.float32)
-    keep.extend((ints, floats))
-    return NativeCall(mm.packed, (ints.ctypes.data, floats.ctypes.data))
+    ints = keep.table([a, b, c, batch, m, n, k, sa, sb, ta, tb])
+    return NativeCall(mm.packed, (ints, keep.table([alpha, beta], np.float32)))
 
 
 def blas_name(choice: str = "auto") -> str:

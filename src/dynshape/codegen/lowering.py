@@ -143,7 +143,7 @@ class BindRequest:
     ins: list
     outs: list
     fixed: Mapping[str, Any]  # constants and per-key values (numpy arrays)
-    keep: list
+    keep: Any  # codegen.keep.Keep: kept objects, and `table(values)` / `hold(view)`
     addr: Callable[[Any], int]  # the address of a buffer (cached by the plan)
     options: Options
     # scratch(nbytes, tag): bytes a call may overwrite, shared by every plan of the arena (its calls never run at

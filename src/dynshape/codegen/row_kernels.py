@@ -81,10 +81,9 @@ def _bind_layernorm(r: BindRequest) -> list | None:
     if lib is None or not n or scale.size != n or (bias is not None and bias.size != n):
         return None
     eps = np.array([r.attrs.get("epsilon", 1e-5)], np.float32).view(np.int32)[0]
-    args = np.array([r.addr(x), r.addr(scale), 0 if bias is None else r.addr(bias), r.addr(r.outs[0]), x.size // n,
-                     n, eps], dtype=np.int64)
-    r.keep.append(args)
-    return [NativeCall(lib.ds_layernorm_args, (args.ctypes.data,))]
+    args = r.keep.table([r.addr(x), r.addr(scale), 0 if bias is None else r.addr(bias), r.addr(r.outs[0]),
+                         x.size // n, n, eps])
+    return [NativeCall(lib.ds_layernorm_args, (args,))]
 
 
 def _softmax_accepts(node: Node, graph: Graph) -> str | None:

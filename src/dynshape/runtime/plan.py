@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape.codegen import program
+from dynshape.codegen.keep import Keep
 from dynshape.codegen.lowering import BindRequest, NativeCall
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import Scope
@@ -161,6 +162,10 @@ class Planner:
                 self.per_key.append(i)
                 per_key_values.update(o for o in s.outputs if o)
         produced = [o for s in build.steps for o in s.outputs if o]
+        # the symbolic values a step or an output reads: a plan keeps only those (text recognition's exported
+        # shape arithmetic leaves ~27 small arrays per key, 6.5 KB of each cached plan's 15 KB, read by nothing)
+        self.reads = {v.name for v in g.outputs} | {x for s in build.steps for x in s.inputs if isinstance(x, str)}
+        self.reads |= {x for s in build.steps if isinstance(s, NodeStep) for x in s.node.free_names()}
         self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed and x not in per_key_values]
         # aliasing: outputs of view-like ops share their input's buffer; a Concat's branches are written into it
         self.base: dict[str, str] = {x: x for x in self.values}
@@ -274,8 +279,10 @@ class Planner:
             views[x] = v
             addrs[id(v)] = base + off
         fixed = dict(self.fixed)
-        keep: list = []
+        keep = Keep()
         for k, v in symvals.items():
+            if k not in self.reads:
+                continue
             fixed[k] = v = _contiguous(v)
             addrs[id(v)] = v.ctypes.data
             keep.append(v)
@@ -310,7 +317,7 @@ class Planner:
         calls: list[Call] = []
         labels: list[str] = []
         scratch = _scratch_for(arena, keep)
-        key_arrays: dict[tuple, np.ndarray] = {}  # one int64 array per distinct kernel key in this plan
+        key_arrays: dict[tuple, int] = {}  # one int64 table per distinct kernel key in this plan
         skip = self.alias_step | set(self.per_key)
         for i, s in enumerate(build.steps):
             if i in skip:
@@ -341,11 +348,10 @@ class Planner:
             values = s.key_values(key, outs[0])  # a Concat's slice has the Concat's row stride
             d = key_arrays.get(values) if key_arrays is not None else None
             if d is None:
-                d = np.array(values, dtype=np.int64)
-                keep.append(d)
+                d = keep.table(values)
                 if key_arrays is not None:
                     key_arrays[values] = d
-            return [NativeCall(s.entry, (addr(d), *[addr(o) for o in outs], *[addr(a) for a in ins]))]
+            return [NativeCall(s.entry, (d, *[addr(o) for o in outs], *[addr(a) for a in ins]))]
         if s.native is not None:
             made = s.native.bind(BindRequest(s.node, s.attrs, ins, outs, fixed, keep, addr, self.options, scratch))
             if made is not None:
@@ -370,7 +376,7 @@ def _native(call: Call) -> tuple[int, list[int]] | None:
     return program.address(call.fn), list(call.args)
 
 
-def _programs(calls: list[Call], labels: list[str], keep: list) -> tuple[list[Call], list[str]]:
+def _programs(calls: list[Call], labels: list[str], keep: Keep) -> tuple[list[Call], list[str]]:
     """Runs of two or more native calls become one ds_run_program call over an int64 program."""
     lib = program.LIBRARY.try_load()
     if lib is None:
@@ -380,9 +386,8 @@ def _programs(calls: list[Call], labels: list[str], keep: list) -> tuple[list[Ca
 
     def flush() -> None:
         if len(run) >= 2:
-            prog = np.array([x for _, _, (fn, args) in run for x in (fn, len(args), *args)], dtype=np.int64)
-            keep.append(prog)
-            out.append((NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))),
+            prog = keep.table([x for _, _, (fn, args) in run for x in (fn, len(args), *args)])
+            out.append((NativeCall(lib.ds_run_program, (prog, len(run))),
                         f"{run[0][1]} .. {run[-1][1]} ({len(run)} native steps)"))
         else:
             out.extend((call, label) for call, label, _ in run)

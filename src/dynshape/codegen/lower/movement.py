@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from dynshape.codegen import program
+from dynshape.codegen.keep import Keep
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.errors import DynshapeError
 from dynshape.ir import opdef
@@ -30,7 +31,7 @@ def _one_output(node: Node, graph: Graph) -> str | None:
     return None if len([o for o in node.outputs if o]) == 1 else "more than one output"
 
 
-def _copy(src: np.ndarray, out: np.ndarray, keep: list) -> list | None:
+def _copy(src: np.ndarray, out: np.ndarray, keep: Keep) -> list | None:
     """out[...] = src as one call: the C strided copy (same dtype), else np.copyto."""
     if src.shape != out.shape:
         return None
@@ -39,14 +40,13 @@ def _copy(src: np.ndarray, out: np.ndarray, keep: list) -> list | None:
         shape, strides = _merged(src.shape, src.strides)
         table = _row_table(shape, strides, src.itemsize)
         if table is not None:
-            desc = np.array([out.ctypes.data, src.ctypes.data, shape[0], strides[0], table.size, table.ctypes.data],
-                            dtype=np.int64)
-            keep.extend((desc, src, table))
-            return [NativeCall(lib.ds_permute_rows, (desc.ctypes.data,))]
-        desc = np.array([len(shape), src.itemsize, out.ctypes.data, src.ctypes.data, *shape, *strides],
-                        dtype=np.int64)
-        keep.extend((desc, src))
-        return [NativeCall(lib.ds_copy_strided, (desc.ctypes.data,))]
+            desc = keep.table([out.ctypes.data, src.ctypes.data, shape[0], strides[0], table.size, table.ctypes.data])
+            keep.hold(src)
+            keep.append(table)
+            return [NativeCall(lib.ds_permute_rows, (desc,))]
+        desc = keep.table([len(shape), src.itemsize, out.ctypes.data, src.ctypes.data, *shape, *strides])
+        keep.hold(src)
+        return [NativeCall(lib.ds_copy_strided, (desc,))]
     return [functools.partial(np.copyto, out, src, casting="unsafe")]
 
 
@@ -181,9 +181,9 @@ def _bind_concat(r: BindRequest) -> list | None:
     desc = [r.addr(out), outer, len(srcs), out.shape[axis] * inner]
     for x in srcs:
         desc += [r.addr(x) if x is not None else 0, x.shape[axis] * inner]
-    args = np.array(desc, dtype=np.int64)
-    r.keep.extend((args, *srcs))
-    return [NativeCall(lib.ds_concat, (args.ctypes.data,))]
+    for x in srcs:
+        r.keep.hold(x)
+    return [NativeCall(lib.ds_concat, (r.keep.table(desc),))]
 
 
 def _fixed_params(r: BindRequest) -> bool:

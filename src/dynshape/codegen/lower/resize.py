@@ -111,10 +111,9 @@ def _bind(r: BindRequest) -> list | None:
         return None
     tables = [*th, *tw]
     r.keep.extend(tables)
-    args = np.array([r.addr(x), r.addr(y), n, h, w, c, oh, ow, *[t.ctypes.data for t in tables], int(linear), ldy],
-                    dtype=np.int64)
-    r.keep.append(args)
-    return [NativeCall(lib.ds_resize2d_nhwc, (args.ctypes.data,))]
+    args = r.keep.table([r.addr(x), r.addr(y), n, h, w, c, oh, ow, *[t.ctypes.data for t in tables], int(linear),
+                         ldy])
+    return [NativeCall(lib.ds_resize2d_nhwc, (args,))]
 
 
 def _pixel_stride(y: np.ndarray) -> int | None:
