@@ -133,6 +133,11 @@ def test_a_generic_build_takes_the_static_builds_tile_per_call(shape):
     static = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=4)
     pays = all(wino4_pays(n, h, w))
     assert _wino_steps(static, 4) == int(pays) and _wino_steps(static, 2) == int(not pays)
+    # explain says how each kernel computes
+    [method] = [k["method"] for k in generic.explain_build()["kernels"]]
+    assert "F(4x4)" in method and "F(2x2)" in method and "call's map" in method
+    assert [k["method"] for k in static.explain_build()["kernels"]] == [f"Winograd F({4 if pays else 2}x"
+                                                                       f"{4 if pays else 2})"]
     other = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=2)
     x = RNG.standard_normal(shape).astype(np.float32)
     got = generic.run({"x": x})["y"]

@@ -103,7 +103,8 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
                   f"{v.guard.why} ({v.guard.where})"}
                  for key, v in exe.variants.items()]
     kernels = [{"name": f"kernel {i}", "kind": s.kind, "ops": [{"node": n.name, "op": n.op_type} for n in s.nodes],
-                "inputs": [str(x) for x in s.inputs], "outputs": list(s.outputs), "shares_code_with": s.shared_with}
+                "inputs": [str(x) for x in s.inputs], "outputs": list(s.outputs), "shares_code_with": s.shared_with,
+                "method": s.method}
                for i, s in enumerate(kernel_steps(exe), 1)]
     lowered = Counter(f"{s.node.op_type} ({s.how})" for s in exe.generic.steps if isinstance(s, NodeStep))
     built = exe.explain_build()
@@ -150,7 +151,7 @@ def _print(data: dict[str, Any]) -> None:
     head(f"fused kernels ({len(data['kernels'])})")
     for k in data["kernels"]:
         line(f"{k['name']}: " + " -> ".join(f"{o['op']} {o['node']}" for o in k["ops"]),
-             f"outputs {', '.join(k['outputs'])}")
+             f"outputs {', '.join(k['outputs'])}" + (f"; {k['method']}" if k["method"] else ""))
     if data["library_steps"]:
         line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
     if data["concat_slices"]:

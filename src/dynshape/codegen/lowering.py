@@ -111,6 +111,9 @@ class Lowered:
     # bytes the kernel allocates itself for a call, per thread running it (Winograd's transformed tiles): outside
     # the arena, so the memory report adds them beside it
     scratch_bytes: int = 0
+    # how the kernel computes, where a kind has several ways (a conv: Winograd F(4x4) or F(2x2), or both chosen
+    # per call; implicit GEMM; depthwise rows): `explain` prints it beside the kernel
+    method: str = ""
 
 
 # The name of the extra key slot a kernel with `Lowered.row_stride` reads: the distance between its output's rows

@@ -70,6 +70,7 @@ class KernelStep:
     shared_with: str
     row_stride: bool = False  # the kernel reads its output's row stride after the key (codegen's ROW_STRIDE)
     scratch_bytes: int = 0  # what the kernel mallocs per call and thread, outside the arena (Lowered.scratch_bytes)
+    method: str = ""  # Lowered.method: how it computes, for explain
 
     @property
     def op(self) -> str:
@@ -246,7 +247,7 @@ def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol
     return KernelStep(f"kernel {item.label!r} ({item.kind})", item.label, item.kind, item.nodes, lk.inputs,
                       lk.outputs, c.entry, shapes,
                       tuple(np.dtype(g.types[o].dtype) for o in lk.outputs), c.source, c.shared_with,
-                      lk.row_stride, lk.scratch_bytes)
+                      lk.row_stride, lk.scratch_bytes, lk.method)
 
 
 def _node_step(n: Node, g: Graph, options: Options, why: str) -> NodeStep:

@@ -426,7 +426,7 @@ class Executable:
             return "never: a view of its input's buffer" if label in views else "every call"
 
         return {
-            "kernels": [{"kind": s.kind, "nodes": s.name, "shared_with": s.shared_with}
+            "kernels": [{"kind": s.kind, "nodes": s.name, "shared_with": s.shared_with, "method": s.method}
                         for s in b.steps if isinstance(s, KernelStep)],
             "uncompiled": [{"node": u.label, "op": u.op, "runs": u.how, "why": u.why, "when": when(u.label)}
                            for u in b.uncompiled],

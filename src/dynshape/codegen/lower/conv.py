@@ -102,6 +102,7 @@ def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
     body = (kir.Region((kir.Alloc(sb, _i(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops),)
     kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), body, ctx.symbols)
     return Lowered(kernel_ir, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="deconv"), *ops.ptrs),
+                   method="ConvTranspose: blocks of input pixels times every tap's weights",
                    needs=("packed_gemm",))
 
 
@@ -304,7 +305,8 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True)
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
+                   method="implicit GEMM on packed weights")
 
 
 # tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
@@ -443,8 +445,10 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, packs[tiles[-1]], *ops.buffers, *(
         [packs[tiles[0]]] if len(tiles) == 2 else [])), tuple(body), (*ctx.symbols, ROW_STRIDE))
     weights = [PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4") for m in tiles]
+    method = "Winograd F(4x4) where it pays on the call's map (wino4_pays), else F(2x2): both packed" \
+        if len(tiles) == 2 else f"Winograd F({tiles[0]}x{tiles[0]})"
     return Lowered(kernel, cv.outputs, (node.inputs[0], weights[-1], *ops.ptrs, *weights[:-1]), needs=("conv",),
-                   row_stride=True, scratch_bytes=max(_wino_scratch(m, c, oc) for m in tiles))
+                   row_stride=True, scratch_bytes=max(_wino_scratch(m, c, oc) for m in tiles), method=method)
 
 
 def _wino_scratch(m: int, c: int, oc: int) -> int:
@@ -478,7 +482,8 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     body.append(kir.For(nho, E["N"] * oh, tuple(row), omp=par))
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs),
-                   needs=("conv",))
+                   needs=("conv",), method="depthwise rows in C: " + (
+                       "16 channels x 8 pixels in registers" if c >= 16 else "a row's pixels as one flat run"))
 
 
 def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
@@ -516,7 +521,8 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
     work = kir.product([E["N"], oh, ow, _i(c * geo["KH"] * geo["KW"])])
     body = [kir.Region((kir.Alloc(acc, _i(c)), rows, kir.Free(acc)), if_=work >= ctx.options.par_min_elements)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
-    return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs))
+    return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs),
+                   method="depthwise: a loop nest per pixel (few channels)")
 
 
 
@@ -596,7 +602,8 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
                         ctx.symbols)
     inputs = (pw.node.inputs[0], PackedWeight(pw.weight, layout="conv", groups=1), *ops_p.ptrs,
               PackedWeight(dw.weight, layout="taps"), *ops_d.ptrs)
-    return Lowered(kernel, ch.outputs, inputs, needs=("conv",))
+    return Lowered(kernel, ch.outputs, inputs, needs=("conv",),
+                   method="1x1 conv into depthwise: a few rows at a time in per-thread scratch")
 
 
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P, P)
