@@ -85,8 +85,8 @@ class Options:
     conv_bias_in_tiles: bool = _build("convs add a per-channel bias (and apply a Relu or HardSwish that is their "
                                       "whole epilogue) in registers as their C stores each tile",
                                       "DYNSHAPE_CONV_BIAS_IN_TILES", True)
-    fold_batchnorm: bool = _build("an inference BatchNormalization folds into the weights of the conv before it",
-                                  default=True)
+    fold_batchnorm: bool = _build("an inference BatchNormalization, and a per-channel Mul / Add / Sub by "
+                                  "constants, folds into the weights and bias of the conv before it", default=True)
     channels_last: bool = _build("CNNs run channels last: spatial ops wrapped, their transposes cancelled",
                                  "DYNSHAPE_CHANNELS_LAST", True)
     winograd: bool = _build("3x3 stride-1 convolutions by Winograd's transforms (see winograd_tile), relative "

@@ -1,5 +1,6 @@
 """The compile-time graph rewrites of inference (passes/fold.py, the softmax rule), each against the reference:
-BatchNormalization folded into the conv before it (or into Mul + Add), Dropout in inference mode removed, and
+BatchNormalization and per-channel Mul / Add / Sub by constants folded into the conv before it (or BatchNormalization
+into Mul + Add), Dropout in inference mode removed, and
 an opset-11 Softmax over the last axis compiled."""
 
 from __future__ import annotations
@@ -69,6 +70,38 @@ def test_batchnorm_after_a_conv_read_twice_is_not_folded_into_it():
              helper.make_node("Add", ["bn", "c"], ["y"])]
     _run_both(_model(nodes, ["n", 4, "h", "w"], {"w": w, **_bn_inits(4)}), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
               (1, 4, 3, 8))
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
+def test_a_chain_of_per_channel_scales_and_shifts_folds_into_the_conv(op):
+    """Conv -> BatchNormalization -> Mul -> Add (the converted Caffe Scale layer of Inception v2 and DenseNet),
+    then a Sub and a scalar Mul with the constant first: all into the conv's weights and bias, no node left."""
+    c = 6
+    w = (RNG.standard_normal((c, c, 2, 2)) * 0.3).astype(np.float32)
+    attrs = {"strides": [2, 2]} if op == "ConvTranspose" else {"pads": [1, 0, 0, 1]}
+    inits = {"w": w, **_bn_inits(c), "k": RNG.uniform(0.5, 2, (c, 1, 1)).astype(np.float32),
+             "t": RNG.standard_normal((1, c, 1, 1)).astype(np.float32), "u": RNG.standard_normal(c).reshape(c, 1, 1)
+             .astype(np.float32), "two": np.array(2.0, np.float32)}
+    nodes = [helper.make_node(op, ["x", "w"], ["c"], **attrs),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"]),
+             helper.make_node("Mul", ["bn", "k"], ["scaled"]), helper.make_node("Add", ["t", "scaled"], ["shifted"]),
+             helper.make_node("Sub", ["shifted", "u"], ["sub"]), helper.make_node("Mul", ["two", "sub"], ["y"])]
+    exe = _run_both(_model(nodes, ["n", c, "h", "w"], inits), {"n": (1, 2), "h": (1, 9), "w": (1, 9)}, (2, c, 5, 7))
+    assert not {"BatchNormalization", "Mul", "Add", "Sub"} & set(_ops(exe)), _ops(exe)
+
+
+def test_scales_that_are_not_per_channel_or_a_shared_conv_output_are_not_folded():
+    """A Mul by a per-pixel constant, a Sub with the constant first (c - x) and a conv whose output is also read
+    elsewhere stay nodes (the result still matches the reference)."""
+    w = (RNG.standard_normal((4, 4, 1, 1))).astype(np.float32)
+    inits = {"w": w, "p": RNG.standard_normal((1, 1, 3, 8)).astype(np.float32),
+             "u": RNG.standard_normal((4, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "p"], ["m"]),
+             helper.make_node("Conv", ["m", "w"], ["c2"]), helper.make_node("Sub", ["u", "c2"], ["s"]),
+             helper.make_node("Conv", ["s", "w"], ["c3"]), helper.make_node("Mul", ["c3", "u"], ["m3"]),
+             helper.make_node("Add", ["m3", "c3"], ["y"])]
+    exe = _run_both(_model(nodes, ["n", 4, 3, 8], inits), {"n": (1, 2)}, (2, 4, 3, 8))
+    assert _ops(exe).count("Mul") == 2 and "Sub" in _ops(exe)
 
 
 def test_inference_dropout_runs_no_step():

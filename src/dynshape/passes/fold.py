@@ -1,4 +1,5 @@
-"""Constant folding of inference-time normalisation: BatchNormalization into the weights before it.
+"""Constant folding of inference-time normalisation: BatchNormalization (and per-channel scales and shifts) into
+the weights before it.
 
 BatchNormalization in inference mode is y = x * k + (bias - mean * k) per channel, k = scale / sqrt(var + eps).
 After a Conv (or ConvTranspose) whose weights and bias are constants and that nothing else reads, it folds into
@@ -37,32 +38,100 @@ def _bn_params(n: Node, consts: dict) -> tuple[np.ndarray, np.ndarray] | None:
     return k, bias - mean * k
 
 
+def _channel_affine(n: Node, consts: dict, types: dict) -> tuple[str, np.ndarray, np.ndarray] | None:
+    """(x, k, shift) where n computes x * k + shift per channel of x (axis 1), k and shift constants in float64:
+    an inference-mode BatchNormalization, or a Mul / Add / Sub (x - c) by a constant that is one value or one per
+    channel (shape (C, 1, 1), (1, C, 1, 1), ...): the Caffe "Scale" layer that converted models put after each
+    BatchNormalization (Inception v2, DenseNet). None for anything else."""
+    bn = _bn_params(n, consts)
+    if bn is not None:
+        return n.inputs[0], bn[0], bn[1]
+    if n.op_type not in ("Mul", "Add", "Sub") or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2:
+        return None
+    order = ((0, 1), (1, 0)) if n.op_type != "Sub" else ((0, 1),)
+    for xi, ci in order:
+        x, c = n.inputs[xi], consts.get(n.inputs[ci])
+        t = types.get(x)
+        if c is None or x in consts or not isinstance(t, TensorType) or len(t.shape) < 2 \
+                or not isinstance(t.shape[1], int) or c.dtype != np.float32 or c.ndim > len(t.shape):
+            continue
+        channels = t.shape[1]
+        lead = (1,) * (len(t.shape) - c.ndim) + c.shape  # c's shape right-aligned to x's rank
+        if any(d != 1 for i, d in enumerate(lead) if i != 1) or lead[1] not in (1, channels):
+            continue
+        v = np.broadcast_to(c.reshape(-1).astype(np.float64), (channels,))
+        one, zero = np.ones(channels), np.zeros(channels)
+        return (x, v, zero) if n.op_type == "Mul" else (x, one, v if n.op_type == "Add" else -v)
+    return None
+
+
+@dataclasses.dataclass
+class _Fold:
+    """What has folded into one conv so far: its output becomes `out` = conv * k + shift per output channel."""
+
+    conv: Node
+    k: np.ndarray
+    shift: np.ndarray
+    out: str
+
+
 def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
+    """Each inference BatchNormalization, and each per-channel Mul / Add / Sub by constants, after a conv whose
+    output nothing else reads folds into the conv's weights and bias, a chain of them (BatchNormalization, then
+    the converted Caffe Scale's Mul and Add) into the same conv; a BatchNormalization with no conv to fold into
+    becomes Mul and Add."""
     readers: dict[str, int] = {}
     for n in nodes:
         for x in n.inputs:
             readers[x] = readers.get(x, 0) + 1
     producer = {o: n for n in nodes for o in n.outputs if o}
     rw = Rewrite([], {}, {})
-    replaced: dict[int, Node] = {}
+    replaced: dict[int, Node | list[Node]] = {}
     dropped: set[int] = set()
-    scalings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (w, k, out): run after the walk, see _scale_all
+    folds: dict[int, _Fold] = {}  # id(conv) -> what folded into it
+    folded_out: dict[str, int] = {}  # the value a folded conv now produces -> id(conv)
     for n in nodes:
-        params = _bn_params(n, consts)
-        if params is None:
+        aff = _channel_affine(n, consts, types)
+        if aff is None:
             continue
-        k, shift = params
-        x = n.inputs[0]
+        x, k, shift = aff
         t = types.get(x)
         if not isinstance(t, TensorType) or np.dtype(t.dtype) != np.float32:
             continue
+        fid = folded_out.get(x)
+        if fid is not None and (readers.get(x, 0) != 1 or x in keep or len(k) != len(folds[fid].k)):
+            fid = None
         conv = producer.get(x)
-        if conv is not None and id(conv) not in replaced and _foldable(conv, consts, readers, keep, len(k)):
-            # the weights scaled in float32 by k rounded to float32 (one pass, no float64 copy of every weight:
-            # ResNet-50's 25 M took 0.2 s): within 1 ulp of the float64 product rounded
-            w = consts[conv.inputs[1]]
-            b = consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
-            k32 = k.astype(np.float32)
+        if fid is None and conv is not None and id(conv) not in folds \
+                and _foldable(conv, consts, readers, keep, len(k)):
+            fid = id(conv)
+            folds[fid] = _Fold(conv, np.ones(len(k)), np.zeros(len(k)), x)
+        if fid is not None:
+            f = folds[fid]
+            f.k, f.shift, f.out = f.k * k, f.shift * k + shift, n.outputs[0]
+            folded_out[n.outputs[0]] = fid
+            dropped.add(id(n))
+            continue
+        if n.op_type != "BatchNormalization":
+            continue  # a Mul / Add with nothing to fold into stays as it is
+        rank = len(t.shape)
+        shape = (len(k), *[1] * (rank - 2))
+        kn, sn, mid = rw.fresh(f"{n.name}_k", types), rw.fresh(f"{n.name}_shift", types), rw.fresh(x, types)
+        for name, v in ((kn, k.astype(np.float32).reshape(shape)), (sn, shift.astype(np.float32).reshape(shape))):
+            rw.consts[name] = v
+            rw.types[name] = TensorType(v.dtype, v.shape, v)
+        rw.types[mid] = types[n.outputs[0]]
+        replaced[id(n)] = [Node("Mul", "", f"{n.name}__scale", {}, [x, kn], [mid]),
+                           Node("Add", "", f"{n.name}__shift", {}, [mid, sn], [n.outputs[0]])]
+    scalings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (w, k, out): run after the walk, _scale_all
+    for fid, f in folds.items():
+        conv = f.conv
+        # the weights scaled in float32 by k rounded to float32 (one pass, no float64 copy of every weight:
+        # ResNet-50's 25 M took 0.2 s): within 1 ulp of the float64 product rounded
+        w = consts[conv.inputs[1]]
+        b = consts[conv.inputs[2]].astype(np.float64) if len(conv.inputs) > 2 and conv.inputs[2] else 0.0
+        if np.any(f.k != 1.0):
+            k32 = f.k.astype(np.float32)
             out = fresh_array(w.shape)  # (numpy's own large arrays may stall in THP compaction: ir/buffers.py)
             if conv.op_type == "Conv":
                 job = (w, k32.reshape(-1, *[1] * (w.ndim - 1)), out)
@@ -73,22 +142,11 @@ def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str])
                        out.reshape(g, -1, cg, *w.shape[2:]))
             scalings.append(job)
             w = out
-            wn, bn = rw.fresh(conv.inputs[1], types), rw.fresh(n.name or "bn", types)
-            for name, v in ((wn, w), (bn, (b * k + shift).astype(np.float32))):
-                rw.consts[name] = v
-                rw.types[name] = TensorType(v.dtype, v.shape, v)
-            replaced[id(conv)] = dataclasses.replace(conv, inputs=[conv.inputs[0], wn, bn], outputs=[n.outputs[0]])
-            dropped.add(id(n))
-            continue
-        rank = len(t.shape)
-        shape = (len(k), *[1] * (rank - 2))
-        kn, sn, mid = rw.fresh(f"{n.name}_k", types), rw.fresh(f"{n.name}_shift", types), rw.fresh(x, types)
-        for name, v in ((kn, k.astype(np.float32).reshape(shape)), (sn, shift.astype(np.float32).reshape(shape))):
+        wn, bn = rw.fresh(conv.inputs[1], types), rw.fresh(f"{conv.name or 'conv'}_bias", types)
+        for name, v in ((wn, w), (bn, (b * f.k + f.shift).astype(np.float32))):
             rw.consts[name] = v
             rw.types[name] = TensorType(v.dtype, v.shape, v)
-        rw.types[mid] = types[n.outputs[0]]
-        replaced[id(n)] = [Node("Mul", "", f"{n.name}__scale", {}, [x, kn], [mid]),
-                           Node("Add", "", f"{n.name}__shift", {}, [mid, sn], [n.outputs[0]])]
+        replaced[fid] = dataclasses.replace(conv, inputs=[conv.inputs[0], wn, bn], outputs=[f.out])
     _scale_all(scalings)
     for n in nodes:
         if id(n) in dropped:
