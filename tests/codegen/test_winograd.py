@@ -94,7 +94,7 @@ def test_a_residual_epilogue_and_no_bias(tile):
     w = (RNG.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["c", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
-    _check(_model(nodes, 32, {"w": w}), [(2, 32, 9, 6), (1, 32, 2, 17)], 1, tile)
+    _check(_model(nodes, 32, {"w": w}), [(2, 32, 9, 6), (1, 32, 2, 17), (1, 32, 16, 16)], 1, tile)
     _check(_conv(16, 16, {"pads": [1, 1, 1, 1]}, act=None, bias=False), [(1, 16, 5, 5)], 1, tile)
 
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 
 FIRST_CHUNK_BYTES = 512  # a plan's first chunk of small tables; each next one twice the last, up to
-MAX_CHUNK_BYTES = 4096  # (a table over half of that gets an array of its own). Why grow: byte_cls's plans need
-# ~300 bytes of tables, text recognition's ~3 KB
+MAX_CHUNK_BYTES = 4096  # (a table over half of that gets an array of its own). Why grow: byte_cls's plans fill
+# two chunks (0.5-1.5 KB of tables), text recognition's (SVTR) three (1.5-3.5 KB)
 TABLE_ALIGN = 8  # every table starts on an int64 boundary
 
 
