@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dynshape.codegen import program
-from dynshape.codegen.keep import Keep
+from dynshape.codegen.keep import Keep, resolved
 from dynshape.codegen.lowering import NativeCall
 from dynshape.runtime.plan import _programs
 
@@ -52,7 +52,8 @@ def test_consecutive_native_calls_run_as_one_program(lib):
 
     seen = []
     calls = [copy_call(a.T, b), copy_call(b.T, c), lambda: seen.append(c.copy()), copy_call(a.T, b)]
-    out, labels = _programs(calls, ["t1", "t2", "py", "t3"], keep)
+    keep.seal()
+    out, labels = _programs([resolved(call) for call in calls], ["t1", "t2", "py", "t3"], keep)
     assert len(out) == 3 and labels[0] == "t1 .. t2 (2 native steps)" and labels[1:] == ["py", "t3"]
     for call in out:
         call()

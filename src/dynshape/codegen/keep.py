@@ -2,53 +2,65 @@
 
 A plan is made per key and up to 256 of them are cached per arena, so what each holds is resident memory that
 grows with the number of shapes seen. Most of it was small int64 tables (a strided copy's descriptor, a kernel's
-key, a row kernel's arguments, a program), each its own numpy array, and views of the arena kept only so that
-their buffer lived: text recognition (SVTR) held ~60 such objects a plan, 2-3x their data in headers and
-allocator rounding. `Keep.table` packs the tables into shared chunks instead, and `Keep.hold` keeps a view's
-underlying buffer (already held: the arena, a constant) rather than the view.
+key, a row kernel's arguments), each its own numpy array, and views of the arena kept only so that their buffer
+lived: text recognition (SVTR) held ~60 such objects a plan, 2-3x their data in headers and allocator rounding.
+`Keep.table` collects the tables while the plan is bound and `Keep.seal` writes them all into one buffer of their
+exact total size (a binder gets a `TableRef` whose address is known once sealed; `resolved` puts the addresses
+into its calls), and `Keep.hold` keeps a view's underlying buffer (already held: the arena, a constant) rather than
+the view.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-FIRST_CHUNK_BYTES = 512  # a plan's first chunk of small tables; each next one twice the last, up to
-MAX_CHUNK_BYTES = 4096  # (a table over half of that gets an array of its own). Why grow: byte_cls's plans fill
-# two chunks (0.5-1.5 KB of tables), text recognition's (SVTR) three (1.5-3.5 KB)
+from dynshape.codegen.lowering import NativeCall
+
 TABLE_ALIGN = 8  # every table starts on an int64 boundary
 
 
-class Keep(list):
-    """The plan's list of kept objects, with the chunk its small tables are written into."""
+class TableRef:
+    """A table's bytes until its plan is sealed, then its address (`addr`)."""
 
-    __slots__ = ("_base", "_chunk", "_used")  # no per-plan __dict__
+    __slots__ = ("addr", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data: bytes | None = data
+        self.addr = 0
+
+
+class Keep(list):
+    """The plan's list of kept objects, and the tables waiting for `seal`."""
+
+    __slots__ = ("_pending",)  # no per-plan __dict__
 
     def __init__(self) -> None:
         super().__init__()
-        self._chunk: np.ndarray | None = None
-        self._base = 0
-        self._used = 0
+        self._pending: list[TableRef] = []
 
-    def table(self, values: Sequence | np.ndarray, dtype: type | np.dtype = np.int64) -> int:
-        """The address of a contiguous copy of `values` (as `dtype`) that lives as long as the plan."""
-        own = np.array(values, dtype=dtype).reshape(-1)  # a copy: the caller may reuse `values`
-        raw = own.view(np.uint8)
-        n = -(-raw.size // TABLE_ALIGN) * TABLE_ALIGN
-        if n > MAX_CHUNK_BYTES // 2 or n == 0:
-            own = own if own.size else np.zeros(1, dtype)
-            self.append(own)
-            return own.ctypes.data
-        if self._chunk is None or self._used + n > self._chunk.size:
-            size = FIRST_CHUNK_BYTES if self._chunk is None else min(2 * self._chunk.size, MAX_CHUNK_BYTES)
-            self._chunk = np.empty(max(size, n), np.uint8)
-            self._base, self._used = self._chunk.ctypes.data, 0
-            self.append(self._chunk)
-        self._chunk[self._used:self._used + raw.size] = raw
-        at = self._base + self._used
-        self._used += n
-        return at
+    def table(self, values: Sequence | np.ndarray, dtype: type | np.dtype = np.int64) -> TableRef:
+        """A contiguous copy of `values` (as `dtype`) that lives as long as the plan: a native call takes the
+        returned ref as the argument, its address filled in by `seal` and `resolved`."""
+        ref = TableRef(np.array(values, dtype=dtype).reshape(-1).tobytes())  # a copy: the caller may reuse values
+        self._pending.append(ref)
+        return ref
+
+    def seal(self) -> None:
+        """Every table collected so far into one buffer of their total size (each on an int64 boundary)."""
+        if not self._pending:
+            return
+        sizes = [max(TABLE_ALIGN, -(-len(r.data) // TABLE_ALIGN) * TABLE_ALIGN) for r in self._pending]
+        buf = np.zeros(sum(sizes), np.uint8)
+        self.append(buf)
+        base, at = buf.ctypes.data, 0
+        for ref, n in zip(self._pending, sizes):
+            buf[at:at + len(ref.data)] = np.frombuffer(ref.data, np.uint8)
+            ref.addr, ref.data = base + at, None
+            at += n
+        self._pending.clear()
 
     def hold(self, a: np.ndarray) -> None:
         """Keep the buffer under a view (its last ndarray base), not the view: the view's own header is all it
@@ -56,3 +68,12 @@ class Keep(list):
         while isinstance(a.base, np.ndarray):
             a = a.base
         self.append(a)
+
+
+def resolved(call: Any) -> Any:
+    """`call` with the addresses of its sealed tables in place of their refs (any other call as it is)."""
+    if isinstance(call, NativeCall) and any(isinstance(a, TableRef) for a in call.args):
+        if any(isinstance(a, TableRef) and a.data is not None for a in call.args):
+            raise RuntimeError("a native call reads a table of a plan that is not sealed")
+        return NativeCall(call.fn, tuple(a.addr if isinstance(a, TableRef) else a for a in call.args))
+    return call

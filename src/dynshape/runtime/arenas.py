@@ -11,13 +11,15 @@ from dynshape.runtime.plan_cache import PlanCache
 
 
 class Arena:
-    """One contiguous buffer and the plans bound to its addresses."""
+    """One contiguous buffer and the plans bound to its addresses. `fit`: (planner, offsets, sizes) of the layout
+    the buffer was last grown for, whose slots a later key may reuse (see Executable._plan)."""
 
-    __slots__ = ("buf", "plans")
+    __slots__ = ("buf", "fit", "plans")
 
     def __init__(self, nbytes: int):
         self.buf = aligned_bytes(nbytes)
         self.plans = PlanCache()
+        self.fit: tuple | None = None
 
 
 ARENA_ALIGN = 64

@@ -335,6 +335,21 @@ class Executable:
         variant.hits += 1
         variant.last_call = st.calls
 
+    @staticmethod
+    def _slots(arena: Arena, pl, shapes: dict, offsets: dict, total: int) -> tuple[dict, int]:
+        """A key whose first-fit layout outgrows the arena, but whose every buffer is no larger than in the layout
+        the arena was grown for, takes that layout's offsets (each buffer inside its old slot, lifetimes the same)
+        instead of growing it. Why: first-fit is not monotone in the shapes (byte_cls's arena, sized with 25%
+        headroom for batch 4 x 2096 bytes, had to grow by 31% for the smaller 4 x 2058), so a stream of smaller
+        shapes after the largest grew resident memory by a whole arena's 25% in one step."""
+        fit = arena.fit
+        if fit is None or fit[0] is not pl:
+            return offsets, total
+        slots = fit[2]
+        if all(n <= slots[b] for b, n in pl.sizes(shapes).items()):
+            return fit[1], max(fit[1][b] + slots[b] for b in slots) if slots else 0
+        return offsets, total
+
     def _plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan:
         """Lay out and bind this key's plan in the arena the caller holds (refused first if over budget)."""
         pl = variant.planner
@@ -343,6 +358,8 @@ class Executable:
             shapes, offsets, total = dict(zip(pl.values, pl.shapes(key))), w.offsets, w.layout
         else:
             shapes, offsets, total = pl.layout(key)
+            if total > arena.buf.size:
+                offsets, total = self._slots(arena, pl, shapes, offsets, total)
         try:
             self.memory.refuse(total, self.table.fmt_key(key))
         except ConstraintViolation:
@@ -356,6 +373,7 @@ class Executable:
             except MemoryError:
                 raise machine_refusal(total, f"this call's memory plan ({self.table.fmt_key(key)})", culprits,
                                       names) from None
+            arena.fit = (pl, offsets, pl.sizes(shapes))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
         arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes())

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynshape.codegen import program
-from dynshape.codegen.keep import Keep
+from dynshape.codegen.keep import Keep, TableRef, resolved
 from dynshape.codegen.lowering import BindRequest, NativeCall
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import Scope
@@ -204,11 +204,14 @@ class Planner:
         body = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[x].shape) + ")" for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
 
+    def sizes(self, shapes: dict) -> dict[str, int]:
+        """Bytes per buffer (aligned) at these shapes."""
+        return {b: -(-max(1, math.prod(shapes[b]) * self.dtypes[b].itemsize) // ALIGN) * ALIGN for b in self.buffers}
+
     def layout(self, key: tuple) -> tuple[dict, dict, int]:
         """(shape per value, byte offset per buffer, arena size) for one key: first-fit by lifetime."""
         shapes = dict(zip(self.values, self.shapes(key)))
-        sizes = {b: -(-max(1, math.prod(shapes[b]) * self.dtypes[b].itemsize) // ALIGN) * ALIGN
-                 for b in self.buffers}
+        sizes = self.sizes(shapes)
         offsets: dict[str, int] = {}
         total = 0
         for b in sorted(self.buffers, key=lambda b: -sizes[b]):
@@ -317,7 +320,7 @@ class Planner:
         calls: list[Call] = []
         labels: list[str] = []
         scratch = _scratch_for(arena, keep)
-        key_arrays: dict[tuple, int] = {}  # one int64 table per distinct kernel key in this plan
+        key_arrays: dict[tuple, TableRef] = {}  # one int64 table per distinct kernel key in this plan
         skip = self.alias_step | set(self.per_key)
         for i, s in enumerate(build.steps):
             if i in skip:
@@ -333,7 +336,8 @@ class Planner:
             labels.extend([s.label] * len(made))
         inputs = [views.get(v.name) for v in g.inputs]
         outputs = [(v.name, get(v.name)) for v in g.outputs]
-        calls, labels = _programs(calls, labels, keep)
+        keep.seal()  # the binders' tables, in one buffer: their calls get the addresses
+        calls, labels = _programs([resolved(c) for c in calls], labels, keep)
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes,
                          tuple(v.name for v in g.inputs))
 
@@ -386,8 +390,9 @@ def _programs(calls: list[Call], labels: list[str], keep: Keep) -> tuple[list[Ca
 
     def flush() -> None:
         if len(run) >= 2:
-            prog = keep.table([x for _, _, (fn, args) in run for x in (fn, len(args), *args)])
-            out.append((NativeCall(lib.ds_run_program, (prog, len(run))),
+            prog = np.array([x for _, _, (fn, args) in run for x in (fn, len(args), *args)], dtype=np.int64)
+            keep.append(prog)
+            out.append((NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))),
                         f"{run[0][1]} .. {run[-1][1]} ({len(run)} native steps)"))
         else:
             out.extend((call, label) for call, label, _ in run)
