@@ -336,19 +336,19 @@ class Executable:
         variant.last_call = st.calls
 
     @staticmethod
-    def _slots(arena: Arena, pl, shapes: dict, offsets: dict, total: int) -> tuple[dict, int]:
+    def _slots(arena: Arena, pl: Planner, shapes: dict) -> tuple[dict, int] | None:
         """A key whose first-fit layout outgrows the arena, but whose every buffer is no larger than in the layout
         the arena was grown for, takes that layout's offsets (each buffer inside its old slot, lifetimes the same)
         instead of growing it. Why: first-fit is not monotone in the shapes (byte_cls's arena, sized with 25%
         headroom for batch 4 x 2096 bytes, had to grow by 31% for the smaller 4 x 2058), so a stream of smaller
-        shapes after the largest grew resident memory by a whole arena's 25% in one step."""
+        shapes after the largest grew resident memory by a whole arena's 25% in one step. None: no such layout."""
         fit = arena.fit
         if fit is None or fit[0] is not pl:
-            return offsets, total
+            return None
         slots = fit[2]
         if all(n <= slots[b] for b, n in pl.sizes(shapes).items()):
             return fit[1], max(fit[1][b] + slots[b] for b in slots) if slots else 0
-        return offsets, total
+        return None
 
     def _plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan:
         """Lay out and bind this key's plan in the arena the caller holds (refused first if over budget)."""
@@ -359,7 +359,7 @@ class Executable:
         else:
             shapes, offsets, total = pl.layout(key)
             if total > arena.buf.size:
-                offsets, total = self._slots(arena, pl, shapes, offsets, total)
+                offsets, total = self._slots(arena, pl, shapes) or (offsets, total)
         try:
             self.memory.refuse(total, self.table.fmt_key(key))
         except ConstraintViolation:
