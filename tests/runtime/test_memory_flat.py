@@ -71,3 +71,23 @@ def test_a_smaller_key_whose_first_fit_outgrows_the_arena_takes_the_slots_it_was
         assert arena.buf.size > size  # its buffers outgrow the slots: the arena grows
     finally:
         planner.layout = first_fit
+
+
+def test_the_key_profile_holds_a_bounded_number_of_keys_and_still_finds_a_hot_one():
+    """A stream whose shapes rarely repeat made every call a new key, and the profile kept them all (up to 65,536,
+    ~10 MB: byte_cls grew ~0.2 MB a 1,000 calls from it alone). Now a window counts at most WINDOW_KEYS distinct
+    keys and at most MAX_KEYS are remembered; a key making 10% of the calls is still found hot, and counted."""
+    from dynshape.runtime import profile
+
+    p = profile.KeyProfile(min_calls=20, min_share=0.05, window=1000)
+    rng = np.random.default_rng(0)
+    hot_seen = []
+    for i in range(20_000):
+        key = (7, 7) if i % 10 == 0 else (int(rng.integers(1 << 30)), i)
+        if p.observe(key) and p.is_hot(key):
+            hot_seen.append(i)
+        assert len(p._cur) <= profile.WINDOW_KEYS and len(p._prev) <= profile.WINDOW_KEYS
+        assert len(p._done) <= profile.MAX_KEYS
+    assert hot_seen and hot_seen[0] < 1000  # found in the first window
+    assert p.counts[(7, 7)] == 2000  # every call of a key the window counts is counted
+    assert len(p.counts) <= profile.MAX_KEYS + profile.WINDOW_KEYS

@@ -20,11 +20,22 @@ from pathlib import Path
 from dynshape.errors import DynshapeError
 
 FORMAT = "dynshape-profile-1"
-MAX_KEYS = 65536  # distinct keys remembered across windows; beyond it the least-called half is forgotten
+WINDOW_KEYS = 256  # distinct keys counted per window (see KeyProfile)
+MAX_KEYS = 1024  # distinct keys remembered across windows; beyond it the least-called half is forgotten
 
 
 class KeyProfile:
-    """Key counts since start-up, and per window of calls: the current window's and the previous one's."""
+    """Key counts since start-up, and per window of calls: the current window's and the previous one's.
+
+    Bounded memory. A window counts at most WINDOW_KEYS distinct keys (a key first seen after that is counted
+    from the next window on) and at most MAX_KEYS keys are remembered across windows. Why: a server whose shapes
+    rarely repeat (random text widths) made every call a new key, and the profile held them all, up to 65,536
+    (~10 MB): byte_cls's resident memory grew by ~0.2 MB per 1,000 calls, forever, from the profile alone
+    (tracemalloc; bench/cnn_bench.py --memory). A key hot enough to earn a variant (5% of a window's calls by
+    default) is among a window's first 256 distinct keys unless 256 others come first, and only the most-called
+    keys of a saved profile can pass its thresholds (`hot_in_total`), so neither cap changes what gets built
+    beyond a window's delay on an adversarial stream.
+    """
 
     def __init__(self, min_calls: int = 20, min_share: float = 0.05, window: int = 1000):
         self.min_calls, self.min_share, self.window = min_calls, min_share, window
@@ -40,7 +51,10 @@ class KeyProfile:
         boundary is found a few calls into the next window."""
         cur = self._cur
         c = cur.get(key, 0) + 1
-        cur[key] = c
+        if c > 1 or len(cur) < WINDOW_KEYS:
+            cur[key] = c
+        else:
+            c = 0  # the window's distinct keys are counted: this one from the next window on
         self.calls += 1
         if self.calls >= self._roll_at:
             self._roll()
