@@ -91,3 +91,16 @@ def test_the_key_profile_holds_a_bounded_number_of_keys_and_still_finds_a_hot_on
     assert hot_seen and hot_seen[0] < 1000  # found in the first window
     assert p.counts[(7, 7)] == 2000  # every call of a key the window counts is counted
     assert len(p.counts) <= profile.MAX_KEYS + profile.WINDOW_KEYS
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_an_arena_is_resident_from_the_start():
+    """Every page of an arena is touched when it is made, so a later key whose layout reaches pages an earlier
+    one did not touch cannot grow resident memory mid-stream (the kernel pages in lazily otherwise)."""
+    from dynshape.runtime.arenas import aligned_bytes
+
+    before = _rss()
+    buf = aligned_bytes(48 << 20)
+    grew = _rss() - before
+    assert grew >= 44 << 20, f"only {grew >> 20} MB of a 48 MB arena resident"
+    del buf

@@ -123,7 +123,7 @@ ROW_STRIDE = "__row_stride"
 
 
 # ---- native lowerings: pre-built C entry points bound to a plan's buffers --------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # no per-call __dict__: a cached plan holds these
 class NativeCall:
     """One pre-bound call of a C entry point taking only pointers and int64s: a plan packs runs of these into
     one program (`codegen.program`), so they cost one foreign call together."""

@@ -62,7 +62,7 @@ def _scratch_for(arena: np.ndarray, keep: list) -> Callable[[int, str], np.ndarr
 Call = Callable[[], None]
 
 
-@dataclass
+@dataclass(slots=True)  # no per-plan __dict__: up to 256 are cached per arena
 class BoundPlan:
     inputs: list  # arena views the call's input arrays are copied into
     calls: list[Call]  # zero-argument callables, in order
@@ -380,6 +380,9 @@ def _native(call: Call) -> tuple[int, list[int]] | None:
     return program.address(call.fn), list(call.args)
 
 
+_RUN_LABELS: dict[tuple, str] = {}  # one string per (first, last, count) of a program run, shared by every plan
+
+
 def _programs(calls: list[Call], labels: list[str], keep: Keep) -> tuple[list[Call], list[str]]:
     """Runs of two or more native calls become one ds_run_program call over an int64 program."""
     lib = program.LIBRARY.try_load()
@@ -392,8 +395,9 @@ def _programs(calls: list[Call], labels: list[str], keep: Keep) -> tuple[list[Ca
         if len(run) >= 2:
             prog = np.array([x for _, _, (fn, args) in run for x in (fn, len(args), *args)], dtype=np.int64)
             keep.append(prog)
-            out.append((NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))),
-                        f"{run[0][1]} .. {run[-1][1]} ({len(run)} native steps)"))
+            ends = (run[0][1], run[-1][1], len(run))
+            label = _RUN_LABELS.get(ends) or _RUN_LABELS.setdefault(ends, "{} .. {} ({} native steps)".format(*ends))
+            out.append((NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))), label))
         else:
             out.extend((call, label) for call, label, _ in run)
         run.clear()
