@@ -104,3 +104,28 @@ def test_an_arena_is_resident_from_the_start():
     grew = _rss() - before
     assert grew >= 44 << 20, f"only {grew >> 20} MB of a 48 MB arena resident"
     del buf
+
+
+def test_the_native_first_fit_places_every_buffer_where_the_python_one_does():
+    """ds_first_fit (C, on the request path of every new shape) against Planner.first_fit (Python): the same
+    offsets and arena size for a two-layer encoder's lifetimes (38 buffers) over random buffer sizes, all-equal
+    ones (ties) included, and no two buffers that live at once overlapping."""
+    from dynshape.models.encoder import build_encoder
+
+    pl = ds.compile(load_onnx(build_encoder())).generic.planner
+    assert len(pl.buffers) >= 30
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        if trial % 3 == 0:
+            sizes = dict.fromkeys(pl.buffers, int(rng.integers(1, 6)) * 64)
+        else:
+            sizes = {b: int(rng.integers(1, 1 << 14)) * 64 for b in pl.buffers}
+        pl.sizes = lambda shapes, sizes=sizes: sizes  # the instance attribute shadows the method for this trial
+        try:
+            _, offsets, total = pl.layout((int(rng.integers(1, 5)), int(rng.integers(1, 65))))
+        finally:
+            del pl.sizes
+        assert (offsets, total) == pl.first_fit(sizes)
+        for b in pl.buffers:
+            for o in pl.overlaps[b]:
+                assert offsets[b] + sizes[b] <= offsets[o] or offsets[o] + sizes[o] <= offsets[b]

@@ -17,6 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -145,6 +146,8 @@ class Planner:
         g = self.graph
         self.fixed = {k: _contiguous(v) for k, v in build.fixed.items()}
         self.fixed_addr = {id(v): v.ctypes.data for v in self.fixed.values()}
+        self.fixed_at = {k: v.ctypes.data for k, v in self.fixed.items()}  # by value name (or PackedWeight)
+        self._entries: dict[int, tuple] = {}  # id(ctypes function) -> (it, its address): see _entry
         inputs = [v.name for v in g.inputs]
         # steps that read only constants and the key's symbolic values (position ids, masks built from shapes,
         # token-type embeddings): computed once per key when the plan is bound, never on the request path
@@ -198,11 +201,25 @@ class Planner:
         self.overlaps = {b: [o for o in self.buffers if o != b and not (span[o][1] < span[b][0]
                                                                         or span[b][1] < span[o][0])]
                          for b in self.buffers}  # lifetimes do not depend on the key: computed once
+        index = {b: i for i, b in enumerate(self.buffers)}
+        adjacency = [[index[o] for o in self.overlaps[b]] for b in self.buffers]
+        self._adj_start = np.cumsum([0] + [len(a) for a in adjacency], dtype=np.int64)  # CSR, for ds_first_fit
+        self._adj = np.array([i for a in adjacency for i in a] or [0], np.int64)
         self.dtypes = {x: np.dtype(g.types[x].dtype) for x in self.values}
         self.symbol_names = [s.name for s in symbols]
         names = key_names(self.symbol_names)
         body = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[x].shape) + ")" for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
+
+    def _entry(self, fn: Any) -> int:
+        """The entry address of a ctypes function, remembered (ctypes.cast costs ~1 us a call, and a plan packs
+        every native step). The function is kept with its address, so its id cannot be reused meanwhile."""
+        got = self._entries.get(id(fn))
+        if got is None:
+            if len(self._entries) >= 4096:  # binders reuse their library's functions: a bound, not a working set
+                self._entries.clear()
+            got = self._entries[id(fn)] = (fn, program.address(fn))
+        return got[1]
 
     def sizes(self, shapes: dict) -> dict[str, int]:
         """Bytes per buffer (aligned) at these shapes."""
@@ -212,6 +229,20 @@ class Planner:
         """(shape per value, byte offset per buffer, arena size) for one key: first-fit by lifetime."""
         shapes = dict(zip(self.values, self.shapes(key)))
         sizes = self.sizes(shapes)
+        lib = program.LIBRARY.try_load()
+        if lib is None:
+            return (shapes, *self.first_fit(sizes))
+        n = len(self.buffers)
+        size = np.fromiter(sizes.values(), np.int64, n)  # self.sizes keeps self.buffers' order
+        order = np.argsort(-size, kind="stable")  # largest first, ties in buffer order (as `first_fit`)
+        out = np.empty(3 * n, np.int64)  # offsets, then the C's scratch: per call (the call releases the GIL)
+        total = lib.ds_first_fit(n, size.ctypes.data, order.ctypes.data, self._adj_start.ctypes.data,
+                                 self._adj.ctypes.data, out.ctypes.data, out[n:].ctypes.data)
+        return shapes, dict(zip(self.buffers, out[:n].tolist())), int(total)
+
+    def first_fit(self, sizes: dict) -> tuple[dict, int]:
+        """First-fit in Python: (offset per buffer, arena size), largest buffer first, each at the lowest offset
+        clear of every placed buffer whose lifetime it overlaps. ds_first_fit is the same loop in C."""
         offsets: dict[str, int] = {}
         total = 0
         for b in sorted(self.buffers, key=lambda b: -sizes[b]):
@@ -223,7 +254,7 @@ class Planner:
                 at = max(at, stop)
             offsets[b] = at
             total = max(total, at + sizes[b])
-        return shapes, offsets, total
+        return offsets, total
 
     def _memo_key(self, i: int, names: tuple, args: list) -> tuple | None:
         """What step i's per-key result depends on: its constants by name, the rest (symbol values, shapes
@@ -257,37 +288,50 @@ class Planner:
                 self._memo_bytes += size
 
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
+        """This key's plan in `arena`: every value's address, the per-key steps run, every step bound.
+
+        Views of the arena are made only for what needs an array (a native binder's or numpy step's buffers,
+        the graph's inputs and outputs, a row-stride kernel's output): a generated kernel takes addresses only,
+        and most steps are kernels (text detection: 88 of 96), so their values get an address and no view."""
         build, g = self.build, self.graph
         base = arena.ctypes.data
-        views: dict[str, np.ndarray] = {}
-        addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
+        dtypes, joins = self.dtypes, self.joins
+        at: dict = dict(self.fixed_at)  # value name (or PackedWeight) -> address
         for x in self.values:
-            off = offsets[self.base[x]]
-            if any(d < 0 for d in shapes[x]):  # a dim the symbols make negative: the rules should have refused
+            shp = shapes[x]
+            if shp and min(shp) < 0:  # a dim the symbols make negative: the rules should have refused
                 raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
                                           f"{dict(zip(self.symbol_names, key))}: a negative dim; the model's "
                                           "shape arithmetic does not hold for these inputs")
-            jn = self.joins.get(x)
+            jn = joins.get(x)
+            at[x] = base + offsets[self.base[x]] + (0 if jn is None else jn.col * dtypes[x].itemsize)
+        views: dict[str, np.ndarray] = {}
+        addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
+
+        def view(x: str) -> np.ndarray:
+            off = at[x] - base
+            jn = joins.get(x)
             try:
                 if jn is None:
-                    v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off)
+                    v = np.ndarray(shapes[x], dtypes[x], buffer=arena, offset=off)
                 else:  # columns of the Concat's rows: its strides, this value's shape
-                    whole = np.ndarray(shapes[jn.into], self.dtypes[x], buffer=arena, offset=off)
-                    off += jn.col * self.dtypes[x].itemsize
-                    v = np.ndarray(shapes[x], self.dtypes[x], buffer=arena, offset=off, strides=whole.strides)
+                    whole = np.ndarray(shapes[jn.into], dtypes[x], buffer=arena, offset=offsets[self.base[x]])
+                    v = np.ndarray(shapes[x], dtypes[x], buffer=arena, offset=off, strides=whole.strides)
             except ValueError as e:  # a shape numpy cannot hold (its dims' product overflows)
                 raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
                                           f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") \
                     from None
             views[x] = v
-            addrs[id(v)] = base + off
+            addrs[id(v)] = at[x]
+            return v
+
         fixed = dict(self.fixed)
         keep = Keep()
         for k, v in symvals.items():
             if k not in self.reads:
                 continue
             fixed[k] = v = _contiguous(v)
-            addrs[id(v)] = v.ctypes.data
+            addrs[id(v)] = at[k] = v.ctypes.data
             keep.append(v)
         per_key_bytes = 0
         for i in self.per_key:
@@ -307,7 +351,7 @@ class Planner:
             for name, v in zip(s.outputs, made):
                 if name:
                     fixed[name] = v
-                    addrs[id(v)] = v.ctypes.data
+                    addrs[id(v)] = at[name] = v.ctypes.data
                     keep.append(v)
                     per_key_bytes += v.nbytes
 
@@ -315,7 +359,7 @@ class Planner:
             return addrs.get(id(a)) or a.ctypes.data
 
         def get(x):
-            return None if not x else views[x] if x in views else fixed[x]
+            return None if not x else views[x] if x in views else fixed[x] if x in fixed else view(x)
 
         calls: list[Call] = []
         labels: list[str] = []
@@ -324,6 +368,14 @@ class Planner:
         skip = self.alias_step | set(self.per_key)
         for i, s in enumerate(build.steps):
             if i in skip:
+                continue
+            if type(s) is KernelStep:  # the common step, inline: the key (and row stride), then addresses
+                values = s.key_values(key, get(s.outputs[0])) if s.row_stride else key
+                d = key_arrays.get(values)
+                if d is None:
+                    d = key_arrays[values] = keep.table(values)
+                calls.append(NativeCall(s.entry, (d, *[at[o] for o in s.outputs], *[at[x] for x in s.inputs])))
+                labels.append(s.label)
                 continue
             ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
             try:
@@ -334,10 +386,10 @@ class Planner:
                 raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
             calls.extend(made)
             labels.extend([s.label] * len(made))
-        inputs = [views.get(v.name) for v in g.inputs]
+        inputs = [get(v.name) if v.name in self.base else None for v in g.inputs]  # None: not read
         outputs = [(v.name, get(v.name)) for v in g.outputs]
         keep.seal()  # the binders' tables, in one buffer: their calls get the addresses
-        calls, labels = _programs([resolved(c) for c in calls], labels, keep)
+        calls, labels = _programs(calls, labels, keep, self._entry)
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes,
                          tuple(v.name for v in g.inputs))
 
@@ -371,43 +423,52 @@ class Planner:
         return [call]
 
 
-def _native(call: Call) -> tuple[int, list[int]] | None:
-    """(entry address, int args) of a call a program can run: a NativeCall of at most MAX_ARGS ints."""
-    if not isinstance(call, NativeCall) or len(call.args) > program.MAX_ARGS:
+def _native(call: Call, entry: Callable[[Any], int]) -> list[int] | None:
+    """[entry address, nargs, *args] of a call a program can run (a NativeCall of at most MAX_ARGS ints, its
+    tables sealed), else None."""
+    if type(call) is not NativeCall or len(call.args) > program.MAX_ARGS:
         return None
-    if not all(type(a) is int for a in call.args):
+    args = [a.addr if type(a) is TableRef else a for a in call.args]
+    if not all(type(a) is int for a in args):
         return None
-    return program.address(call.fn), list(call.args)
+    return [entry(call.fn), len(args), *args]
 
 
 _RUN_LABELS: dict[tuple, str] = {}  # one string per (first, last, count) of a program run, shared by every plan
 
 
-def _programs(calls: list[Call], labels: list[str], keep: Keep) -> tuple[list[Call], list[str]]:
-    """Runs of two or more native calls become one ds_run_program call over an int64 program."""
+def _programs(calls: list[Call], labels: list[str], keep: Keep,
+              entry: Callable[[Any], int] = program.address) -> tuple[list[Call], list[str]]:
+    """Runs of two or more native calls become one ds_run_program call over an int64 program (tables resolved
+    to their sealed addresses, in the same pass); every other call with its tables resolved."""
     lib = program.LIBRARY.try_load()
     if lib is None:
-        return calls, labels
+        return [resolved(c) for c in calls], labels
     out: list = []
-    run: list = []  # (call, label, (entry, args)) of the native calls since the last Python one
+    out_labels: list = []
+    run: list = []  # (call, label, program words) of the native calls since the last Python one
 
     def flush() -> None:
         if len(run) >= 2:
-            prog = np.array([x for _, _, (fn, args) in run for x in (fn, len(args), *args)], dtype=np.int64)
+            prog = np.array([x for _, _, words in run for x in words], dtype=np.int64)
             keep.append(prog)
             ends = (run[0][1], run[-1][1], len(run))
             label = _RUN_LABELS.get(ends) or _RUN_LABELS.setdefault(ends, "{} .. {} ({} native steps)".format(*ends))
-            out.append((NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))), label))
+            out.append(NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))))
+            out_labels.append(label)
         else:
-            out.extend((call, label) for call, label, _ in run)
+            for call, label, _ in run:
+                out.append(resolved(call))
+                out_labels.append(label)
         run.clear()
 
     for call, label in zip(calls, labels):
-        nat = _native(call)
-        if nat is None:
+        words = _native(call, entry)
+        if words is None:
             flush()
-            out.append((call, label))
+            out.append(resolved(call))
+            out_labels.append(label)
         else:
-            run.append((call, label, nat))
+            run.append((call, label, words))
     flush()
-    return [c for c, _ in out], [lb for _, lb in out]
+    return out, out_labels

@@ -198,3 +198,35 @@ void ds_run_program(const int64_t *p, int64_t n) {
         p += 2 + nargs;
     }
 }
+
+/* First-fit placement of a plan's buffers in its arena (runtime/plan.py, Planner.layout): buffers in `order`
+   (largest first), each at the lowest offset where it overlaps no placed buffer whose lifetime it shares
+   (adjacency in CSR: adj[adj_start[b] .. adj_start[b + 1]]). Returns the arena's size; offset[b] gets each
+   buffer's offset. The same placement as the Python loop it replaces, 30x faster (a new shape's plan is made
+   on the request path: text detection's 94 buffers took 0.15 ms of a 0.9 ms plan). `work`: 2 * n int64s. */
+int64_t ds_first_fit(int64_t n, const int64_t *size, const int64_t *order, const int64_t *adj_start,
+                     const int64_t *adj, int64_t *offset, int64_t *work) {
+    int64_t *st = work, *en = work + n, total = 0;
+    for (int64_t i = 0; i < n; i++) offset[i] = -1;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t b = order[k], sz = size[b];
+        int64_t cnt = 0;
+        for (int64_t j = adj_start[b]; j < adj_start[b + 1]; j++) {
+            const int64_t o = adj[j];
+            if (offset[o] < 0) continue;
+            /* insertion by start: the clashes stay sorted (ties in any order place the buffer alike) */
+            int64_t i = cnt++;
+            while (i > 0 && st[i - 1] > offset[o]) { st[i] = st[i - 1]; en[i] = en[i - 1]; i--; }
+            st[i] = offset[o];
+            en[i] = offset[o] + size[o];
+        }
+        int64_t at = 0;
+        for (int64_t i = 0; i < cnt; i++) {
+            if (at + sz <= st[i]) break;
+            if (en[i] > at) at = en[i];
+        }
+        offset[b] = at;
+        if (at + sz > total) total = at + sz;
+    }
+    return total;
+}
