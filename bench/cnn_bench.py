@@ -376,16 +376,15 @@ def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -
 def fill_plan_caches(exe: Any, one: Callable[[], None], stall: int = 200, limit: int = 5000) -> tuple[int, int]:
     """Call until every arena's plan cache is full (or no new plan was cached in `stall` calls: a model with
     fewer keys than the cache holds), at most `limit` calls; (calls made, plans cached). Why: the cache holds up
-    to PLANS_PER_ARENA plans (a few KB each), so a stream of new shapes grows resident memory until it is full,
-    by design; 'flat' is measured after that, and the fill is reported on its own line."""
-    from dynshape.runtime.plan_cache import PLANS_PER_ARENA
+    to Options.plan_cache plans an arena (256; a few KB each), so a stream of new shapes grows resident memory
+    until it is full, by design; 'flat' is measured after that, and the fill is reported on its own line."""
 
     def cached() -> int:
         return sum(len(a.plans) for a in exe.arenas)
 
     calls = since = 0
     last = cached()
-    while calls < limit and since < stall and last < PLANS_PER_ARENA * len(exe.arenas):
+    while calls < limit and since < stall and last < exe.options.plan_cache * len(exe.arenas):
         one()
         calls += 1
         now = cached()

@@ -95,7 +95,10 @@ def main() -> None:
     limit_threads(args.threads)  # compiling loaded dynshape's OpenMP runtime: limit it too
     whole = median_time(lambda: exe.run(feed), args.reps)
 
-    plan_mod._programs = lambda calls, labels, keep: (calls, labels)  # every native step its own call
+    from dynshape.codegen.keep import resolved
+
+    # every native step its own call (its tables' addresses resolved, as the program pass would)
+    plan_mod._programs = lambda calls, labels, keep, *_: ([resolved(c) for c in calls], labels)
     exe_split = ds.compile(ds.load_onnx(path, dims=spec.dims), strategy="generic")
     exe_split.run(feed)
     arena = exe_split._pool.arenas[0]

@@ -125,6 +125,8 @@ class Options:
     over_budget: str = _run("error: refuse at compile time; refuse_calls: refuse each call that needs more", "error")
     preallocate: bool = _run("reserve the worst-case arenas at compile time", False)
     arenas: int = _run("arenas in the pool (concurrent planned calls)", 4)
+    plan_cache: int = _run("plans cached per arena, oldest dropped first (a plan holds a few KB; making one for "
+                           "a new shape takes 0.1-1 ms)", 256)
     tune_malloc: bool = _run("keep freed memory mapped for reuse (glibc mallopt, process-wide)", True,
                              "DYNSHAPE_TUNE_MALLOC")
     cache_dir: str | None = _run("build cache directory (default ~/.cache/dynshape)", None, "DYNSHAPE_CACHE_DIR")
@@ -140,6 +142,8 @@ class Options:
             raise DynshapeError(f"over_budget={self.over_budget!r}: choose 'error' or 'refuse_calls'")
         if self.hot_calls < 1 or self.hot_window < 1 or not 0.0 <= self.hot_share <= 1.0 or self.arenas < 1:
             raise DynshapeError("hot_calls, hot_window and arenas must be >= 1 and hot_share in [0, 1]")
+        if isinstance(self.plan_cache, bool) or not isinstance(self.plan_cache, int) or self.plan_cache < 0:
+            raise DynshapeError(f"plan_cache={self.plan_cache!r}: must be an int >= 0 (0: plans are not kept)")
         if isinstance(self.max_rank_variants, bool) or not isinstance(self.max_rank_variants, int) \
                 or self.max_rank_variants < 1:
             raise DynshapeError(f"max_rank_variants={self.max_rank_variants!r}: must be an int >= 1")

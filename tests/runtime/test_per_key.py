@@ -94,6 +94,19 @@ def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
     assert [k[1] for k in plans] == [(30,), (29,), (28,)]  # the oldest went first
 
 
+def test_the_plan_cache_holds_at_most_plan_cache_plans_an_arena_oldest_first():
+    for cap, kept in ((2, [(30,), (29,)]), (0, [])):
+        exe = ds.compile(_positions_model(), strategy="generic", plan_cache=cap, arenas=1)
+        for seq in (32, 31, 30, 29):
+            x = np.full((seq, 4), 1.0, np.float32)
+            np.testing.assert_array_equal(exe.run({"x": x})["y"], 1 + np.arange(seq * 4, dtype=np.float32)
+                                          .reshape(seq, 4))
+        assert [k[1] for k in exe.arenas[0].plans] == kept
+        assert any(o["name"] == "plan_cache" and o["value"] == cap for o in exe.options.explain())
+    with pytest.raises(ds.DynshapeError, match="plan_cache"):
+        ds.compile(_positions_model(), plan_cache=-1)
+
+
 def test_a_per_key_step_that_fails_names_its_node_and_leaves_the_executable_usable():
     exe = ds.compile(_positions_model(max_seq=40), strategy="generic")  # the table has 32 rows
     with pytest.raises(ds.DynshapeError, match="Gather"):

@@ -376,7 +376,7 @@ class Executable:
             arena.fit = (pl, offsets, pl.sizes(shapes))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
-        arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes())
+        arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes(), self.options.plan_cache)
         return plan
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:

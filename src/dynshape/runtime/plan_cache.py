@@ -9,20 +9,20 @@ cycling over more keys than the cache holds (the shared request stream: 171 keys
 
 from __future__ import annotations
 
-PLANS_PER_ARENA = 256
+PLANS_PER_ARENA = 256  # the default of Options.plan_cache
 PLAN_BYTES = 64 << 20  # per arena: per-key values (masks, ids) the cached plans hold
 
 
 class PlanCache(dict):
     """Insertion-ordered plans by (variant uid, key): reads are plain dict lookups (the request path)."""
 
-    def keep(self, slot: tuple, plan, cap_bytes: int) -> None:
-        """Cache a new plan within PLANS_PER_ARENA plans and `cap_bytes` of per-key values, the oldest going
-        first; a plan alone over the cap serves its own call and is not kept."""
-        if plan.nbytes > cap_bytes:
+    def keep(self, slot: tuple, plan, cap_bytes: int, cap_plans: int = PLANS_PER_ARENA) -> None:
+        """Cache a new plan within `cap_plans` plans and `cap_bytes` of per-key values, the oldest going first;
+        a plan alone over a cap serves its own call and is not kept."""
+        if plan.nbytes > cap_bytes or cap_plans < 1:
             return
         held = sum(p.nbytes for p in self.values()) + plan.nbytes
-        while self and (len(self) >= PLANS_PER_ARENA or held > cap_bytes):
+        while self and (len(self) >= cap_plans or held > cap_bytes):
             held -= self.pop(next(iter(self))).nbytes
         self[slot] = plan
 
