@@ -31,7 +31,7 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes.values import VIEW_OPS
 from dynshape.runtime.arenas import aligned_bytes
-from dynshape.runtime.build import Build, KernelStep, NodeStep, Step
+from dynshape.runtime.build import Build, KernelStep, NodeStep
 from dynshape.runtime.concat_joins import concat_joins
 from dynshape.sym import Expr, Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
@@ -233,7 +233,7 @@ class Planner:
         if lib is None:
             return (shapes, *self.first_fit(sizes))
         n = len(self.buffers)
-        size = np.fromiter(sizes.values(), np.int64, n)  # self.sizes keeps self.buffers' order
+        size = np.fromiter((sizes[b] for b in self.buffers), np.int64, n)
         order = np.argsort(-size, kind="stable")  # largest first, ties in buffer order (as `first_fit`)
         out = np.empty(3 * n, np.int64)  # offsets, then the C's scratch: per call (the call releases the GIL)
         total = lib.ds_first_fit(n, size.ctypes.data, order.ctypes.data, self._adj_start.ctypes.data,
@@ -369,17 +369,17 @@ class Planner:
         for i, s in enumerate(build.steps):
             if i in skip:
                 continue
-            if type(s) is KernelStep:  # the common step, inline: the key (and row stride), then addresses
-                values = s.key_values(key, get(s.outputs[0])) if s.row_stride else key
-                d = key_arrays.get(values)
-                if d is None:
-                    d = key_arrays[values] = keep.table(values)
-                calls.append(NativeCall(s.entry, (d, *[at[o] for o in s.outputs], *[at[x] for x in s.inputs])))
-                labels.append(s.label)
-                continue
-            ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
             try:
-                made = self._bind_step(s, ins, outs, key, keep, addr, fixed, scratch, key_arrays)
+                if type(s) is KernelStep:  # the common step, inline: the key (and row stride), then addresses
+                    values = s.key_values(key, get(s.outputs[0])) if s.row_stride else key
+                    d = key_arrays.get(values)
+                    if d is None:
+                        d = key_arrays[values] = keep.table(values)
+                    calls.append(NativeCall(s.entry, (d, *[at[o] for o in s.outputs], *[at[x] for x in s.inputs])))
+                    labels.append(s.label)
+                    continue
+                ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
+                made = self._bind_step(s, ins, outs, keep, addr, fixed, scratch)
             except DynshapeError:
                 raise
             except Exception as e:  # binding evaluates shapes and indices: name the node, as run time does
@@ -393,21 +393,11 @@ class Planner:
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes,
                          tuple(v.name for v in g.inputs))
 
-    def _bind_step(self, s: Step, ins: list, outs: list, key: tuple, keep: list, addr, fixed: dict,
-                   scratch: Callable[[int, str], np.ndarray], key_arrays: dict | None = None) -> list[Call]:
-        """Zero-argument callables running step s from `ins` into the planned buffers `outs`.
-
-        A kernel keeps only addresses: its inputs and outputs are views of the arena (which the plan holds) or
-        arrays the planner, `keep` (symbol values, per-key results) or the build hold, so the views are not
-        kept per plan (text_det's 256 cached plans held ~30 views each: 1.9 MB of 6.8 over 300 new shapes)."""
-        if isinstance(s, KernelStep):  # dims and every address fixed now
-            values = s.key_values(key, outs[0])  # a Concat's slice has the Concat's row stride
-            d = key_arrays.get(values) if key_arrays is not None else None
-            if d is None:
-                d = keep.table(values)
-                if key_arrays is not None:
-                    key_arrays[values] = d
-            return [NativeCall(s.entry, (d, *[addr(o) for o in outs], *[addr(a) for a in ins]))]
+    def _bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
+                   scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
+        """Zero-argument callables running a node step from `ins` into the planned buffers `outs` (kernel steps
+        are bound inline in `bind`: a key table and addresses; they keep no views, so a cached plan of text_det
+        no longer holds ~30 views: 1.9 MB of 6.8 over 300 new shapes)."""
         if s.native is not None:
             made = s.native.bind(BindRequest(s.node, s.attrs, ins, outs, fixed, keep, addr, self.options, scratch))
             if made is not None:
@@ -453,7 +443,11 @@ def _programs(calls: list[Call], labels: list[str], keep: Keep,
             prog = np.array([x for _, _, words in run for x in words], dtype=np.int64)
             keep.append(prog)
             ends = (run[0][1], run[-1][1], len(run))
-            label = _RUN_LABELS.get(ends) or _RUN_LABELS.setdefault(ends, "{} .. {} ({} native steps)".format(*ends))
+            label = _RUN_LABELS.get(ends)
+            if label is None:
+                if len(_RUN_LABELS) >= 4096:  # labels of executables since freed: a bound, not a working set
+                    _RUN_LABELS.clear()
+                label = _RUN_LABELS[ends] = "{} .. {} ({} native steps)".format(*ends)
             out.append(NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))))
             out_labels.append(label)
         else:
