@@ -143,6 +143,18 @@ def make_ort(path: str, spec: Spec, threads: int) -> Call:
     return lambda feed: sess.run(names, feed)
 
 
+def installed_peers(spec: str) -> list[str]:
+    """The comma-separated peers, OpenVINO dropped (with a line saying so) when it is not installed."""
+    peers = [p for p in spec.split(",") if p]
+    if "ov" in peers:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            print("OpenVINO not installed: its column is skipped (pip install openvino)")
+            peers.remove("ov")
+    return peers
+
+
 def ov_config(threads: int) -> dict[str, Any]:
     return {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
 
@@ -480,13 +492,7 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - reported: e.g. a model dynshape cannot load yet
             print(f"{names[0]}: memory run failed: {short_error(e)}", flush=True)
         return
-    peers = [p for p in args.peers.split(",") if p]
-    if "ov" in peers:
-        try:
-            import openvino  # noqa: F401
-        except ImportError:
-            print("OpenVINO not installed: its column is skipped (pip install openvino)")
-            peers.remove("ov")
+    peers = installed_peers(args.peers)
     print(f"threads {args.threads}; dynshape strategy {args.strategy!r}; peers {peers}; "
           f"{'quick' if args.quick else 'full'} timing ({args.budget} s, {args.rounds} rounds per probe)")
     recs = [compile_times(ALL_SPECS[n], args) for n in names]

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from benchutil import limit_threads
-from cnn_bench import compare, make_dynshape, make_ort, make_ov, short_error
+from cnn_bench import compare, installed_peers, make_dynshape, make_ort, make_ov, short_error
 from cnn_models import Spec
 from export_cnn_models import ALL_SPECS, onnx_path
 
@@ -99,13 +99,7 @@ def main() -> None:
     unknown = [n for n in names if n not in ALL_SPECS]
     if unknown:
         sys.exit(f"unknown model(s) {unknown}; known: {', '.join(ALL_SPECS)}")
-    peers = [p for p in args.peers.split(",") if p]
-    if "ov" in peers:
-        try:
-            import openvino  # noqa: F401
-        except ImportError:
-            print("OpenVINO not installed: its column is skipped (pip install openvino)")
-            peers.remove("ov")
+    peers = installed_peers(args.peers)
     limit_threads(args.threads)
     print(f"threads {args.threads}; peers {peers}; {args.calls} random shapes a model, {args.rounds} rounds")
     recs = [run_model(ALL_SPECS[n], args, peers) for n in names]
