@@ -405,24 +405,36 @@ def fill_plan_caches(exe: Any, one: Callable[[], None], stall: int = 200, limit:
     return calls, last
 
 
+class RandomShapes:
+    """Admissible shapes drawn at random, each symbol in the lowest `frac` of its declared range (its step kept),
+    and their feeds: views of one buffer of the largest shape (so a caller's memory does not grow with them)."""
+
+    def __init__(self, spec: Spec, frac: float):
+        self.spec, self.ranges = spec, {}
+        for s in spec.dims:
+            lo, hi, k = spec.sym_range(s)
+            top = lo + int(frac * (hi - lo))
+            self.ranges[s] = (-(-lo // k), max(-(-lo // k), top // k), k)
+        self.biggest = {s: b * k for s, (_, b, k) in self.ranges.items()}
+        self._flat = {n: a.reshape(-1) for n, a in spec.make_inputs(self.biggest, seed=1).items()}
+
+    def draw(self, rng: np.random.Generator) -> dict[str, int]:
+        return {s: int(rng.integers(a, b + 1)) * k for s, (a, b, k) in self.ranges.items()}
+
+    def feed(self, env: dict[str, int]) -> Feed:
+        return {i.name: self._flat[i.name][: int(np.prod(i.concrete(env)))].reshape(i.concrete(env))
+                for i in self.spec.inputs}
+
+
 def memory_run(spec: Spec, args: argparse.Namespace) -> None:
     """RSS over args.calls calls at random admissible shapes (each symbol in the low --mem-frac of its range)."""
     call = make_dynshape(onnx_path(spec.name), spec, args.strategy)
     rng = np.random.default_rng(0)
-    ranges = {}
-    for s in spec.dims:
-        lo, hi, k = spec.sym_range(s)
-        top = lo + int(args.mem_frac * (hi - lo))
-        ranges[s] = (-(-lo // k), max(-(-lo // k), top // k), k)
-    biggest = {s: b * k for s, (_, b, k) in ranges.items()}
-    full = spec.make_inputs(biggest, seed=1)
-    flat = {n: a.reshape(-1) for n, a in full.items()}
-
-    def feed_of(env: dict[str, int]) -> Feed:
-        return {i.name: flat[i.name][: int(np.prod(i.concrete(env)))].reshape(i.concrete(env)) for i in spec.inputs}
+    shapes = RandomShapes(spec, args.mem_frac)
+    ranges, biggest, feed_of = shapes.ranges, shapes.biggest, shapes.feed
 
     def one() -> None:
-        call(feed_of({s: int(rng.integers(a, b + 1)) * k for s, (a, b, k) in ranges.items()}))
+        call(feed_of(shapes.draw(rng)))
 
     call(feed_of(biggest))  # the largest shape first: the arenas reach their full size
     limit_threads(args.threads)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from benchutil import limit_threads
-from cnn_bench import compare, installed_peers, make_dynshape, make_ort, make_ov, short_error
+from cnn_bench import RandomShapes, compare, installed_peers, make_dynshape, make_ort, make_ov, short_error
 from cnn_models import Spec
 from export_cnn_models import ALL_SPECS, onnx_path
 
@@ -30,21 +30,10 @@ DEFAULT_MODELS = "text_det,text_rec,text_rec_svtr,vad,byte_cls"
 
 
 def stream_of(spec: Spec, calls: int, frac: float, seed: int = 3) -> list[dict[str, np.ndarray]]:
-    """`calls` feeds at random admissible shapes (each symbol in the lowest `frac` of its range, its step kept)."""
-    ranges = {}
-    for s in spec.dims:
-        lo, hi, k = spec.sym_range(s)
-        top = lo + int(frac * (hi - lo))
-        ranges[s] = (-(-lo // k), max(-(-lo // k), top // k), k)
-    rng = np.random.default_rng(seed)
-    biggest = {s: b * k for s, (_, b, k) in ranges.items()}
-    flat = {n: a.reshape(-1) for n, a in spec.make_inputs(biggest, seed=1).items()}
-    feeds = []
-    for _ in range(calls):
-        env = {s: int(rng.integers(a, b + 1)) * k for s, (a, b, k) in ranges.items()}
-        feeds.append({i.name: flat[i.name][: int(np.prod(i.concrete(env)))].reshape(i.concrete(env)).copy()
-                      for i in spec.inputs})
-    return feeds
+    """`calls` feeds at random admissible shapes (each symbol in the lowest `frac` of its range, its step kept),
+    each its own copy."""
+    shapes, rng = RandomShapes(spec, frac), np.random.default_rng(seed)
+    return [{n: a.copy() for n, a in shapes.feed(shapes.draw(rng)).items()} for _ in range(calls)]
 
 
 def run_model(spec: Spec, args: argparse.Namespace, peers: list[str]) -> dict:
