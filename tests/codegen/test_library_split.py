@@ -27,3 +27,40 @@ def test_a_long_library_splits_into_balanced_halves_in_build_order():
     loads = [sum(len(src[k.kernel.name]) for k in h) for h in halves]
     assert abs(loads[0] - loads[1]) <= max(sizes)
     assert max(loads) <= sum(sizes) * 0.6
+
+
+def test_kernels_that_only_call_helpers_build_at_O1_the_others_at_O3(monkeypatch):
+    """A conv's kernel is geometry plus a parallel loop of calls into ds_conv.c: built apart at -O1 (cheaper, no
+    slower); an elementwise kernel, whose loops store values themselves, keeps -O3 (it must vectorise)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import dynshape as ds
+    from dynshape.runtime.build import KernelStep
+
+    w = np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("ReduceMean", ["r"], ["m"], keepdims=1, axes=[1]), helper.make_node("Exp", ["m"], ["e"]),
+         helper.make_node("Mul", ["e", "r"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    built: dict[str, tuple] = {}
+    real = library.build_shared
+
+    def record(source, name, flags, openmp):
+        built[source] = tuple(flags)
+        return real(source, name, flags=flags, openmp=openmp)
+
+    monkeypatch.setattr(library, "build_shared", record)
+    graph = ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    exe = ds.compile(graph, strategy="generic")
+    steps = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
+    flags = {}
+    for s in steps:
+        src = next(text for text in built if s.source in text)
+        flags[s.kind] = "-O1" if "-O1" in built[src] else "-O3" if "-O3" in built[src] else "?"
+    assert flags.get("conv") == "-O1", flags
+    assert set(flags.values()) == {"-O1", "-O3"}, flags  # the rest (elementwise, the reduction) at -O3
+    x = np.random.default_rng(1).standard_normal((2, 8, 12, 20)).astype(np.float32)
+    np.testing.assert_allclose(exe.run({"x": x})["y"], graph.run({"x": x})["y"], rtol=1e-4, atol=1e-5)

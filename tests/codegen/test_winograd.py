@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (csrc/ds_conv.c's ds_wino_f2 / ds_wino_f4, lowered by
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) convolutions (csrc/ds_conv_dw_wino.c's ds_wino_f2 / ds_wino_f4, lowered by
 codegen/lower/conv.py) against the numpy reference: output sizes that are no multiple of the tile (part tiles),
 every padding a 3x3 stride-1 conv can have, batches, tile rows wider than one chunk, blocks of several tile
 rows, epilogues, Concat slices; which convolutions take it and which tile, and the options."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from dynshape.codegen import packed_gemm
+from dynshape.codegen import kir, packed_gemm
 from dynshape.codegen.cc import DEFAULT_FLAGS, adopt, build_context, build_shared, compile_c, foreground
 from dynshape.codegen.cgen import prelude
 from dynshape.codegen.clib import CLibrary
@@ -65,6 +65,18 @@ def _halves(ks: list[Lowered], sources: dict[str, str]) -> list[list[Lowered]]:
     return [[k for k in ks if k.kernel.name in h] for h in halves]
 
 
+# Kernels that only call the helper libraries (a conv's tiles, a pool's rows: their loops store nothing themselves)
+# compile at -O1: their code is the geometry and the parallel loop around the calls, which -O3 makes no faster,
+# and gcc -O3 took 1.6 s of DenseNet-121's 4 s cold build on its 120 conv wrappers (-O1: 1.0 s).
+CALLS_FLAGS: tuple[str, ...] = tuple("-O1" if f == "-O3" else f for f in DEFAULT_FLAGS)
+
+
+def calls_only(kernel: kir.Kernel) -> bool:
+    """No loop of `kernel` stores anything itself: the work is in the functions it calls."""
+    loops = [s for s in kir.walk(kernel.body) if isinstance(s, (kir.For, kir.While))]
+    return not any(isinstance(s, kir.Store) for loop in loops for s in kir.walk(loop.body))
+
+
 def _with_needs(libs: list[CLibrary]) -> list[CLibrary]:
     """`libs` and every library they need, each once, the longest source first."""
     out: list[CLibrary] = []
@@ -95,29 +107,28 @@ def compile_kernels(kernels: list[Lowered], graph_name: str, options: Options,
         body = text.replace(name + "(", "@(", 1)
         owner[name] = first.setdefault(body, name)
         sources[name] = text
-    groups: dict[tuple[str, ...], list[Lowered]] = {}
+    groups: dict[tuple[tuple[str, ...], bool], list[Lowered]] = {}
     for lk in kernels:
         if owner[lk.kernel.name] == lk.kernel.name:
-            groups.setdefault(lk.needs, []).append(lk)
+            groups.setdefault((lk.needs, calls_only(lk.kernel)), []).append(lk)
     jobs = []
-    for needs, ks in groups.items():
+    for (needs, calls), ks in groups.items():
         head = prelude(options.fast_math) + f"/* dynshape build options {options.build_key()} */\n"
         head += "".join(_HELPERS[n][1] for n in needs)
-        tag = "products" if needs else "fused"
+        tag = "calls" if calls else "products" if needs else "fused"
         parts = _halves(ks, sources) if parallel else [ks]
         for i, part in enumerate(parts):
             src = head + "".join(sources[k.kernel.name] for k in part)
             jobs.append((src, f"{graph_name}_{tag}{i if len(parts) > 1 else ''}", [k.kernel.name for k in part],
-                         needs))
+                         needs, CALLS_FLAGS if calls else DEFAULT_FLAGS))
     jobs.sort(key=lambda j: -len(j[0]))  # the longest compile starts first
-    flags = {"flags": DEFAULT_FLAGS, "openmp": True}
-    helpers = {n for _, _, _, needs in jobs for n in needs}
+    helpers = {n for _, _, _, needs, _ in jobs for n in needs}
     packs = any(isinstance(x, PackedWeight) for lk in kernels for x in lk.inputs)
-    # the static libraries first (on a cold cache ds_conv.c alone is 2.2 s of gcc, ds_gemm.c 1.2 s: started last,
+    # the static libraries first (on a cold cache ds_conv.c alone was 2.2 s of gcc, ds_gemm.c 1.2 s: started last,
     # after the kernels, they were DenseNet's 5.2 s cold build), only compiled here: loading follows the needs
     tasks: list[Callable[[], object]] = [_build_only(lib) for lib in _with_needs(
         [_HELPERS[n][0] for n in sorted(helpers)] + ([packed_gemm.LIBRARY] if packs else []))]
-    tasks += [functools.partial(build_shared, src, name, **flags) for src, name, _, _ in jobs]
+    tasks += [functools.partial(build_shared, src, name, flags=fl, openmp=True) for src, name, _, _, fl in jobs]
     if parallel and len(tasks) > 1:
         ctx = build_context()  # the workers build where this thread would (an artefact's libs/), offline if it is
 
@@ -133,8 +144,8 @@ def compile_kernels(kernels: list[Lowered], graph_name: str, options: Options,
     for n in sorted(helpers):  # loaded (symbols global) before the kernels that call them
         _HELPERS[n][0].load()
     out: dict[str, Compiled] = {}
-    for src, name, names, _ in jobs:
-        lib = compile_c(src, name, symbols=names, **flags)
+    for src, name, names, _, fl in jobs:
+        lib = compile_c(src, name, symbols=names, flags=fl, openmp=True)
         for k in names:
             fn = getattr(lib, k)
             fn.restype = None

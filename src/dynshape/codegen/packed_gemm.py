@@ -134,7 +134,7 @@ WINOGRAD_G = {2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [
 def pack_winograd(w: np.ndarray, tile: int = 2) -> np.ndarray:
     """A 3x3 convolution's weights (Co, Ci, 3, 3) transformed for F(tile x tile, 3x3) (in float64, rounded once)
     and packed as (tile + 2)^2 matrices (Ci, Co), one per position of the transformed patch, each in the panels
-    of a 1x1 convolution: [(tile + 2)^2, ceil(Co / 32), Ci, 32], what csrc/ds_conv.c's ds_wino_f2 / _f4 read."""
+    of a 1x1 convolution: [(tile + 2)^2, ceil(Co / 32), Ci, 32], what csrc/ds_conv_dw_wino.c's ds_wino_f2 / _f4 read."""
     g = WINOGRAD_G[tile]
     co, ci = w.shape[:2]
     a = g.shape[0]

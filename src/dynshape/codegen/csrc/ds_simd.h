@@ -58,6 +58,25 @@ static inline ds_v16 ds_load16(const float *p, int64_t n) {
 }
 #endif
 
+/* A micro-tile's column masks, made once per tile (`ds_cmask16(ncols)`): its stores, and the finish's loads of
+   bias and residual, then take no branch per row. With ds_store_row's tests per row every micro-kernel's finish
+   was a tree of blocks, most of ds_conv.c's compile time (which is on every CNN's cold build path). With
+   AVX-512 a mask register (a masked store of all 16 lanes runs as fast as a plain one; lanes off the mask are
+   never touched, past the end of a buffer included); else the column count. */
+#ifdef __AVX512F__
+typedef __mmask16 ds_cmask;
+static inline ds_cmask ds_cmask16(int64_t n) {
+    return n >= 16 ? (ds_cmask)0xFFFF : n <= 0 ? (ds_cmask)0 : (ds_cmask)((1u << n) - 1);
+}
+static inline ds_v16 ds_mld16(const float *p, ds_cmask m) { return (ds_v16)_mm512_maskz_loadu_ps(m, p); }
+static inline void ds_mst16(float *p, ds_v16 v, ds_cmask m) { _mm512_mask_storeu_ps(p, m, (__m512)v); }
+#else
+typedef int64_t ds_cmask;
+static inline ds_cmask ds_cmask16(int64_t n) { return n; }
+static inline ds_v16 ds_mld16(const float *p, ds_cmask m) { return ds_load16(p, m); }
+static inline void ds_mst16(float *p, ds_v16 v, ds_cmask m) { if (m > 0) ds_store16(p, v, m); }
+#endif
+
 /* Rows of a micro-tile written out as named registers (DS_ROWSn(M) expands M(0) .. M(n-1)), so the compiler
    sees straight-line code, not an array it might keep in memory. */
 #define DS_ROWS1(M) M(0)

@@ -1,7 +1,7 @@
 """A `Conv` item (channels last) as one kernel, its epilogue applied to each tile while it is in cache.
 
 Two strategies, chosen by the weights' shape:
-- depthwise (one input and one output channel per group): per output row, `ds_dwconv_row` (csrc/ds_conv.c)
+- depthwise (one input and one output channel per group): per output row, `ds_dwconv_row` (csrc/ds_conv_dw_wino.c)
   vectorised over the contiguous channels, eight interior pixels in registers at once, then the epilogue over
   the row while it is in L1 (under 16 channels, a loop nest per pixel, vectorised by GCC at the exact width);
 - every other convolution (dense, grouped, strided, dilated, padded, 1-D or 2-D): implicit GEMM on packed
@@ -161,9 +161,9 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
 
 
 def flat_depthwise(geo: dict) -> bool:
-    """A depthwise conv of 1, 2, 4 or 8 channels and stride 1 runs in C too (csrc/ds_conv.c's ds_dw_flat: a row's
-    interior as one flat run of floats, 16 / C pixels a vector; the C also checks KH * KW <= 64 and falls back to
-    its per-pixel blocks)."""
+    """A depthwise conv of 1, 2, 4 or 8 channels and stride 1 runs in C too (csrc/ds_conv_dw_wino.c's ds_dw_flat:
+    a row's interior as one flat run of floats, 16 / C pixels a vector; the C also checks KH * KW <= 64 and falls
+    back to its per-pixel blocks)."""
     return geo["C"] in (1, 2, 4, 8) and geo["SW"] == 1
 
 
@@ -183,7 +183,7 @@ _ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH), strict=True))
 
 def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None
                ) -> tuple[kir.Buffer, list[kir.Stmt]]:
-    """The geometry array ds_conv.c reads (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
+    """The geometry array the conv libraries read (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
     geo_buf = kir.Buffer("geo", I64, const=False)
     order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
     body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 4)]
@@ -209,7 +209,7 @@ def _bias_operand(node, ops) -> tuple[str | None, bool]:
 
 
 def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tuple[str | None, int, str | None]:
-    """What the conv's C applies in registers before storing (csrc/ds_conv.c's ds_fin), so that the generated
+    """What the conv's C applies in registers before storing (csrc/ds_conv.c's DS_FIN_ROWS), so that the generated
     epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
     exactly one Relu or HardSwish of the conv's output, or with `residual` (the implicit-GEMM tiles) exactly
     Add(conv, R) or Add(conv, R) then Relu, R a float32 map like the output: R's operand). (None, ACT_NONE,
@@ -309,7 +309,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
                    method="implicit GEMM on packed weights")
 
 
-# tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
+# tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv_dw_wino.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
 # and M stay in L2 for 256 + 256 channels
 WINO_TILES = {2: 96, 4: 48}
 
@@ -371,7 +371,7 @@ def _typical(d) -> int | None:
 
 def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles: tuple[int, ...] = (2,)
               ) -> Lowered:
-    """F(m x m, 3x3) (csrc/ds_conv.c's ds_wino_f2 / ds_wino_f4) over blocks of whole tile rows (m output rows
+    """F(m x m, 3x3) (csrc/ds_conv_dw_wino.c's ds_wino_f2 / ds_wino_f4) over blocks of whole tile rows (m output rows
     each): a block's output pixels are one contiguous range, so its epilogue runs over them while they are in
     cache. A block takes as many tile rows as fill one chunk of WINO_TILES[m] tiles, since every chunk streams
     all (m + 2)^2 weight matrices (a 7x7 map's rows of 4 tiles would otherwise stream them per 4 tiles).
@@ -447,7 +447,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
     weights = [PackedWeight(cv.weight, layout="winograd" if m == 2 else "winograd4") for m in tiles]
     method = "Winograd F(4x4) where it pays on the call's map (wino4_pays), else F(2x2): both packed" \
         if len(tiles) == 2 else f"Winograd F({tiles[0]}x{tiles[0]})"
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weights[-1], *ops.ptrs, *weights[:-1]), needs=("conv",),
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weights[-1], *ops.ptrs, *weights[:-1]), needs=("conv_dw_wino",),
                    row_stride=True, scratch_bytes=max(_wino_scratch(m, c, oc) for m in tiles), method=method)
 
 
@@ -457,7 +457,7 @@ def _wino_scratch(m: int, c: int, oc: int) -> int:
 
 
 def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
-    """Per output row, `ds_dwconv_row` (csrc/ds_conv.c: 16 channels x 8 interior pixels in registers, masked
+    """Per output row, `ds_dwconv_row` (csrc/ds_conv_dw_wino.c: 16 channels x 8 interior pixels in registers, masked
     channel tails), with the conv's per-channel bias; then the epilogue over the row while it is in L1."""
     node, c = cv.node, geo["C"]
     o0 = kir.Buffer("o0", kir.F32, const=False)
@@ -482,7 +482,7 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     body.append(kir.For(nho, E["N"] * oh, tuple(row), omp=par))
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs),
-                   needs=("conv",), method="depthwise rows in C: " + (
+                   needs=("conv_dw_wino",), method="depthwise rows in C: " + (
                        "16 channels x 8 pixels in registers" if c >= 16 else "a row's pixels as one flat run"))
 
 
@@ -534,7 +534,7 @@ PWDW_MIN_MAP_BYTES = 1 << 20  # the expanded map of one image (at WINO_TYPICAL_S
 
 def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     """A 1x1 conv (stride 1, one group, finished in its tiles) into the depthwise conv that alone reads it, per
-    chunk of the depthwise's output rows of one image (OpenMP over the chunks): csrc/ds_conv.c's ds_pwdw_rows
+    chunk of the depthwise's output rows of one image (OpenMP over the chunks): csrc/ds_conv_dw_wino.c's ds_pwdw_rows
     computes the expanded rows the chunk reads into per-thread scratch, then the depthwise rows from there; the
     depthwise's epilogue (other than an activation its C applies) runs over each chunk's rows after."""
     pw, dw, g = ch.first, ch.second, ctx.graph
@@ -602,16 +602,21 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
                         ctx.symbols)
     inputs = (pw.node.inputs[0], PackedWeight(pw.weight, layout="conv", groups=1), *ops_p.ptrs,
               PackedWeight(dw.weight, layout="taps"), *ops_d.ptrs)
-    return Lowered(kernel, ch.outputs, inputs, needs=("conv",),
+    return Lowered(kernel, ch.outputs, inputs, needs=("conv_dw_wino",),
                    method="1x1 conv into depthwise: a few rows at a time in per-thread scratch")
 
 
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P, P)
-LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE,
-                                        "ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
-                                        "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P),
-                                        "ds_wino_f4": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P)}, share=True,
-                  openmp=True, flags=(f"-DDS_WINO_TILES={WINO_TILES[2]}", f"-DDS_WINO4_TILES={WINO_TILES[4]}"))
+# Two libraries, compiled at the same time on a cold cache (one file took 2.9 s of gcc, alone on one core while
+# the rest of a VGG's build was done): the dense tiles, and the depthwise and Winograd kernels that call them.
+LIBRARY = declare("conv", "ds_conv.c", {"ds_conv_tile": _TILE, "ds_conv_tile2": _TILE}, share=True, openmp=True)
+DW_WINO_LIBRARY = declare(
+    "conv_dw_wino", "ds_conv_dw_wino.c", {"ds_dwconv_row": (P, P, P, P, P, C_I64, C_I64),
+                                          "ds_wino_f2": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P),
+                                          "ds_wino_f4": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P)},
+    share=True, openmp=True, needs=(LIBRARY,),
+    flags=(f"-DDS_WINO_TILES={WINO_TILES[2]}", f"-DDS_WINO4_TILES={WINO_TILES[4]}"))
 register_helper("conv", LIBRARY, "ds_conv.h")
+register_helper("conv_dw_wino", DW_WINO_LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)
 register_lowering("conv_chain", "kernel", lower_conv_chain)

@@ -1,0 +1,45 @@
+/* What the convolution libraries share (ds_conv.c: the dense tiles; ds_conv_dw_wino.c: depthwise and Winograd):
+   the activations their tiles apply in registers, and the geometry read out of geo[] (ds_conv.h's order).
+   Static inline only: each library compiles its own copy. */
+#ifndef DS_CONV_COMMON_H
+#define DS_CONV_COMMON_H
+#include <stdint.h>
+
+#include "ds_conv.h"
+#include "ds_simd.h"
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* max(lo, c) and min(hi, c) with c second: MAXPS / MINPS return their second operand where either is NaN, so a NaN
+   stays NaN, as in Relu and HardSwish */
+static inline ds_v16 ds_max16(float lo, ds_v16 c) { return (ds_v16)_mm512_max_ps(_mm512_set1_ps(lo), (__m512)c); }
+static inline ds_v16 ds_min16(float hi, ds_v16 c) { return (ds_v16)_mm512_min_ps(_mm512_set1_ps(hi), (__m512)c); }
+#else
+static inline ds_v16 ds_max16(float lo, ds_v16 c) {
+    for (int j = 0; j < 16; j++) c[j] = c[j] < lo ? lo : c[j];
+    return c;
+}
+static inline ds_v16 ds_min16(float hi, ds_v16 c) {
+    for (int j = 0; j < 16; j++) c[j] = c[j] > hi ? hi : c[j];
+    return c;
+}
+#endif
+/* DS_ACT_RELU: max(0, c); DS_ACT_HARDSWISH: c * min(1, max(0, c / 6 + 1 / 2)) (ONNX's, alpha 1/6, beta 1/2) */
+static inline ds_v16 ds_act(ds_v16 c, int64_t act) {
+    if (act == DS_ACT_RELU) return ds_max16(0.0f, c);
+    if (act == DS_ACT_HARDSWISH) return c * ds_min16(1.0f, ds_max16(0.0f, c * (1.0f / 6.0f) + 0.5f));
+    return c;
+}
+static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c + b, act); }
+/* n bias values from p, zeros past them (and for no bias) */
+static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16(p, n) : (ds_v16){0}; }
+
+/* the geometry's scalars, as locals named like ds_conv.h's fields */
+#define GEO_LOCALS                                                                                          \
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], OH = geo[DS_CONV_OH];         \
+    const int64_t OW = geo[DS_CONV_OW], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];                          \
+    const int64_t SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW], DH = geo[DS_CONV_DH], DW = geo[DS_CONV_DW];    \
+    const int64_t PT = geo[DS_CONV_PT], PL = geo[DS_CONV_PL], CG = geo[DS_CONV_CG];                          \
+    const int64_t LDY = geo[DS_CONV_LDY];                                                                   \
+    (void)OH; (void)OW
+#endif

@@ -1,0 +1,385 @@
+/* Depthwise and Winograd convolutions, channels last (see ds_conv.h for the contract): a library of their own,
+   compiled beside ds_conv.c's dense tiles (whose ds_conv_tile2 they call for their products) rather than in one
+   file with them: on a CNN's first build the two compile on both cores at once. */
+#include <stdint.h>
+
+#include "ds_conv_common.h"
+
+/* Winograd's tiles per chunk: the library is built with codegen/lower/conv.py's WINO_TILES (which also sizes the
+   scratch its kernels allocate); these defaults only serve a build of this file on its own, as ds_gemm.c's do */
+#ifndef DS_WINO_TILES
+#define DS_WINO_TILES 96
+#endif
+#ifndef DS_WINO4_TILES
+#define DS_WINO4_TILES 48
+#endif
+
+/* ---- depthwise ------------------------------------------------------------------------------------------
+   One output row (image n, row ho) of a depthwise convolution (one input and one output channel per group),
+   every channel, channels last. Vectorised over 16 channels at a time (the last block masked: C = 8 or 40 does
+   no work on padding and never reads past the row); the interior columns, whose taps all fall inside the
+   input, eight pixels at once in eight accumulators (independent FMA chains), their weight vector loaded once
+   per tap for all eight; the border columns one by one with their taps checked. The weights are (KH*KW, C):
+   tap-major, channels contiguous. */
+
+#define DS_DW_CHUNK 128
+#define DS_DW_ACC(i) ds_v16 d##i = b0;
+#define DS_DW_FMA(i) d##i += ds_load16(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
+#define DS_DW_STORE(i) ds_store16(y + (wo + (i)) * LDY + c0, ds_act(d##i, act), nl);
+/* NP interior pixels from wo, every channel block: taps unchecked. */
+#define DS_DW_BLOCK(NP)                                                                                     \
+    static void ds_dw_block##NP(const int64_t *geo, const float *restrict xn, const float *restrict w,      \
+                                const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0,    \
+                                int64_t kh1, int64_t wo, int64_t cb, int64_t ce) {                          \
+        GEO_LOCALS;                                                                                         \
+        const int64_t act = geo[DS_CONV_ACT];                                                              \
+        (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;                                \
+        for (int64_t c0 = cb; c0 < ce; c0 += 16) {                                                          \
+            const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;                                                 \
+            const ds_v16 b0 = bias ? ds_load16(bias + c0, nl) : (ds_v16){0};                                   \
+            DS_ROWS##NP(DS_DW_ACC)                                                                           \
+            for (int64_t kh = kh0; kh < kh1; kh++) {                                                        \
+                const float *xr = xn + ((ih0 + kh * DH) * W - PL) * C + c0;                                 \
+                for (int64_t kw = 0; kw < KW; kw++) {                                                       \
+                    const ds_v16 wv = ds_load16(w + (kh * KW + kw) * C + c0, nl);                              \
+                    DS_ROWS##NP(DS_DW_FMA)                                                                   \
+                }                                                                                           \
+            }                                                                                               \
+            DS_ROWS##NP(DS_DW_STORE)                                                                         \
+        }                                                                                                   \
+    }
+DS_DW_BLOCK(8)
+DS_DW_BLOCK(4)
+DS_DW_BLOCK(1)
+
+/* One border pixel: each tap checked against the input's columns. */
+static void ds_dw_border(const int64_t *geo, const float *restrict xn, const float *restrict w,
+                         const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0, int64_t kh1,
+                         int64_t o, int64_t cb, int64_t ce) {
+    GEO_LOCALS;
+    (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;
+    for (int64_t c0 = cb; c0 < ce; c0 += 16) {
+        const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;
+        ds_v16 acc = bias ? ds_load16(bias + c0, nl) : (ds_v16){0};
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const int64_t iw = o * SW - PL + kw * DW;
+                if ((uint64_t)iw < (uint64_t)W) acc += ds_load16(xr + iw * C, nl) * ds_load16(w + (kh * KW + kw) * C + c0, nl);
+            }
+        }
+        ds_store16(y + o * LDY + c0, ds_act(acc, geo[DS_CONV_ACT]), nl);
+    }
+}
+
+/* Few channels (C = 1, 2, 4 or 8), stride 1, dense output: the interior of a row is one flat run of floats
+   f = wo * C + c, each tap reading the input run shifted by (kw * DW - PL) * C, its weights tiled to 16 lanes
+   (16 % C == 0: every vector sees the same channel pattern), four vectors at once: 16 / C pixels a vector
+   instead of one pixel in a half-empty one (a detector's 8-channel 3x3 on 240x320: 0.68 ms, onnxruntime 0.35). */
+#define DS_DWF_TAPS 64
+static int ds_dw_flat(const int64_t *geo, const float *restrict xn, const float *restrict w,
+                      const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0, int64_t kh1,
+                      int64_t lo, int64_t hi) {
+    GEO_LOCALS;
+    (void)CG; (void)OH; (void)H; (void)PT; (void)SH;
+    if (C >= 16 || 16 % C || SW != 1 || LDY != C || KH * KW > DS_DWF_TAPS) return 0;
+    const int64_t act = geo[DS_CONV_ACT];
+    ds_v16 wt[DS_DWF_TAPS], bt = {0};
+    for (int64_t t = 0; t < KH * KW; t++)
+        for (int l = 0; l < 16; l++) wt[t][l] = w[t * C + l % C];
+    if (bias)
+        for (int l = 0; l < 16; l++) bt[l] = bias[l % C];
+    for (int64_t o = 0; o < lo; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
+    const int64_t f1 = hi * C;
+    int64_t f = lo * C;
+    for (; f + 64 <= f1; f += 64) {
+        ds_v16 a0 = bt, a1 = bt, a2 = bt, a3 = bt;
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *xp = xr + kw * DW * C;
+                const ds_v16 wv = wt[kh * KW + kw];
+                a0 += ds_ld16(xp) * wv; a1 += ds_ld16(xp + 16) * wv; a2 += ds_ld16(xp + 32) * wv;
+                a3 += ds_ld16(xp + 48) * wv;
+            }
+        }
+        ds_st16(y + f, ds_act(a0, act)); ds_st16(y + f + 16, ds_act(a1, act));
+        ds_st16(y + f + 32, ds_act(a2, act)); ds_st16(y + f + 48, ds_act(a3, act));
+    }
+    for (; f < f1; f += 16) { /* the last vectors, the very last masked: never past the interior's end */
+        const int64_t nl = f1 - f < 16 ? f1 - f : 16;
+        ds_v16 a0 = bt;
+        for (int64_t kh = kh0; kh < kh1; kh++) {
+            const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
+            for (int64_t kw = 0; kw < KW; kw++) a0 += ds_load16(xr + kw * DW * C, nl) * wt[kh * KW + kw];
+        }
+        ds_store16(y + f, ds_act(a0, act), nl);
+    }
+    for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
+    return 1;
+}
+
+void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
+                   const float *restrict bias, float *restrict y, int64_t n, int64_t ho) {
+    GEO_LOCALS;
+    (void)CG; (void)LDY;
+    const int64_t ih0 = ho * SH - PT;
+    int64_t kh0 = 0, kh1 = KH;
+    while (kh0 < KH && ih0 + kh0 * DH < 0) kh0++;
+    while (kh1 > kh0 && ih0 + (kh1 - 1) * DH >= H) kh1--;
+    /* interior columns: wo * SW - PL >= 0 and wo * SW - PL + (KW - 1) * DW <= W - 1 */
+    const int64_t last = W - 1 + PL - (KW - 1) * DW;
+    int64_t lo = (PL + SW - 1) / SW, hi = last >= 0 ? last / SW + 1 : 0;
+    if (hi > OW) hi = OW;
+    if (lo > hi) lo = hi;
+    const float *xn = x + n * H * W * C;
+    if (ds_dw_flat(geo, xn, w, bias, y, ih0, kh0, kh1, lo, hi)) return;
+    /* chunks of DS_DW_CHUNK channels: a chunk's weights (KH * KW * 128 floats) stay in L1 over the row's pixel
+       blocks, and within a block the chunk's input pixels are read contiguously */
+    for (int64_t cb = 0; cb < C; cb += DS_DW_CHUNK) {
+        const int64_t ce = C - cb < DS_DW_CHUNK ? C : cb + DS_DW_CHUNK;
+        for (int64_t o = 0; o < lo; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, cb, ce);
+        int64_t wo = lo;
+        for (; wo + 8 <= hi; wo += 8) ds_dw_block8(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        for (; wo + 4 <= hi; wo += 4) ds_dw_block4(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        for (; wo < hi; wo++) ds_dw_block1(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, cb, ce);
+    }
+}
+
+/* ---- a 1x1 conv into a depthwise one ------------------------------------------------------------------------
+   Output rows ho0..ho1 of image n of the depthwise conv (geometry gd) over the 1x1 conv's (gp) result, of which
+   only the rows these need are computed, into `scratch` (the caller's: ds_conv.h says how large):
+   the 1x1's tiles over those rows' pixels (finished in registers: bias, activation), then the depthwise rows
+   reading them there, in cache, instead of the whole expanded map going out to memory and back. Scratch row r
+   holds input row r0 + r; the depthwise kernel addresses an image's rows from its start, which therefore lies
+   r0 rows before the scratch (never read: every row it reads is one of r0..r1). */
+void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x, const float *restrict bp,
+                  const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                  float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
+                  int64_t ho1) {
+    const int64_t H = gd[DS_CONV_H], W = gd[DS_CONV_W], C = gd[DS_CONV_C], OH = gd[DS_CONV_OH];
+    const int64_t OW = gd[DS_CONV_OW], LDY = gd[DS_CONV_LDY];
+    const int64_t first = ho0 * gd[DS_CONV_SH] - gd[DS_CONV_PT];
+    const int64_t last = (ho1 - 1) * gd[DS_CONV_SH] - gd[DS_CONV_PT] + (gd[DS_CONV_KH] - 1) * gd[DS_CONV_DH];
+    const int64_t r0 = first > 0 ? first : 0, r1 = last + 1 < H ? last + 1 : H;
+    if (r0 < r1) {
+        const int64_t p0 = (n * H + r0) * W, p1 = (n * H + r1) * W, pairs = (C + 63) / 64;
+        float *ys = (float *)((uintptr_t)scratch - (uintptr_t)(p0 * C) * sizeof(float));
+        for (int64_t q = 0; q < pairs; q++) ds_conv_tile2(gp, x, bp, ys, zeros, p0, p1, 0, 2 * q, bias_p, 0);
+    }
+    const float *xs = (const float *)((uintptr_t)scratch - (uintptr_t)((n * H + r0) * W * C) * sizeof(float));
+    for (int64_t ho = ho0; ho < ho1; ho++) ds_dwconv_row(gd, xs, wd, bias_d, y + (n * OH + ho) * OW * LDY, n, ho);
+}
+
+/* ---- Winograd F(2x2, 3x3) ------------------------------------------------------------------------------
+   A 3x3 convolution of stride 1 (no dilation, one group; channel tails masked) as 16 products: every 2x2
+   block of output pixels (a tile) reads a 4x4 input patch d, transformed to V = B^T d B (16 values per input
+   channel); each of the 16 positions xi of V times that position's transformed weights U = G g G^T (C x OC,
+   packed like a 1x1 convolution's) gives M, and Y = A^T M A is the 2x2 block. 16 products of C x OC per 4
+   output pixels instead of 36: 2.25x fewer multiply-adds, for the cost of the two transforms (O(C) and O(OC) per
+   pixel, against O(C * OC) for the products) and a round trip of V and M through L2.
+   Tiles are flat over (image, tile row, tile column); a call takes tiles t0..t1 in chunks of DS_WINO_TILES,
+   scratch holding 16 * DS_WINO_TILES * (C + OC) floats (V then M). The products run on ds_conv_tile2 (the
+   6 x 64 micro-tiles) as 1x1 convolutions over the chunk's tiles.
+   Threads share each chunk, phase by phase (tiles of the input transform, the 16 x pairs products, tiles of
+   the output transform): splitting tiles between threads instead left a 28x28 map's three blocks of rows
+   (or its 96 channels as 64 + 32) unevenly shared, and 2 threads ran its convolutions 1.2x faster than 1. */
+
+/* Tile t of an m x m output tiling (flat over image, tile row, tile column): its image and first output pixel. */
+static inline void ds_wino_tile(const int64_t *geo, int64_t t, int64_t m, int64_t *n, int64_t *oh, int64_t *ow) {
+    const int64_t TW = (geo[DS_CONV_OW] + m - 1) / m, TH = (geo[DS_CONV_OH] + m - 1) / m;
+    *n = t / (TH * TW);
+    *oh = t % (TH * TW) / TW * m;
+    *ow = t % TW * m;
+}
+
+/* The (m + 2) x (m + 2) input pixels tile t reads, row-major into `row`: NULL where the patch is in the padding. */
+static void ds_wino_patch(const int64_t *geo, const float *restrict x, int64_t t, int64_t m, const float **row) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], a_ = m + 2;
+    int64_t n, oh, ow;
+    ds_wino_tile(geo, t, m, &n, &oh, &ow);
+    const int64_t ih0 = oh - geo[DS_CONV_PT], iw0 = ow - geo[DS_CONV_PL];
+    const float *xn = x + n * H * W * C;
+    for (int64_t a = 0; a < a_; a++)
+        for (int64_t b = 0; b < a_; b++) {
+            const int64_t ih = ih0 + a, iw = iw0 + b;
+            row[a * a_ + b] = ((uint64_t)ih < (uint64_t)H && (uint64_t)iw < (uint64_t)W) ? xn + (ih * W + iw) * C : 0;
+        }
+}
+
+/* Tile i of the chunk from tile t0 (nt tiles): its 16 x C transformed values into V[xi][i][c]. */
+static void ds_wino_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t i,
+                          int64_t nt) {
+    const int64_t C = geo[DS_CONV_C], XI = nt * C;
+    const float *row[16];
+    ds_wino_patch(geo, x, t0 + i, 2, row);
+    float *vt = v + i * C;
+    for (int64_t c = 0; c < C; c += 16) {
+        const int64_t nl = C - c < 16 ? C - c : 16; /* a masked tail block: C need not be a multiple of 16 */
+        ds_v16 d[4][4], s[4][4];
+        for (int64_t a = 0; a < 4; a++)
+            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a * 4 + b] ? ds_load16(row[a * 4 + b] + c, nl) : (ds_v16){0};
+        for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
+            s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
+            s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
+        }
+        for (int64_t a = 0; a < 4; a++) { /* (B^T d) B: over columns */
+            float *o = vt + a * 4 * XI + c;
+            ds_store16(o, s[a][0] - s[a][2], nl);
+            ds_store16(o + XI, s[a][1] + s[a][2], nl);
+            ds_store16(o + 2 * XI, s[a][2] - s[a][1], nl);
+            ds_store16(o + 3 * XI, s[a][1] - s[a][3], nl);
+        }
+    }
+}
+
+/* Tile i of the chunk: Y = A^T M A from M[xi][i][oc], its pixels that fall inside the output stored. */
+static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
+                           int64_t nt, const float *restrict bias) {
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t act = geo[DS_CONV_ACT];
+    const int64_t XI = nt * OC;
+    int64_t n, oh, ow;
+    ds_wino_tile(geo, t0 + i, 2, &n, &oh, &ow);
+    const int two_rows = oh + 1 < OH, two_cols = ow + 1 < OW;
+    float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
+    const float *mt = m + i * OC;
+    for (int64_t c = 0; c < OC; c += 16) {
+        const int64_t nl = OC - c < 16 ? OC - c : 16;
+        ds_v16 q[4][4], s[2][4];
+        for (int64_t a = 0; a < 4; a++)
+            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_load16(mt + (a * 4 + b) * XI + c, nl);
+        for (int64_t b = 0; b < 4; b++) { /* A^T M: over rows */
+            s[0][b] = q[0][b] + q[1][b] + q[2][b];
+            s[1][b] = q[1][b] - q[2][b] - q[3][b];
+        }
+        const ds_v16 f = ds_bias16(bias ? bias + c : 0, nl);
+        for (int64_t a = 0; a < 2; a++) {
+            if (a == 1 && !two_rows) break;
+            float *o = y00 + a * OW * LDY + c;
+            ds_v16 o0 = s[a][0] + s[a][1] + s[a][2], o1 = s[a][1] - s[a][2] - s[a][3];
+            if (bias || act) { o0 = ds_fin(o0, f, act); o1 = ds_fin(o1, f, act); }
+            ds_store16(o, o0, nl);
+            if (two_cols) ds_store16(o + LDY, o1, nl);
+        }
+    }
+}
+
+/* ---- F(4x4, 3x3): 6x6 patches, 36 products per 16 output pixels (4x fewer multiply-adds than direct) -------
+   B^T, G and A^T of Lavin and Gray (interpolation points 0, +-1, +-2, infinity). */
+
+/* Tile i of the chunk: its 36 x C transformed values into V[xi][i][c] (xi = 6a + b). */
+static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *restrict v, int64_t t0, int64_t i,
+                           int64_t nt) {
+    const int64_t C = geo[DS_CONV_C], XI = nt * C;
+    const float *row[36];
+    ds_wino_patch(geo, x, t0 + i, 4, row);
+    float *vt = v + i * C;
+    for (int64_t c = 0; c < C; c += 16) {
+        const int64_t nl = C - c < 16 ? C - c : 16;
+        ds_v16 s[6][6];
+        for (int64_t b = 0; b < 6; b++) { /* B^T d: over rows, one column of the patch at a time */
+            ds_v16 d[6];
+            for (int64_t a = 0; a < 6; a++) d[a] = row[a * 6 + b] ? ds_load16(row[a * 6 + b] + c, nl) : (ds_v16){0};
+            s[0][b] = 4 * d[0] - 5 * d[2] + d[4];
+            s[1][b] = d[3] + d[4] - 4 * (d[1] + d[2]);
+            s[2][b] = d[4] - d[3] + 4 * (d[1] - d[2]);
+            s[3][b] = d[4] - d[2] + 2 * (d[3] - d[1]);
+            s[4][b] = d[4] - d[2] - 2 * (d[3] - d[1]);
+            s[5][b] = 4 * d[1] - 5 * d[3] + d[5];
+        }
+        for (int64_t a = 0; a < 6; a++) { /* (B^T d) B: over columns */
+            const ds_v16 *e = s[a];
+            float *o = vt + a * 6 * XI + c;
+            ds_store16(o, 4 * e[0] - 5 * e[2] + e[4], nl);
+            ds_store16(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]), nl);
+            ds_store16(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]), nl);
+            ds_store16(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]), nl);
+            ds_store16(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]), nl);
+            ds_store16(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5], nl);
+        }
+    }
+}
+
+/* Tile i of the chunk: Y = A^T M A (4x4) from M[xi][i][oc], its pixels inside the output stored. */
+static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
+                            int64_t nt, const float *restrict bias) {
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t act = geo[DS_CONV_ACT];
+    const int64_t XI = nt * OC;
+    int64_t n, oh, ow;
+    ds_wino_tile(geo, t0 + i, 4, &n, &oh, &ow);
+    const int64_t nr = OH - oh < 4 ? OH - oh : 4, nc = OW - ow < 4 ? OW - ow : 4;
+    float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
+    const float *mt = m + i * OC;
+    for (int64_t c = 0; c < OC; c += 16) {
+        const int64_t nl = OC - c < 16 ? OC - c : 16;
+        ds_v16 s[4][6];
+        for (int64_t b = 0; b < 6; b++) { /* A^T M: over rows */
+            ds_v16 q[6];
+            for (int64_t a = 0; a < 6; a++) q[a] = ds_load16(mt + (a * 6 + b) * XI + c, nl);
+            const ds_v16 p12 = q[1] + q[2], m12 = q[1] - q[2], p34 = q[3] + q[4], m34 = q[3] - q[4];
+            s[0][b] = q[0] + p12 + p34;
+            s[1][b] = m12 + 2 * m34;
+            s[2][b] = p12 + 4 * p34;
+            s[3][b] = m12 + 8 * m34 + q[5];
+        }
+        const ds_v16 f = ds_bias16(bias ? bias + c : 0, nl);
+        for (int64_t a = 0; a < nr; a++) {
+            const ds_v16 *e = s[a];
+            const ds_v16 p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
+            ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
+            if (bias || act)
+                for (int64_t b = 0; b < 4; b++) out[b] = ds_fin(out[b], f, act);
+            float *o = y00 + a * OW * LDY + c;
+            for (int64_t b = 0; b < nc; b++) ds_store16(o + b * LDY, out[b], nl);
+        }
+    }
+}
+
+typedef void (*ds_wino_in_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
+typedef void (*ds_wino_out_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t,
+                               const float *restrict);
+
+/* The chunk driver of both: `np` positions (16 or 36), chunks of `chunk` tiles. */
+static void ds_wino_run(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                        const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                        int64_t np, int64_t chunk, ds_wino_in_fn in, ds_wino_out_fn out, const float *restrict bias) {
+    const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], pairs = (OC + 63) / 64;
+    const int64_t per_xi = (OC + 31) / 32 * 32 * C; /* one position's packed weights */
+    float *v = scratch, *m = scratch + np * chunk * C;
+    #pragma omp parallel if(par)
+    for (int64_t u0 = t0; u0 < t1; u0 += chunk) { /* every thread walks the chunks; they share each */
+        const int64_t nt = t1 - u0 < chunk ? t1 - u0 : chunk;
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < nt; i++) in(geo, x, v, u0, i, nt);
+        /* each position's product: a 1x1 convolution of the chunk's nt "pixels" */
+        int64_t g1[DS_CONV_GEO] = {0};
+        g1[DS_CONV_H] = 1; g1[DS_CONV_W] = nt; g1[DS_CONV_C] = C; g1[DS_CONV_OH] = 1; g1[DS_CONV_OW] = nt;
+        g1[DS_CONV_OC] = OC; g1[DS_CONV_KH] = 1; g1[DS_CONV_KW] = 1; g1[DS_CONV_SH] = 1; g1[DS_CONV_SW] = 1;
+        g1[DS_CONV_DH] = 1; g1[DS_CONV_DW] = 1; g1[DS_CONV_G] = 1; g1[DS_CONV_CG] = C; g1[DS_CONV_OCG] = OC;
+        g1[DS_CONV_LDY] = OC;
+        g1[DS_CONV_NPIX] = nt; /* one block a pair: each tile prefetches the next (pair, position)'s weights */
+        #pragma omp for collapse(2) schedule(static)
+        for (int64_t xi = 0; xi < np; xi++)
+            for (int64_t pq = 0; pq < pairs; pq++) {
+                g1[DS_CONV_WREST] = (np - xi) * per_xi;
+                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0, 0);
+            }
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt, bias);
+    }
+}
+
+void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                const float *restrict bias) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output, bias);
+}
+
+void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
+                const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                const float *restrict bias) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output, bias);
+}
