@@ -64,3 +64,24 @@ def test_kernels_that_only_call_helpers_build_at_O1_the_others_at_O3(monkeypatch
     assert set(flags.values()) == {"-O1", "-O3"}, flags  # the rest (elementwise, the reduction) at -O3
     x = np.random.default_rng(1).standard_normal((2, 8, 12, 20)).astype(np.float32)
     np.testing.assert_allclose(exe.run({"x": x})["y"], graph.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_calls_only_is_a_kernel_whose_loops_only_index_and_call():
+    from dynshape.codegen import kir
+
+    out, x = kir.Buffer("o0", const=False), kir.Buffer("i0")
+    i, acc, r0 = kir.Var("i"), kir.Var("s", kir.F32), kir.Var("r0")
+    call = kir.Eval(kir.Call("ds_conv_tile", (kir.Addr(x),), kir.I64))
+    n = kir.Const(64, kir.I64)
+
+    def kernel(*body):
+        return kir.Kernel("k", (), (out,), (x,), tuple(body))
+
+    assert library.calls_only(kernel(kir.For(i, n, (kir.Let(r0, i), call))))
+    # a loop that stores, or accumulates into a scalar stored after it, computes: -O3
+    assert not library.calls_only(kernel(kir.For(i, n, (call, kir.Store(out, i, kir.Load(x, i))))))
+    assert not library.calls_only(kernel(
+        kir.Decl(acc, kir.lit(0.0)), kir.For(i, n, (kir.Assign(acc, kir.Bin("+", acc, kir.Load(x, i))), call)),
+        kir.Store(out, kir.Const(0, kir.I64), acc)))
+    # no call at all: not a wrapper
+    assert not library.calls_only(kernel(kir.For(i, n, (kir.Let(r0, i),))))

@@ -72,9 +72,13 @@ CALLS_FLAGS: tuple[str, ...] = tuple("-O1" if f == "-O3" else f for f in DEFAULT
 
 
 def calls_only(kernel: kir.Kernel) -> bool:
-    """No loop of `kernel` stores anything itself: the work is in the functions it calls."""
+    """`kernel` calls functions, and no loop of it stores or accumulates anything itself (only index arithmetic
+    and the calls): the work is in the functions it calls. A loop that sums into a scalar stored after it is
+    work, and keeps -O3."""
+    if not any(isinstance(s, kir.Eval) for s in kir.walk(kernel.body)):
+        return False
     loops = [s for s in kir.walk(kernel.body) if isinstance(s, (kir.For, kir.While))]
-    return not any(isinstance(s, kir.Store) for loop in loops for s in kir.walk(loop.body))
+    return not any(isinstance(s, (kir.Store, kir.Assign)) for loop in loops for s in kir.walk(loop.body))
 
 
 def _with_needs(libs: list[CLibrary]) -> list[CLibrary]:
