@@ -11,6 +11,7 @@ packed product. The built libraries are then checked to hold no 512-bit instruct
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dynshape.codegen.cc import find_compiler
+from dynshape.codegen.cc import CompileError, find_compiler
 
 _CHILD = textwrap.dedent(
     """
@@ -76,7 +77,7 @@ _CHILD = textwrap.dedent(
 def _gcc() -> list[str] | None:
     try:
         argv = find_compiler()
-    except Exception:
+    except CompileError:
         return None
     out = subprocess.run([*argv, "--version"], capture_output=True, text=True)
     return argv if "Free Software Foundation" in out.stdout + out.stderr else None
@@ -88,7 +89,7 @@ def test_the_paths_for_cpus_without_avx512_match_the_reference(tmp_path: Path) -
     if argv is None:
         pytest.skip("needs gcc (the flag -mno-avx512f)")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["CC"] = " ".join([*argv, "-mno-avx512f"])
+    env["CC"] = shlex.join([*argv, "-mno-avx512f"])
     env["DYNSHAPE_CACHE_DIR"] = str(tmp_path)
     out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]

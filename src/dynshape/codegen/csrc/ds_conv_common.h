@@ -30,9 +30,6 @@ static inline ds_v16 ds_act(ds_v16 c, int64_t act) {
     if (act == DS_ACT_HARDSWISH) return c * ds_min16(1.0f, ds_max16(0.0f, c * (1.0f / 6.0f) + 0.5f));
     return c;
 }
-static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c + b, act); }
-/* n bias values from p, zeros past them (and for no bias) */
-static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16(p, n) : (ds_v16){0}; }
 
 /* the geometry's scalars, as locals named like ds_conv.h's fields */
 #define GEO_LOCALS                                                                                          \

@@ -14,6 +14,11 @@
 #define DS_WINO4_TILES 48
 #endif
 
+/* A Winograd output tile's finish: + bias (n values from p, zeros past them and for no bias), then the
+   activation (ds_conv.c's dense tiles finish theirs in registers, row by row: DS_FIN_ROWS) */
+static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c + b, act); }
+static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16(p, n) : (ds_v16){0}; }
+
 /* ---- depthwise ------------------------------------------------------------------------------------------
    One output row (image n, row ho) of a depthwise convolution (one input and one output channel per group),
    every channel, channels last. Vectorised over 16 channels at a time (the last block masked: C = 8 or 40 does
