@@ -166,7 +166,7 @@ def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
 
     def omp_ifs(exe) -> list[str]:
         (step,) = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
-        return [ln.split(" if(")[1] for ln in step.source.splitlines() if "omp parallel" in ln]
+        return [ln.split(" if(parallel: ")[1] for ln in step.source.splitlines() if "omp parallel" in ln]
 
     shared, by_flops = ds.compile(g), ds.compile(g, par_min_weights=1 << 40)
     assert omp_ifs(shared) == ["1)"] and omp_ifs(by_flops) != ["1)"]

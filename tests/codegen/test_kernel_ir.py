@@ -50,7 +50,8 @@ def test_the_printer_names_types_and_parenthesises():
     src = print_c(kir.Kernel("scale", (ds.sym("m") // 2,), (y,), (x,), body, ("m",)))
     assert src.startswith("void scale(const int64_t *key, float *restrict y, const float *restrict x) {")
     assert "const int64_t L0 = (((key[0]) / 2));" in src  # floor division of a non-negative symbol: plain /
-    assert "#pragma omp parallel for simd schedule(static) if((L0 >= 64))" in src
+    # `parallel:` scopes the threshold to the threads: below it the loop still runs on SIMD
+    assert "#pragma omp parallel for simd schedule(static) if(parallel: (L0 >= 64))" in src
     assert "y[i] = (x[i] * 1e-01f);" in src
     assert "for (int64_t i_1 = 0; i_1 < n; i_1++) {" in src  # two loop variables hinted "i": unique names
     lib = cc.compile_c(prelude() + src, "ir_printer_test", symbols=["scale"], openmp=True)

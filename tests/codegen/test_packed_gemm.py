@@ -262,7 +262,8 @@ def test_one_row_by_large_weights_runs_on_every_thread():
         return ds.compile(_model([node], {"x": ["m", 1024]}, {"w": w}, "y", {"m": (1, 64)}), **opts)
 
     def omp_ifs(exe) -> list[str]:
-        return [ln.split(" if(")[1] for ln in exe.generic.steps[0].source.splitlines() if "omp parallel" in ln]
+        lines = exe.generic.steps[0].source.splitlines()
+        return [ln.split(" if(parallel: ")[1] for ln in lines if "omp parallel" in ln]
 
     shared, by_rows = build(), build(par_min_weights=1 << 40)
     assert omp_ifs(shared) == ["1)"] and "L0" in omp_ifs(by_rows)[0]

@@ -181,7 +181,9 @@ class Printer:
             op, var = o.reduction
             words.append(f"reduction({op}:{self.names(var)})")
         if o.if_ is not None and o.parallel:
-            words.append(f"if({self.expr(o.if_)})")
+            # `parallel:` scopes the clause to the parallel construct: under OpenMP 5 a bare `if` on a combined
+            # `parallel for simd` also applies to `simd`, and every loop under the threshold ran scalar
+            words.append(f"if(parallel: {self.expr(o.if_)})")
         return " ".join(words)
 
     # ---- the function --------------------------------------------------------------------------------------
