@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from dynshape.cli import bench_cmd, compile_cmd, demo_cmd, explain_cmd, inspect_cmd, run_cmd
+from dynshape.cli import bench_cmd, compile_cmd, demo_cmd, explain_cmd, inspect_cmd, run_cmd, serve_cmd
 
 HELP = """dynshape: compile once with symbolic dimensions, run every shape.
 
@@ -39,6 +39,7 @@ app.command("compile", epilog=compile_cmd.EPILOG)(compile_cmd.compile_model)
 app.command("explain", epilog=explain_cmd.EPILOG)(explain_cmd.explain)
 app.command("run", epilog=run_cmd.EPILOG)(run_cmd.run)
 app.command("bench", epilog=bench_cmd.EPILOG)(bench_cmd.bench)
+app.command("serve", epilog=serve_cmd.EPILOG)(serve_cmd.serve)
 
 
 def main() -> None:

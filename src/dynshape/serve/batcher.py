@@ -1,0 +1,316 @@
+"""A shape-aware dynamic batcher per model, with Triton's knobs and semantics (config.BatcherConfig).
+
+Why shape-aware: a compiled dynshape executable serves every admissible shape from one build, so requests whose
+non-batch dims are equal (same sequence length, same image resolution) can be joined along the batch symbol into
+one `exe.run` and split back, without recompiling and without padding. Requests of different non-batch shapes
+form different groups and are never padded (padding would change a CNN's output); each group is batched on its
+own, and the scheduler serves the group whose oldest request is ready first, so one group's delay does not block
+another.
+
+Scheduling (Triton's): a batch is formed only when an instance is free. It is sent at once when it reaches
+`max_batch_size` rows or a `preferred_batch_size` (the largest that can be formed), or when its oldest request has
+waited `max_queue_delay_us`; otherwise the scheduler waits for more. Priority levels: 1 is highest, FIFO within a
+level. A request queued past its timeout is answered 504; one beyond `max_queue_size` pending gets 429 at once.
+
+Execution runs in a thread pool with one worker and one executable (so one arena set) per instance: the kernels
+release the GIL and the event loop keeps accepting. A batch whose run fails is re-run request by request so only
+the culprit fails (Triton fails the whole batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dynshape.errors import DynshapeError
+from dynshape.serve.config import BatcherConfig
+from dynshape.serve.errors import InferError, bad
+from dynshape.serve.metrics import Metrics
+from dynshape.serve.signature import ModelSignature
+
+log = logging.getLogger("dynshape.serve")
+_seq = itertools.count()
+
+
+@dataclass(eq=False)
+class Pending:
+    """One queued request."""
+
+    feed: dict[str, np.ndarray]
+    key: tuple
+    rows: int
+    level: int
+    deadline: float | None
+    arrived: float
+    future: asyncio.Future
+    seq: int = field(default_factory=lambda: next(_seq))
+
+
+class Batcher:
+    """Queues a model's requests, forms batches, runs them on the model's instances and answers each request."""
+
+    def __init__(self, name: str, version: str, executables: list[Any], signature: ModelSignature,
+                 config: BatcherConfig, metrics: Metrics):
+        self.name, self.version = name, version
+        self.sig, self.cfg, self.metrics = signature, config, metrics
+        cap = config.max_batch_size if signature.batch else 0
+        if cap > 1 and signature.batch_max is not None:
+            cap = min(cap, signature.batch_max)
+        self.cap = cap  # rows per joined batch; <= 1: no joining
+        self.levels = max(config.priority_levels, 1)
+        self._queues: list[collections.deque[Pending]] = [collections.deque() for _ in range(self.levels)]
+        self._free = list(executables)
+        self.instances = len(executables)
+        self._pool = ThreadPoolExecutor(max_workers=len(executables), thread_name_prefix=f"serve-{name}")
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._running: set[asyncio.Task] = set()
+        self.queued = 0
+        self.m = {k: h.labels(name, version) for k, h in metrics.durations.items()}
+        self.m_pending = metrics.pending.labels(name, version)
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the scheduler on the running loop (the server's lifespan calls this)."""
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._schedule(), name=f"batcher-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for q in self._queues:
+            while q:
+                self._finish(q.popleft(), InferError(503, f"model {self.name!r} is shutting down"))
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        self._pool.shutdown(wait=False)
+
+    @property
+    def ready(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # ---- requests -------------------------------------------------------------------------------------------
+    async def infer(self, feed: dict[str, np.ndarray], priority: int = 0, timeout_us: int = 0) -> dict:
+        """Validate, queue and await one request's outputs (all of them); InferError on refusal or failure."""
+        if not self.ready:
+            raise InferError(503, f"model {self.name!r} is not ready")
+        key, rows = self.sig.validate(feed)
+        level = self._level(priority)
+        cfg = self.cfg
+        if cfg.max_queue_size and self.queued >= cfg.max_queue_size:
+            raise InferError(429, f"model {self.name!r}: queue full ({self.queued} requests pending, max_queue_size "
+                                  f"{cfg.max_queue_size})")
+        timeout = timeout_us if not cfg.default_timeout_us else \
+            (min(timeout_us, cfg.default_timeout_us) if timeout_us else cfg.default_timeout_us)
+        now = time.perf_counter()
+        p = Pending(feed, key, rows, level, now + timeout * 1e-6 if timeout else None, now,
+                    asyncio.get_running_loop().create_future())
+        self._queues[level].append(p)
+        self.queued += 1
+        self.m_pending.inc()
+        assert self._wake is not None
+        self._wake.set()
+        try:
+            return await p.future
+        finally:
+            if not p.future.done():  # the caller went away (client disconnect): drop it from the queue
+                p.future.cancel()
+
+    def _level(self, priority: int) -> int:
+        if self.cfg.priority_levels == 0:
+            return 0
+        p = priority or self.cfg.default_priority_level or self.cfg.priority_levels
+        if not 1 <= p <= self.cfg.priority_levels:
+            raise bad(f"priority {priority} is outside 1..{self.cfg.priority_levels} (1 is highest)")
+        return p - 1
+
+    def _finish(self, p: Pending, result: Any) -> None:
+        self.m_pending.dec()
+        if p.future.done():
+            return
+        if isinstance(result, BaseException):
+            p.future.set_exception(result)
+        else:
+            p.future.set_result(result)
+
+    # ---- scheduling -----------------------------------------------------------------------------------------
+    async def _schedule(self) -> None:
+        wake = self._wake
+        assert wake is not None
+        while True:
+            wait = self._expire()
+            if self.queued and self._free:
+                batch, ready_in = self._form()
+                if batch:
+                    self._dispatch(batch)
+                    continue
+                if ready_in is not None:
+                    wait = ready_in if wait is None else min(wait, ready_in)
+            wake.clear()
+            if wait is None:
+                await wake.wait()
+            else:
+                try:
+                    await asyncio.wait_for(wake.wait(), max(wait, 0.0))
+                except asyncio.TimeoutError:
+                    pass
+
+    def _expire(self) -> float | None:
+        """Answer 504 to requests queued past their deadline, drop cancelled ones; the time to the next deadline."""
+        now, nearest = time.perf_counter(), None
+        for q in self._queues:
+            if not q:
+                continue
+            keep = collections.deque()
+            for p in q:
+                if p.future.done():
+                    self.queued -= 1
+                    self.m_pending.dec()
+                elif p.deadline is not None and p.deadline <= now:
+                    self.queued -= 1
+                    self._finish(p, InferError(504, f"model {self.name!r}: request timed out after "
+                                                    f"{(now - p.arrived) * 1e3:.1f} ms in the queue"))
+                else:
+                    keep.append(p)
+                    if p.deadline is not None:
+                        nearest = p.deadline - now if nearest is None else min(nearest, p.deadline - now)
+            if len(keep) != len(q):
+                q.clear()
+                q.extend(keep)
+        return nearest
+
+    def _form(self) -> tuple[list[Pending] | None, float | None]:
+        """The next batch to send, or (None, seconds until one may be ready). Groups are tried oldest first."""
+        order = [p for q in self._queues for p in q]  # priority order, FIFO within a level
+        if self.cap <= 1:
+            return self._take([order[0]]), None
+        cfg, cap, now = self.cfg, self.cap, time.perf_counter()
+        groups: dict[tuple, list[Pending]] = {}
+        for p in order:
+            groups.setdefault(p.key, []).append(p)
+        soonest = None
+        for members in groups.values():
+            head = members[0]
+            if head.rows >= cap:
+                return self._take([head]), None
+            batch, rows = [], 0
+            for p in members:
+                if rows + p.rows <= cap:
+                    batch.append(p)
+                    rows += p.rows
+                    if rows == cap:
+                        break
+            if rows >= cap:
+                return self._take(batch), None
+            fits = [s for s in cfg.preferred_batch_size if s <= rows]
+            if fits:
+                target, chosen, n = max(fits), [], 0
+                for p in batch:
+                    if n + p.rows <= target:
+                        chosen.append(p)
+                        n += p.rows
+                return self._take(chosen), None
+            waited = now - head.arrived
+            delay = cfg.max_queue_delay_us * 1e-6
+            if waited >= delay:
+                return self._take(batch), None
+            soonest = delay - waited if soonest is None else min(soonest, delay - waited)
+        return None, soonest
+
+    def _take(self, batch: list[Pending]) -> list[Pending]:
+        chosen = set(map(id, batch))
+        for q in self._queues:
+            if any(id(p) in chosen for p in q):
+                keep = [p for p in q if id(p) not in chosen]
+                q.clear()
+                q.extend(keep)
+        self.queued -= len(batch)
+        return batch
+
+    def _dispatch(self, batch: list[Pending]) -> None:
+        exe = self._free.pop()
+        task = asyncio.get_running_loop().create_task(self._run(exe, batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, exe: Any, batch: list[Pending]) -> None:
+        start = time.perf_counter()
+        q = self.m["queue"]
+        for p in batch:
+            q.observe(start - p.arrived)
+        live = [p for p in batch if not p.future.done()]
+        for p in batch:
+            if p.future.done():
+                self.m_pending.dec()
+        try:
+            results = await asyncio.get_running_loop().run_in_executor(self._pool, self._execute, exe, live) \
+                if live else []
+        except BaseException as e:  # noqa: BLE001 (the pool is shut down: answer, never leave a request hanging)
+            results = [InferError(503, f"model {self.name!r}: {e}")] * len(live)
+        finally:
+            self._free.append(exe)
+            if self._wake is not None:
+                self._wake.set()
+        for p, r in zip(live, results):
+            self._finish(p, r)
+
+    # ---- execution (in the pool's thread) -------------------------------------------------------------------
+    def _execute(self, exe: Any, batch: list[Pending]) -> list[Any]:
+        if len(batch) == 1:
+            return [self._run_one(exe, batch[0])]
+        m = self.m
+        t0 = time.perf_counter()
+        names = [t.name for t in self.sig.inputs]
+        feed = {n: np.concatenate([p.feed[n] for p in batch], axis=0) for n in names}
+        t1 = time.perf_counter()
+        try:
+            out = exe.run(feed)
+        except Exception as e:  # noqa: BLE001 (any failure: re-run alone so only the culprit fails)
+            log.info("model %s: batch of %d failed (%s); re-running request by request", self.name, len(batch), e)
+            return [self._run_one(exe, p) for p in batch]
+        t2 = time.perf_counter()
+        results, start = [], 0
+        for p in batch:
+            results.append({k: v[start:start + p.rows] for k, v in out.items()})
+            start += p.rows
+        t3 = time.perf_counter()
+        m["compute_input"].observe(t1 - t0)
+        m["compute_infer"].observe(t2 - t1)
+        m["compute_output"].observe(t3 - t2)
+        self._count(len(batch), start)
+        return results
+
+    def _run_one(self, exe: Any, p: Pending) -> Any:
+        t1 = time.perf_counter()
+        try:
+            out = exe.run(p.feed)
+        except DynshapeError as e:
+            return bad(f"model {self.name!r}: {e}")
+        except Exception as e:  # noqa: BLE001 (a model bug is this request's 500, not the server's crash)
+            log.exception("model %s: run failed", self.name)
+            return InferError(500, f"model {self.name!r}: run failed: {type(e).__name__}: {e}")
+        self.m["compute_input"].observe(0.0)
+        self.m["compute_infer"].observe(time.perf_counter() - t1)
+        self.m["compute_output"].observe(0.0)
+        self._count(1, p.rows)
+        return out
+
+    def _count(self, requests: int, rows: int) -> None:
+        mt, n, v = self.metrics, self.name, self.version
+        mt.executions.labels(n, v).inc()
+        mt.inferences.labels(n, v).inc(rows)
+        mt.batch_requests.labels(n, v).observe(requests)
+        mt.batch_rows.labels(n, v).observe(rows)

@@ -1,0 +1,118 @@
+"""The model repository: each served model loaded or compiled once per instance, by name and version.
+
+Why through the public API only (`ds.load_onnx`, `ds.compile`, `ds.load`, the graph's typed inputs and outputs):
+the server is a layer above the runtime and must keep working while the compiler below it changes. One
+executable per instance gives each instance its own arena set, so instances never contend for memory plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import dynshape as ds
+from dynshape.serve.batcher import Batcher
+from dynshape.serve.config import ModelSpec
+from dynshape.serve.errors import InferError
+from dynshape.serve.metrics import Metrics
+from dynshape.serve.signature import ModelSignature
+
+
+@dataclass
+class ServedModel:
+    name: str
+    version: str
+    signature: ModelSignature
+    batcher: Batcher
+    source: str
+
+    @property
+    def ready(self) -> bool:
+        return self.batcher.ready
+
+    def metadata(self, versions: list[str]) -> dict:
+        return self.signature.metadata(self.name, versions)
+
+    def config(self) -> dict:
+        """Triton's model-config view (GET .../config), for clients that read `max_batch_size` there."""
+        b, c = self.batcher, self.batcher.cfg
+        return {"name": self.name, "platform": "dynshape", "max_batch_size": b.cap if b.cap > 1 else 0,
+                "input": [{"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.public_shape()}
+                          for t in self.signature.inputs],
+                "output": [{"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.public_shape()}
+                           for t in self.signature.outputs],
+                "dynamic_batching": {"max_queue_delay_microseconds": c.max_queue_delay_us,
+                                     "preferred_batch_size": c.preferred_batch_size,
+                                     "priority_levels": c.priority_levels,
+                                     "default_queue_policy": {"max_queue_size": c.max_queue_size,
+                                                              "default_timeout_microseconds": c.default_timeout_us}},
+                "instance_group": [{"count": b.instances, "kind": "KIND_CPU"}]}
+
+
+def build_model(spec: ModelSpec, metrics: Metrics, compile_options: dict | None = None) -> ServedModel:
+    """Load (artefact folder) or compile (ONNX file, ModelProto or Graph) one executable per instance; an
+    executable built in this process (anything with `.graph` and `.run`) is served as given, as one instance."""
+    src = spec.path
+    if hasattr(src, "run") and hasattr(src, "graph"):  # an executable compiled in this process: served as is
+        exes, graph, default_name = [src], src.graph, getattr(src.graph, "name", "model")
+    elif isinstance(src, (str, Path)) and Path(src).is_dir():
+        exes = [ds.load(src) for _ in range(spec.instances)]
+        graph, default_name = exes[0].graph, Path(src).name
+    else:
+        if isinstance(src, (str, Path)):
+            graph, default_name = ds.load_onnx(str(src), dims=spec.dims), Path(src).stem
+        elif hasattr(src, "inputs") and hasattr(src, "signature"):
+            graph, default_name = src, getattr(src, "name", "model")
+        else:  # an onnx.ModelProto
+            graph = ds.load_onnx(src, dims=spec.dims)
+            default_name = graph.name or "model"
+        exes = [ds.compile(graph, **(compile_options or {})) for _ in range(spec.instances)]
+    name = spec.name or default_name
+    sig = ModelSignature(graph)
+    return ServedModel(name, spec.version, sig, Batcher(name, spec.version, exes, sig, spec.batcher, metrics),
+                       str(src) if isinstance(src, (str, Path)) else "<in memory>")
+
+
+class ModelRepository:
+    """Served models by name, then version (`get` raises a 404 naming what is served)."""
+
+    def __init__(self, models: list[ServedModel]):
+        self.models: dict[str, dict[str, ServedModel]] = {}
+        for m in models:
+            versions = self.models.setdefault(m.name, {})
+            if m.version in versions:
+                raise ValueError(f"model {m.name!r} version {m.version!r} is given twice (use --name)")
+            versions[m.version] = m
+
+    def get(self, name: str, version: str | None = None) -> ServedModel:
+        versions = self.models.get(name)
+        if not versions:
+            raise InferError(404, f"unknown model {name!r}; served: {sorted(self.models)}")
+        if not version:
+            return versions[max(versions, key=_version_order)]
+        m = versions.get(version)
+        if m is None:
+            raise InferError(404, f"model {name!r} has no version {version!r}; versions: {sorted(versions)}")
+        return m
+
+    def versions(self, name: str) -> list[str]:
+        return sorted(self.models.get(name, {}), key=_version_order)
+
+    def all(self) -> list[ServedModel]:
+        return [m for vs in self.models.values() for m in vs.values()]
+
+    @property
+    def ready(self) -> bool:
+        return all(m.ready for m in self.all())
+
+    def start(self) -> None:
+        for m in self.all():
+            m.batcher.start()
+
+    async def stop(self) -> None:
+        for m in self.all():
+            await m.batcher.stop()
+
+
+def _version_order(v: str) -> tuple:
+    return (0, int(v), "") if v.isdigit() else (1, 0, v)
