@@ -35,6 +35,6 @@ def server(mlp_graph, enc_graph):
     """mlp (joins concurrent requests: 20 ms queue delay) and enc (batch, seq) on one server, HTTP and gRPC."""
     specs = [ModelSpec(mlp_graph, name="mlp", batcher=BatcherConfig(max_batch_size=64, max_queue_delay_us=20_000)),
              ModelSpec(enc_graph, name="enc", batcher=BatcherConfig(max_batch_size=8, max_queue_delay_us=20_000))]
-    srv = Server(specs, ServerConfig(port=0, max_request_bytes=1 << 20)).start()
+    srv = Server(specs, ServerConfig(port=0, grpc_port=0, max_request_bytes=1 << 20)).start()
     yield srv
     srv.stop()

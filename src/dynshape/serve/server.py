@@ -49,7 +49,7 @@ class Server:
             from dynshape.serve.grpc_service import start_grpc
 
             self._grpc, self.grpc_port = await start_grpc(self.repo, self.metrics, self.config.host,
-                                                          self.config.grpc_port)
+                                                          self.config.grpc_port, self.config.max_request_bytes)
         try:
             yield
         finally:
@@ -68,6 +68,10 @@ class Server:
     @property
     def url(self) -> str:
         return f"{self.config.host}:{self.port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.config.host}:{self.grpc_port}"
 
     def run(self) -> None:
         """Serve until interrupted (SIGINT / SIGTERM)."""
