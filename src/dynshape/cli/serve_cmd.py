@@ -56,6 +56,10 @@ def serve(
                                                              "the `priority` parameter.")] = 0,
     default_priority_level: Annotated[int, typer.Option(min=0, help="Level of a request without a priority "
                                                                     "(0: the lowest).")] = 0,
+    pad: Annotated[str | None, typer.Option(
+        metavar="SYMBOL=MASK_INPUT", help="Pad sequences of different lengths to the longest of a batch and join "
+        "them, where the model masks padding with that input (checked exact at load; only when a cost model "
+        "fitted to measured call times predicts it cheaper), e.g. seq=attention_mask.")] = None,
     max_request_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get 413.")] = 64 << 20,
     access_log: Annotated[bool, typer.Option(help="Log one JSON line per inference request.")] = False,
 ) -> None:
@@ -67,6 +71,13 @@ def serve(
     if len(names) > len(models):
         raise typer.BadParameter(f"{len(names)} names for {len(models)} models", param_hint="--name")
     dims = parse_dims(dim)
+    pads: dict[str, str] = {}
+    if pad:
+        sym_name, eq, mask = pad.partition("=")
+        if not eq or not sym_name.strip() or not mask.strip():
+            raise typer.BadParameter(f"{pad!r}: expected SYMBOL=MASK_INPUT, e.g. seq=attention_mask",
+                                     param_hint="--pad")
+        pads = {sym_name.strip(): mask.strip()}
     from dynshape.serve.config import BatcherConfig, ModelSpec, ServerConfig
     from dynshape.serve.server import serve_forever
 
@@ -76,7 +87,7 @@ def serve(
         batcher = BatcherConfig(max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
                                 preferred_batch_size=list(preferred_batch_size or []), max_queue_size=max_queue_size,
                                 default_timeout_us=default_timeout_us, priority_levels=priority_levels,
-                                default_priority_level=default_priority_level)
+                                default_priority_level=default_priority_level, pad=pads)
         specs.append(ModelSpec(str(path), names[i] if i < len(names) else None, dims=None if path.is_dir() else dims,
                                instances=instances, batcher=batcher))
     serve_forever(specs, ServerConfig(host=host, port=port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,

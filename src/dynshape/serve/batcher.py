@@ -34,6 +34,7 @@ from dynshape.errors import DynshapeError
 from dynshape.serve.config import BatcherConfig
 from dynshape.serve.errors import InferError, bad
 from dynshape.serve.metrics import Metrics
+from dynshape.serve.padding import CostModel, PadPlan, check_exact, probe_shapes, random_feed
 from dynshape.serve.signature import ModelSignature
 
 log = logging.getLogger("dynshape.serve")
@@ -51,6 +52,7 @@ class Pending:
     deadline: float | None
     arrived: float
     future: asyncio.Future
+    length: int = 0  # the padded symbol's value (with --pad)
     seq: int = field(default_factory=lambda: next(_seq))
 
 
@@ -65,6 +67,10 @@ class Batcher:
         if cap > 1 and signature.batch_max is not None:
             cap = min(cap, signature.batch_max)
         self.cap = cap  # rows per joined batch; <= 1: no joining
+        self.pad = PadPlan(signature, config.pad) if config.pad else None
+        if self.pad is not None and cap <= 1:
+            raise ValueError(f"model {name!r}: --pad needs batching (a batch symbol and max_batch_size > 1)")
+        self.cost = CostModel() if self.pad is not None else None
         self.levels = max(config.priority_levels, 1)
         self._queues: list[collections.deque[Pending]] = [collections.deque() for _ in range(self.levels)]
         self._free = list(executables)
@@ -98,6 +104,27 @@ class Batcher:
             await asyncio.gather(*self._running, return_exceptions=True)
         self._pool.shutdown(wait=False)
 
+    def calibrate(self) -> None:
+        """With --pad: refuse padding unless it is exact, then time probe calls to seed the cost model."""
+        if self.pad is None or self.cost is None:
+            return
+        exe, info = self._free[0], self.sig.symbols[self.pad.symbol]
+        lo, hi, k = max(info.min, 1), info.max if info.max is not None else 256, info.multiple_of
+
+        def fit(n: int) -> int:
+            n = min(max(n, lo), hi)
+            return max(lo, n // k * k) if n % k else n
+
+        check_exact(exe, self.sig, self.pad, (fit(lo), fit(lo + max(3 * k, 5))))
+        rng = np.random.default_rng(1)
+        for length in sorted({fit(8), fit(32), fit(96)}):
+            for rows in sorted({1, min(4, self.cap)}):
+                feed = random_feed(self.sig, probe_shapes(self.sig, self.pad, rows, length), rng)
+                exe.run(feed)
+                t0 = time.perf_counter()
+                exe.run(feed)
+                self.cost.record(rows, length, time.perf_counter() - t0)
+
     @property
     def ready(self) -> bool:
         return self._task is not None and not self._task.done()
@@ -116,8 +143,11 @@ class Batcher:
         timeout = timeout_us if not cfg.default_timeout_us else \
             (min(timeout_us, cfg.default_timeout_us) if timeout_us else cfg.default_timeout_us)
         now = time.perf_counter()
+        length = 0
+        if self.pad is not None:
+            key, length = self.pad.loose_key(key), self.pad.length(feed)
         p = Pending(feed, key, rows, level, now + timeout * 1e-6 if timeout else None, now,
-                    asyncio.get_running_loop().create_future())
+                    asyncio.get_running_loop().create_future(), length)
         self._queues[level].append(p)
         self.queued += 1
         self.m_pending.inc()
@@ -206,13 +236,7 @@ class Batcher:
             head = members[0]
             if head.rows >= cap:
                 return self._take([head]), None
-            batch, rows = [], 0
-            for p in members:
-                if rows + p.rows <= cap:
-                    batch.append(p)
-                    rows += p.rows
-                    if rows == cap:
-                        break
+            batch, rows = self._choose(members, cap)
             if rows >= cap:
                 return self._take(batch), None
             fits = [s for s in cfg.preferred_batch_size if s <= rows]
@@ -229,6 +253,28 @@ class Batcher:
                 return self._take(batch), None
             soonest = delay - waited if soonest is None else min(soonest, delay - waited)
         return None, soonest
+
+    def _choose(self, members: list[Pending], cap: int) -> tuple[list[Pending], int]:
+        """Requests of one group, in order, up to `cap` rows: those of the head's exact shape, then (with --pad)
+        those of other lengths whose joining the cost model predicts cheaper than running them apart."""
+        head, batch, rows = members[0], [], 0
+        for p in members:
+            if p.length == head.length and rows + p.rows <= cap:
+                batch.append(p)
+                rows += p.rows
+        cost = self.cost
+        if cost is None or not cost.calibrated or rows >= cap:
+            return batch, rows
+        length, inside = head.length, set(map(id, batch))
+        for p in members:
+            if id(p) in inside or rows + p.rows > cap:
+                continue
+            longer = max(length, p.length)
+            if cost.predict(rows + p.rows, longer) < cost.predict(rows, length) + cost.predict(p.rows, p.length):
+                batch.append(p)
+                rows, length = rows + p.rows, longer
+        batch.sort(key=lambda p: p.seq)
+        return batch, rows
 
     def _take(self, batch: list[Pending]) -> list[Pending]:
         chosen = set(map(id, batch))
@@ -274,7 +320,9 @@ class Batcher:
         m = self.m
         t0 = time.perf_counter()
         names = [t.name for t in self.sig.inputs]
-        feed = {n: np.concatenate([p.feed[n] for p in batch], axis=0) for n in names}
+        pad, longest = self.pad, max(p.length for p in batch)
+        feeds = [pad.pad(p.feed, longest) if pad is not None and p.length != longest else p.feed for p in batch]
+        feed = {n: np.concatenate([f[n] for f in feeds], axis=0) for n in names}
         t1 = time.perf_counter()
         try:
             out = exe.run(feed)
@@ -284,9 +332,14 @@ class Batcher:
         t2 = time.perf_counter()
         results, start = [], 0
         for p in batch:
-            results.append({k: v[start:start + p.rows] for k, v in out.items()})
+            one = {k: v[start:start + p.rows] for k, v in out.items()}
+            results.append(pad.unpad(one, p.length) if pad is not None and p.length != longest else one)
             start += p.rows
         t3 = time.perf_counter()
+        if pad is not None and self.cost is not None:
+            self.cost.record(start, longest, t2 - t1)
+            useful = sum(p.rows * p.length for p in batch)
+            self.metrics.padding.labels(self.name, self.version).observe(1.0 - useful / (start * longest or 1))
         m["compute_input"].observe(t1 - t0)
         m["compute_infer"].observe(t2 - t1)
         m["compute_output"].observe(t3 - t2)
@@ -302,8 +355,11 @@ class Batcher:
         except Exception as e:  # noqa: BLE001 (a model bug is this request's 500, not the server's crash)
             log.exception("model %s: run failed", self.name)
             return InferError(500, f"model {self.name!r}: run failed: {type(e).__name__}: {e}")
+        dt = time.perf_counter() - t1
+        if self.cost is not None:
+            self.cost.record(p.rows, p.length, dt)
         self.m["compute_input"].observe(0.0)
-        self.m["compute_infer"].observe(time.perf_counter() - t1)
+        self.m["compute_infer"].observe(dt)
         self.m["compute_output"].observe(0.0)
         self._count(1, p.rows)
         return out

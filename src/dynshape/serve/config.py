@@ -21,7 +21,8 @@ class BatcherConfig:
     requests beyond which a new one is refused at once with 429 (0: unbounded). `default_timeout_us`: a request still
     queued after this is answered 504 (0: none); a request's own `timeout` parameter may only lower it.
     `priority_levels`: requests carry `priority` 1 (highest) .. levels (0: `default_priority_level`); FIFO within a
-    level. `pad`: symbol -> mask input, for sequences padded to the longest of a batch (not yet used: see README).
+    level. `pad`: {symbol: mask input}: sequences of different lengths padded to the longest of a batch and
+    joined, where exact and predicted cheaper (padding.py).
     """
 
     max_batch_size: int = 64

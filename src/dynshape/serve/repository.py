@@ -69,8 +69,9 @@ def build_model(spec: ModelSpec, metrics: Metrics, compile_options: dict | None 
         exes = [ds.compile(graph, **(compile_options or {})) for _ in range(spec.instances)]
     name = spec.name or default_name
     sig = ModelSignature(graph)
-    return ServedModel(name, spec.version, sig, Batcher(name, spec.version, exes, sig, spec.batcher, metrics),
-                       str(src) if isinstance(src, (str, Path)) else "<in memory>")
+    batcher = Batcher(name, spec.version, exes, sig, spec.batcher, metrics)
+    batcher.calibrate()  # with --pad: padding proven exact and the cost model seeded before the first request
+    return ServedModel(name, spec.version, sig, batcher, str(src) if isinstance(src, (str, Path)) else "<in memory>")
 
 
 class ModelRepository:

@@ -79,6 +79,8 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> Server:
         """Serve from a background thread; return once the port is bound and the batchers run."""
+        if self._thread is not None:
+            return self  # already serving (`with Server(...).start()` must not start a second loop)
         self._thread = threading.Thread(target=self._uv.run, name="dynshape-serve", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
