@@ -109,6 +109,12 @@ class Options:
                                   "rows (streaming them is its cost: a batch-1 classifier's 1024 x 1000)",
                                   default=1 << 18)
     fast_math: bool = _build("dynshape's vectorised exp/erf/tanh (a few ulp; False: libm's)", default=True)
+    fold_bytes: int = _build("bytes of constant subgraphs (ConstantOfShape weights, casts, dequantisations, "
+                             "transposes of initializers) computed once at compile time; a model needing more is "
+                             "refused, naming the node", default=2 << 30)
+    nonempty_build: bool = _build("symbols that may be 0 (undeclared dims) get a build for keys where every one "
+                                  "is >= 1, behind a per-call test; keys with a 0 run a second build made on first "
+                                  "use", "DYNSHAPE_NONEMPTY_BUILD", True)
 
     # ---- how calls are served ---------------------------------------------------------------------------------
     strategy: str = _run("specialisation: auto, generic, multi_version, bucketed or static", "auto")
@@ -151,7 +157,7 @@ class Options:
             raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
         if self.blas not in BLAS_CHOICES:
             raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
-        for name in ("par_min_elements", "par_min_flops", "par_min_weights"):
+        for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
                 raise DynshapeError(f"{name}={v!r}: expected an int in [0, 2**62)")

@@ -122,7 +122,8 @@ def test_the_native_first_fit_places_every_buffer_where_the_python_one_does():
     ones (ties) included, and no two buffers that live at once overlapping."""
     from dynshape.models.encoder import build_encoder
 
-    pl = ds.compile(load_onnx(build_encoder())).generic.planner
+    # one build for every key (dims may be 0): its 38 buffers; the build for keys >= 1 fuses more (27)
+    pl = ds.compile(load_onnx(build_encoder()), nonempty_build=False).generic.planner
     assert len(pl.buffers) >= 30
     rng = np.random.default_rng(3)
     for trial in range(300):

@@ -229,7 +229,7 @@ def test_entry_point_is_declared_in_pyproject():
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     block = text.split("[project.entry-points.torch_dynamo_backends]", 1)[1].split("[", 1)[0]
     assert 'dynshape = "dynshape.torch.backend:dynshape_backend"' in block
-    assert 'torch = ["torch==2.13.0"]' in text
+    assert 'torch = ["torch==2.13.0",' in text  # exactly the version whose CPU wheel lies on the machine
     from dynshape.torch.backend import dynshape_backend
 
     assert callable(dynshape_backend)

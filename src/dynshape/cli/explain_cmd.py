@@ -119,6 +119,8 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
         "library_steps": dict(sorted(lowered.items())),
         "uncompiled": built["uncompiled"],
         "concat_slices": built["concat_slices"],
+        "builds": built["builds"],
+        "folded": built["folded"],
         "options": built["options"],
         "memory": {"bytes": mem.bytes, "peak_node": mem.peak_node, "unbounded": mem.unbounded, "text": str(mem)},
         "binder_source": getattr(exe.binder, "source", None),
@@ -134,6 +136,13 @@ def _print(data: dict[str, Any]) -> None:
         console.print(Text(f"  {text}") + (Text(f"  ({note})", style="dim") if note else Text("")))
 
     console.print(Text(f"{data['target']}", style="bold underline"))
+    head("which keys take which build")
+    for b in data["builds"]:
+        line(f"{b['keys']}: {b['build']}")
+    f = data["folded"]
+    if f["nodes"]:
+        line(f"constant subgraphs computed at compile time: {fmt_bytes(f['bytes'])} (cap {fmt_bytes(f['cap'])}), "
+             + ", ".join(f"{op} x{n}" for op, n in sorted(f["nodes"].items())))
     head("variants")
     for v in data["variants"]:
         vals = ", ".join(f"{k}={x}" for k, x in v["values"].items()) if v["values"] else "generic"

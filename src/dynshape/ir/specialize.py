@@ -87,8 +87,9 @@ def static_variant(graph: Graph, env: Mapping[str, int]) -> Graph:
     return g
 
 
-def specialize(graph: Graph, values: Mapping[str, int]) -> Graph:
-    """A copy of `graph` (initializers shared) with the input symbols in `values` fixed, re-inferred.
+def specialize(graph: Graph, values: Mapping[str, Any]) -> Graph:
+    """A copy of `graph` (initializers shared) with the input symbols in `values` fixed (or replaced by the
+    narrower symbol given), re-inferred.
 
     Inputs that do not fit the model at these values (a length the op refuses, a rank mismatch) give a
     `ConstraintViolation` naming the values, as any other bad input does."""
@@ -102,6 +103,54 @@ def specialize(graph: Graph, values: Mapping[str, int]) -> Graph:
         at = ", ".join(f"{k} = {v}" for k, v in values.items())
         raise ConstraintViolation(f"the inputs give {at}, which fixes a rank, and the model does not admit "
                                   f"it: {e}") from None
+
+
+def nonempty(graph: Graph, names: list[str]) -> Graph:
+    """A copy of `graph` re-inferred with each named input symbol narrowed from min 0 to min 1 (its max and
+    divisibility kept): what a build for the keys where none of them is 0 starts from.
+
+    Why: an undeclared dim ranges over [0, inf] (ONNX admits empty tensors), and under that range inference must
+    write a broadcast as `max(a, b) * min(a, b, 1)` and cannot prove the facts kernels need, so whole chains run
+    outside kernels. The keys with a 0 are rare and served by another build (`runtime.executable`)."""
+    from dynshape.sym import sym
+
+    atoms = {s.atom().name: s.atom() for s in graph.signature.symbols.values() if hasattr(s, "atom")}
+    narrowed = {n: sym(n, 1, atoms[n].hi, atoms[n].mult) for n in names}
+    g = specialize(graph, narrowed)
+    his = implied_upper_bounds(g, [n for n in names if atoms[n].hi is None])
+    if not his:
+        return g
+    return specialize(graph, {**narrowed, **{n: sym(n, 1, hi, atoms[n].mult) for n, hi in his.items()}})
+
+
+def implied_upper_bounds(graph: Graph, names: list[str]) -> dict[str, int]:
+    """Upper bounds on unbounded input symbols that the graph's own broadcast requirements imply.
+
+    A BERT export adds rows 0..seq of a 512-row position table to the (batch, seq) embeddings: inference records
+    `min(512, seq) == seq or one of them is 1`, which every valid input meets and the binder checks. For seq >= 1
+    that already means seq <= 512; knowing it lets `min(512, seq)` simplify to `seq`, so the sum and what follows
+    are kernels as when the user declares the bound. A bound is taken only when it is proved: with
+    seq = K + 1 + u (u >= 0, K the other side's upper bound) neither `a == b` nor `a == 1` nor `b == 1` can hold."""
+    from dynshape.sym import Symbol, bounds, eq, prove, substitute, sym
+
+    out: dict[str, int] = {}
+    over = sym("__over", 0)
+    for f in graph.signature.facts:
+        a, b = getattr(f.check, "a", None), getattr(f.check, "b", None)
+        if f.kind != "require" or a is None or b is None:
+            continue
+        for s, other in ((a, b), (b, a)):
+            if not (isinstance(s, Expr) and s.is_atom() and isinstance(s.atom(), Symbol) and s.atom().name in names):
+                continue
+            hi = bounds(other)[1] if isinstance(other, Expr) else other
+            name = s.atom().name
+            if hi is None or name in out and out[name] <= hi:
+                continue
+            beyond = {name: hi + 1 + over}
+            a2, b2 = (substitute(x, beyond) if isinstance(x, Expr) else x for x in (a, b))
+            if all(prove(eq(x, y)) is False for x, y in ((a2, b2), (a2, 1), (b2, 1))):
+                out[name] = int(hi)
+    return out
 
 
 def _fix(v: Value, values: Mapping[str, int]) -> Value:

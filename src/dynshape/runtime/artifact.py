@@ -119,6 +119,9 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
                                         f"{', '.join(names) or 'none'})")
                 step("variant " + ", ".join(f"{k}={v}" for k, v in spec.items()))
                 exe.add_variant(spec)
+            if exe.has_empty_build:  # its kernels ship too: load never compiles
+                step("empty-tensor build")
+                exe.empty_build()
             _native_helpers(graph)
         step("writing artefact")
         config = {"dims": {n: _dim_json(n, d) for n, d in (dims or {}).items()},
@@ -262,6 +265,8 @@ def _load(out: Path, signing_key: bytes | str | None, overrides: Mapping[str, An
         graph = _load_graph(contents[MODEL], dims, requires, out)
         try:
             exe = Executable(graph, specialize, opts)
+            if exe.has_empty_build:  # saved beside the main build; made now, while the libraries are at hand
+                exe.empty_build()
         except cc.CompileError as e:  # a library the manifest's compiler identity does not find
             raise DynshapeError(f"artefact {out} does not hold the libraries this model needs under the compiler "
                                 f"its manifest names ({_first_line(manifest.get('compiler'))}): the artefact is "
