@@ -89,6 +89,24 @@ def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 1
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def cpu_model() -> str:
+    """The CPU's model name and the ISA flags that decide which kernels run (every figure names its CPU)."""
+    name, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name == "unknown CPU":
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags]
+    return f"{name} ({', '.join(isa) or 'no AVX2'})"
+
+
 def rss_bytes() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -100,4 +118,5 @@ def rss_bytes() -> int:
 import common  # noqa: E402  (from ../shared/bench, on the path above)
 import peers  # noqa: E402
 
-__all__ = ["DIMS", "SHARED", "balanced_orders", "common", "limit_threads", "peers", "rss_bytes", "time_interleaved"]
+__all__ = ["DIMS", "SHARED", "balanced_orders", "common", "cpu_model", "limit_threads", "peers", "rss_bytes",
+           "time_interleaved"]

@@ -22,7 +22,7 @@ import time
 import timeit
 
 import dynshape as ds
-from benchutil import DIMS, common, limit_threads, peers, time_interleaved
+from benchutil import DIMS, common, cpu_model, limit_threads, peers, time_interleaved
 from dynshape.codegen import gemm
 
 
@@ -60,37 +60,45 @@ def main() -> None:
 
     exe, _ = build(model, specialize=[shape_dict(model, s) for s in shapes])
     generic = ds.compile(exe.graph, strategy="generic")  # no variants: always the generic build
+    # the default path first: the file as shipped, nothing declared (dims take their [0, inf] default)
+    undeclared = ds.compile(ds.load_onnx(common.onnx_path(model)), strategy="generic")
     generic.run(common.make_inputs(model, shapes[0], seed=1))  # loads the BLAS: now its threads can be limited
     limit_threads(args.threads)
-    calls = {"dynshape": lambda x: generic.run(x), "static": lambda x: exe.run(x)}
+    calls = {"undeclared": lambda x: undeclared.run(x), "dynshape": lambda x: generic.run(x),
+             "static": lambda x: exe.run(x)}
+    ours_keys = ("undeclared", "dynshape", "static")
     for p in [p for p in args.peers.split(",") if p]:
         try:
             calls[p], _ = peers.PEERS[p](model, args.threads)
         except Exception as e:  # noqa: BLE001 - a missing peer is a note, not a failure
             print(f"peer {p} skipped: {type(e).__name__}: {e}")
     limit_threads(args.threads)  # torch may have loaded another BLAS
-    print(f"BLAS: {gemm.blas_name()}, threads limited to {args.threads}")
-    print(f"\n| shape | {' | '.join(f'{k} ms' for k in calls)} | eta | " +
-          " | ".join(f"{k}/dynshape" for k in calls if k not in ("dynshape", "static")) + " |")
-    etas, ratios = [], {k: [] for k in calls if k not in ("dynshape", "static")}
-    print("|" + "---|" * (2 + len(calls) + len(ratios)))
+    print(f"BLAS: {gemm.blas_name()}, threads limited to {args.threads}; CPU: {cpu_model()}")
+    print("undeclared: ds.load_onnx(path) as shipped; dynshape: dims declared; eta = static / declared; "
+          "decl/undecl = declared / undeclared (>= 1: undeclared as fast)")
+    print(f"\n| shape | {' | '.join(f'{k} ms' for k in calls)} | eta | decl/undecl | " +
+          " | ".join(f"{k}/undeclared" for k in calls if k not in ours_keys) + " |")
+    etas, same, ratios = [], [], {k: [] for k in calls if k not in ours_keys}
+    print("|" + "---|" * (3 + len(calls) + len(ratios)))
     for s in shapes:
         x = common.make_inputs(model, s, seed=1)
-        # eta from our two builds alone: with the peers in the same rounds their thread pools and caches
+        # eta from our builds alone: with the peers in the same rounds their thread pools and caches
         # moved it by up to 10% either way at 2 threads (0.89..1.07 in successive runs, 1.00 +- 0.04 without)
-        ours = time_interleaved({k: calls[k] for k in ("dynshape", "static")}, x, budget)
+        ours = time_interleaved({k: calls[k] for k in ours_keys}, x, budget)
         t = time_interleaved({k: f for k, f in calls.items() if k != "static"}, x, budget)
-        t = {"dynshape": t["dynshape"], "static": ours["static"],
-             **{k: v for k, v in t.items() if k != "dynshape"}}
+        t = {"undeclared": t["undeclared"], "dynshape": t["dynshape"], "static": ours["static"],
+             **{k: v for k, v in t.items() if k not in ours_keys}}
         eta = ours["static"] / ours["dynshape"]
         etas.append(eta)
+        same.append(ours["dynshape"] / ours["undeclared"])
         for k in ratios:
-            ratios[k].append(t[k] / t["dynshape"])
-        print(f"| {s} | " + " | ".join(f"{1e3 * v:.3f}" for v in t.values()) + f" | {eta:.3f} | " +
-              " | ".join(f"{t[k] / t['dynshape']:.2f}" for k in ratios) + " |")
+            ratios[k].append(t[k] / t["undeclared"])
+        print(f"| {s} | " + " | ".join(f"{1e3 * v:.3f}" for v in t.values()) + f" | {eta:.3f} | {same[-1]:.3f} | "
+              + " | ".join(f"{t[k] / t['undeclared']:.2f}" for k in ratios) + " |")
     gm = statistics.geometric_mean
-    print(f"\neta geomean {gm(etas):.3f}, min {min(etas):.3f}; " +
-          "; ".join(f"{k}/dynshape geomean {gm(v):.2f}, min {min(v):.2f}" for k, v in ratios.items()))
+    print(f"\neta geomean {gm(etas):.3f}, min {min(etas):.3f}; decl/undecl geomean {gm(same):.3f}, min "
+          f"{min(same):.3f}; " + "; ".join(f"{k}/undeclared geomean {gm(v):.2f}, min {min(v):.2f}"
+                                        for k, v in ratios.items()))
 
     feed = common.make_inputs(model, shapes[0], seed=1)
     n = 20000
