@@ -1,0 +1,267 @@
+"""Open-loop load generator for any KServe v2 server (dynshape serve, Triton, PyTriton): Poisson arrivals at set
+rates from the shared request stream, over HTTP (JSON or binary tensors) or gRPC, with the unchanged tritonclient.
+
+Reports per offered rate: throughput, p50/p90/p99/p99.9 latency, refusals (429/504/other), and from the server's
+/metrics when it has dynshape's (or Triton's) metrics: mean queue and compute time, mean batch size (requests per
+call), padding waste. A sweep over rates finds the highest throughput whose p99 meets the SLO.
+
+    python bench/serve_bench.py --model bert_small --rates 2,4,8 --duration 10             # starts dynshape serve
+    python bench/serve_bench.py --model bert_small --rates 2,4,8 -- --max-batch-size 1      # extra server flags
+    python bench/serve_bench.py --model bert_small --url 127.0.0.1:8000 --name bert_small   # any running server
+
+Models come from ../shared/bench/export_models.py ($DYNSHAPE_BENCH_MODELS); nothing is downloaded. Open loop:
+a request is sent at its arrival time whether or not earlier ones were answered (a closed loop hides queueing,
+Triton's issue 5957), bounded by --max-outstanding so an overloaded server cannot exhaust the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from benchutil import SHARED  # puts ../shared/bench on sys.path
+
+common = importlib.import_module("common")  # ../shared/bench/common.py: the stream, inputs, model paths
+
+
+def cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        m = re.search(r"Model name:\s*(.+)", out)
+        return m.group(1).strip() if m else platform.processor()
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model_path: str, name: str, dims: list[str], extra: list[str], grpc: bool) -> tuple:
+    port = free_port()
+    gport = free_port() if grpc else None
+    argv = [sys.executable, "-m", "dynshape", "serve", model_path, "--name", name, "--port", str(port)]
+    for d in dims:
+        argv += ["--dim", d]
+    if gport:
+        argv += ["--grpc-port", str(gport)]
+    proc = subprocess.Popen(argv + extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return proc, f"127.0.0.1:{port}", f"127.0.0.1:{gport}" if gport else None
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become ready in 300 s")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Sums of /metrics samples by metric name (all labels together); {} when the server has no /metrics."""
+    try:
+        with urllib.request.urlopen(f"http://{url}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$", line)
+        if m and 'le="' not in line:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+class Client:
+    """One tritonclient (HTTP aio or gRPC aio) and the stream's requests as prepared InferInputs."""
+
+    def __init__(self, protocol: str, url: str, name: str, model: str, requests: list[dict]):
+        self.protocol, self.name = protocol, name
+        if protocol == "grpc":
+            import tritonclient.grpc.aio as mod
+        else:
+            import tritonclient.http.aio as mod
+        self.mod = mod
+        self.client = mod.InferenceServerClient(url) if protocol == "grpc" else \
+            mod.InferenceServerClient(url, conn_limit=1000, conn_timeout=600.0)
+        binary = protocol != "http-json"
+        self.feeds, self.inputs = [], []
+        for r in requests:
+            feed = common.make_inputs(model, common.req_shape(model, r), r["data_seed"])
+            self.feeds.append(feed)
+            ins = []
+            for n, a in feed.items():
+                i = mod.InferInput(n, list(a.shape), "FP32" if a.dtype == np.float32 else "INT64")
+                if protocol == "grpc":
+                    i.set_data_from_numpy(a)
+                else:
+                    i.set_data_from_numpy(a, binary_data=binary)
+                ins.append(i)
+            self.inputs.append(ins)
+        outs = common.output_names(model)
+        self.outputs = [mod.InferRequestedOutput(o) if protocol == "grpc" else
+                        mod.InferRequestedOutput(o, binary_data=binary) for o in outs]
+
+    async def infer(self, k: int) -> str:
+        try:
+            await self.client.infer(self.name, self.inputs[k], outputs=self.outputs)
+            return "ok"
+        except Exception as e:  # noqa: BLE001 (a refusal is a measured outcome)
+            s = str(e)
+            for code, label in (("429", "429"), ("queue full", "429"), ("504", "504"), ("timed out", "504"),
+                                ("UNAVAILABLE", "429"), ("DEADLINE", "504")):
+                if code in s:
+                    return label
+            return "error: " + s[:120]
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def run_rate(client: Client, rate: float, duration: float, seed: int, max_outstanding: int) -> dict:
+    rng = np.random.default_rng(seed)
+    n = max(1, int(rate * duration))
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    order = rng.integers(0, len(client.inputs), size=n)
+    lat, status, tasks = [], [], []
+    outstanding = 0
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+
+    async def one(k: int) -> None:
+        nonlocal outstanding
+        t = time.perf_counter()
+        s = await client.infer(int(k))
+        lat.append(time.perf_counter() - t)
+        status.append(s)
+        outstanding -= 1
+
+    for at, k in zip(arrivals, order):
+        delay = t0 + at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if outstanding >= max_outstanding:
+            status.append("client-dropped")
+            continue
+        outstanding += 1
+        tasks.append(asyncio.ensure_future(one(k)))
+    sent_s = loop.time() - t0
+    await asyncio.gather(*tasks)
+    wall = loop.time() - t0
+    ok = np.array([x for x, s in zip(lat, status) if s == "ok"]) if lat else np.array([])
+    counts: dict[str, int] = {}
+    for s in status:
+        counts[s] = counts.get(s, 0) + 1
+    pct = {f"p{p}": float(np.percentile(ok, p) * 1e3) if ok.size else float("nan") for p in (50, 90, 99, 99.9)}
+    return {"offered_rps": rate, "sent": n, "send_s": round(sent_s, 2), "wall_s": round(wall, 2),
+            "throughput_rps": round(counts.get("ok", 0) / wall, 2), **{k: round(v, 2) for k, v in pct.items()},
+            "outcomes": counts}
+
+
+def server_deltas(before: dict, after: dict) -> dict:
+    def d(k: str) -> float:
+        return after.get(k, 0.0) - before.get(k, 0.0)
+
+    out = {}
+    if d("dynshape_queue_duration_seconds_count"):
+        out["queue_ms"] = round(d("dynshape_queue_duration_seconds_sum") / d("dynshape_queue_duration_seconds_count")
+                                * 1e3, 2)
+    if d("dynshape_compute_infer_duration_seconds_count"):
+        out["compute_ms_per_call"] = round(d("dynshape_compute_infer_duration_seconds_sum")
+                                           / d("dynshape_compute_infer_duration_seconds_count") * 1e3, 2)
+    if d("dynshape_batch_size_requests_count"):
+        out["mean_batch_requests"] = round(d("dynshape_batch_size_requests_sum")
+                                           / d("dynshape_batch_size_requests_count"), 2)
+    if d("nv_inference_exec_count_total"):
+        out["mean_batch_rows"] = round(d("nv_inference_count_total") / d("nv_inference_exec_count_total"), 2)
+    if d("dynshape_padding_waste_ratio_count"):
+        out["padding_waste"] = round(d("dynshape_padding_waste_ratio_sum") / d("dynshape_padding_waste_ratio_count"), 3)
+    return out
+
+
+async def bench(args: argparse.Namespace, url: str, grpc_url: str | None) -> list[dict]:
+    stream = common.load_stream()["streams"][args.model]
+    target = grpc_url if args.protocol == "grpc" else url
+    client = Client(args.protocol, target, args.name, args.model, stream)
+    try:
+        for k in range(min(args.warmup, len(stream))):  # every shape once at low load: variants, arenas, caches
+            await client.infer(k)
+        rows = []
+        for i, rate in enumerate(args.rates):
+            before = scrape(url)
+            r = await run_rate(client, rate, args.duration, args.seed + i, args.max_outstanding)
+            r.update(server_deltas(before, scrape(url)))
+            r["meets_slo"] = bool(r["p99"] <= args.slo_ms and r["outcomes"].get("ok", 0) == r["sent"])
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+            await asyncio.sleep(args.settle)
+        return rows
+    finally:
+        await client.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="bert_small", choices=["bert_small", "mlp", "bert_base"],
+                    help="Stream and ONNX file from ../shared/bench.")
+    ap.add_argument("--name", default=None, help="Model name on the server (default: --model).")
+    ap.add_argument("--url", default=None, help="A running server's HTTP host:port (default: start dynshape serve).")
+    ap.add_argument("--grpc-url", default=None, help="Its gRPC host:port (with --protocol grpc).")
+    ap.add_argument("--protocol", default="http-binary", choices=["http-json", "http-binary", "grpc"])
+    ap.add_argument("--rates", default="2,4,8", help="Offered loads, requests/s, comma-separated.")
+    ap.add_argument("--duration", type=float, default=10.0, help="Seconds of arrivals per rate.")
+    ap.add_argument("--warmup", type=int, default=40, help="Requests sent one by one before measuring.")
+    ap.add_argument("--slo-ms", type=float, default=50.0, help="p99 latency target of the sweep.")
+    ap.add_argument("--max-outstanding", type=int, default=512)
+    ap.add_argument("--settle", type=float, default=1.0, help="Pause between rates, seconds.")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dim", action="append", default=None, help="--dim for the started server (repeatable).")
+    ap.add_argument("--json", default=None, help="Write the results here.")
+    ap.add_argument("server_args", nargs="*", help="After --: extra flags for the started dynshape serve.")
+    args = ap.parse_args()
+    args.name = args.name or args.model
+    args.rates = [float(r) for r in args.rates.split(",")]
+    dims = args.dim or (["batch=1:64", "seq=1:512"] if args.model.startswith("bert") else ["batch=1:256"])
+    proc = None
+    url, grpc_url = args.url, args.grpc_url
+    if url is None:
+        path = common.onnx_path(args.model)
+        if not os.path.exists(path):
+            sys.exit(f"{path} is missing: run {SHARED / 'export_models.py'} --models {args.model}")
+        proc, url, grpc_url = start_server(path, args.name, dims, args.server_args, args.protocol == "grpc")
+    try:
+        rows = asyncio.run(bench(args, url, grpc_url))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+    ok = [r for r in rows if r["meets_slo"]]
+    best = max(ok, key=lambda r: r["throughput_rps"]) if ok else None
+    summary = {"cpu": cpu_model(), "cores": os.cpu_count(), "model": args.model, "protocol": args.protocol,
+               "server_args": args.server_args, "slo_p99_ms": args.slo_ms,
+               "max_throughput_under_slo_rps": best["throughput_rps"] if best else None, "rates": rows}
+    print(json.dumps({k: v for k, v in summary.items() if k != "rates"}))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
