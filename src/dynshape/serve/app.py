@@ -59,6 +59,7 @@ def build_app(repo: ModelRepository, metrics: Metrics, max_request_bytes: int = 
     """The routes over a repository; `lifespan` starts the batchers (and the gRPC service) on the server's loop."""
 
     def model_of(request: Request) -> ServedModel:
+        repo.ensure_started()
         p = request.path_params
         return repo.get(p["model"], p.get("version"))
 
@@ -69,6 +70,7 @@ def build_app(repo: ModelRepository, metrics: Metrics, max_request_bytes: int = 
         return Response(status_code=200)
 
     async def ready(request: Request) -> Response:
+        repo.ensure_started()
         return Response(status_code=200 if repo.ready else 503)
 
     async def model_metadata(request: Request) -> Response:

@@ -79,6 +79,7 @@ class ModelRepository:
 
     def __init__(self, models: list[ServedModel]):
         self.models: dict[str, dict[str, ServedModel]] = {}
+        self._started = False
         for m in models:
             versions = self.models.setdefault(m.name, {})
             if m.version in versions:
@@ -107,8 +108,15 @@ class ModelRepository:
         return all(m.ready for m in self.all())
 
     def start(self) -> None:
+        self._started = True
         for m in self.all():
             m.batcher.start()
+
+    def ensure_started(self) -> None:
+        """Start the batchers on the running loop if nothing did (Ray Serve runs no lifespan for an ingress app)."""
+        if not self._started:
+            self._started = True
+            self.start()
 
     async def stop(self) -> None:
         for m in self.all():
