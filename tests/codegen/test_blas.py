@@ -6,6 +6,7 @@ import pytest
 from dynshape.codegen import blas, cc
 from dynshape.errors import DynshapeError
 from dynshape.options import Options
+from tolerance import assert_f32_close
 
 DRIVER = (
     '#include "ds_blas.h"\n'
@@ -51,7 +52,7 @@ def test_sgemm_matches_numpy(lib: ctypes.CDLL, ta: int, tb: int) -> None:
     c = c0.copy()
     _gemm(lib, a, b, c, ta, tb, alpha=0.5, beta=2.0)
     ref = 0.5 * (a.T if ta else a).astype(np.float64) @ (b.T if tb else b) + 2.0 * c0
-    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+    assert_f32_close(c, ref, rtol=1e-5, scale=1e-5)
 
 
 @pytest.mark.parametrize("m,n,k", [(0, 5, 3), (4, 0, 3), (4, 5, 0), (1, 1, 1)])
@@ -75,7 +76,7 @@ def test_batched(lib: ctypes.CDLL, tb: int, broadcast_b: bool) -> None:
     c = np.full((batch, m, n), np.nan, np.float32)
     lib.gemm_batched(0, tb, batch, m, n, k, a.ctypes.data, m * k, b.ctypes.data, 0 if broadcast_b else k * n,
                      c.ctypes.data)
-    np.testing.assert_allclose(c, a @ (b.swapaxes(1, 2) if tb else b), rtol=1e-5, atol=1e-4)
+    assert_f32_close(c, a @ (b.swapaxes(1, 2) if tb else b), rtol=1e-5, scale=1e-5)
 
 
 def test_thread_control() -> None:

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.runtime.build import KernelStep
+from tolerance import assert_f32_close
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
@@ -32,7 +33,7 @@ def _check(model, dims, shapes, kinds=None, **options):
             [(s.name, getattr(s, "kind", s.op)) for s in exe.generic.steps]
     for shape in shapes:
         x = RNG.standard_normal(shape).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+        assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
     return exe
 
 
@@ -117,8 +118,8 @@ def test_conv_tiles_add_the_bias_and_apply_the_activation_in_registers(ci, co, k
         if "ds_wino" not in src_on:  # (Winograd's transforms spread a NaN over its whole tile, with or without)
             np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
         ok = ~np.isnan(got)  # Winograd's transforms round differently: the tolerance scales with the outputs
-        np.testing.assert_allclose(got[ok], ref[ok], rtol=1e-4, atol=2e-5 * max(1.0, float(np.abs(ref[ok]).max())))
-        np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
+        assert_f32_close(got[ok], ref[ok], rtol=1e-4, scale=2e-5)
+        assert_f32_close(got, off.run({"x": x})["y"], rtol=1e-5, scale=1e-6)
 
 
 @pytest.mark.parametrize("ci,co,k,attrs", [(16, 48, (1, 1), {}), (64, 56, (3, 3), {"pads": [1, 1, 1, 1]}),
@@ -152,8 +153,8 @@ def test_conv_tiles_add_a_residual_in_registers(ci, co, k, attrs, bias, relu, sw
         x = RNG.standard_normal(shape).astype(np.float32)
         got, ref = on.run({"x": x})["y"], g.run({"x": x})["y"]
         # a residual nearly cancelling a 576-term sum keeps ~1e-5 of the sum's size: the tolerance scales with it
-        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
-        np.testing.assert_allclose(got, off.run({"x": x})["y"], rtol=1e-5, atol=1e-6)
+        assert_f32_close(got, ref, rtol=1e-4, scale=1e-5)
+        assert_f32_close(got, off.run({"x": x})["y"], rtol=1e-5, scale=1e-6)
 
 
 def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
@@ -172,7 +173,7 @@ def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
     assert omp_ifs(shared) == ["1)"] and omp_ifs(by_flops) != ["1)"]
     x = RNG.standard_normal((3, 1024, 1, 1)).astype(np.float32)
     for exe in (shared, by_flops):
-        np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-4)
+        assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
 
 
 @pytest.mark.parametrize("k, winograd", [(1, False), (3, False), (3, True)])
@@ -194,7 +195,7 @@ def test_the_geometry_array_fills_every_slot_the_c_reads(k, winograd):
     exe = ds.compile(g, winograd=winograd)
     for shape in [(1, 32, 7, 7), (2, 32, 9, 9)]:  # Winograd's F(4x4) keeps ~1e-5 of the sum's size
         x = RNG.standard_normal(shape).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, atol=1e-4)
+        assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=2e-5)
     (step,) = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
     (size,) = re.findall(r"int64_t geo\w*\[(\d+)\];", step.source)
     stored = set(re.findall(r"geo\w*\[(\d+)\] = ", step.source))
@@ -422,7 +423,7 @@ def test_row_stride_kernels_run_dense_on_the_unplanned_path():
         x = RNG.standard_normal(shape).astype(np.float32)
         for c in (True, False):
             feed = {"x": x, "cond": np.array(c)}
-            np.testing.assert_allclose(exe.run(feed)["y"], graph.run(feed)["y"], rtol=1e-4, atol=1e-5)
+            assert_f32_close(exe.run(feed)["y"], graph.run(feed)["y"], rtol=1e-4, scale=1e-5)
 
 
 @pytest.mark.parametrize("axis", [None, 1, 2, 3, -1])

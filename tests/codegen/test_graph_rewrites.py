@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.runtime.build import KernelStep, NodeStep
+from tolerance import assert_f32_close
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(3)
@@ -34,7 +35,7 @@ def _run_both(model, dims, shape, names=("y",)):
     x = RNG.standard_normal(shape).astype(np.float32)
     got, want = exe.run({"x": x}), g.run({"x": x})
     for n in names:
-        np.testing.assert_allclose(got[n], want[n], rtol=1e-4, atol=1e-5)
+        assert_f32_close(got[n], want[n], rtol=1e-4, scale=1e-5)
     return exe
 
 

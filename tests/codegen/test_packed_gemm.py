@@ -10,6 +10,7 @@ import dynshape as ds
 from dynshape.codegen.lowering import PackedWeight
 from dynshape.codegen.packed_gemm import NR, pack_b
 from dynshape.frontends.onnx import load_onnx
+from tolerance import assert_f32_close
 
 F = TensorProto.FLOAT
 
@@ -63,7 +64,7 @@ def test_gemm_trans_b_alpha_beta_and_each_bias_shape():
         assert len(_kernels(exe)) == 1
         x = rng.standard_normal((6, 24)).astype(np.float32)
         want = 0.5 * x @ w.T + 2.0 * bias.astype(np.float32)
-        np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+        assert_f32_close(exe.run({"x": x})["y"], want, rtol=1e-5, scale=1e-6)
 
 
 def test_epilogue_bias_relu_residual_runs_in_the_product_and_keeps_nan():
@@ -82,7 +83,7 @@ def test_epilogue_bias_relu_residual_runs_in_the_product_and_keeps_nan():
         got = exe.run({"x": x, "res": res})["y"]
         want = np.maximum(x @ w + b, 0, dtype=np.float32) + res
         want[np.isnan(x @ w + b)] = np.nan
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        assert_f32_close(got, want, rtol=1e-5, scale=1e-6)
         assert np.isnan(got[0, 0]).all()
 
 
@@ -124,7 +125,7 @@ def test_a_product_reshaped_to_heads_and_transposed_is_written_transposed(heads,
     for b, s in [(1, 1), (2, 61), (3, 130), (3, 7), (2, 36)]:  # row blocks straddle the batch boundaries
         x = rng.standard_normal((b, s, 24)).astype(np.float32)
         want = (x @ w + bias).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
-        np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+        assert_f32_close(exe.run({"x": x})["y"], want, rtol=1e-5, scale=1e-6)
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
@@ -148,7 +149,7 @@ def test_residual_then_layernorm_runs_in_the_product(with_bias):
         s = x @ w + b + res
         want = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-3) * scale
         want = want + shift if with_bias else want
-        np.testing.assert_allclose(exe.run({"x": x, "res": res})["y"], want, rtol=1e-4, atol=1e-4)
+        assert_f32_close(exe.run({"x": x, "res": res})["y"], want, rtol=1e-4, scale=1e-5)
 
 
 def test_executables_of_one_graph_share_packed_weights():
@@ -169,7 +170,7 @@ def test_an_epilogue_that_reads_the_products_own_input():
     exe = ds.compile(g)
     assert _kernels(exe) == ["MatMul_0+Add_1+Relu_2"]
     x = rng.standard_normal((37, 48)).astype(np.float32)
-    np.testing.assert_allclose(exe.run({"x": x})["y"], np.maximum(x @ w + x, 0), rtol=2e-5, atol=2e-5)
+    assert_f32_close(exe.run({"x": x})["y"], np.maximum(x @ w + x, 0), rtol=2e-5, scale=2e-6)
 
 
 @pytest.mark.parametrize("shape,trans", [((300, 333), False), ((333, 300), True), ((64, 1100), True)])
@@ -246,9 +247,9 @@ def test_in_place_weights_only_where_every_shape_has_few_rows(monkeypatch):
     off = ds.compile(_model([node], {"x": ["m", 24]}, {"w": w}, "y", {"m": (1, 8)}), inplace_weights=False)
     assert _packed_weights(off)
     x = np.random.default_rng(0).standard_normal((9, 24)).astype(np.float32)
-    np.testing.assert_allclose(wide.run({"x": x})["y"], x @ w.T, rtol=1e-5, atol=1e-5)
+    assert_f32_close(wide.run({"x": x})["y"], x @ w.T, rtol=1e-5, scale=1e-6)
     unplanned = ds.compile(_model([node], {"x": ["m", 24]}, {"w": w * 2}, "y", {"m": (1, 8)}), planned=False)
-    np.testing.assert_allclose(unplanned.run({"x": x[:5]})["y"], 2 * x[:5] @ w.T, rtol=1e-5, atol=1e-5)
+    assert_f32_close(unplanned.run({"x": x[:5]})["y"], 2 * x[:5] @ w.T, rtol=1e-5, scale=1e-6)
 
 
 def test_one_row_by_large_weights_runs_on_every_thread():
@@ -270,7 +271,7 @@ def test_one_row_by_large_weights_runs_on_every_thread():
     for m in (1, 3):
         x = rng.standard_normal((m, 1024)).astype(np.float32)
         for exe in (shared, by_rows):
-            np.testing.assert_allclose(exe.run({"x": x})["y"], x @ w, rtol=2e-5, atol=2e-4)
+            assert_f32_close(exe.run({"x": x})["y"], x @ w, rtol=2e-5, scale=2e-6)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -293,7 +294,7 @@ def test_a_classifier_head_softmax_runs_on_the_products_rows(n):
     assert _kernels(exe) == ["MatMul_0+Add_1+Softmax_2"]
     for m in (1, 2, 7, 60, 61, 73, 130, 250, 400):
         x = rng.standard_normal((m, k)).astype(np.float32)
-        np.testing.assert_allclose(exe.run({"x": x})["y"], _softmax(x @ w + bias), rtol=1e-5, atol=1e-7)
+        assert_f32_close(exe.run({"x": x})["y"], _softmax(x @ w + bias), rtol=1e-5, scale=1e-7)
     unfused = ds.compile(g, fused_product_softmax=False)
     assert len(_kernels(unfused)) == 2
 
@@ -313,7 +314,7 @@ def test_a_fused_head_softmax_keeps_its_nan_clean_up_and_gemm_bias():
     x[3, 5] = np.nan
     want = _softmax(x @ w.T + c)
     want[3] = 0
-    np.testing.assert_allclose(exe.run({"x": x})["y"], want, rtol=1e-5, atol=1e-7)
+    assert_f32_close(exe.run({"x": x})["y"], want, rtol=1e-5, scale=1e-7)
 
 
 def test_a_head_softmax_stays_apart_where_the_product_is_read_elsewhere():
@@ -326,4 +327,4 @@ def test_a_head_softmax_stays_apart_where_the_product_is_read_elsewhere():
     assert len(_kernels(exe)) == 2
     x = rng.standard_normal((5, 8)).astype(np.float32)
     t = x @ w
-    np.testing.assert_allclose(exe.run({"x": x})["y"], _softmax(t) + t, rtol=1e-5, atol=1e-6)
+    assert_f32_close(exe.run({"x": x})["y"], _softmax(t) + t, rtol=1e-5, scale=1e-6)

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.runtime.build import NodeStep
+from tolerance import assert_f32_close
 
 F, I32 = TensorProto.FLOAT, TensorProto.INT32
 
@@ -42,7 +43,7 @@ def test_recurrent_ops_run_natively_and_match_the_reference(op):
         x = rng.standard_normal((seq, batch, 8)).astype(np.float32)
         want, got = g.run({"x": x}), exe.run({"x": x})
         for name in want:
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+            assert_f32_close(got[name], want[name], rtol=1e-4, scale=1e-5)
 
 
 def test_sequence_lens_out_of_range_is_refused_naming_the_node():
@@ -50,8 +51,8 @@ def test_sequence_lens_out_of_range_is_refused_naming_the_node():
     exe = ds.compile(g)
     x = np.ones((5, 2, 8), np.float32)
     ok = exe.run({"x": x, "lens": np.array([5, 3], np.int32)})
-    np.testing.assert_allclose(ok["y"], g.run({"x": x, "lens": np.array([5, 3], np.int32)})["y"], rtol=1e-4,
-                               atol=1e-5)
+    assert_f32_close(ok["y"], g.run({"x": x, "lens": np.array([5, 3], np.int32)})["y"], rtol=1e-4,
+                     scale=1e-5)
     with pytest.raises(ds.DynshapeError, match="the_lstm.*sequence_lens must lie in 0..5"):
         exe.run({"x": x, "lens": np.array([6, 1], np.int32)})
     np.testing.assert_array_equal(exe.run({"x": x, "lens": np.array([5, 3], np.int32)})["y"], ok["y"])
@@ -68,7 +69,7 @@ def test_plans_of_one_arena_share_the_recurrent_workspace():
     for seq in [30, *range(1, 41)]:  # a longer one grows the scratch once, then both sizes interleave
         x = rng.standard_normal((seq, 2, 8)).astype(np.float32)
         want, got = g.run({"x": x}), exe.run({"x": x})
-        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-4, atol=1e-5)
+        assert_f32_close(got["y"], want["y"], rtol=1e-4, scale=1e-5)
     (arena,) = exe.arenas
     assert len(arena.plans) == 40
     shared = plan_mod._SCRATCH[id(arena.buf)]

@@ -16,6 +16,7 @@ from dynshape.errors import DynshapeError
 from dynshape.options import Options
 from dynshape.runtime.build import KernelStep
 from dynshape.sym import sym
+from tolerance import assert_f32_close
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(7)
@@ -42,7 +43,7 @@ def _check(model, shapes, winograd_steps, tile=4, **options):
     for shape in shapes:
         x = RNG.standard_normal(shape).astype(np.float32)
         got, want = exe.run({"x": x})["y"], g.run({"x": x})["y"]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * max(1.0, float(np.abs(want).max())))
+        assert_f32_close(got, want, rtol=1e-4, scale=2e-5)
     return exe
 
 
@@ -173,7 +174,7 @@ def test_the_options_turn_it_off_or_pick_the_tile_and_all_agree():
     f4, f2 = _check(model, [], 1, 4), _check(model, [], 1, 2)
     off = _check(model, [], 0, winograd=False)
     for exe in (f4, f2):
-        np.testing.assert_allclose(exe.run({"x": x})["y"], off.run({"x": x})["y"], rtol=1e-4, atol=1e-5)
+        assert_f32_close(exe.run({"x": x})["y"], off.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
     assert len({e.options.build_key() for e in (f4, f2, off)}) == 3
 
 
