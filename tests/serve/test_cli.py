@@ -17,7 +17,8 @@ from dynshape.cli.main import app
 
 FLAGS = ["--name", "--dim", "--host", "--port", "--grpc-port", "--instances", "--threads", "--max-batch-size",
          "--max-queue-delay-us", "--preferred-batch-size", "--max-queue-size", "--default-timeout-us",
-         "--priority-levels", "--default-priority-level", "--pad", "--max-request-bytes", "--access-log"]
+         "--priority-levels", "--default-priority-level", "--pad", "--inline-below-us", "--max-request-bytes",
+         "--access-log"]
 
 
 def test_help_documents_every_flag():

@@ -60,6 +60,9 @@ def serve(
         metavar="SYMBOL=MASK_INPUT", help="Pad sequences of different lengths to the longest of a batch and join "
         "them, where the model masks padding with that input (checked exact at load; only when a cost model "
         "fitted to measured call times predicts it cheaper), e.g. seq=attention_mask.")] = None,
+    inline_below_us: Annotated[int, typer.Option(min=0, help="Run a call on the event loop's thread when its shape "
+                                                             "last ran faster than this (two thread hand-offs cost "
+                                                             "more); 0: always the worker threads.")] = 100,
     max_request_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get 413.")] = 64 << 20,
     access_log: Annotated[bool, typer.Option(help="Log one JSON line per inference request.")] = False,
 ) -> None:
@@ -87,7 +90,8 @@ def serve(
         batcher = BatcherConfig(max_batch_size=max_batch_size, max_queue_delay_us=max_queue_delay_us,
                                 preferred_batch_size=list(preferred_batch_size or []), max_queue_size=max_queue_size,
                                 default_timeout_us=default_timeout_us, priority_levels=priority_levels,
-                                default_priority_level=default_priority_level, pad=pads)
+                                default_priority_level=default_priority_level, pad=pads,
+                                inline_below_us=inline_below_us)
         specs.append(ModelSpec(str(path), names[i] if i < len(names) else None, dims=None if path.is_dir() else dims,
                                instances=instances, batcher=batcher))
     serve_forever(specs, ServerConfig(host=host, port=port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,

@@ -22,7 +22,8 @@ class BatcherConfig:
     queued after this is answered 504 (0: none); a request's own `timeout` parameter may only lower it.
     `priority_levels`: requests carry `priority` 1 (highest) .. levels (0: `default_priority_level`); FIFO within a
     level. `pad`: {symbol: mask input}: sequences of different lengths padded to the longest of a batch and
-    joined, where exact and predicted cheaper (padding.py).
+    joined, where exact and predicted cheaper (padding.py). `inline_below_us`: a call whose shape last ran faster
+    than this runs on the event loop's thread, not the pool's (0: always the pool).
     """
 
     max_batch_size: int = 64
@@ -33,10 +34,11 @@ class BatcherConfig:
     priority_levels: int = 0
     default_priority_level: int = 0
     pad: dict[str, str] = field(default_factory=dict)
+    inline_below_us: int = 100
 
     def __post_init__(self) -> None:
         for k in ("max_batch_size", "max_queue_delay_us", "max_queue_size", "default_timeout_us", "priority_levels",
-                  "default_priority_level"):
+                  "default_priority_level", "inline_below_us"):
             if getattr(self, k) < 0:
                 raise ValueError(f"{k} must be >= 0, got {getattr(self, k)}")
         if any(p < 1 for p in self.preferred_batch_size):
