@@ -20,10 +20,10 @@ import numpy as np
 
 
 def f32_atol(expected, scale: float = 1e-5) -> float:
-    """`scale * max|expected|` over the finite elements; `scale` itself (magnitude 1) when there are none or all
-    are zero, as no magnitude is there to scale by."""
-    e = np.asarray(expected, dtype=np.float64)
-    finite = np.abs(e[np.isfinite(e)])
+    """`scale * max|expected|` over the finite elements (complex ones by modulus); `scale` itself (magnitude 1)
+    when there are none or all are zero, as no magnitude is there to scale by."""
+    e = np.abs(np.asarray(expected)).astype(np.float64)
+    finite = e[np.isfinite(e)]
     mag = float(finite.max()) if finite.size else 0.0
     return scale * (mag if mag > 0 else 1.0)
 

@@ -7,6 +7,7 @@ import pytest
 from nodecase import one_node, run_one
 
 import dynshape as ds
+from tolerance import assert_f32_close
 
 rng = np.random.default_rng(0)
 
@@ -79,7 +80,7 @@ def test_attention_3d_heads_and_symbolic_shapes() -> None:
     kh = k.reshape(2, 5, 2, 6).transpose(0, 2, 1, 3).astype(np.float64)
     vh = v.reshape(2, 5, 2, 7).transpose(0, 2, 1, 3).astype(np.float64)
     want = _naive_attention(qh, kh, vh)[0].transpose(0, 2, 1, 3).reshape(2, 3, 28)
-    np.testing.assert_allclose(out["out0"], want, rtol=1e-5, atol=1e-6)
+    assert_f32_close(out["out0"], want, rtol=1e-5, scale=1e-6)
     with pytest.raises(ds.ConstraintViolation, match="divides"):
         g.run({"Q": q[:, :, :22], "K": k, "V": v})
 
@@ -116,9 +117,9 @@ def test_linear_attention_matches_the_recurrence() -> None:
         for hh in range(h):
             kt, vt = k[0, i, hh * dk:(hh + 1) * dk], v[0, i, hh * dv:(hh + 1) * dv]
             s[hh] = np.exp(g[0, i, hh]) * s[hh] + np.outer(kt, vt)
-            np.testing.assert_allclose(y[0, i, hh * dv:(hh + 1) * dv], q[0, i, hh * dk:(hh + 1) * dk] @ s[hh]
-                                       / np.sqrt(dk), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(state[0], s, rtol=1e-5, atol=1e-6)
+            assert_f32_close(y[0, i, hh * dv:(hh + 1) * dv], q[0, i, hh * dk:(hh + 1) * dk] @ s[hh]
+                             / np.sqrt(dk), rtol=1e-5, scale=1e-6)
+    assert_f32_close(state[0], s, rtol=1e-5, scale=1e-6)
 
 
 def test_causal_conv_state_carries_across_calls() -> None:
@@ -128,7 +129,7 @@ def test_causal_conv_state_carries_across_calls() -> None:
     whole, _ = run_one("CausalConvWithState", {"x": x, "w": w}, 2, opset=27)
     a, sa = run_one("CausalConvWithState", {"x": x[:, :, :2], "w": w}, 2, opset=27)
     bb, _ = run_one("CausalConvWithState", {"x": x[:, :, 2:], "w": w, "bias": None, "past": sa}, 2, opset=27)
-    np.testing.assert_allclose(np.concatenate([a, bb], axis=2), whole, rtol=1e-6, atol=1e-6)
+    assert_f32_close(np.concatenate([a, bb], axis=2), whole, rtol=1e-6, scale=1e-6)
 
 
 def test_tensor_scatter_circular_wraps() -> None:

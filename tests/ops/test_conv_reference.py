@@ -8,6 +8,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dynshape.ir import opdef
+from tolerance import assert_f32_close
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -37,7 +38,10 @@ def check(op, inputs, attrs, n_out=1):
     got = opdef.lookup(op).reference(inputs, {**attrs, "_opset": 19, "_num_outputs": n_out})
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+        if g.dtype.kind == "f":  # onnxruntime's kernels sum in another order, CPU-dependent
+            assert_f32_close(g, w, rtol=1e-4, scale=1e-5)
+        else:  # MaxPool's indices
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 geometry = st.fixed_dictionaries(

@@ -13,6 +13,7 @@ from test_rnn_cases import make_inputs, make_model
 import dynshape as ds
 from dynshape.errors import ConstraintViolation, ModelError
 from dynshape.ir import opdef
+from tolerance import assert_f32_close
 
 ACTS = ["Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid", "Elu",
         "Softsign", "Softplus"]
@@ -29,11 +30,11 @@ def _ort(model: bytes, feeds: dict) -> list:
     return ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
-def _close(got: list, want: list, atol: float = 1e-5) -> None:
+def _close(got: list, want: list, scale: float = 1e-5) -> None:
     assert len(got) == len(want)
     for a, b in zip(got, want):
         assert a.shape == b.shape and a.dtype == b.dtype
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=atol)
+        assert_f32_close(a, b, rtol=1e-5, scale=scale)
 
 
 # ---- onnxruntime ------------------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def test_every_activation_with_alpha_beta_matches_onnxruntime(op, acts):
     feeds = make_inputs(op, seq=4, batch=2, inp=3, hid=4, h0=True, c0=True, scale=0.7)
     model = make_model(op, feeds, hidden_size=4, activations=acts, activation_alpha=[0.7, 0.3, 0.45],
                        activation_beta=[0.2, 0.6, 0.1])
-    _close(_ds(model, feeds), _ort(model, feeds), atol=1e-4)
+    _close(_ds(model, feeds), _ort(model, feeds), scale=1e-4)
 
 
 def test_bidirectional_activations_per_direction_match_onnxruntime():
@@ -125,7 +126,7 @@ def test_stacked_bidirectional_torch_modules(kind, batch_first):
         want = [y] + (list(hn) if lstm else [hn])
         got = g.run({n: t.numpy() for n, t in zip(names, [x, *states])})
         for name, w in zip(outs, want):
-            np.testing.assert_allclose(got[name], w.numpy(), rtol=1e-4, atol=1e-5)
+            assert_f32_close(got[name], w.numpy(), rtol=1e-4, scale=1e-5)
 
 
 # ---- the spec where onnxruntime does not go -----------------------------------------------------------------
