@@ -8,6 +8,7 @@ call), padding waste. A sweep over rates finds the highest throughput whose p99 
     python bench/serve_bench.py --model bert_small --rates 2,4,8 --duration 10             # starts dynshape serve
     python bench/serve_bench.py --model bert_small --rates 2,4,8 -- --max-batch-size 1      # extra server flags
     python bench/serve_bench.py --model bert_small --url 127.0.0.1:8000 --name bert_small   # any running server
+    python bench/serve_bench.py --overhead      # the server's own cost: an identity model, small JSON and 1 MiB binary
 
 Models come from ../shared/bench/export_models.py ($DYNSHAPE_BENCH_MODELS); nothing is downloaded. Open loop:
 a request is sent at its arrival time whether or not earlier ones were answered (a closed loop hides queueing,
@@ -73,6 +74,17 @@ def start_server(model_path: str, name: str, dims: list[str], extra: list[str], 
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("server did not become ready in 300 s")
+
+
+def rss_mb(pid: int | None) -> float | None:
+    """Resident memory of the server process (when this script started it)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return None
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -197,7 +209,7 @@ def server_deltas(before: dict, after: dict) -> dict:
     return out
 
 
-async def bench(args: argparse.Namespace, url: str, grpc_url: str | None) -> list[dict]:
+async def bench(args: argparse.Namespace, url: str, grpc_url: str | None, pid: int | None = None) -> list[dict]:
     stream = common.load_stream()["streams"][args.model]
     target = grpc_url if args.protocol == "grpc" else url
     client = Client(args.protocol, target, args.name, args.model, stream)
@@ -209,6 +221,8 @@ async def bench(args: argparse.Namespace, url: str, grpc_url: str | None) -> lis
             before = scrape(url)
             r = await run_rate(client, rate, args.duration, args.seed + i, args.max_outstanding)
             r.update(server_deltas(before, scrape(url)))
+            if pid is not None:
+                r["server_rss_mb"] = round(rss_mb(pid) or 0.0, 1)
             r["meets_slo"] = bool(r["p99"] <= args.slo_ms and r["outcomes"].get("ok", 0) == r["sent"])
             rows.append(r)
             print(json.dumps(r), flush=True)
@@ -216,6 +230,74 @@ async def bench(args: argparse.Namespace, url: str, grpc_url: str | None) -> lis
         return rows
     finally:
         await client.close()
+
+
+def overhead(n: int = 2000) -> dict:
+    """The server's own cost per request: `dynshape serve` on an identity model (exe.run takes ~20 us), one
+    keep-alive connection, requests one at a time: a small JSON tensor, a 1 MiB binary one, and GET live."""
+    import http.client
+    import tempfile
+
+    import onnx
+    import orjson
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "n"])
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "ident", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "ident.onnx")
+        onnx.save(model, path)
+        proc, url, _ = start_server(path, "id", ["batch=1:64", "n=1:1048576"], ["--threads", "1"], False)
+    try:
+        host, port = url.split(":")
+        conn = http.client.HTTPConnection(host, int(port))
+
+        def times(method: str, path: str, body: bytes | None, headers: dict, k: int) -> np.ndarray:
+            out = []
+            for _ in range(k):
+                t = time.perf_counter()
+                conn.request(method, path, body=body, headers=headers)
+                r = conn.getresponse()
+                r.read()
+                out.append(time.perf_counter() - t)
+                assert r.status == 200, r.status
+            return np.array(out) * 1e6
+
+        small = np.ones((1, 16), np.float32)
+        body = orjson.dumps({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32",
+                                         "data": small.ravel().tolist()}]})
+        times("POST", "/v2/models/id/infer", body, {}, 200)
+        before = scrape(url)
+        js = times("POST", "/v2/models/id/infer", body, {}, n)
+        d = {k: scrape(url).get(k, 0.0) - before.get(k, 0.0) for k in
+             ("dynshape_request_duration_seconds_sum", "dynshape_request_duration_seconds_count",
+              "dynshape_compute_infer_duration_seconds_sum", "dynshape_compute_infer_duration_seconds_count")}
+        live = times("GET", "/v2/health/live", None, {}, n)
+        big = np.random.default_rng(0).standard_normal((1, 262144)).astype(np.float32)
+        head = orjson.dumps({"inputs": [{"name": "x", "shape": [1, 262144], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": big.nbytes}}],
+                             "outputs": [{"name": "y", "parameters": {"binary_data": True}}]})
+        binary = times("POST", "/v2/models/id/infer", head + big.tobytes(),
+                       {"Inference-Header-Content-Length": str(len(head))}, 200)
+        t = time.perf_counter()
+        for _ in range(200):
+            big.copy()
+        copy_us = (time.perf_counter() - t) / 200 * 1e6
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "load_avg": os.getloadavg()[0],
+            "json_16_floats_us": {"p50": round(float(np.median(js))), "p99": round(float(np.percentile(js, 99)))},
+            "server_side_request_us": round(d["dynshape_request_duration_seconds_sum"]
+                                            / max(d["dynshape_request_duration_seconds_count"], 1) * 1e6),
+            "exe_run_us": round(d["dynshape_compute_infer_duration_seconds_sum"]
+                                / max(d["dynshape_compute_infer_duration_seconds_count"], 1) * 1e6),
+            "get_live_us": {"p50": round(float(np.median(live))), "p99": round(float(np.percentile(live, 99)))},
+            "binary_1MiB_us": {"p50": round(float(np.median(binary))),
+                               "p99": round(float(np.percentile(binary, 99)))},
+            "numpy_copy_1MiB_us": round(copy_us)}
 
 
 def main() -> None:
@@ -235,8 +317,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dim", action="append", default=None, help="--dim for the started server (repeatable).")
     ap.add_argument("--json", default=None, help="Write the results here.")
+    ap.add_argument("--overhead", action="store_true", help="Measure the server's own cost per request and exit.")
     ap.add_argument("server_args", nargs="*", help="After --: extra flags for the started dynshape serve.")
     args = ap.parse_args()
+    if args.overhead:
+        print(json.dumps(overhead()))
+        return
     args.name = args.name or args.model
     args.rates = [float(r) for r in args.rates.split(",")]
     dims = args.dim or (["batch=1:64", "seq=1:512"] if args.model.startswith("bert") else ["batch=1:256"])
@@ -248,7 +334,7 @@ def main() -> None:
             sys.exit(f"{path} is missing: run {SHARED / 'export_models.py'} --models {args.model}")
         proc, url, grpc_url = start_server(path, args.name, dims, args.server_args, args.protocol == "grpc")
     try:
-        rows = asyncio.run(bench(args, url, grpc_url))
+        rows = asyncio.run(bench(args, url, grpc_url, proc.pid if proc is not None else None))
     finally:
         if proc is not None:
             proc.terminate()

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from dynshape.cli.main import app
 
-FLAGS = ["--name", "--dim", "--host", "--port", "--grpc-port", "--instances", "--threads", "--max-batch-size",
-         "--max-queue-delay-us", "--preferred-batch-size", "--max-queue-size", "--default-timeout-us",
-         "--priority-levels", "--default-priority-level", "--pad", "--inline-below-us", "--max-request-bytes",
-         "--access-log"]
+FLAGS = ["--name", "--dim", "--host", "--port", "--grpc-port", "--strategy", "--instances", "--threads",
+         "--max-batch-size", "--max-queue-delay-us", "--preferred-batch-size", "--max-queue-size",
+         "--default-timeout-us", "--priority-levels", "--default-priority-level", "--pad", "--inline-below-us",
+         "--max-request-bytes", "--access-log"]
 
 
 def test_help_documents_every_flag():

@@ -38,6 +38,9 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on (127.0.0.1: this machine only).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port (KServe v2 REST and /metrics).")] = 8000,
     grpc_port: Annotated[int | None, typer.Option(help="Also serve KServe v2 gRPC on this port.")] = None,
+    strategy: Annotated[str | None, typer.Option(
+        help="ds.compile's strategy for ONNX models (auto, generic, multi_version, bucketed, static); default: "
+             "auto. `generic`: one build, no variants built in the background while serving.")] = None,
     instances: Annotated[int, typer.Option(min=1, help="Executables per model (each its own arenas and worker "
                                                        "thread); batches run on them concurrently.")] = 1,
     threads: Annotated[int, typer.Option(min=0, help="Threads per kernel call (OMP_NUM_THREADS and the BLAS's); "
@@ -95,4 +98,4 @@ def serve(
         specs.append(ModelSpec(str(path), names[i] if i < len(names) else None, dims=None if path.is_dir() else dims,
                                instances=instances, batcher=batcher))
     serve_forever(specs, ServerConfig(host=host, port=port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,
-                                      access_log=access_log))
+                                      access_log=access_log), {"strategy": strategy} if strategy else None)
