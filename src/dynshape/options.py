@@ -126,6 +126,8 @@ class Options:
     max_variants: int | None = _run("cap on variants built from hotness (declared ones do not count)", 16)
     max_rank_variants: int = _run("cap on builds per executable for ranks fixed by an input's length (shape / "
                                   "axes tensors fed at run time): past it a call with a new length is refused", 16)
+    max_branch_variants: int = _run("cap on builds per executable for If conditions decided by a small input's "
+                                    "value (a sample rate): one build per value, past it a new value is refused", 8)
     buckets: tuple | None = _run("range buckets, e.g. ({'seq': (65, 128)}, {'batch': 1})")
     memory_budget: int | str | None = _run("refuse shapes whose arena exceeds this (bytes or '2GiB')")
     over_budget: str = _run("error: refuse at compile time; refuse_calls: refuse each call that needs more", "error")
@@ -150,9 +152,10 @@ class Options:
             raise DynshapeError("hot_calls, hot_window and arenas must be >= 1 and hot_share in [0, 1]")
         if isinstance(self.plan_cache, bool) or not isinstance(self.plan_cache, int) or self.plan_cache < 0:
             raise DynshapeError(f"plan_cache={self.plan_cache!r}: must be an int >= 0 (0: plans are not kept)")
-        if isinstance(self.max_rank_variants, bool) or not isinstance(self.max_rank_variants, int) \
-                or self.max_rank_variants < 1:
-            raise DynshapeError(f"max_rank_variants={self.max_rank_variants!r}: must be an int >= 1")
+        for name in ("max_rank_variants", "max_branch_variants"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise DynshapeError(f"{name}={v!r}: must be an int >= 1")
         if self.max_variants is not None and self.max_variants < 1:
             raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
         if self.blas not in BLAS_CHOICES:

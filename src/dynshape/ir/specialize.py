@@ -95,7 +95,7 @@ def specialize(graph: Graph, values: Mapping[str, Any]) -> Graph:
     `ConstraintViolation` naming the values, as any other bad input does."""
     from dynshape.ir.infer import infer_graph
 
-    clone = _clone(graph)
+    clone = clone_structure(graph)
     clone.inputs = [_fix(v, values) for v in graph.inputs]
     try:
         return infer_graph(clone)
@@ -161,7 +161,7 @@ def _fix(v: Value, values: Mapping[str, int]) -> Value:
     return Value(v.name, v.dtype, shape, v.kind)
 
 
-def _clone(graph: Graph) -> Graph:
+def clone_structure(graph: Graph) -> Graph:
     """The graph's structure without inferred types: nodes and subgraphs copied, arrays shared."""
     nodes = [Node(n.op_type, n.domain, n.name, {k: _clone_attr(a) for k, a in n.attrs.items()}, list(n.inputs),
                   list(n.outputs)) for n in graph.nodes]
@@ -172,8 +172,8 @@ def _clone(graph: Graph) -> Graph:
 
 def _clone_attr(a: Any) -> Any:
     if isinstance(a, Graph):
-        return _clone(a)
+        return clone_structure(a)
     if isinstance(a, list) and any(isinstance(g, Graph) for g in a):
-        return [_clone(g) if isinstance(g, Graph) else g for g in a]
+        return [clone_structure(g) if isinstance(g, Graph) else g for g in a]
     return a
 

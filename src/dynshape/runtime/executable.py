@@ -22,6 +22,7 @@ import numpy as np
 from dynshape.codegen import clib
 from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
+from dynshape.ir.branches import branch_inputs
 from dynshape.ir.execute import Scope, bind_inputs, interpret
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
@@ -583,5 +584,10 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
         from dynshape.runtime.rank_variants import RankVariants
 
         return RankVariants(graph, specialize, opts, compile)  # type: ignore[return-value]
+    decisive = branch_inputs(graph) if opts.fuse else []
+    if decisive:  # If conditions decided by a small input's value: one build per value (runtime/branch_variants.py)
+        from dynshape.runtime.branch_variants import BranchVariants
+
+        return BranchVariants(graph, decisive, specialize, opts, compile)  # type: ignore[return-value]
     with pinned_cache_dir(opts.cache_dir) if opts.cache_dir else contextlib.nullcontext():
         return Executable(graph, specialize, opts)

@@ -1,0 +1,117 @@
+"""Executables for graphs whose `If`s branch on an input's value: one compiled build per value seen.
+
+A model that picks its path by a small input (a voice-activity model's sample rate: three `If(Equal(sr, 16000))`,
+the LSTM state in and out) ran every branch on the interpreter, every call. `BranchVariants` reads those inputs
+(`ir.branches.branch_inputs`), and the first call with a new value compiles the graph specialised to it, with each
+`If` replaced by its taken branch (`ir.branches.specialize_values`): an ordinary executable, every dim still
+symbolic. Later calls with that value take it by one dict lookup on the value. Past `max_branch_variants` values a
+new one is refused by name, so a stream of ever-new values cannot grow memory without bound. Where the condition
+does not follow from those inputs alone, the `If` stays and runs as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from dynshape.errors import ConstraintViolation, DynshapeError, ShapeError
+from dynshape.ir.branches import specialize_values
+from dynshape.ir.graph import Graph
+from dynshape.options import Options
+from dynshape.runtime.binder import InputSpec, as_input_array
+
+__all__ = ["BranchVariants"]
+
+
+class BranchVariants:
+    """An executable for a graph whose `If` conditions follow from small inputs: a build per value of them."""
+
+    def __init__(self, graph: Graph, names: list[str], specialize: list | None, options: Options, build: Any):
+        self.graph, self.options, self.names = graph, options, names
+        self._specialize, self._build = specialize, build  # build(graph, specialize, options=) -> executable
+        self._specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(v.shape)) for v in graph.inputs if v.name in names]
+        self._by_key: dict[tuple, Any] = {}
+        self._calls: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+
+    # ---- running --------------------------------------------------------------------------------------------
+    def run(self, feed: dict) -> dict[str, np.ndarray]:
+        exe, key, rest = self.executable_for(feed)
+        self._calls[key] = self._calls.get(key, 0) + 1
+        return exe.run(rest)
+
+    def __call__(self, **inputs: Any) -> list[np.ndarray]:
+        out = self.run(inputs)
+        return [out[v.name] for v in self.graph.outputs]
+
+    def executable_for(self, feed: dict) -> tuple[Any, tuple, dict]:
+        """(the build for the values `feed` gives the branch inputs, its key, the feed without those inputs)."""
+        if not isinstance(feed, dict):
+            raise ConstraintViolation(f"inputs must be a dict name -> array, got {type(feed).__name__}")
+        values = []
+        for spec in self._specs:
+            if spec.name not in feed:
+                raise ConstraintViolation(f"missing input {spec.name!r}: its value picks the model's branches "
+                                          f"(If); expected {spec.dtype}{list(spec.shape)}")
+            a = as_input_array(feed[spec.name], spec)
+            if a.dtype != spec.dtype or a.shape != spec.shape:
+                raise ConstraintViolation(f"input {spec.name!r}: {a.dtype}{list(a.shape)}, but the model takes "
+                                          f"{spec.dtype}{list(spec.shape)} (its value picks the model's branches)")
+            values.append(a)
+        key = tuple(tuple(a.reshape(-1).tolist()) for a in values)
+        rest = {k: v for k, v in feed.items() if k not in self.names}
+        exe = self._by_key.get(key)
+        if exe is not None:
+            return exe, key, rest
+        with self._lock:
+            exe = self._by_key.get(key)
+            if exe is None:
+                if len(self._by_key) >= self.options.max_branch_variants:
+                    seen = "; ".join(self._describe(k) for k in self._by_key)
+                    raise DynshapeError(
+                        f"{self._describe(key)}: a new value of an input that picks the model's branches, and this "
+                        f"executable has built max_branch_variants={self.options.max_branch_variants} already "
+                        f"({seen}); refused. Feed one of those values, or compile with a larger max_branch_variants")
+                try:
+                    g = specialize_values(self.graph, dict(zip(self.names, values)))
+                except ShapeError as e:  # the branch this value takes does not fit the model's shapes
+                    raise ConstraintViolation(f"{self._describe(key)} picks branches the model does not admit at "
+                                              f"these inputs: {e}") from None
+                exe = self._build(g, self._specialize, options=self.options)
+                self._by_key[key] = exe
+        return exe, key, rest
+
+    def _describe(self, key: tuple) -> str:
+        return ", ".join(f"{n} = {v[0] if len(v) == 1 else list(v)}" for n, v in zip(self.names, key))
+
+    # ---- reporting ------------------------------------------------------------------------------------------
+    @property
+    def variants(self) -> dict[tuple, Any]:
+        """The builds by the branch inputs' values, in the order they were first needed."""
+        return dict(self._by_key)
+
+    @property
+    def symbols(self) -> list:
+        return [e.atom() for e in self.graph.signature.symbols.values()]
+
+    def explain_build(self) -> dict:
+        builds = [{"values": self._describe(k), "calls": self._calls.get(k, 0), "build": exe.explain_build()}
+                  for k, exe in self._by_key.items()]
+        return {"branch_variants": builds, "branch_inputs": list(self.names),
+                "max_branch_variants": self.options.max_branch_variants, "options": self.options.explain()}
+
+    def stats(self) -> dict:
+        return {"branch_variants": len(self._by_key),
+                "calls": {self._describe(k): n for k, n in self._calls.items()}}
+
+    def explain(self) -> str:
+        lines = [f"If conditions follow from the value of {', '.join(self.names)}: one build per value, each If "
+                 f"replaced by its taken branch (at most {self.options.max_branch_variants} values)"]
+        for k, exe in self._by_key.items():
+            lines.append(f"  built for {self._describe(k)}: {self._calls.get(k, 0)} calls, "
+                         f"{len(exe.explain_build().get('kernels', []))} kernels")
+        if not self._by_key:
+            lines.append("  (nothing built yet: the first call with each value builds it)")
+        return "\n".join(lines)
