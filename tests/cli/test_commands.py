@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from dynshape.cli.common import has_module
 from dynshape.cli.main import app
+from tolerance import assert_f32_close
 
 runner = CliRunner()
 
@@ -99,7 +100,7 @@ def test_run_reads_npy_and_writes_outputs(models, tmp_path):
     assert re.search(r"executor: dynshape (reference|\(compiled\))", r.stdout)
     w = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(models["mlp"])).graph.initializer}
     y = np.load(tmp_path / "out" / "y.npy")
-    np.testing.assert_allclose(y, np.maximum(x @ w["W"] + w["B"], 0), rtol=1e-6, atol=1e-6)
+    assert_f32_close(y, np.maximum(x @ w["W"] + w["B"], 0), rtol=1e-6, scale=1e-6)
 
 
 def test_run_says_when_it_falls_back_to_the_reference_executor(models, monkeypatch):

@@ -12,6 +12,7 @@ from dynshape.cli.args import parse_dims, parse_randoms, parse_shapes
 from dynshape.cli.feeds import generated_feed
 from dynshape.ir.graph import format_type
 from dynshape.models import build_encoder
+from tolerance import assert_f32_close
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_encoder_reference_matches_onnxruntime_with_padding(encoder):
         feed = {"input_ids": rng.integers(0, 30522, (batch, seq)),
                 "attention_mask": (np.arange(seq) < max(1, seq - 5)).astype(np.int64)[None].repeat(batch, 0)}
         ours = graph.run(feed)["last_hidden_state"]
-        np.testing.assert_allclose(ours, sess.run(None, feed)[0], atol=1e-4)
+        assert_f32_close(ours, sess.run(None, feed)[0], rtol=1e-7, scale=1e-4)
 
 
 def test_encoder_rejects_heads_not_dividing_hidden():
