@@ -9,12 +9,13 @@ import time
 import numpy as np
 
 from dynshape.serve.server import Server
+from tolerance import assert_f32_close
 
 
 def close(got: np.ndarray, ref: np.ndarray) -> None:
-    """Equal up to float rounding: atol scaled by the reference's magnitude."""
+    """Equal up to float rounding: atol scaled by the reference's magnitude (tests/tolerance.py)."""
     assert got.shape == ref.shape and got.dtype == ref.dtype
-    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(float(np.max(np.abs(ref))), 1e-30))
+    assert_f32_close(got, ref, rtol=1e-5, scale=1e-5)
 
 
 def metric(server: Server, name: str, **labels: str) -> float:
