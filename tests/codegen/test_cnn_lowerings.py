@@ -398,8 +398,9 @@ def test_global_average_pool_of_a_large_constant_map_is_that_constant():
 
 
 def test_row_stride_kernels_run_dense_on_the_unplanned_path():
-    """An If makes the graph unplannable: the same row-stride kernels then write dense outputs of their own
-    (stride = their width) and the Concat copies, with the reference's values."""
+    """An If on computed values makes the graph unplannable: the same row-stride kernels then write dense outputs
+    of their own (stride = their width) and the Concat copies, with the reference's values. (An If on an input's
+    value compiles a build per value instead, runtime/branch_variants.py.)"""
     w1 = (RNG.standard_normal((4, 3, 1, 1)) * 0.3).astype(np.float32)
     w2 = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
     then = helper.make_graph([helper.make_node("Identity", ["c"], ["t"])], "then", [],
@@ -409,11 +410,13 @@ def test_row_stride_kernels_run_dense_on_the_unplanned_path():
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
              helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1]),
              helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["cond"]),
              helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 3, "h", "w"]),
-                                       helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 3, "h", "w"])],
                           [helper.make_tensor_value_info("y", F, None)],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+                           numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
     graph = ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]),
                          dims={"n": (1, 2), "h": (1, 9), "w": (1, 9)})
     exe = ds.compile(graph)
@@ -421,8 +424,8 @@ def test_row_stride_kernels_run_dense_on_the_unplanned_path():
     assert [s.row_stride for s in exe.generic.steps if isinstance(s, KernelStep)] == [True, True]
     for shape in [(1, 3, 4, 5), (2, 3, 9, 1)]:
         x = RNG.standard_normal(shape).astype(np.float32)
-        for c in (True, False):
-            feed = {"x": x, "cond": np.array(c)}
+        for sign in (1.0, -1.0):  # both branches (the sum of x changes sign)
+            feed = {"x": (sign * x).astype(np.float32)}
             assert_f32_close(exe.run(feed)["y"], graph.run(feed)["y"], rtol=1e-4, scale=1e-5)
 
 

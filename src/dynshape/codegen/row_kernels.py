@@ -20,7 +20,10 @@ from dynshape.passes.values import is_float32
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
-                                                "ds_lrn_f32": (P, P, I64, I64, I64, F32, F32, F32)}, openmp=True)
+                                                "ds_lrn_f32": (P, P, I64, I64, I64, F32, F32, F32),
+                                                "ds_chan_norm_args": (P,),
+                                                "ds_instnorm_nhwc_f32": (P, P, P, P, I64, I64, I64, F32)},
+                  openmp=True)
 
 
 def library() -> ctypes.CDLL | None:
@@ -126,3 +129,64 @@ def _bind_lrn(r: BindRequest) -> list | None:
 
 
 register_channels_last("LRN", NativeRule(_lrn_accepts, _bind_lrn))
+
+
+# ---- InstanceNormalization / GroupNormalization: rows of whole feature maps, channels first or last -------------
+def _norm_accepts(node: Node, graph: Graph) -> str | None:
+    """Float32 throughout with scale and bias given; the statistics accumulate in double (at least the float32
+    that GroupNormalization's stash_type asks for)."""
+    ins = [graph.types.get(x) for x in node.inputs]
+    if len(ins) < 3 or not all(is_float32(t) for t in (*ins, graph.types.get(node.outputs[0]))):
+        return "not float32 (or scale / bias omitted)"
+    if len(ins[0].shape) < 2:
+        return "rank < 2"
+    return None
+
+
+def _eps_bits(attrs: dict) -> int:
+    return int(np.array([attrs.get("epsilon", 1e-5)], np.float32).view(np.int32)[0])
+
+
+def _bind_chan_norm(r: BindRequest) -> list | None:
+    lib = library()
+    x, scale, bias = r.ins[0], r.ins[1], r.ins[2]
+    batch, c = x.shape[0], x.shape[1]
+    hw = int(np.prod(x.shape[2:], dtype=np.int64))
+    if r.node.op_type == "GroupNormalization":
+        g = int(r.attrs["num_groups"])
+        if g <= 0 or c % g:
+            return None
+        # a row per (sample, group): its C / G channels, each with its own scale (opset 18's per-group scale is
+        # refused at load: that opset's GroupNormalization is deprecated)
+        rows, n, hw_, cpr, channels = batch * g, (c // g) * hw, hw, c // g, c
+    else:
+        rows, n, hw_, cpr, channels = batch * c, hw, hw, 1, c
+    if lib is None or not n or not rows or scale.size != channels or bias.size != channels \
+            or not x.flags.c_contiguous or not r.outs[0].flags.c_contiguous:
+        return None
+    args = r.keep.table([r.addr(x), r.addr(scale), r.addr(bias), r.addr(r.outs[0]), rows, n, hw_, cpr, channels,
+                         _eps_bits(r.attrs)])
+    return [NativeCall(lib.ds_chan_norm_args, (args,))]
+
+
+def _instnorm_last_accepts(node: Node, graph: Graph) -> str | None:
+    return "not an InstanceNormalization" if node.attrs.get("op") != "InstanceNormalization" else \
+        _norm_accepts(node, graph)
+
+
+def _bind_instnorm_last(r: BindRequest) -> list | None:
+    lib = library()
+    x, scale, bias, out = r.ins[0], r.ins[1], r.ins[2], r.outs[0]
+    batch, c = x.shape[0], x.shape[-1]
+    hw = int(np.prod(x.shape[1:-1], dtype=np.int64))
+    if lib is None or out is None or not hw or not c or scale.size != c or bias.size != c \
+            or not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return None
+    eps = float(np.float32(r.attrs.get("epsilon", 1e-5)))
+    return [NativeCall(lib.ds_instnorm_nhwc_f32, (r.addr(x), r.addr(scale), r.addr(bias), r.addr(out), batch, hw, c,
+                                                  eps))]
+
+
+for _op in ("InstanceNormalization", "GroupNormalization"):
+    register_lowering(_op, "native", NativeRule(_norm_accepts, _bind_chan_norm))
+register_channels_last("InstanceNormalization", NativeRule(_instnorm_last_accepts, _bind_instnorm_last))

@@ -187,12 +187,16 @@ def _foldable(conv: Node, consts: dict, readers: dict, keep: set[str], channels:
     return w.dtype == np.float32 and out == channels
 
 
-def drop_inference_dropout(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
-    """Dropout in inference mode is the identity: its readers read its input instead, and it runs no step.
+def drop_identities(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
+    """Nodes that compute their input unchanged run no step: their readers read the input instead.
 
-    Inference mode is what the reference computes: training_mode (opset 12's third input) absent or a constant
-    false. Kept where its mask is read, where its output is a graph output (the output needs its own value)
-    or where a subgraph names it (a Loop or If body reads it by name).
+    - Dropout in inference mode (what the reference computes: training_mode, opset 12's third input, absent or
+      a constant false);
+    - a Reshape whose output has its input's shape, dim for dim (torch's GroupNorm export reshapes (N, C, L) to
+      (N, G, -1) around an InstanceNormalization: with G = C, as in wav2vec2's feature encoder, that is the
+      identity, and left in place it stopped the channels-last layout on both sides of the norm).
+    Kept where a mask is read, where the output is a graph output (the output needs its own value) or where a
+    subgraph names it (a Loop or If body reads it by name).
     """
     readers: dict[str, int] = {}
     named = {x for n in nodes for x in n.free_names()}
@@ -203,13 +207,20 @@ def drop_inference_dropout(nodes: list[Node], types: dict, consts: dict, keep: s
     rw = Rewrite([], {}, {})
     for n in nodes:
         ins = [alias.get(x, x) for x in n.inputs]
-        if n.op_type == "Dropout" and n.domain in ("", "ai.onnx") and _inference(n, consts):
+        if n.domain in ("", "ai.onnx") and (n.op_type == "Dropout" and _inference(n, consts)
+                                            or n.op_type == "Reshape" and _same_shape(n, types)):
             y, masks = n.outputs[0], [m for m in n.outputs[1:] if m]
             if y not in keep and y not in named and not any(readers.get(m) or m in keep for m in masks):
                 alias[y] = ins[0]
                 continue
         rw.nodes.append(dataclasses.replace(n, inputs=ins) if ins != list(n.inputs) else n)
     return rw
+
+
+def _same_shape(n: Node, types: dict) -> bool:
+    x, y = types.get(n.inputs[0]), types.get(n.outputs[0])
+    return isinstance(x, TensorType) and isinstance(y, TensorType) and x.dtype == y.dtype \
+        and tuple(x.shape) == tuple(y.shape)
 
 
 def _inference(n: Node, consts: dict) -> bool:

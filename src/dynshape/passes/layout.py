@@ -27,7 +27,8 @@ from dynshape.ops.layout import DOMAIN, to_first, to_last
 from dynshape.passes.values import is_float32, reduction_axes
 
 SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-           "Upsample", "LpPool", "GlobalLpPool", "LRN"}  # LRN: across channels, the last axis once wrapped
+           "Upsample", "LpPool", "GlobalLpPool", "LRN",  # LRN: across channels, the last axis once wrapped
+           "InstanceNormalization"}  # per channel over the map: channels last it vectorises over the channels
 # ops computing the same values on permuted operands (their non-data inputs, if any, listed in _PARAMS)
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Relu", "Sigmoid",
                "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf", "Clip", "LeakyRelu", "HardSigmoid",

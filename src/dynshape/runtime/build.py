@@ -42,7 +42,7 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes import hoist
 from dynshape.passes.cse import eliminate_common
-from dynshape.passes.fold import drop_inference_dropout, fold_batchnorm
+from dynshape.passes.fold import drop_identities, fold_batchnorm
 from dynshape.passes.fusion import fuse
 from dynshape.passes.items import Item, Single
 from dynshape.passes.layout import channels_last
@@ -169,7 +169,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     live = eliminate_common(live, outputs)
     types = dict(graph.types)
     added: dict[str, np.ndarray] = {}
-    for enabled, rewrite in ((options.fuse, drop_inference_dropout),
+    for enabled, rewrite in ((options.fuse, drop_identities),
                              (options.fuse and options.fold_batchnorm, fold_batchnorm),
                              (options.fuse and options.channels_last, functools.partial(channels_last,
                                                                                          opset=graph.opset))):

@@ -74,3 +74,81 @@ void ds_lrn_f32(const float *restrict x, float *restrict y, int64_t rows, int64_
         free(d);
     }
 }
+
+/* Instance and group normalisation, channels first: each row of n = cpr * hw contiguous elements (cpr channels
+   of hw elements: InstanceNormalization cpr = 1, GroupNormalization C / G) is normalised over itself, then
+   scaled and shifted per channel ((x - mean) * rstd * scale + bias); element i of row r belongs to channel (r * cpr + i / hw) % channels. Mean and variance in two passes,
+   accumulated in double: a row is a whole feature map (tens of thousands of elements), where a float sum drifts. */
+void ds_chan_norm_f32(const float *restrict x, const float *restrict scale, const float *restrict bias,
+                      float *restrict y, int64_t rows, int64_t n, int64_t hw, int64_t cpr, int64_t channels,
+                      float eps) {
+    #pragma omp parallel for schedule(static) if(rows * n >= 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        double s = 0.0;
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) s += xr[i];
+        const double mean = s / (double)n;
+        double v = 0.0;
+        #pragma omp simd reduction(+:v)
+        for (int64_t i = 0; i < n; i++) { double d = xr[i] - mean; v += d * d; }
+        const float rstd = (float)(1.0 / sqrt(v / (double)n + (double)eps));
+        const float m = (float)mean;
+        for (int64_t k = 0; k < cpr; k++) {
+            const int64_t c = (r * cpr + k) % channels;
+            const float a = rstd * scale[c], b = bias[c];
+            const float *xc = xr + k * hw;
+            float *yc = yr + k * hw;
+            #pragma omp simd
+            for (int64_t i = 0; i < hw; i++) yc[i] = (xc[i] - m) * a + b;
+        }
+    }
+}
+
+void ds_chan_norm_args(const int64_t *a) {
+    float eps;
+    memcpy(&eps, &a[9], sizeof eps);
+    ds_chan_norm_f32((const float *)a[0], (const float *)a[1], (const float *)a[2], (float *)a[3], a[4], a[5], a[6],
+                     a[7], a[8], eps);
+}
+
+/* InstanceNormalization channels last: x is (batch, hw, c); each channel of each image is normalised over its
+   hw positions. Per image: the channel sums and sums of squared deviations in two passes over the rows (the
+   loop over channels vectorises, double accumulators), then one pass y = (x - mean[c]) * rstd[c] * scale[c] + bias[c]. */
+void ds_instnorm_nhwc_f32(const float *restrict x, const float *restrict scale, const float *restrict bias,
+                          float *restrict y, int64_t batch, int64_t hw, int64_t c, float eps) {
+    #pragma omp parallel if(batch * hw * c >= 32768 && batch > 1)
+    {
+        double *acc = (double *)malloc((size_t)(c > 0 ? c : 1) * sizeof(double));
+        float *a = (float *)malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
+        float *b = (float *)malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
+        float *mean = (float *)malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t n = 0; n < batch; n++) {
+            const float *xn = x + n * hw * c;
+            float *yn = y + n * hw * c;
+            for (int64_t j = 0; j < c; j++) acc[j] = 0.0;
+            for (int64_t p = 0; p < hw; p++) {
+                #pragma omp simd
+                for (int64_t j = 0; j < c; j++) acc[j] += xn[p * c + j];
+            }
+            for (int64_t j = 0; j < c; j++) mean[j] = (float)(acc[j] / (double)hw);
+            for (int64_t j = 0; j < c; j++) acc[j] = 0.0;
+            for (int64_t p = 0; p < hw; p++) {
+                #pragma omp simd
+                for (int64_t j = 0; j < c; j++) { double d = (double)xn[p * c + j] - mean[j]; acc[j] += d * d; }
+            }
+            for (int64_t j = 0; j < c; j++) {
+                const float rstd = (float)(1.0 / sqrt(acc[j] / (double)hw + (double)eps));
+                a[j] = rstd * scale[j];
+                b[j] = bias[j];
+            }
+            for (int64_t p = 0; p < hw; p++) {
+                #pragma omp simd
+                for (int64_t j = 0; j < c; j++) yn[p * c + j] = (xn[p * c + j] - mean[j]) * a[j] + b[j];
+            }
+        }
+        free(acc); free(a); free(b); free(mean);
+    }
+}
