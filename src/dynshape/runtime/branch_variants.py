@@ -37,10 +37,10 @@ class BranchVariants:
         self._lock = threading.Lock()
 
     # ---- running --------------------------------------------------------------------------------------------
-    def run(self, feed: dict) -> dict[str, np.ndarray]:
+    def run(self, feed: dict, out: dict | None = None) -> dict[str, np.ndarray]:
         exe, key, rest = self.executable_for(feed)
         self._calls[key] = self._calls.get(key, 0) + 1
-        return exe.run(rest)
+        return exe.run(rest, out)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)

@@ -35,7 +35,7 @@ from dynshape.runtime.binder import InputSpec, make_binder
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
-from dynshape.runtime.plan import BoundPlan, Planner, plannable
+from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
 from dynshape.runtime.variants import Variant, VariantTable
@@ -314,13 +314,16 @@ class Executable:
         env = bind_inputs(self.graph, feed)
         return [feed[v.name] for v in self.graph.inputs], tuple(env[s.name] for s in self.symbols)
 
-    def run(self, feed: dict) -> dict[str, np.ndarray]:
+    def run(self, feed: dict, out: dict | None = None) -> dict[str, np.ndarray]:
+        """Run one call. `out` (io-binding, as onnxruntime's IOBinding): output name -> a C-contiguous array of
+        this call's shape and dtype, filled in place and returned (a decode loop keeps its KV cache in buffers it
+        owns); each is checked before anything runs. Outputs not named come back as new arrays."""
         t0 = LAST_REQUEST[0] = time.perf_counter()  # (the background builder yields while requests come)
         arrays, key = self.binder(feed)
         if self._breaks is not None and self._breaks(key):
             if self._may_be_empty is not None and self._may_be_empty(key):
-                return self.empty_build().run(feed)
-            return self._assumed.run(key, feed)
+                return self.empty_build().run(feed, out)
+            return _fill(self._assumed.run(key, feed), out)
         table = self.table
         if self.profile_.observe(key) and self._auto and key not in table.exact:
             self._hot(key)
@@ -335,16 +338,20 @@ class Executable:
             if arena is not None:  # else every arena is in use: allocate this call's tensors instead
                 try:
                     plan = arena.plans.get((variant.uid, key)) or self._plan(variant, key, arena)
-                    out = plan.run(arrays)
+                    res = plan.run(arrays, out)
                 finally:
                     pool.free.append(arena)
                     if pool.waiting:
                         pool.wake()
                 self._account(variant, t0, t1)
-                return out
-        out = self._interpret(variant, key, arrays)
+                return res
+        if out:  # names, dtypes and layout before the unplanned steps run; shapes once they are known
+            types = self.graph.types
+            check_out(out, {v.name: (getattr(out.get(v.name), "shape", ()), types[v.name].dtype)
+                            for v in self.graph.outputs if isinstance(types.get(v.name), TensorType)})
+        res = _fill(self._interpret(variant, key, arrays), out)
         self._account(variant, t0, t1)
-        return out
+        return res
 
     def _interpret(self, variant: Variant, key: tuple, arrays: list) -> dict[str, np.ndarray]:
         """The unplanned path: every step allocates its outputs (the interpreter shared with graph.run)."""
@@ -534,6 +541,17 @@ class Executable:
             "planned": t.generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }
+
+
+def _fill(res: dict[str, np.ndarray], out: dict | None) -> dict[str, np.ndarray]:
+    """An unplanned call's results copied into the caller's `out=` arrays (their shapes checked first)."""
+    if not out:
+        return res
+    check_out(out, {name: (np.shape(v), np.asarray(v).dtype) for name, v in res.items()})
+    for name, a in out.items():
+        np.copyto(a, res[name])
+        res[name] = a
+    return res
 
 
 def _symbol_sources(graph: Graph, names: list[str]) -> dict[str, str]:

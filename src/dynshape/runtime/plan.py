@@ -74,9 +74,12 @@ class BoundPlan:
     nbytes: int = 0  # memory of the values computed once for this key (outside the arena)
     input_names: tuple = ()  # the graph's input names, in `inputs` order (for error messages)
 
-    def run(self, arrays: list) -> dict:
-        """Copy the inputs in (any strides), run the bound calls, copy the outputs out. A failure names the node
-        that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
+    def run(self, arrays: list, out: dict | None = None) -> dict:
+        """Copy the inputs in (any strides), run the bound calls, copy the outputs out: into the caller's arrays
+        for the names in `out` (checked before anything runs), into new arrays for the others. A failure names the
+        node that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
+        if out:
+            check_out(out, {name: (v.shape, v.dtype) for name, v in self.outputs})
         try:
             for view, a in zip(self.inputs, arrays):
                 if view is not None:
@@ -95,6 +98,9 @@ class BoundPlan:
         except Exception as e:  # data-dependent failures (an index out of range): name the node
             raise ConstraintViolation(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
         try:
+            if out:
+                return {name: _into(out[name], v) if name in out else np.array(v, copy=True)
+                        for name, v in self.outputs}
             return {name: np.array(v, copy=True) for name, v in self.outputs}
         except MemoryError as e:
             need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
@@ -111,6 +117,31 @@ class BoundPlan:
                 return ConstraintViolation(f"input {name!r} of shape {np.shape(a)} cannot be copied into its "
                                            f"{view.shape} slot of the arena: {type(e).__name__}: {e}")
         return ConstraintViolation(f"the inputs cannot be copied into the call's arena: {type(e).__name__}: {e}")
+
+
+def check_out(out: Any, want: dict[str, tuple]) -> None:
+    """Refuse, before anything runs, an `out=` the call cannot write into: not a dict, an unknown output name, or
+    an array of another shape or dtype, read-only, or not C-contiguous (the copy into it must be one memcpy, and
+    a decode loop relies on the very buffer it passed being filled)."""
+    if not isinstance(out, dict):
+        raise ConstraintViolation(f"out= must be a dict output name -> numpy array, got {type(out).__name__}")
+    for name, a in out.items():
+        if name not in want:
+            raise ConstraintViolation(f"out= names {name!r}, which is not an output (outputs: {sorted(want)})")
+        shape, dtype = want[name]
+        what = f"out={{{name!r}: ...}}"
+        if not isinstance(a, np.ndarray):
+            raise ConstraintViolation(f"{what}: a {type(a).__name__}, not a numpy array")
+        if tuple(a.shape) != tuple(shape) or a.dtype != np.dtype(dtype):
+            raise ConstraintViolation(f"{what}: {a.dtype}{list(a.shape)}, but this call's output {name!r} is "
+                                      f"{np.dtype(dtype)}{list(shape)}")
+        if not a.flags.c_contiguous or not a.flags.writeable:
+            raise ConstraintViolation(f"{what}: the array must be C-contiguous and writeable")
+
+
+def _into(dst: np.ndarray, src: Any) -> np.ndarray:
+    np.copyto(dst, src)
+    return dst
 
 
 def plannable(b: Build, symbols: list[Symbol]) -> bool:

@@ -40,10 +40,10 @@ class RankVariants:
         self.sources = {s: _source(graph, s) for s in graph.rank_symbols}
 
     # ---- running --------------------------------------------------------------------------------------------
-    def run(self, feed: dict) -> dict[str, np.ndarray]:
+    def run(self, feed: dict, out: dict | None = None) -> dict[str, np.ndarray]:
         exe, key = self.executable_for(feed)
         self._calls[key] = self._calls.get(key, 0) + 1
-        return exe.run(feed)
+        return exe.run(feed, out)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)
