@@ -66,3 +66,23 @@ def test_serve_command_serves_an_onnx_file(tmp_path, mlp_ref):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_serves_an_artefact_folder(tmp_path, mlp_ref):
+    """`dynshape compile` output is served through ds.load (nothing recompiled)."""
+    from dynshape.models.mlp import build_mlp
+    from dynshape.serve import ModelSpec, ServerConfig
+    from dynshape.serve.server import Server
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(build_mlp(), str(path))
+    r = CliRunner().invoke(app, ["compile", str(path), "--dim", "batch=1:64", "-o", str(tmp_path / "tiny.ds")])
+    assert r.exit_code == 0, r.output
+    with Server([ModelSpec(str(tmp_path / "tiny.ds"))], ServerConfig(port=0)) as srv:
+        c = httpclient.InferenceServerClient(srv.url)
+        assert c.get_model_metadata("tiny")["dynshape"]["symbols"][0]["max"] == 64
+        x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+        i = httpclient.InferInput("x", [3, 64], "FP32")
+        i.set_data_from_numpy(x)
+        y = c.infer("tiny", [i]).as_numpy("y")
+        np.testing.assert_allclose(y, mlp_ref.run({"x": x})["y"], rtol=1e-5, atol=1e-5 * np.abs(y).max())

@@ -57,7 +57,7 @@ def build_model(spec: ModelSpec, metrics: Metrics, compile_options: dict | None 
         exes, graph, default_name = [src], src.graph, getattr(src.graph, "name", "model")
     elif isinstance(src, (str, Path)) and Path(src).is_dir():
         exes = [ds.load(src) for _ in range(spec.instances)]
-        graph, default_name = exes[0].graph, Path(src).name
+        graph, default_name = exes[0].graph, Path(src).stem
     else:
         if isinstance(src, (str, Path)):
             graph, default_name = ds.load_onnx(str(src), dims=spec.dims), Path(src).stem
