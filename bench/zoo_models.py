@@ -270,10 +270,25 @@ def _vit(config_cls: str, model_cls: str, exporter: str, out: str = "last_hidden
     return build
 
 
-def _hf_cnn(config_cls: str, model_cls: str, exporter: str, size: int, out: str = "logits", **cfg: Any):
+def _fan_in_init(model: Any) -> None:
+    """Conv / Linear weights N(0, 1 / fan_in), seeded: transformers' init (std 0.02) makes MobileViT's logits
+    ~1e-42 at these sizes, where a comparison against onnxruntime checks nothing."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Conv2d | torch.nn.Linear):
+                fan_in = mod.weight[0].numel()
+                mod.weight.copy_(torch.randn(mod.weight.shape, generator=g) / fan_in ** 0.5)
+
+
+def _hf_cnn(config_cls: str, model_cls: str, exporter: str, size: int, out: str = "logits", reinit: bool = False,
+            **cfg: Any):
     def build(path: Path) -> None:
         torch = _torch()
         model = _hf(config_cls, model_cls, **cfg)
+        if reinit:
+            _fan_in_init(model)
         w = _Outputs.wrap(model, ["pixel_values"], [out])
         export(w, (torch.randn(2, 3, size, size),), path, ["pixel_values"], [out],
                {"pixel_values": {0: "batch", 2: "H", 3: "W"}}, exporter)
@@ -747,7 +762,7 @@ CORPUS: list[ZooModel] = [
                      depths=[1, 1, 2, 1], num_labels=100)),
     ZooModel("mobilevit_hf", "transformers MobileViTForImageClassification", "classic", {"pixel_values": "float"},
              _img("pixel_values", [(1, 3, 64, 64), (1, 3, 128, 128), (2, 3, 192, 192)]),
-             _hf_cnn("MobileViTConfig", "MobileViTForImageClassification", "classic", 128, image_size=128,
+             _hf_cnn("MobileViTConfig", "MobileViTForImageClassification", "classic", 128, reinit=True, image_size=128,
                      hidden_sizes=[64, 80, 96], neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320], num_labels=100)),
     # torch.nn models written here
     ZooModel("yolov8_nn", "torch.nn YOLOv8n-style detector", "classic", {"x": "float"},

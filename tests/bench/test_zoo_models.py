@@ -1,0 +1,54 @@
+"""The corpus of bench/zoo_bench.py (bench/zoo_models.py): its fastest torch.nn models exported to tmp_path by the
+corpus's own builders, loaded as a user would (`ds.load_onnx(path)`, nothing declared, `ds.compile(graph)`), and
+checked against onnxruntime at the corpus's smallest probe, with the tolerance scaled by the output's magnitude.
+
+Skipped where torch or onnxruntime is absent (the benchmark's extras, not dynshape's dependencies).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+torch.set_num_threads(1)  # the machine is shared
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import zoo_models  # noqa: E402
+from tolerance import assert_f32_close  # noqa: E402
+
+
+def test_corpus_is_complete_and_feeds_are_seeded() -> None:
+    built = [m for m in zoo_models.CORPUS if not m.name.startswith("light_")]
+    assert len(built) >= 25
+    assert len({m.name for m in zoo_models.CORPUS}) == len(zoo_models.CORPUS)
+    for m in built:
+        assert len(m.probes) == 3 or m.name == "ddddocr_det", m.name  # small / medium / large
+        for i, p in enumerate(m.probes):
+            assert set(p) == set(m.inputs), m.name
+            a, b = m.make_feed(i, seed=1), m.make_feed(i, seed=1)
+            assert all(np.array_equal(a[k], b[k]) for k in a)
+    bert = zoo_models.BY_NAME["bert"].make_feed(0)
+    assert bert["input_ids"].dtype == np.int64 and bert["input_ids"].max() < 1000
+    assert (bert["attention_mask"] == 1).all()
+
+
+@pytest.mark.parametrize("name", ["w2v_frontend_nn", "unet_nn"])  # cold build cache: ~13 s together
+def test_fast_corpus_model_matches_onnxruntime(name: str, tmp_path: Path) -> None:
+    import dynshape as ds
+
+    m = zoo_models.BY_NAME[name]
+    path = tmp_path / f"{name}.onnx"
+    m.build(path)
+    feed = m.make_feed(0, seed=1)
+    want = zoo_models.ort_session(str(path)).run(None, feed)
+    g = ds.load_onnx(str(path))  # nothing declared: the default path the benchmark measures
+    out = ds.compile(g).run(feed)
+    got = [out[v.name] for v in g.outputs] if isinstance(out, dict) else list(out)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert_f32_close(a, b, rtol=1e-4, scale=1e-4)
