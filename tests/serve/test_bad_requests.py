@@ -91,5 +91,7 @@ def test_unknown_model_and_route(server):
     assert status == 404 and "unknown model 'nope'" in doc["error"]
     status, doc = post(server.url, "/v2/models/mlp/versions/3/infer", orjson.dumps(GOOD))
     assert status == 404 and "no version '3'" in doc["error"]
-    status, _ = post(server.url, "/v2/nothing", b"{}")
-    assert status == 404
+    status, doc = post(server.url, "/v2/nothing", b"{}")
+    assert status == 404 and doc["error"] == "POST /v2/nothing: Not Found"
+    status, doc = post(server.url, "/v2/health/live", b"{}")
+    assert status == 405 and "Method Not Allowed" in doc["error"]

@@ -83,3 +83,15 @@ def test_cost_model_fits_linear_and_quadratic_terms():
     assert abs(c.predict(8, 256) - (1e-3 + 2e-6 * 8 * 256 + 1e-8 * 8 * 256 * 256)) < 1e-6
     # one long request with many short ones: padding the short ones to 512 costs more than apart
     assert c.predict(9, 512) > c.predict(1, 512) + c.predict(8, 16)
+
+
+def test_pad_auto_finds_the_mask_and_drops_padding_that_is_not_exact(enc_graph):
+    b = Batcher("enc", "1", [ds.compile(enc_graph)], ModelSignature(enc_graph), BatcherConfig(pad="auto"), Metrics())
+    assert (b.pad.symbol, b.pad.mask) == ("seq", "attention_mask")
+    b.calibrate()
+    assert b.pad is not None and b.cost.calibrated
+    g = ds.load_onnx(_mean_model(), dims={"batch": (1, 8), "seq": (1, 32)})
+    b = Batcher("mean", "1", [ds.compile(g)], ModelSignature(g), BatcherConfig(pad="auto"), Metrics())
+    assert b.pad.mask == "mask"
+    b.calibrate()  # not exact: a warning, and the model is served without padding
+    assert b.pad is None and b.cost is None

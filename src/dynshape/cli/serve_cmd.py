@@ -60,9 +60,10 @@ def serve(
     default_priority_level: Annotated[int, typer.Option(min=0, help="Level of a request without a priority "
                                                                     "(0: the lowest).")] = 0,
     pad: Annotated[str | None, typer.Option(
-        metavar="SYMBOL=MASK_INPUT", help="Pad sequences of different lengths to the longest of a batch and join "
-        "them, where the model masks padding with that input (checked exact at load; only when a cost model "
-        "fitted to measured call times predicts it cheaper), e.g. seq=attention_mask.")] = None,
+        metavar="SYMBOL=MASK_INPUT|auto", help="Pad sequences of different lengths to the longest of a batch and "
+        "join them, where the model masks padding with that input (checked exact at load; only when a cost model "
+        "fitted to measured call times predicts it cheaper), e.g. seq=attention_mask; auto: an input named like a "
+        "mask, of dims (batch, S), if padding along S is exact.")] = None,
     inline_below_us: Annotated[int, typer.Option(min=0, help="Run a call on the event loop's thread when its shape "
                                                              "last ran faster than this (two thread hand-offs cost "
                                                              "more); 0: always the worker threads.")] = 100,
@@ -77,8 +78,10 @@ def serve(
     if len(names) > len(models):
         raise typer.BadParameter(f"{len(names)} names for {len(models)} models", param_hint="--name")
     dims = parse_dims(dim)
-    pads: dict[str, str] = {}
-    if pad:
+    pads: dict[str, str] | str = {}
+    if pad == "auto":
+        pads = "auto"
+    elif pad:
         sym_name, eq, mask = pad.partition("=")
         if not eq or not sym_name.strip() or not mask.strip():
             raise typer.BadParameter(f"{pad!r}: expected SYMBOL=MASK_INPUT, e.g. seq=attention_mask",

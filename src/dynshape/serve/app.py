@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -133,6 +134,13 @@ def build_app(repo: ModelRepository, metrics: Metrics, max_request_bytes: int = 
                    Route(base + "/infer", infer, methods=["POST"])]
     app = FastAPI(title="dynshape serve", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
     app.router.routes.extend(routes)
+
+    async def http_error(request: Request, exc: Exception) -> Response:  # unknown route, wrong method: same shape
+        status = getattr(exc, "status_code", 500)
+        detail = getattr(exc, "detail", None) or "error"
+        return _json({"error": f"{request.method} {request.url.path}: {detail}"}, status)
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.state.repo, app.state.metrics = repo, metrics
     return app
 

@@ -36,7 +36,7 @@ from dynshape.errors import DynshapeError
 from dynshape.serve.config import BatcherConfig
 from dynshape.serve.errors import InferError, bad
 from dynshape.serve.metrics import Metrics
-from dynshape.serve.padding import CostModel, PadPlan, check_exact, probe_shapes, random_feed
+from dynshape.serve.padding import CostModel, PadPlan, check_exact, find_pad, probe_shapes, random_feed
 from dynshape.serve.signature import ModelSignature
 
 log = logging.getLogger("dynshape.serve")
@@ -69,7 +69,14 @@ class Batcher:
         if cap > 1 and signature.batch_max is not None:
             cap = min(cap, signature.batch_max)
         self.cap = cap  # rows per joined batch; <= 1: no joining
-        self.pad = PadPlan(signature, config.pad) if config.pad else None
+        self.auto_pad = config.pad == "auto"
+        if self.auto_pad:
+            pad = find_pad(signature) if cap > 1 else {}
+        else:
+            pad = config.pad
+        if self.auto_pad and not pad:
+            log.warning("model %s: --pad auto found no mask input of dims (batch, S); no padding", name)
+        self.pad = PadPlan(signature, pad) if pad else None  # type: ignore[arg-type]
         if self.pad is not None and cap <= 1:
             raise ValueError(f"model {name!r}: --pad needs batching (a batch symbol and max_batch_size > 1)")
         self.cost = CostModel() if self.pad is not None else None
@@ -118,7 +125,15 @@ class Batcher:
             n = min(max(n, lo), hi)
             return max(lo, n // k * k) if n % k else n
 
-        check_exact(exe, self.sig, self.pad, (fit(lo), fit(lo + max(3 * k, 5))))
+        try:
+            check_exact(exe, self.sig, self.pad, (fit(lo), fit(lo + max(3 * k, 5))))
+        except ValueError as e:
+            if not self.auto_pad:
+                raise
+            log.warning("model %s: --pad auto: %s; serving without padding", self.name, e)
+            self.pad = self.cost = None
+            return
+        log.warning("model %s: padding %s with %s (checked exact)", self.name, self.pad.symbol, self.pad.mask)
         rng = np.random.default_rng(1)
         for length in sorted({fit(8), fit(32), fit(96)}):
             for rows in sorted({1, min(4, self.cap)}):

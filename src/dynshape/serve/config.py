@@ -22,7 +22,8 @@ class BatcherConfig:
     queued after this is answered 504 (0: none); a request's own `timeout` parameter may only lower it.
     `priority_levels`: requests carry `priority` 1 (highest) .. levels (0: `default_priority_level`); FIFO within a
     level. `pad`: {symbol: mask input}: sequences of different lengths padded to the longest of a batch and
-    joined, where exact and predicted cheaper (padding.py). `inline_below_us`: a call whose shape last ran faster
+    joined, where exact and predicted cheaper (padding.py); "auto": the mask input found in the graph, padding
+    dropped (with a warning) if not exact. `inline_below_us`: a call whose shape last ran faster
     than this runs on the event loop's thread, not the pool's (0: always the pool).
     """
 
@@ -33,7 +34,7 @@ class BatcherConfig:
     default_timeout_us: int = 0
     priority_levels: int = 0
     default_priority_level: int = 0
-    pad: dict[str, str] = field(default_factory=dict)
+    pad: dict[str, str] | str = field(default_factory=dict)
     inline_below_us: int = 100
 
     def __post_init__(self) -> None:
@@ -43,6 +44,8 @@ class BatcherConfig:
                 raise ValueError(f"{k} must be >= 0, got {getattr(self, k)}")
         if any(p < 1 for p in self.preferred_batch_size):
             raise ValueError(f"preferred_batch_size values must be >= 1, got {self.preferred_batch_size}")
+        if not (self.pad == "auto" or isinstance(self.pad, dict)):
+            raise ValueError(f"pad must be {{symbol: mask input}} or 'auto', got {self.pad!r}")
         if self.priority_levels and not 0 <= self.default_priority_level <= self.priority_levels:
             raise ValueError(f"default_priority_level {self.default_priority_level} is outside "
                              f"1..{self.priority_levels}")

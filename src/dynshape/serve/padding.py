@@ -140,6 +140,19 @@ class CostModel:
         return float(self._features(rows, length) @ self.coef)
 
 
+def find_pad(sig: ModelSignature) -> dict[str, str]:
+    """`--pad auto`: an integer or boolean input named like a mask, of dims (batch, S) with S a plain symbol other
+    than the batch one, gives {S: its name}; {} when the graph has none."""
+    if not sig.batch:
+        return {}
+    for t in sig.inputs:
+        if "mask" in t.name.lower() and t.dtype.kind in "iub" and len(t.dims) == 2:
+            d = t.dims[1]
+            if hasattr(d, "is_atom") and d.is_atom() and d.atom().name not in (sig.batch,):
+                return {d.atom().name: t.name}
+    return {}
+
+
 def random_feed(sig: ModelSignature, shape_of: dict[str, tuple], rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Inputs for probes: integers 0/1 (valid token ids and mask values), floats standard normal, masks ones."""
     feed = {}
