@@ -141,3 +141,36 @@ def test_failing_batch_is_rerun_so_only_the_culprit_fails(mlp_ref):
             close(outs[i]["y"], mlp_ref.run(feeds[i])["y"])
         assert max(slow.calls) > 2  # they were joined first
         assert metric(srv, "nv_inference_request_total", outcome="success") == 3
+
+
+def _cnn():
+    """images (batch, 3, H, W) -> Conv 3x3 (pads 1) -> Relu -> GlobalAveragePool -> (batch, 8, 1, 1)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    x = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8, 1, 1])
+    nodes = [helper.make_node("Conv", ["images", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "cnn", [x], [y], [w, b]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_images_grouped_by_resolution_never_padded():
+    import dynshape as ds
+
+    g = ds.load_onnx(_cnn(), dims={"batch": (1, 8), "H": (4, 64), "W": (4, 64)})
+    ref = ds.compile(g)
+    spec = ModelSpec(g, name="cnn", batcher=BatcherConfig(max_batch_size=8, max_queue_delay_us=50_000))
+    with Server([spec], ServerConfig(port=0)) as srv:
+        rng = np.random.default_rng(11)
+        sizes = [(16, 24), (32, 32), (16, 24), (32, 32), (16, 24), (32, 32)]
+        feeds = [{"images": rng.standard_normal((1, 3, h, w)).astype(np.float32)} for h, w in sizes]
+        outs = send(srv.url, "cnn", feeds)
+        for f, o in zip(feeds, outs):
+            close(o["y"], ref.run(f)["y"])
+        calls = metric(srv, "nv_inference_exec_count_total", model="cnn")
+        assert 2 <= calls < len(feeds)  # joined within a resolution, never across (no pad plan for images)
+        assert metric(srv, "dynshape_padding_waste_ratio_count", model="cnn") == 0
