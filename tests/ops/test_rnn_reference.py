@@ -159,10 +159,12 @@ def test_sequence_lens_entry_is_its_own_shorter_sequence(op, direction):
         alone = {k: (v[:n, b:b + 1] if k == "X" else v[:, b:b + 1] if k.startswith("initial") else v)
                  for k, v in feeds.items()}
         ya, *sa = _ref(op, alone, direction=direction)
-        np.testing.assert_allclose(y[:n, :, b:b + 1], ya, rtol=1e-6, atol=1e-7)
+        # float32 products of a 3-row and a 1-row batch take different numpy / BLAS kernels, whose summation
+        # order is the CPU's: 0.8 of the old atol (1e-7) under AVX2 alone, so relative to the outputs (~1)
+        assert_f32_close(y[:n, :, b:b + 1], ya, rtol=1e-6, scale=1e-6)
         assert not y[n:, :, b].any()
         for s, t in zip(states, sa):
-            np.testing.assert_allclose(s[:, b:b + 1], t, rtol=1e-6, atol=1e-7)
+            assert_f32_close(s[:, b:b + 1], t, rtol=1e-6, scale=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
