@@ -135,6 +135,8 @@ class Options:
     arenas: int = _run("arenas in the pool (concurrent planned calls)", 4)
     plan_cache: int = _run("plans cached per arena, oldest dropped first (a plan holds a few KB; making one for "
                            "a new shape takes 0.1-1 ms)", 256)
+    inputs_in_place: bool = _run("large inputs that only generated kernels read are read where the caller's array "
+                                 "lies, not copied into the arena", True, "DYNSHAPE_INPUTS_IN_PLACE")
     tune_malloc: bool = _run("keep freed memory mapped for reuse (glibc mallopt, process-wide)", True,
                              "DYNSHAPE_TUNE_MALLOC")
     cache_dir: str | None = _run("build cache directory (default ~/.cache/dynshape)", None, "DYNSHAPE_CACHE_DIR")
@@ -238,3 +240,11 @@ def compiler_command() -> str | None:
 def mkl_threading_layer() -> str:
     """$MKL_THREADING_LAYER (default gnu: the OpenMP runtime our kernels use, so the two share one pool)."""
     return os.environ.get("MKL_THREADING_LAYER", "gnu").lower()
+
+
+def set_thread_count(threads: int) -> None:
+    """Ask the OpenMP and BLAS runtimes for `threads` threads (OMP/OpenBLAS/MKL_NUM_THREADS), before they load:
+    `dynshape serve --threads`. Written here, with the other environment access (the environment is this
+    module's alone)."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(int(threads))

@@ -6,7 +6,6 @@ The server layer is imported inside the command, so the other commands never loa
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -72,8 +71,9 @@ def serve(
 ) -> None:
     """Serve models over KServe v2 (REST, optionally gRPC) with a shape-aware dynamic batcher and /metrics."""
     if threads:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(threads)
+        from dynshape.options import set_thread_count
+
+        set_thread_count(threads)
     names = list(name or [])
     if len(names) > len(models):
         raise typer.BadParameter(f"{len(names)} names for {len(models)} models", param_hint="--name")
