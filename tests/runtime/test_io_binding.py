@@ -61,3 +61,64 @@ def test_out_on_the_unplanned_path_and_for_an_empty_key():
         exe.run({"x": x}, out={"y": np.empty((2, 64), np.float32)})
     empty = np.empty((0, 64), np.float32)
     assert ds.compile(g).run({"x": np.zeros((0, 64), np.float32)}, out={"y": empty})["y"] is empty
+
+
+def _decoder_step(d=64, heads=4):
+    """One decoder step: Q, K, V of the new token, past K / V concatenated with them (the present outputs),
+    attention over the whole, an output projection: the graph a decode loop calls with its KV cache."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    hd = d // heads
+    inits = {**{f"w{n}": (rng.standard_normal((d, d)) * 0.1).astype(np.float32) for n in "qkvo"},
+             "shape4": np.array([0, 1, heads, hd], np.int64), "shape2": np.array([0, 1, d], np.int64)}
+    nodes = []
+    for n in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", f"w{n}"], [f"{n}p"]),
+                  helper.make_node("Reshape", [f"{n}p", "shape4"], [f"{n}r"]),
+                  helper.make_node("Transpose", [f"{n}r"], [f"{n}t"], perm=[0, 2, 1, 3])]
+    nodes += [helper.make_node("Concat", ["past_k", "kt"], ["present_k"], axis=2),
+              helper.make_node("Concat", ["past_v", "vt"], ["present_v"], axis=2),
+              helper.make_node("Transpose", ["present_k"], ["kT"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["qt", "kT"], ["s"]),
+              helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "present_v"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "shape2"], ["o2"]),
+              helper.make_node("MatMul", ["o2", "wo"], ["y"])]
+    kv = ["b", heads, "past", hd]
+    graph = helper.make_graph(nodes, "step", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 1, d]),
+                                              helper.make_tensor_value_info("past_k", TensorProto.FLOAT, kv),
+                                              helper.make_tensor_value_info("past_v", TensorProto.FLOAT, kv)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                               for o in ("y", "present_k", "present_v")],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_a_kv_cache_is_read_and_written_where_the_caller_keeps_it():
+    """Large inputs that only kernels and native steps read are read where the caller's array lies, and out=
+    arrays of outputs only they write are written directly: the same answer, bit for bit, as copying."""
+    g = _decoder_step()
+    fast, copying = ds.compile(g, strategy="generic"), ds.compile(g, strategy="generic", inputs_in_place=False)
+    pl = fast.generic.planner
+    assert {"past_k", "past_v"} <= set(pl.in_place) and {"present_k", "present_v"} <= set(pl.out_place)
+    assert copying.generic.planner.in_place == [] == copying.generic.planner.out_place
+    rng = np.random.default_rng(1)
+    for past in (1, 7, 64):
+        feed = {"x": rng.standard_normal((2, 1, 64)).astype(np.float32),
+                **{k: rng.standard_normal((2, 4, past, 16)).astype(np.float32) for k in ("past_k", "past_v")}}
+        bufs = [{k: np.empty((2, 4, past + 1, 16), np.float32) for k in ("present_k", "present_v")} for _ in range(2)]
+        for step in range(4):  # double-buffered out= as a decode loop does, the caller changing its arrays
+            out = bufs[step % 2]
+            got, want = fast.run(feed, out=out), copying.run(feed)
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k])
+            assert got["present_k"] is out["present_k"]
+            feed["past_k"] *= 1.5  # in place: the next call must see it
+        (plan,) = [p for a in fast.arenas for p in a.plans.values()][-1:]
+        assert feed["past_v"].ctypes.data in plan.current  # read where it lies, not copied
+        assert out["present_v"].ctypes.data in plan.out_current
+        strided = dict(feed, past_v=np.asfortranarray(feed["past_v"]))  # not C-contiguous: copied as before
+        for k, v in fast.run(strided).items():
+            np.testing.assert_array_equal(v, copying.run(feed)[k])

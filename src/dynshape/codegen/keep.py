@@ -33,18 +33,23 @@ class TableRef:
 
 
 class Keep(list):
-    """The plan's list of kept objects, and the tables waiting for `seal`."""
+    """The plan's list of kept objects, and the tables waiting for `seal`. With `track_ints`, `int_tables` lists
+    the sealed int64 tables as int64 views (a plan whose inputs are read in place patches the addresses in them)."""
 
-    __slots__ = ("_pending",)  # no per-plan __dict__
+    __slots__ = ("_pending", "_ints", "int_tables")  # no per-plan __dict__
 
-    def __init__(self) -> None:
+    def __init__(self, track_ints: bool = False) -> None:
         super().__init__()
         self._pending: list[TableRef] = []
+        self._ints: set[int] | None = set() if track_ints else None
+        self.int_tables: list[np.ndarray] = []
 
     def table(self, values: Sequence | np.ndarray, dtype: type | np.dtype = np.int64) -> TableRef:
         """A contiguous copy of `values` (as `dtype`) that lives as long as the plan: a native call takes the
         returned ref as the argument, its address filled in by `seal` and `resolved`."""
         ref = TableRef(np.array(values, dtype=dtype).reshape(-1).tobytes())  # a copy: the caller may reuse values
+        if self._ints is not None and np.dtype(dtype) == np.int64:
+            self._ints.add(id(ref))
         self._pending.append(ref)
         return ref
 
@@ -58,9 +63,13 @@ class Keep(list):
         base, at = buf.ctypes.data, 0
         for ref, n in zip(self._pending, sizes):
             buf[at:at + len(ref.data)] = np.frombuffer(ref.data, np.uint8)
+            if self._ints is not None and id(ref) in self._ints:
+                self.int_tables.append(buf[at:at + len(ref.data)].view(np.int64))
             ref.addr, ref.data = base + at, None
             at += n
         self._pending.clear()
+        if self._ints is not None:
+            self._ints.clear()
 
     def hold(self, a: np.ndarray) -> None:
         """Keep the buffer under a view (its last ndarray base), not the view: the view's own header is all it

@@ -73,6 +73,12 @@ class BoundPlan:
     labels: list[str]  # per call: the node(s) it runs, for error messages
     nbytes: int = 0  # memory of the values computed once for this key (outside the arena)
     input_names: tuple = ()  # the graph's input names, in `inputs` order (for error messages)
+    # inputs read where they lie: (input index, dtype, arena address, [(program words, positions)]) each
+    in_place: tuple = ()
+    current: list | None = None  # per in_place entry: the address its programs hold now
+    # outputs written straight into an out= array: (name, dtype, arena address, places) each, and their addresses
+    out_place: tuple = ()
+    out_current: list | None = None
 
     def run(self, arrays: list, out: dict | None = None) -> dict:
         """Copy the inputs in (any strides), run the bound calls, copy the outputs out: into the caller's arrays
@@ -80,9 +86,11 @@ class BoundPlan:
         node that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
         if out:
             check_out(out, {name: (v.shape, v.dtype) for name, v in self.outputs})
+        skip = self._read_in_place(arrays) if self.in_place else ()
+        written = self._write_in_place(out) if self.out_place else ()
         try:
-            for view, a in zip(self.inputs, arrays):
-                if view is not None:
+            for k, (view, a) in enumerate(zip(self.inputs, arrays)):
+                if view is not None and k not in skip:
                     view[...] = a
         except Exception as e:  # the binder checked shapes and dtypes: report, do not crash
             raise self._input_error(arrays, e) from e
@@ -99,8 +107,8 @@ class BoundPlan:
             raise ConstraintViolation(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
         try:
             if out:
-                return {name: _into(out[name], v) if name in out else np.array(v, copy=True)
-                        for name, v in self.outputs}
+                return {name: out[name] if name in written else _into(out[name], v) if name in out
+                        else np.array(v, copy=True) for name, v in self.outputs}
             return {name: np.array(v, copy=True) for name, v in self.outputs}
         except MemoryError as e:
             need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
@@ -108,6 +116,41 @@ class BoundPlan:
                                 "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
                 from e
 
+
+    def _read_in_place(self, arrays: list) -> set:
+        """Point the programs at the caller's arrays for the inputs that can be read where they lie (C-contiguous,
+        aligned, the input's dtype: no copy into the arena), at the arena slot for the others (copied as usual).
+        The arena is held by one call at a time, so patching its plan's programs is this call's alone."""
+        skip = set()
+        current = self.current
+        for j, (k, dtype, slot, places) in enumerate(self.in_place):
+            a = arrays[k]
+            if type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous and a.flags.aligned:
+                at = a.ctypes.data
+                skip.add(k)
+            else:
+                at = slot
+            if current[j] != at:
+                _patch(places, at)
+                current[j] = at
+        return skip
+
+    def _write_in_place(self, out: dict | None) -> set:
+        """Point the programs at the caller's out= arrays (checked: this call's shape and dtype, C-contiguous) for
+        the outputs that can be written where they lie, at the arena slot for the others."""
+        written = set()
+        current = self.out_current
+        for j, (name, _, slot, places) in enumerate(self.out_place):
+            a = out.get(name) if out else None
+            if a is not None and a.flags.aligned:
+                at = a.ctypes.data
+                written.add(name)
+            else:
+                at = slot
+            if current[j] != at:
+                _patch(places, at)
+                current[j] = at
+        return written
 
     def _input_error(self, arrays: list, e: Exception) -> ConstraintViolation:
         """Which input could not be copied into the arena, and why (off the request path)."""
@@ -117,6 +160,47 @@ class BoundPlan:
                 return ConstraintViolation(f"input {name!r} of shape {np.shape(a)} cannot be copied into its "
                                            f"{view.shape} slot of the arena: {type(e).__name__}: {e}")
         return ConstraintViolation(f"the inputs cannot be copied into the call's arena: {type(e).__name__}: {e}")
+
+
+IN_PLACE_BYTES = 1 << 16  # inputs below this at every key are copied (a copy costs less than a patch)
+
+
+def _small(t: TensorType) -> bool:
+    """Whether the input is small at every key: all dims bounded and its largest size under IN_PLACE_BYTES."""
+    from dynshape.sym import bounds
+
+    n = np.dtype(t.dtype).itemsize
+    for d in t.shape:
+        hi = d if isinstance(d, int) else bounds(d)[1]
+        if hi is None:
+            return False
+        n *= int(hi)
+    return n < IN_PLACE_BYTES
+
+
+def _patch(places: list, at: int) -> None:
+    for words, positions in places:
+        words[positions] = at
+
+
+def _patch_places(values: list[tuple], at: dict, dtypes: dict, calls: list, programs: list[np.ndarray]) -> tuple:
+    """Where each in-place value's arena address stands in this plan's programs and int64 tables: (key, dtype, slot,
+    places) per (key, value name) given. Its slot is its own for the whole call (the planner extends its
+    lifetime), so a word equal to it is that value or a view of it. A value whose address a call outside the
+    programs still takes is copied as usual (no entry)."""
+    if not values or not programs:
+        return ()
+    outside = {a for c in calls if type(c) is NativeCall for a in c.args if type(a) is int}
+    out = []
+    for key, x in values:
+        slot = at[x]
+        if slot in outside:
+            continue
+        places = [(words, np.flatnonzero(words == slot)) for words in programs]
+        places = [(w, p) for w, p in places if p.size]
+        if places:
+            out.append((key, dtypes[x], slot, places))
+    return tuple(out)
 
 
 def check_out(out: Any, want: dict[str, tuple]) -> None:
@@ -227,6 +311,12 @@ class Planner:
         for v in g.outputs:
             if v.name in self.base:
                 last[self.base[v.name]] = end
+        self.in_place = self._readable_in_place(inputs)
+        self.out_place = self._writable_in_place()
+        for x in self.in_place:  # its slot is its own to the end: no later buffer shares its address
+            last[x] = end
+        for x in self.out_place:  # and an output's from the start
+            first[x] = -1
         self.buffers = [x for x in self.values if self.base[x] == x]
         span = {b: (first.get(b, -1), last.get(b, -1)) for b in self.buffers}
         self.overlaps = {b: [o for o in self.buffers if o != b and not (span[o][1] < span[b][0]
@@ -241,6 +331,64 @@ class Planner:
         names = key_names(self.symbol_names)
         body = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[x].shape) + ")" for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
+
+    def _readable_in_place(self, inputs: list[str]) -> list[str]:
+        """The inputs a call can read where the caller's array lies instead of copying them into the arena: large
+        ones (IN_PLACE_BYTES at the largest key, or unbounded), read only by generated kernels or native steps
+        (their arguments are plain addresses, in programs and int64 tables, patched per call:
+        `BoundPlan._read_in_place`; a native step whose binder makes a Python call copies the input for that
+        plan), directly or through views, never written by a step, and not a graph output. Why: a decoder step
+        copied every `past` KV input into its arena (4 MiB at past 512, 0.22 ms a call)."""
+        if not self.options.inputs_in_place:
+            return []
+        build, g = self.build, self.graph
+        outputs = {self.base.get(v.name) for v in g.outputs}
+        readers: dict[str, set] = {}
+        writers: dict[str, int] = {}
+        for i, st in enumerate(build.steps):
+            for x in st.inputs:
+                if isinstance(x, str) and x in self.base:
+                    readers.setdefault(self.base[x], set()).add(i)
+            if i not in self.alias_step:
+                for o in st.outputs:
+                    if o in self.base:
+                        writers[self.base[o]] = writers.get(self.base[o], 0) + 1
+        out = []
+        for x in inputs:
+            t = g.types.get(x)
+            if x not in self.base or self.base[x] != x or x in outputs or writers.get(x) or not readers.get(x):
+                continue
+            if not all(self._address_only(i) for i in readers[x]):
+                continue  # a numpy or reference step reads the arena's array itself
+            if isinstance(t, TensorType) and _small(t):
+                continue
+            out.append(x)
+        return out
+
+    def _address_only(self, i: int) -> bool:
+        """Step i takes its buffers as plain addresses (a generated kernel, a native step), or is a view."""
+        st = self.build.steps[i]
+        return i in self.alias_step or type(st) is KernelStep or (type(st) is NodeStep and st.native is not None)
+
+    def _writable_in_place(self) -> list[str]:
+        """The outputs a call can write straight into an out= array: their buffer is their own (not a view of
+        another value, not a Concat written by its branches, not an input), and every step that writes or reads
+        it takes addresses (patched per call, as for inputs read in place). Why: a decoder's `present` KV outputs
+        were copied out of the arena into the caller's array after every step."""
+        if not self.options.inputs_in_place:
+            return []
+        g, build = self.graph, self.build
+        joined = {jn.into for jn in self.joins.values()}
+        inputs = {v.name for v in g.inputs}
+        out = []
+        for v in dict.fromkeys(v.name for v in g.outputs):
+            if v not in self.base or self.base[v] != v or v in joined or v in inputs:
+                continue
+            touch = [i for i, st in enumerate(build.steps)
+                     if any(isinstance(x, str) and self.base.get(x) == v for x in (*st.inputs, *st.outputs))]
+            if touch and all(self._address_only(i) for i in touch) and not any(i in self.per_key for i in touch):
+                out.append(v)
+        return out
 
     def _entry(self, fn: Any) -> int:
         """The entry address of a ctypes function, remembered (ctypes.cast costs ~1 us a call, and a plan packs
@@ -357,7 +505,8 @@ class Planner:
             return v
 
         fixed = dict(self.fixed)
-        keep = Keep()
+        keep = Keep(track_ints=bool(self.in_place or self.out_place))
+        copied: set[str] = set()  # in-place inputs a Python call reads in this plan: copied, not patched
         for k, v in symvals.items():
             if k not in self.reads:
                 continue
@@ -411,6 +560,8 @@ class Planner:
                     continue
                 ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
                 made = self._bind_step(s, ins, outs, keep, addr, fixed, scratch)
+                if (self.in_place or self.out_place) and any(type(c) is not NativeCall for c in made):
+                    copied.update(self.base.get(x) for x in (*s.inputs, *s.outputs) if isinstance(x, str))
             except DynshapeError:
                 raise
             except Exception as e:  # binding evaluates shapes and indices: name the node, as run time does
@@ -420,9 +571,16 @@ class Planner:
         inputs = [get(v.name) if v.name in self.base else None for v in g.inputs]  # None: not read
         outputs = [(v.name, get(v.name)) for v in g.outputs]
         keep.seal()  # the binders' tables, in one buffer: their calls get the addresses
-        calls, labels = _programs(calls, labels, keep, self._entry)
-        return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes,
-                         tuple(v.name for v in g.inputs))
+        programs: list[np.ndarray] = []
+        patched = bool(self.in_place or self.out_place)
+        calls, labels = _programs(calls, labels, keep, self._entry, programs, min_run=1 if patched else 2)
+        words = programs + keep.int_tables
+        names = [v.name for v in g.inputs]
+        in_place = _patch_places([(names.index(x), x) for x in self.in_place if x not in copied], at, dtypes, calls,
+                                 words)
+        out_place = _patch_places([(x, x) for x in self.out_place if x not in copied], at, dtypes, calls, words)
+        return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
+                         [p[2] for p in in_place], out_place, [p[2] for p in out_place])
 
     def _bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
                    scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
@@ -458,10 +616,11 @@ def _native(call: Call, entry: Callable[[Any], int]) -> list[int] | None:
 _RUN_LABELS: dict[tuple, str] = {}  # one string per (first, last, count) of a program run, shared by every plan
 
 
-def _programs(calls: list[Call], labels: list[str], keep: Keep,
-              entry: Callable[[Any], int] = program.address) -> tuple[list[Call], list[str]]:
-    """Runs of two or more native calls become one ds_run_program call over an int64 program (tables resolved
-    to their sealed addresses, in the same pass); every other call with its tables resolved."""
+def _programs(calls: list[Call], labels: list[str], keep: Keep, entry: Callable[[Any], int] = program.address,
+              programs: list | None = None, min_run: int = 2) -> tuple[list[Call], list[str]]:
+    """Runs of `min_run` (two) or more native calls become one ds_run_program call over an int64 program (tables
+    resolved to their sealed addresses, in the same pass); every other call with its tables resolved. The
+    programs made are appended to `programs` (inputs read in place patch their words)."""
     lib = program.LIBRARY.try_load()
     if lib is None:
         return [resolved(c) for c in calls], labels
@@ -470,9 +629,11 @@ def _programs(calls: list[Call], labels: list[str], keep: Keep,
     run: list = []  # (call, label, program words) of the native calls since the last Python one
 
     def flush() -> None:
-        if len(run) >= 2:
+        if run and len(run) >= min_run:
             prog = np.array([x for _, _, words in run for x in words], dtype=np.int64)
             keep.append(prog)
+            if programs is not None:
+                programs.append(prog)
             ends = (run[0][1], run[-1][1], len(run))
             label = _RUN_LABELS.get(ends)
             if label is None:
