@@ -335,11 +335,14 @@ def main() -> None:
 
         versions += f", OpenVINO {openvino.__version__}"
     print(f"CPU: {cpu_model()}; threads {args.threads}; dynshape {dynshape_version()}; {versions}; corpus "
-          f"{zoo_dir()}; budget {args.budget} s x {args.rounds} rounds per probe", flush=True)
+          f"{zoo_dir()}; budget {args.budget} s x {args.rounds} rounds per probe; load average "
+          f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)", flush=True)
     recs = []
     for m in models:
         recs.append(bench_model(m, args, peers))
     summary = print_table(recs, peers, args)
+    # other processes on the machine move every figure (at 2 threads on a shared 2-core machine, by 10x): say so
+    print(f"load average at the end {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu_model(), "threads": args.threads, "dynshape": dynshape_version(),

