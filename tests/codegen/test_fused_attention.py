@@ -155,3 +155,26 @@ def test_attention_packs_kt_from_k_as_stored(torch_style):
         mask = np.where(rng.random((b, 1, 1, n)) < 0.2, np.float32(-1e9), np.float32(0)).astype(np.float32)
         got = exe.run({"q": q, "k": kr, "v": v, "mask": mask})["y"]
         assert_f32_close(got, _reference(q, kr.swapaxes(-1, -2), v, mask), rtol=2e-5, scale=2e-5)
+
+
+@pytest.mark.parametrize("from_rows", [False, True])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 9])
+def test_decode_rows_read_k_and_v_unpacked_and_match(from_rows, m):
+    """Up to DECODE_ROWS query rows (a decoder step) take the unpacked path (dot products with K's rows, or sums
+    of KT's rows, then sums of V's rows); more take the packed row blocks: both match numpy, with masks and
+    ragged widths (key counts not a multiple of 4, head dims not of 16)."""
+    from dynshape.codegen.lower.attention import DECODE_ROWS
+
+    assert DECODE_ROWS == 4  # m = 1, 2, 4 decode; 5, 9 packed
+    g = _attention_from_rows(False) if from_rows else _attention(["b", 1, 1, "n"], "none")
+    exe = ds.compile(g)
+    assert sum(isinstance(s, KernelStep) for s in exe.generic.steps) == 1
+    rng = np.random.default_rng(m)
+    for b, k, n in [(1, 64, 140), (2, 7, 33), (3, 1, 1), (1, 70, 3)]:
+        q = rng.standard_normal((b, 3, m, k)).astype(np.float32)
+        kk = rng.standard_normal((b, 3, n, k)).astype(np.float32)
+        v = rng.standard_normal((b, 3, n, 40)).astype(np.float32)
+        mask = np.where(rng.random((b, 1, 1, n)) < 0.2, -1e4, 0.0).astype(np.float32)
+        feed = {"q": q, "k" if from_rows else "kt": kk if from_rows else kk.swapaxes(-1, -2).copy(), "v": v,
+                "mask": mask}
+        assert_f32_close(exe.run(feed)["y"], _reference(q, kk.swapaxes(-1, -2), v, mask), rtol=1e-4, scale=1e-5)

@@ -372,3 +372,48 @@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, con
                       int64_t n, float eps) {
     ds_layernorm_row_inline(x, y, scale, bias, n, eps);
 }
+
+/* Attention at decode time: a few query rows against n keys. Packing K and V into panels (as the row blocks of a
+   prefill do) reads and writes every key once more than the product itself, and with one query row that is most of
+   the work: a decoder step at 2,048 past tokens spent its time packing. These read K's and V's rows where they lie.
+   ds_dot_rows: out[j] = q . k[j] (k's rows of d floats), four keys at a time; ds_axpy_rows: o = sum_j p[j] v[j]
+   (v's rows of dv floats), sixteen columns at a time in registers. */
+void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, int64_t d, float *restrict out) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + j * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        #pragma omp simd reduction(+:s0, s1, s2, s3)
+        for (int64_t p = 0; p < d; p++) { s0 += q[p] * k0[p]; s1 += q[p] * k1[p]; s2 += q[p] * k2[p]; s3 += q[p] * k3[p]; }
+        out[j] = s0; out[j + 1] = s1; out[j + 2] = s2; out[j + 3] = s3;
+    }
+    for (; j < n; j++) {
+        const float *kj = k + j * d;
+        float s = 0.0f;
+        #pragma omp simd reduction(+:s)
+        for (int64_t p = 0; p < d; p++) s += q[p] * kj[p];
+        out[j] = s;
+    }
+}
+
+void ds_axpy_rows(const float *restrict p, const float *restrict v, int64_t n, int64_t dv, float *restrict o) {
+    for (int64_t c0 = 0; c0 < dv; c0 += 16) {
+        const int64_t w = dv - c0 < 16 ? dv - c0 : 16;
+        float acc[16] = {0};
+        if (w == 16) {
+            for (int64_t j = 0; j < n; j++) {
+                const float pj = p[j];
+                const float *vj = v + j * dv + c0;
+                #pragma omp simd
+                for (int64_t c = 0; c < 16; c++) acc[c] += pj * vj[c];
+            }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                const float pj = p[j];
+                const float *vj = v + j * dv + c0;
+                for (int64_t c = 0; c < w; c++) acc[c] += pj * vj[c];
+            }
+        }
+        for (int64_t c = 0; c < w; c++) o[c0 + c] = acc[c];
+    }
+}

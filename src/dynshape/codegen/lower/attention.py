@@ -4,7 +4,9 @@ Per batch matrix, KT and V are packed once (rows 2 KiB apart would alias in L1),
 time go through the micro-kernels into a row block that stays in cache for the softmax (at batch 8 x 512
 tokens the scores would be 33 MB per layer). When the softmax's consumer is nothing or the NaN clean-up, rows
 of O are scaled instead of a third pass over the scores; when KT is K with its last two axes swapped, KT's
-panels are packed from K's rows; with a folded transpose, O is written as (batch, seq, heads, d).
+panels are packed from K's rows; with a folded transpose, O is written as (batch, seq, heads, d). With at most
+DECODE_ROWS query rows (a decoder step) nothing is packed: the scores are dot products with K's rows
+(ds_dot_rows) and O a sum of V's rows (ds_axpy_rows), each key read once.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dynshape.codegen.packed_gemm import NR, ROW_BLOCK
 from dynshape.passes.items import Attention
 
 I64 = kir.I64
+DECODE_ROWS = 4  # query rows up to which K and V are read unpacked (a decoder step's one; a prefill's are many)
 
 
 def _i(x: int) -> kir.Const:
@@ -118,8 +121,20 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
                     omp=kir.Omp(simd=True, schedule=None))), start=m0))
     pack_k = (_call("ds_pack_panels_t", kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
               _call("ds_pack_panels", kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
-    batch = kir.For(b, NB, (pack_k, _call("ds_pack_panels", kir.Addr(vb, _mul(b, N, DV)), DV, N, DV, kir.Addr(vp)),
-                            kir.For(m0, M, tuple(block), step=_i(ROW_BLOCK))),
+    packed = (pack_k, _call("ds_pack_panels", kir.Addr(vb, _mul(b, N, DV)), DV, N, DV, kir.Addr(vp)),
+              kir.For(m0, M, tuple(block), step=_i(ROW_BLOCK)))
+    # decode: a few query rows read K's and V's rows where they lie (packing them would be most of the work)
+    q_row = kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m), K))
+    scores = (_call("ds_dot_rows", q_row, kir.Addr(kb, _mul(b, N, K)), N, K, kir.Addr(row)) if at.k_rows else
+              _call("ds_axpy_rows", q_row, kir.Addr(kb, _mul(b, K, N)), K, N, kir.Addr(row)))
+    m2 = kir.Var("m")
+    direct: list[kir.Stmt] = [
+        kir.Let(m0, _i(0)), kir.Let(m1, M),
+        kir.For(m, m1, (per_row[0], scores, *per_row[1:]), start=m0),
+        kir.For(m2, m1, (_call("ds_axpy_rows", kir.Addr(sb, _mul(m2, N)), kir.Addr(vb, _mul(b, N, DV)), N, DV,
+                               kir.Addr(o0, kir.Bin("+", o_at.offset, _mul(m2, ldc)))),), start=m0),
+        *block[4:]]  # the rows of O times their softmax scale, when deferred
+    batch = kir.For(b, NB, (kir.If(kir.Bin("<=", M, _i(DECODE_ROWS)), tuple(direct), packed),),
                     omp=kir.Omp(shared=True))
     flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))
     body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _mul(N, DP, _i(NR))),
