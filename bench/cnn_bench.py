@@ -111,7 +111,7 @@ def warm_compiles(path: str, spec: Spec, cache: str, strategy: str) -> dict[str,
 
 # ---- the candidates -------------------------------------------------------------------------------------
 def make_dynshape(path: str, spec: Spec, strategy: str, env: dict[str, int] | None = None,
-                  graph: Any = None) -> Call:
+                  graph: Any = None, undeclared: bool = False) -> Call:
     """The generic build over the declared dims, or (`env`) a static build with every dim fixed at a probe.
 
     `graph`: the static build is made from this loaded graph (`graph.specialize(env)`, initializers shared), as
@@ -124,7 +124,7 @@ def make_dynshape(path: str, spec: Spec, strategy: str, env: dict[str, int] | No
     if graph is not None and env:
         exe = ds.compile(graph.specialize(env), strategy=strategy)
     else:
-        graph = ds.load_onnx(path, dims={**spec.dims, **(env or {})})
+        graph = ds.load_onnx(path) if undeclared else ds.load_onnx(path, dims={**spec.dims, **(env or {})})
         exe = ds.compile(graph, strategy=strategy)
     names = list(spec.outputs)
 
@@ -228,10 +228,11 @@ def bench_model(spec: Spec, args: argparse.Namespace, peers: list[str], rec: dic
     try:
         os.environ["DYNSHAPE_CACHE_DIR"] = cache  # this process builds from the cache the cold run filled
         calls: dict[str, Call] = {}
-        makers = {"dynshape": lambda: make_dynshape(path, spec, args.strategy),
+        makers = {"undeclared": lambda: make_dynshape(path, spec, args.strategy, undeclared=True),
+                  "dynshape": lambda: make_dynshape(path, spec, args.strategy),
                   "ort": lambda: make_ort(path, spec, args.threads),
                   "ov": lambda: make_ov(path, spec, args.threads)}
-        for k in ["dynshape", *peers]:
+        for k in ["undeclared", "dynshape", *peers]:
             try:
                 t = time.perf_counter()
                 calls[k] = makers[k]()
@@ -290,7 +291,7 @@ def bench_probe(spec: Spec, env: dict[str, int], calls: dict[str, Call], args: a
             row["errors"][k] = short_error(e)
     limit_threads(args.threads)  # the first call loaded dynshape's BLAS / OpenMP: limit them now
     if "ort" in outs:
-        for k in ("dynshape", "ov"):
+        for k in ("undeclared", "dynshape", "ov"):
             if k in outs:
                 row[f"{k}_diff"], row[f"{k}_ok"] = compare(outs[k], outs["ort"])
     if ok_calls:
@@ -311,12 +312,14 @@ def _ms(row: dict, k: str, model_err: dict) -> str:
 
 def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -> None:
     print(f"\n## Time per call, {args.threads} thread(s), median of interleaved rounds (ratio > 1: dynshape faster)\n")
-    cols = ["dynshape", *peers]
+    print("undeclared: ds.load_onnx(path), nothing declared (the default path, first); dynshape: dims declared; "
+          "peers relative to the undeclared build; decl/undecl >= 1: undeclared as fast\n")
+    cols = ["undeclared", "dynshape", *peers]
     static_col = " | ov static ms (ov dynamic, same rounds)" if args.ov_static else ""
     print("| model | shape | " + " | ".join(f"{k} ms" for k in cols) + " | " +
-          " | ".join(f"{k}/dyn" for k in peers) + static_col + " |")
-    print("|" + "---|" * (2 + len(cols) + len(peers) + (1 if args.ov_static else 0)))
-    ratios: dict[str, list[float]] = {k: [] for k in peers}
+          " | ".join(f"{k}/undecl" for k in peers) + " | decl/undecl" + static_col + " |")
+    print("|" + "---|" * (3 + len(cols) + len(peers) + (1 if args.ov_static else 0)))
+    ratios: dict[str, list[float]] = {k: [] for k in [*peers, "decl/undecl"]}
     peer_vs: dict[str, list[float]] = {"ov/ort": []}
     for rec in recs:
         if "model" in rec["errors"]:
@@ -325,10 +328,12 @@ def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -
         for row in rec["rows"]:
             cells = [_ms(row, k, rec["errors"]) for k in cols]
             rs = []
-            for k in peers:
-                if k in row["ms"] and "dynshape" in row["ms"]:
-                    r = row["ms"][k] / row["ms"]["dynshape"]
-                    ratios[k].append(r)
+            for k, over in [*((p, k) for p, k in zip(peers, ["undeclared"] * len(peers))),
+                            ("dynshape", "undeclared")]:
+                name = k if k != "dynshape" else "decl/undecl"
+                if k in row["ms"] and over in row["ms"]:
+                    r = row["ms"][k] / row["ms"][over]
+                    ratios[name].append(r)
                     rs.append(f"{r:.2f}")
                 else:
                     rs.append("-")
@@ -346,8 +351,8 @@ def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -
             print(f"| {model} | {row['shape']} | {row['generic_ms']:.2f} | {row['static_ms']:.2f} | {row['eta']:.3f} |")
         v = [row["eta"] for _, row in etas]
         print(f"\neta geomean {gm(v):.3f}, min {min(v):.3f} over {len(v)} probes")
-    print("\ngeometric means: " + "; ".join(f"{k}/dyn {gm(v):.2f} over {len(v)} rows (min {min(v):.2f})"
-                                             for k, v in ratios.items() if v) +
+    print("\ngeometric means: " + "; ".join(f"{k if '/' in k else k + '/undecl'} {gm(v):.2f} over {len(v)} rows "
+                                             f"(min {min(v):.2f})" for k, v in ratios.items() if v) +
           "".join(f"; {k} {gm(v):.2f} over {len(v)} rows (time ratio of the peers: < 1 = OpenVINO faster)"
                   for k, v in peer_vs.items() if v))
 
@@ -365,13 +370,13 @@ def print_tables(recs: list[dict], peers: list[str], args: argparse.Namespace) -
         print(f"| {rec['model']} | {c} | {w} | {ld} | {imp} | {status} |")
 
     print(f"\n## Correctness against onnxruntime (rtol {RTOL:g}, atol {ATOL:g}; max abs diff)\n")
-    print("| model | shape | dynshape | ov |")
-    print("|---|---|---|---|")
+    print("| model | shape | undeclared | dynshape | ov |")
+    print("|---|---|---|---|---|")
     bad = []
     for rec in recs:
         for row in rec["rows"]:
             cells = []
-            for k in ("dynshape", "ov"):
+            for k in ("undeclared", "dynshape", "ov"):
                 if f"{k}_diff" in row:
                     ok = row[f"{k}_ok"]
                     cells.append(f"{row[f'{k}_diff']:.1e} {'ok' if ok else '**FAIL**'}")
