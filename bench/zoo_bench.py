@@ -16,6 +16,14 @@ entries whose `how` is not "native", by op; for an executable without `.generic`
 length or per branch value, the build that served the probe); then geometric means. A model that fails in one
 runtime prints the error and goes on with the others. Timings on the shared 2-core machine are noisy: compare
 ratios from one run.
+
+First figures (dynshape at 1a90b08, AMD EPYC Zen 4, family 25 model 17, --quick): 1 thread, ort/dyn geomean 1.02
+over 103 rows (1.23 without the three silero files that branch on `sr`; light_*: 1.51), ov/dyn 1.46 over 94;
+dynshape slower than onnxruntime on 25 rows (silero_vad* with If 0.06-0.42, mobilevit_hf 0.17-0.50, gpt2_step at
+past 512 / 2048 0.78 / 0.29, yolov8_nn 0.60-0.93, w2v_frontend_nn 0.70-0.87, t5_encoder 1x16 0.81, wav2vec2,
+effnet); ddddocr_common and ddddocr_old_int8 do not load. 2 threads, machine load 1.2-2.8: ort/dyn 0.64 (another
+run: 0.40), dynshape's times swinging 10x between runs (bert 1x16: 44 ms, 5 ms; onnxruntime 0.3-0.8 ms): not a
+figure until measured on a quiet machine.
 """
 
 from __future__ import annotations
