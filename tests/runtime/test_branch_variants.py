@@ -115,3 +115,32 @@ def test_an_if_on_computed_values_stays_a_single_executable():
     assert type(exe).__name__ == "Executable"
     for x in (np.array([1.0, 2.0], np.float32), np.array([-3.0, 1.0], np.float32)):
         np.testing.assert_array_equal(exe.run({"x": x})["y"], g.run({"x": x})["y"])
+
+
+def test_an_if_on_a_shape_compiles_a_build_per_truth_value():
+    """torch's x.squeeze(1) under dynamic shapes: If(Equal(Shape(x)[1], 1)) with a Squeeze on one side and an
+    Identity on the other (Silero VAD has three). The condition is evaluated per call from the input's shape and
+    each truth value gets its build, with the If replaced by its branch; the ranks differ and both are right."""
+    then_g = H.make_graph([H.make_node("Squeeze", ["x", "ax1"], ["sq"])], "t", [],
+                          [H.make_tensor_value_info("sq", F, None)])
+    else_g = H.make_graph([H.make_node("Identity", ["x"], ["id"])], "e", [], [H.make_tensor_value_info("id", F, None)])
+    nodes = [H.make_node("Shape", ["x"], ["shape"]), H.make_node("Gather", ["shape", "one"], ["d1"]),
+             H.make_node("Equal", ["d1", "one"], ["is1"]),
+             H.make_node("If", ["is1"], ["s"], then_branch=then_g, else_branch=else_g),
+             H.make_node("Relu", ["s"], ["y"])]
+    graph = H.make_graph(nodes, "g", [H.make_tensor_value_info("x", F, ["n", "c", 5])],
+                         [H.make_tensor_value_info("y", F, None)],
+                         [N.from_array(np.array(1, np.int64), "one"), N.from_array(np.array([1], np.int64), "ax1")])
+    g = ds.load_onnx(H.make_model(graph, opset_imports=[H.make_opsetid("", 17)]))
+    exe = ds.compile(g)
+    assert type(exe).__name__ == "BranchVariants" and exe.names == [] and len(exe.conds) == 1
+    rng = np.random.default_rng(0)
+    for shape in ((2, 1, 5), (2, 3, 5), (4, 1, 5), (1, 7, 5)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        out, ref = exe.run({"x": x})["y"], g.run({"x": x})["y"]
+        assert out.shape == ref.shape and np.array_equal(out, ref)
+    assert len(exe.variants) == 2  # one build per truth value, reused
+    for build in exe.variants.values():
+        assert "If" not in [s.op for s in build.generic.steps if isinstance(s, NodeStep)]
+    with pytest.raises(ds.ConstraintViolation, match="input 'x' has rank 1"):
+        exe.run({"x": np.zeros(5, np.float32)})

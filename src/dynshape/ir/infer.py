@@ -309,6 +309,27 @@ class InferCtx:
         """Raise a ShapeError naming this node, its op and its input shapes."""
         raise ShapeError(_node_message(self.node, self.inputs, msg, fix))
 
+    def snapshot(self) -> tuple:
+        """What inference knows now (the constraint store and the run-time checks), to `restore` after inferring a
+        branch whose requirements hold only when that branch runs."""
+        f = self.engine.facts
+        return (_copy_state(f), _copy_state(f.store))
+
+    def restore(self, snap: tuple) -> None:
+        f = self.engine.facts
+        vars(f).update(snap[0])
+        vars(f.store).update(snap[1])
+
+    def outer_facts_changed(self, snap: tuple) -> bool:
+        """Whether anything known of the symbols before `snap` changed since: a symbol eliminated or narrowed, an
+        equality, a run-time check or an assumption added (fresh data-dependent symbols do not count)."""
+        f, st = self.engine.facts, self.engine.facts.store
+        was_f, was_st = snap
+        if any(name in st.bindings or st.symbols.get(name) != s for name, s in was_st["symbols"].items()):
+            return True
+        return (len(st.residual), len(st.equalities), len(f.checks), len(f.assumptions)) != (
+            len(was_st["residual"]), len(was_st["equalities"]), len(was_f["checks"]), len(was_f["assumptions"]))
+
     def infer_subgraph(self, graph: Graph, input_types: list) -> list:
         """Infer a body graph (If branch, Loop/Scan body) with this graph's values in scope.
 
@@ -316,6 +337,20 @@ class InferCtx:
         back types from before the body refined one of their symbols."""
         facts = self.engine.facts
         return self.engine.run(graph, [None if t is None else facts.resolve_type(t) for t in input_types])
+
+
+def _copy_state(obj: object) -> dict:
+    """A copy of an object's containers (their items are immutable: symbols, expressions, facts), not of the
+    objects they hold; nested objects (Facts' store) are left to their own copy."""
+    out = {}
+    for k, v in vars(obj).items():
+        if isinstance(v, dict):
+            out[k] = {a: list(b) if isinstance(b, list) else b for a, b in v.items()}
+        elif isinstance(v, (list, set)):
+            out[k] = type(v)(v)
+        elif not isinstance(v, (Facts, ConstraintStore)):
+            out[k] = v
+    return out
 
 
 def _int(d: Any) -> Any:

@@ -97,11 +97,25 @@ def _if_infer(ctx: Any) -> list:
     c = _const(ctx.inputs[0])
     if c is not None:
         return ctx.infer_subgraph(then_g if bool(c.reshape(-1)[0]) else else_g, [])
+    before = ctx.snapshot()
     a = ctx.infer_subgraph(then_g, [])
     b = ctx.infer_subgraph(else_g, [])
     if len(a) != len(b):
         ctx.error(f"then branch has {len(a)} outputs, else branch {len(b)}")
+    if ctx.outer_facts_changed(before):
+        # a branch required something of the outer shapes (a Squeeze of a dim that must then be 1): that holds
+        # only when the branch runs, so it is not a fact of the graph (kept, it refused valid inputs of the other
+        # branch). The outputs get fresh dims; a build per truth value re-infers the branch it inlines.
+        ctx.restore(before)
+        return [_merge(ctx, _unknown(ctx, x), _unknown(ctx, y), i) for i, (x, y) in enumerate(zip(a, b))]
     return [_merge(ctx, x, y, i) for i, (x, y) in enumerate(zip(a, b))]
+
+
+def _unknown(ctx: Any, t: Any) -> Any:
+    """The type with every dim fresh (its rank and dtype kept)."""
+    if isinstance(t, TensorType) and t.shape is not None:
+        return TensorType(t.dtype, tuple(ctx.fresh("if") for _ in t.shape))
+    return t
 
 
 # ---- Loop ----------------------------------------------------------------------------------------------

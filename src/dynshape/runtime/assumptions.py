@@ -18,11 +18,10 @@ from typing import Any
 from dynshape.ir.graph import Graph
 from dynshape.options import Options
 from dynshape.sym import Cond
-from dynshape.sym.pysource import compile_key_function, key_names, to_py
+from dynshape.sym.pysource import compile_key_function, cond_to_py, key_names
 
 __all__ = ["Assumptions"]
 
-_TEST = {"ge": "{e} >= 0", "eq": "{e} == 0", "ne": "{e} != 0", "div": "{e} % {k} == 0"}
 
 
 class Assumptions:
@@ -38,7 +37,7 @@ class Assumptions:
             self.breaks = _never
             return
         var = key_names(names)
-        tests = [_TEST[f.check.kind].format(e=to_py(f.check.expr, var), k=f.check.k) for f in self.facts]
+        tests = [cond_to_py(f.check, var) for f in self.facts]
         self.breaks = compile_key_function("breaks", names, "return not (" + " and ".join(tests) + ")")
 
     def run(self, key: tuple, feed: dict) -> dict:

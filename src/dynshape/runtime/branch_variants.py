@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 
 from dynshape.errors import ConstraintViolation, DynshapeError, ShapeError
-from dynshape.ir.branches import specialize_values
+from dynshape.ir.branches import specialize_values, symbol_sources
 from dynshape.ir.graph import Graph
 from dynshape.options import Options
 from dynshape.runtime.binder import InputSpec, as_input_array
+from dynshape.sym import Cond
+from dynshape.sym.pysource import compile_key_function, cond_to_py, key_names
 
 __all__ = ["BranchVariants"]
 
@@ -28,13 +30,22 @@ __all__ = ["BranchVariants"]
 class BranchVariants:
     """An executable for a graph whose `If` conditions follow from small inputs: a build per value of them."""
 
-    def __init__(self, graph: Graph, names: list[str], specialize: list | None, options: Options, build: Any):
+    def __init__(self, graph: Graph, names: list[str], specialize: list | None, options: Options, build: Any,
+                 conds: list[tuple[str, Cond]] | None = None):
         self.graph, self.options, self.names = graph, options, names
         self._specialize, self._build = specialize, build  # build(graph, specialize, options=) -> executable
         self._specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(v.shape)) for v in graph.inputs if v.name in names]
         self._by_key: dict[tuple, Any] = {}
         self._calls: dict[tuple, int] = {}
         self._lock = threading.Lock()
+        # Ifs on shapes: their conditions over the input symbols, evaluated per call by one generated function
+        self.conds = list(conds or [])
+        sources = symbol_sources(graph)
+        syms = sorted({x for _, c in self.conds for x in c.free_symbols})
+        self._dims = [sources[x] for x in syms]
+        var = key_names(syms)
+        tests = ", ".join(cond_to_py(c, var) for _, c in self.conds)
+        self._truths = compile_key_function("truths", syms, f"return ({tests},)") if self.conds else None
 
     # ---- running --------------------------------------------------------------------------------------------
     def run(self, feed: dict, out: dict | None = None) -> dict[str, np.ndarray]:
@@ -61,7 +72,9 @@ class BranchVariants:
                                           f"{spec.dtype}{list(spec.shape)} (its value picks the model's branches)")
             values.append(a)
         key = tuple(tuple(a.reshape(-1).tolist()) for a in values)
-        rest = {k: v for k, v in feed.items() if k not in self.names}
+        if self._truths is not None:
+            key += (self._truths(self._dim_values(feed)),)
+        rest = {k: v for k, v in feed.items() if k not in self.names} if self.names else feed
         exe = self._by_key.get(key)
         if exe is not None:
             return exe, key, rest
@@ -74,8 +87,9 @@ class BranchVariants:
                         f"{self._describe(key)}: a new value of an input that picks the model's branches, and this "
                         f"executable has built max_branch_variants={self.options.max_branch_variants} already "
                         f"({seen}); refused. Feed one of those values, or compile with a larger max_branch_variants")
+                decided = dict(zip((name for name, _ in self.conds), key[-1])) if self.conds else None
                 try:
-                    g = specialize_values(self.graph, dict(zip(self.names, values)))
+                    g = specialize_values(self.graph, dict(zip(self.names, values)), decided)
                 except ShapeError as e:  # the branch this value takes does not fit the model's shapes
                     raise ConstraintViolation(f"{self._describe(key)} picks branches the model does not admit at "
                                               f"these inputs: {e}") from None
@@ -83,8 +97,25 @@ class BranchVariants:
                 self._by_key[key] = exe
         return exe, key, rest
 
+    def _dim_values(self, feed: dict) -> tuple[int, ...]:
+        """The symbols the shape conditions read, from the feed's shapes (a missing or short input is refused by
+        name, as the binder would)."""
+        out = []
+        for name, axis in self._dims:
+            if name not in feed:
+                raise ConstraintViolation(f"missing input {name!r}")
+            shape = np.shape(feed[name])
+            if len(shape) <= axis:
+                raise ConstraintViolation(f"input {name!r} has rank {len(shape)} (shape {shape}); its axis {axis} "
+                                          "decides which branches the model takes")
+            out.append(int(shape[axis]))
+        return tuple(out)
+
     def _describe(self, key: tuple) -> str:
-        return ", ".join(f"{n} = {v[0] if len(v) == 1 else list(v)}" for n, v in zip(self.names, key))
+        parts = [f"{n} = {v[0] if len(v) == 1 else list(v)}" for n, v in zip(self.names, key)]
+        if self.conds:
+            parts += [f"{c.text}: {t}" for (_, c), t in zip(self.conds, key[-1])]
+        return ", ".join(parts)
 
     # ---- reporting ------------------------------------------------------------------------------------------
     @property
@@ -107,8 +138,10 @@ class BranchVariants:
                 "calls": {self._describe(k): n for k, n in self._calls.items()}}
 
     def explain(self) -> str:
-        lines = [f"If conditions follow from the value of {', '.join(self.names)}: one build per value, each If "
-                 f"replaced by its taken branch (at most {self.options.max_branch_variants} values)"]
+        what = [f"the value of {', '.join(self.names)}"] if self.names else []
+        what += [f"the shapes ({'; '.join(c.text for _, c in self.conds)})"] if self.conds else []
+        lines = [f"If conditions follow from {' and '.join(what)}: one build per combination seen, each If replaced "
+                 f"by its taken branch (at most {self.options.max_branch_variants})"]
         for k, exe in self._by_key.items():
             lines.append(f"  built for {self._describe(k)}: {self._calls.get(k, 0)} calls, "
                          f"{len(exe.explain_build().get('kernels', []))} kernels")

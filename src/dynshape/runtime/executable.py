@@ -22,7 +22,7 @@ import numpy as np
 from dynshape.codegen import clib
 from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
-from dynshape.ir.branches import branch_inputs
+from dynshape.ir.branches import branch_inputs, shape_branches
 from dynshape.ir.execute import Scope, bind_inputs, interpret
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
@@ -603,9 +603,10 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
 
         return RankVariants(graph, specialize, opts, compile)  # type: ignore[return-value]
     decisive = branch_inputs(graph) if opts.fuse else []
-    if decisive:  # If conditions decided by a small input's value: one build per value (runtime/branch_variants.py)
-        from dynshape.runtime.branch_variants import BranchVariants
+    conds = shape_branches(graph) if opts.fuse and not decisive else []
+    if decisive or conds:  # If conditions decided by a small input's value or by the shapes: one build per value
+        from dynshape.runtime.branch_variants import BranchVariants  # (runtime/branch_variants.py)
 
-        return BranchVariants(graph, decisive, specialize, opts, compile)  # type: ignore[return-value]
+        return BranchVariants(graph, decisive, specialize, opts, compile, conds)  # type: ignore[return-value]
     with pinned_cache_dir(opts.cache_dir) if opts.cache_dir else contextlib.nullcontext():
         return Executable(graph, specialize, opts)

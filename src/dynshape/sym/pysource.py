@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from dynshape.errors import ShapeError
 from dynshape.sym.expr import DimLike, Expr, OpAtom, Symbol
+
+if TYPE_CHECKING:
+    from dynshape.sym.cond import Cond
 
 
 def to_py(e: DimLike, names: Mapping[str, str]) -> str:
@@ -109,3 +113,11 @@ def cond_from_json(d: Mapping, symbols: Mapping[str, DimLike]) -> object:
     if d.get("kind") not in ("ge", "eq", "ne", "div") or not isinstance(d.get("k", 0), int):
         raise ShapeError(f"not a dimension condition: {dict(d)!r}")
     return Cond(d["kind"], from_py(str(d["expr"]), symbols), str(d.get("text", "")), int(d.get("k", 0)))
+
+
+_COND_TESTS = {"ge": "{e} >= 0", "eq": "{e} == 0", "ne": "{e} != 0", "div": "{e} % {k} == 0"}
+
+
+def cond_to_py(c: Cond, names: dict[str, str]) -> str:
+    """A sym condition as a Python boolean expression over a key function's variables (`key_names`)."""
+    return _COND_TESTS[c.kind].format(e=to_py(c.expr, names), k=c.k)
