@@ -183,23 +183,35 @@ def _patch(places: list, at: int) -> None:
         words[positions] = at
 
 
-def _patch_places(values: list[tuple], at: dict, dtypes: dict, calls: list, programs: list[np.ndarray]) -> tuple:
+def _patch_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls: list,
+                  programs: list[np.ndarray]) -> tuple:
     """Where each in-place value's arena address stands in this plan's programs and int64 tables: (key, dtype, slot,
     places) per (key, value name) given. Its slot is its own for the whole call (the planner extends its
-    lifetime), so a word equal to it is that value or a view of it. A value whose address a call outside the
-    programs still takes is copied as usual (no entry)."""
+    lifetime), so a word equal to it is that value or a view of it. A value is left to be copied as usual (no
+    entry) when a call outside the programs takes an address in its slot, or when any word points inside the slot
+    but not at its start: a native binder's derived address (a Split's second half, a Slice's offset, a strided
+    copy's rows) that a patch of the start would leave pointing into the arena."""
     if not values or not programs:
         return ()
-    outside = {a for c in calls if type(c) is NativeCall for a in c.args if type(a) is int}
+    outside = np.array([a for c in calls if type(c) is NativeCall for a in c.args if type(a) is int] or [0],
+                       np.int64)
     out = []
     for key, x in values:
-        slot = at[x]
-        if slot in outside:
+        slot, end = at[x], at[x] + max(1, nbytes[x])
+        if ((outside >= slot) & (outside < end)).any():
             continue
-        places = [(words, np.flatnonzero(words == slot)) for words in programs]
-        places = [(w, p) for w, p in places if p.size]
-        if places:
-            out.append((key, dtypes[x], slot, places))
+        places = []
+        for words in programs:
+            inside = (words >= slot) & (words < end)
+            if not inside.any():
+                continue
+            exact = words == slot
+            if (inside & ~exact).any():
+                break
+            places.append((words, np.flatnonzero(exact)))
+        else:
+            if places:
+                out.append((key, dtypes[x], slot, places))
     return tuple(out)
 
 
@@ -576,9 +588,11 @@ class Planner:
         calls, labels = _programs(calls, labels, keep, self._entry, programs, min_run=1 if patched else 2)
         words = programs + keep.int_tables
         names = [v.name for v in g.inputs]
-        in_place = _patch_places([(names.index(x), x) for x in self.in_place if x not in copied], at, dtypes, calls,
-                                 words)
-        out_place = _patch_places([(x, x) for x in self.out_place if x not in copied], at, dtypes, calls, words)
+        nbytes = {x: math.prod(shapes[x]) * dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
+        in_place = _patch_places([(names.index(x), x) for x in self.in_place if x not in copied], at, nbytes, dtypes,
+                                 calls, words)
+        out_place = _patch_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes, calls,
+                                  words)
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
                          [p[2] for p in in_place], out_place, [p[2] for p in out_place])
 
