@@ -24,6 +24,12 @@ past 512 / 2048 0.78 / 0.29, yolov8_nn 0.60-0.93, w2v_frontend_nn 0.70-0.87, t5_
 effnet); ddddocr_common and ddddocr_old_int8 do not load. 2 threads, machine load 1.2-2.8: ort/dyn 0.64 (another
 run: 0.40), dynshape's times swinging 10x between runs (bert 1x16: 44 ms, 5 ms; onnxruntime 0.3-0.8 ms): not a
 figure until measured on a quiet machine.
+
+At 894523d (non-empty builds, folding, If per value and per shape, native Instance/GroupNormalization, I/O in
+place, decode-time attention), same CPU, --quick, load 0.9: 1 thread, ort/dyn geomean 1.30 over 103 rows (min
+0.15, mobilevit_hf), ov/dyn 1.50 over 94; 18 rows slower than onnxruntime (mobilevit_hf, gpt2_step at past
+512 / 2048 0.75 / 0.29, yolov8_nn 0.60-0.89, t5_encoder 0.72-0.96, effnet 0.80-0.88, light_shufflenet 0.92 and
+five rows at 0.95-0.98); the silero files 1.40-3.20.
 """
 
 from __future__ import annotations
