@@ -178,3 +178,28 @@ def test_decode_rows_read_k_and_v_unpacked_and_match(from_rows, m):
         feed = {"q": q, "k" if from_rows else "kt": kk if from_rows else kk.swapaxes(-1, -2).copy(), "v": v,
                 "mask": mask}
         assert_f32_close(exe.run(feed)["y"], _reference(q, kk.swapaxes(-1, -2), v, mask), rtol=1e-4, scale=1e-5)
+
+
+def test_a_cast_to_the_same_dtype_does_not_stop_the_fusion():
+    """GPT-2's export casts the float32 softmax to float32 before the second product: that Cast runs no step
+    (passes.fold.drop_identities), so the attention is one kernel, as without it."""
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Add", ["s", "mask"], ["sm"]),
+             helper.make_node("Softmax", ["sm"], ["p0"], axis=-1),
+             helper.make_node("Cast", ["p0"], ["p"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info("q", F, ["b", 3, "m", "k"]),
+              helper.make_tensor_value_info("kt", F, ["b", 3, "k", "n"]),
+              helper.make_tensor_value_info("v", F, ["b", 3, "n", 40]),
+              helper.make_tensor_value_info("mask", F, ["b", 1, 1, "n"])]
+    graph = helper.make_graph(nodes, "att_cast", inputs, [helper.make_tensor_value_info("y", F, None)])
+    g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    exe = ds.compile(g)
+    assert [s.kind for s in exe.generic.steps] == ["attention"], [s.name for s in exe.generic.steps]
+    rng = np.random.default_rng(5)
+    for b, m, k, n in [(1, 1, 16, 300), (2, 9, 8, 33)]:
+        q = rng.standard_normal((b, 3, m, k)).astype(np.float32)
+        kt = rng.standard_normal((b, 3, k, n)).astype(np.float32)
+        v = rng.standard_normal((b, 3, n, 40)).astype(np.float32)
+        mask = np.zeros((b, 1, 1, n), np.float32)
+        assert_f32_close(exe.run({"q": q, "kt": kt, "v": v, "mask": mask})["y"], _reference(q, kt, v, mask),
+                         rtol=1e-4, scale=1e-5)

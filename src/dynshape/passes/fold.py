@@ -194,7 +194,9 @@ def drop_identities(nodes: list[Node], types: dict, consts: dict, keep: set[str]
       a constant false);
     - a Reshape whose output has its input's shape, dim for dim (torch's GroupNorm export reshapes (N, C, L) to
       (N, G, -1) around an InstanceNormalization: with G = C, as in wav2vec2's feature encoder, that is the
-      identity, and left in place it stopped the channels-last layout on both sides of the norm).
+      identity, and left in place it stopped the channels-last layout on both sides of the norm);
+    - a Cast to the dtype its input has (GPT-2's export casts the float32 softmax to float32 before the second
+      product, which kept the attention from fusing).
     Kept where a mask is read, where the output is a graph output (the output needs its own value) or where a
     subgraph names it (a Loop or If body reads it by name).
     """
@@ -208,7 +210,7 @@ def drop_identities(nodes: list[Node], types: dict, consts: dict, keep: set[str]
     for n in nodes:
         ins = [alias.get(x, x) for x in n.inputs]
         if n.domain in ("", "ai.onnx") and (n.op_type == "Dropout" and _inference(n, consts)
-                                            or n.op_type == "Reshape" and _same_shape(n, types)):
+                                            or n.op_type in ("Reshape", "Cast") and _same_shape(n, types)):
             y, masks = n.outputs[0], [m for m in n.outputs[1:] if m]
             if y not in keep and y not in named and not any(readers.get(m) or m in keep for m in masks):
                 alias[y] = ins[0]
