@@ -11,33 +11,31 @@ does not follow from those inputs alone, the `If` stays and runs as before.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
-from dynshape.errors import ConstraintViolation, DynshapeError, ShapeError
+from dynshape.errors import ConstraintViolation, ShapeError
 from dynshape.ir.branches import specialize_values, symbol_sources
 from dynshape.ir.graph import Graph
 from dynshape.options import Options
 from dynshape.runtime.binder import InputSpec, as_input_array
+from dynshape.runtime.keyed_builds import KeyedBuilds
 from dynshape.sym import Cond
 from dynshape.sym.pysource import compile_key_function, cond_to_py, key_names
 
 __all__ = ["BranchVariants"]
 
 
-class BranchVariants:
-    """An executable for a graph whose `If` conditions follow from small inputs: a build per value of them."""
+class BranchVariants(KeyedBuilds):
+    """An executable for a graph whose `If` conditions follow from small inputs or from the shapes: a build per
+    value of those inputs and truth value of those conditions."""
 
     def __init__(self, graph: Graph, names: list[str], specialize: list | None, options: Options, build: Any,
                  conds: list[tuple[str, Cond]] | None = None):
-        self.graph, self.options, self.names = graph, options, names
-        self._specialize, self._build = specialize, build  # build(graph, specialize, options=) -> executable
+        super().__init__(graph, specialize, options, build)
+        self.names = names
         self._specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(v.shape)) for v in graph.inputs if v.name in names]
-        self._by_key: dict[tuple, Any] = {}
-        self._calls: dict[tuple, int] = {}
-        self._lock = threading.Lock()
         # Ifs on shapes: their conditions over the input symbols, evaluated per call by one generated function
         self.conds = list(conds or [])
         sources = symbol_sources(graph)
@@ -50,12 +48,8 @@ class BranchVariants:
     # ---- running --------------------------------------------------------------------------------------------
     def run(self, feed: dict, out: dict | None = None) -> dict[str, np.ndarray]:
         exe, key, rest = self.executable_for(feed)
-        self._calls[key] = self._calls.get(key, 0) + 1
+        self._count(key)
         return exe.run(rest, out)
-
-    def __call__(self, **inputs: Any) -> list[np.ndarray]:
-        out = self.run(inputs)
-        return [out[v.name] for v in self.graph.outputs]
 
     def executable_for(self, feed: dict) -> tuple[Any, tuple, dict]:
         """(the build for the values `feed` gives the branch inputs, its key, the feed without those inputs)."""
@@ -75,27 +69,23 @@ class BranchVariants:
         if self._truths is not None:
             key += (self._truths(self._dim_values(feed)),)
         rest = {k: v for k, v in feed.items() if k not in self.names} if self.names else feed
-        exe = self._by_key.get(key)
-        if exe is not None:
-            return exe, key, rest
-        with self._lock:
-            exe = self._by_key.get(key)
-            if exe is None:
-                if len(self._by_key) >= self.options.max_branch_variants:
-                    seen = "; ".join(self._describe(k) for k in self._by_key)
-                    raise DynshapeError(
-                        f"{self._describe(key)}: a new value of an input that picks the model's branches, and this "
-                        f"executable has built max_branch_variants={self.options.max_branch_variants} already "
-                        f"({seen}); refused. Feed one of those values, or compile with a larger max_branch_variants")
-                decided = dict(zip((name for name, _ in self.conds), key[-1])) if self.conds else None
-                try:
-                    g = specialize_values(self.graph, dict(zip(self.names, values)), decided)
-                except ShapeError as e:  # the branch this value takes does not fit the model's shapes
-                    raise ConstraintViolation(f"{self._describe(key)} picks branches the model does not admit at "
-                                              f"these inputs: {e}") from None
-                exe = self._build(g, self._specialize, options=self.options)
-                self._by_key[key] = exe
-        return exe, key, rest
+        cap = self.options.max_branch_variants
+
+        def refusal() -> str:
+            seen = "; ".join(self._describe(k) for k in self._by_key)
+            return (f"{self._describe(key)}: a new value of an input that picks the model's branches, and this "
+                    f"executable has built max_branch_variants={cap} already ({seen}); refused. Feed one of those "
+                    "values, or compile with a larger max_branch_variants")
+
+        def graph_for() -> Graph:
+            decided = dict(zip((name for name, _ in self.conds), key[-1])) if self.conds else None
+            try:
+                return specialize_values(self.graph, dict(zip(self.names, values)), decided)
+            except ShapeError as e:  # the branch this value takes does not fit the model's shapes
+                raise ConstraintViolation(f"{self._describe(key)} picks branches the model does not admit at these "
+                                          f"inputs: {e}") from None
+
+        return self._built(key, cap, refusal, graph_for), key, rest
 
     def _dim_values(self, feed: dict) -> tuple[int, ...]:
         """The symbols the shape conditions read, from the feed's shapes (a missing or short input is refused by
@@ -118,15 +108,6 @@ class BranchVariants:
         return ", ".join(parts)
 
     # ---- reporting ------------------------------------------------------------------------------------------
-    @property
-    def variants(self) -> dict[tuple, Any]:
-        """The builds by the branch inputs' values, in the order they were first needed."""
-        return dict(self._by_key)
-
-    @property
-    def symbols(self) -> list:
-        return [e.atom() for e in self.graph.signature.symbols.values()]
-
     def explain_build(self) -> dict:
         builds = [{"values": self._describe(k), "calls": self._calls.get(k, 0), "build": exe.explain_build()}
                   for k, exe in self._by_key.items()]

@@ -14,7 +14,6 @@ length seen: the input and axis it comes from, why it fixes a rank, its calls.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -23,31 +22,24 @@ from dynshape.errors import DynshapeError
 from dynshape.ir.graph import Graph
 from dynshape.ir.specialize import rank_values
 from dynshape.options import Options
+from dynshape.runtime.keyed_builds import KeyedBuilds
 from dynshape.sym import Expr
 
 __all__ = ["RankVariants"]
 
 
-class RankVariants:
+class RankVariants(KeyedBuilds):
     """An executable for a graph with `rank_symbols`: a compiled build per value of those symbols."""
 
     def __init__(self, graph: Graph, specialize: list | None, options: Options, build: Any):
-        self.graph, self.options = graph, options
-        self._specialize, self._build = specialize, build  # build(graph, specialize, options=) -> executable
-        self._by_key: dict[tuple, Any] = {}
-        self._calls: dict[tuple, int] = {}
-        self._lock = threading.Lock()
+        super().__init__(graph, specialize, options, build)
         self.sources = {s: _source(graph, s) for s in graph.rank_symbols}
 
     # ---- running --------------------------------------------------------------------------------------------
     def run(self, feed: dict, out: dict | None = None) -> dict[str, np.ndarray]:
         exe, key = self.executable_for(feed)
-        self._calls[key] = self._calls.get(key, 0) + 1
+        self._count(key)
         return exe.run(feed, out)
-
-    def __call__(self, **inputs: Any) -> list[np.ndarray]:
-        out = self.run(inputs)
-        return [out[v.name] for v in self.graph.outputs]
 
     def executable_for(self, feed: dict) -> tuple[Any, tuple]:
         """The build serving `feed`'s rank-fixing lengths (compiled now if this is their first call)."""
@@ -55,32 +47,17 @@ class RankVariants:
             raise DynshapeError(f"inputs must be a dict name -> array, got {type(feed).__name__}")
         values = rank_values(self.graph, feed)
         key = tuple(values.items())
-        exe = self._by_key.get(key)
-        if exe is not None:
-            return exe, key
-        with self._lock:
-            exe = self._by_key.get(key)
-            if exe is None:
-                if len(self._by_key) >= self.options.max_rank_variants:
-                    seen = ", ".join(_describe(k) for k in self._by_key)
-                    raise DynshapeError(
-                        f"{_describe(key, self.sources)}: a new rank-fixing length, and this executable has built "
-                        f"max_rank_variants={self.options.max_rank_variants} already ({seen}); refused. Feed one "
-                        f"of those lengths, or compile with a larger max_rank_variants")
-                exe = self._build(self.graph.specialize(values), self._specialize, options=self.options)
-                self._by_key[key] = exe
-        return exe, key
+        cap = self.options.max_rank_variants
+
+        def refusal() -> str:
+            seen = ", ".join(_describe(k) for k in self._by_key)
+            return (f"{_describe(key, self.sources)}: a new rank-fixing length, and this executable has built "
+                    f"max_rank_variants={cap} already ({seen}); refused. Feed one of those lengths, or compile with "
+                    "a larger max_rank_variants")
+
+        return self._built(key, cap, refusal, lambda: self.graph.specialize(values)), key
 
     # ---- reporting ------------------------------------------------------------------------------------------
-    @property
-    def variants(self) -> dict[tuple, Any]:
-        """The builds by rank-fixing values ((symbol, value), ...), in the order they were first needed."""
-        return dict(self._by_key)
-
-    @property
-    def symbols(self) -> list:
-        return [e.atom() for e in self.graph.signature.symbols.values()]
-
     def explain_build(self) -> dict:
         lengths = [{"values": dict(k), "from": {s: self.sources[s] for s, _ in k},
                     "why": {s: self.graph.rank_symbols[s] for s, _ in k}, "calls": self._calls.get(k, 0),
