@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import clib
+from dynshape.codegen.bf16 import check_precision
 from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.branches import branch_inputs, shape_branches
@@ -598,6 +599,7 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
     a call that finds all arenas taken wait for one (unbounded executables allocate that call's tensors).
     """
     opts = make(options, **knobs)
+    check_precision(opts)  # precision="bf16" on a CPU without it: refused before anything is built
     if graph.rank_symbols:  # ranks fixed by input lengths: one build per length (runtime/rank_variants.py)
         from dynshape.runtime.rank_variants import RankVariants
 
