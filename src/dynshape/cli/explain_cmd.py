@@ -161,6 +161,9 @@ def _print(data: dict[str, Any]) -> None:
     for k in data["kernels"]:
         line(f"{k['name']}: " + " -> ".join(f"{o['op']} {o['node']}" for o in k["ops"]),
              f"outputs {', '.join(k['outputs'])}" + (f"; {k['method']}" if k["method"] else ""))
+    low = sum(1 for k in data["kernels"] if k["method"].startswith("bf16"))
+    if low:
+        line(f"precision: {low} product kernel(s) in bf16 (marked); every other kernel and step in float32")
     if data["library_steps"]:
         line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
     if data["concat_slices"]:

@@ -123,3 +123,9 @@ def product_calls(options: Options) -> tuple[str, str]:
     """The tile and panel entry points (csrc/ds_gemm_bf16.h) that products call under `options`."""
     suffix = "e" if options.precision == "bf16-emulated" else ""
     return f"ds_gemm_block_bf16{suffix}", f"ds_gemm_panel_bf16{suffix}"
+
+
+def method(options: Options) -> str:
+    """How a bf16 product computes, for explain."""
+    how = "VDPBF16PS" if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels"
+    return f"bf16 operands, float32 accumulation and epilogue ({how})"

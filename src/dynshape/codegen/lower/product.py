@@ -267,7 +267,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     weight = pr.weight if in_place else PackedWeight(pr.weight, pr.trans_b, layout=low or "panels")
     needs = ("packed_gemm", "packed_gemm_bf16") if low else ("packed_gemm",)
     return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params, *sm_ops.ptrs), needs=needs,
-                   row_stride=strided)
+                   row_stride=strided, method=bf16.method(ctx.options) if low else "")
 
 
 register_lowering("product", "kernel", lower_product)
