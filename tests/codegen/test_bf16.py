@@ -140,6 +140,9 @@ def test_emulated_encoder_within_two_percent() -> None:
     rng = np.random.default_rng(3)
     feed = {"input_ids": rng.integers(0, 1000, (2, 33), dtype=np.int64), "attention_mask": np.ones((2, 33), np.int64)}
     a, b = fp32.run(feed)["last_hidden_state"], emu.run(feed)["last_hidden_state"]
+    low = {s.kind for s in emu.generic.steps if getattr(s, "method", "").startswith("bf16")}
+    assert low == {"product", "attention"}  # both kernel kinds took the bf16 path
+    assert not any(getattr(s, "method", "").startswith("bf16") for s in fp32.generic.steps)
     rms = float(np.sqrt(np.mean(a.astype(np.float64) ** 2)))
     err = float(np.abs(a - b).max())
     assert 1e-5 * rms < err <= 0.02 * rms  # rounded (not float32), and close

@@ -34,7 +34,9 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_gemm_block_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
     "ds_gemm_panel_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_gemm_block_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
-    "ds_gemm_panel_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64)},
+    "ds_gemm_panel_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
+    "ds_pack_panels_bf16": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16": (P, I64, I64, I64, P),
+    "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P)},
     share=True, needs=(packed_gemm.LIBRARY,), restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_epoch": I64})
 
 
@@ -123,6 +125,14 @@ def product_calls(options: Options) -> tuple[str, str]:
     """The tile and panel entry points (csrc/ds_gemm_bf16.h) that products call under `options`."""
     suffix = "e" if options.precision == "bf16-emulated" else ""
     return f"ds_gemm_block_bf16{suffix}", f"ds_gemm_panel_bf16{suffix}"
+
+
+def attention_calls(options: Options) -> tuple[str, str, str]:
+    """Attention's packers (K as stored, K transposed) and tile product under `options`, with the epoch argument."""
+    if options.precision == "fp32":
+        return "ds_pack_panels", "ds_pack_panels_t", "ds_gemm_tile"
+    suffix = "e" if options.precision == "bf16-emulated" else ""
+    return f"ds_pack_panels_bf16{suffix}", f"ds_pack_panels_t_bf16{suffix}", f"ds_gemm_block_bf16{suffix}"
 
 
 def method(options: Options) -> str:

@@ -109,6 +109,56 @@ void ds_gemm_panel_bf16e(const float *restrict a, int64_t lda, const void *panel
     ds_gemm_panel(ar, k, (const float *)panel, 32, c + i0 * ldc, ldc, 0, i1 - i0, ncols, k);
 }
 
+/* ---- packing at run time (attention's K and V: activations, packed per call) ------------------------------------ */
+/* B (k x n, row stride ldb) as bf16 panels: row p of panel q holds (B[2p][j], B[2p + 1][j]) for its 32 columns,
+   zero past k and n (pack_b_bf16's layout). */
+void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
+    uint16_t *bp = out;
+    const int64_t k2 = (k + 1) / 2;
+    for (int64_t q = 0; q < (n + 31) / 32; q++)
+        for (int64_t p = 0; p < k2; p++) {
+            uint16_t *dst = bp + (q * k2 + p) * 64;
+            for (int64_t j = 0; j < 32; j++) {
+                const int64_t col = q * 32 + j;
+                dst[2 * j] = col < n ? ds_to_bf16(b[2 * p * ldb + col]) : 0;
+                dst[2 * j + 1] = col < n && 2 * p + 1 < k ? ds_to_bf16(b[(2 * p + 1) * ldb + col]) : 0;
+            }
+        }
+}
+
+/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it): a
+   column's pair of consecutive k is two neighbours in A's row. */
+void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
+    uint16_t *bp = out;
+    const int64_t k2 = (k + 1) / 2;
+    for (int64_t q = 0; q < (n + 31) / 32; q++)
+        for (int64_t j = 0; j < 32; j++) {
+            const int64_t col = q * 32 + j;
+            const float *src = a + col * lda;
+            for (int64_t p = 0; p < k2; p++) {
+                uint16_t *dst = bp + (q * k2 + p) * 64 + 2 * j;
+                dst[0] = col < n ? ds_to_bf16(src[2 * p]) : 0;
+                dst[1] = col < n && 2 * p + 1 < k ? ds_to_bf16(src[2 * p + 1]) : 0;
+            }
+        }
+}
+
+static void ds_round_panels(float *bp, int64_t k, int64_t n) {
+    const int64_t total = (n + 31) / 32 * 32 * k;
+    for (int64_t i = 0; i < total; i++) bp[i] = ds_from_bf16(ds_to_bf16(bp[i]));
+}
+
+/* The emulated kernels' float32 panels (ds_pack_panels / _t), every value rounded to bf16. */
+void ds_pack_panels_bf16e(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
+    ds_pack_panels(b, ldb, k, n, out);
+    ds_round_panels(out, k, n);
+}
+
+void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
+    ds_pack_panels_t(a, lda, k, n, out);
+    ds_round_panels(out, k, n);
+}
+
 /* ---- native: VDPBF16PS ---------------------------------------------------------------------------------------- */
 #if DS_BF16_NATIVE
 #include <immintrin.h>

@@ -15,4 +15,8 @@ void ds_gemm_block_bf16e(const float *restrict a, int64_t lda, const void *bp, f
                          int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k, int64_t ep);
 void ds_gemm_panel_bf16e(const float *restrict a, int64_t lda, const void *panel, float *restrict c, int64_t ldc,
                          int64_t i0, int64_t i1, int64_t ncols, int64_t k, int64_t ep);
+void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out);
+void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
+void ds_pack_panels_bf16e(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out);
+void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
 #endif
