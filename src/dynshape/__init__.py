@@ -28,8 +28,8 @@ _LAZY = {
     "Executable": ("dynshape.runtime.executable", "Executable"),
     "Graph": ("dynshape.ir.graph", "Graph"),
     "TensorType": ("dynshape.ir.types", "TensorType"),
-    "load": ("dynshape.runtime.artifact", "load"),
-    "save": ("dynshape.runtime.artifact", "save"),
+    "load": ("dynshape.compiler.artifact", "load"),
+    "save": ("dynshape.compiler.artifact", "save"),
     "from_torch": ("dynshape.frontends.torch_export", "from_torch"),
 }
 

@@ -7,6 +7,7 @@ import ast
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,31 @@ def test_test_modules_have_unique_basenames() -> None:
             clashes.append(f"{seen[p.name].relative_to(tests)} and {p.relative_to(tests)}")
         seen.setdefault(p.name, p)
     assert not clashes, "test modules sharing a basename: " + "; ".join(clashes)
+
+
+def test_runtime_loads_no_frontend() -> None:
+    """runtime compiles, saves and loads typed builds; reading models is the compile step's (dynshape.compiler)."""
+    code = ("import sys, dynshape.runtime.artifact, dynshape.runtime.executable; "
+            "print([m for m in sys.modules if m.startswith('dynshape.frontends')])")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]"
+
+
+def test_the_acyclic_siblings_contract_catches_a_cycle(tmp_path: Path) -> None:
+    """The contract is not vacuous: two sibling modules importing each other break it."""
+    pytest.importorskip("importlinter")
+    pkg = tmp_path / "pkgy"
+    (pkg / "sub").mkdir(parents=True)
+    for f in ("__init__.py", "sub/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "sub" / "a.py").write_text("from pkgy.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("from pkgy.sub import a\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.importlinter]\nroot_package = "pkgy"\n'
+        '[[tool.importlinter.contracts]]\nname = "c"\ntype = "acyclic_siblings"\nancestors = ["pkgy"]\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([shutil.which("lint-imports") or "lint-imports"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "pkgy.sub" in r.stdout, r.stdout[-2000:]

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.codegen import cc
-from dynshape.runtime import artifact
+from dynshape.compiler import artifact
 from dynshape.runtime import artifact_io as aio
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_loading_needs_no_compiler_on_path(built, tmp_path):
     empty.mkdir()
     r = _python(f"""
         import numpy as np
-        from dynshape.runtime import artifact
+        from dynshape.compiler import artifact
         print(artifact.load({str(built)!r}).run({{"x": np.ones((3, 4), np.float32)}})["y"].shape)
     """, env={"PATH": str(empty), "CC": "", "DYNSHAPE_CACHE_DIR": str(tmp_path / "c")})
     assert r.returncode == 0, r.stderr
@@ -128,7 +128,7 @@ def test_a_killed_save_leaves_a_work_directory_that_the_next_save_removes(tmp_pa
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_artefacts import _model
-        from dynshape.runtime import artifact
+        from dynshape.compiler import artifact
         def hang(label, done, total):
             if label == "compiling kernels":
                 print("building", flush=True)
@@ -181,7 +181,7 @@ def test_two_processes_saving_to_one_out_both_succeed(tmp_path):
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_artefacts import _model
-        from dynshape.runtime import artifact
+        from dynshape.compiler import artifact
         for _ in range(2):
             artifact.save(_model(), {str(out)!r}, dims={{"batch": (1, 8)}})
     """

@@ -1,5 +1,6 @@
 """Artefacts: save once, load without compiling, and refuse anything that is not exactly what was built here."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
 from dynshape.codegen import cc
-from dynshape.runtime import artifact
+from dynshape.compiler import artifact
 from tolerance import assert_f32_close
 
 
@@ -112,7 +113,7 @@ def test_a_fresh_process_never_invokes_the_compiler(tmp_path, monkeypatch):
     script = textwrap.dedent(f"""
         import sys
         import numpy as np
-        from dynshape.runtime import artifact
+        from dynshape.compiler import artifact
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         from tolerance import assert_f32_close
         x = np.ones((3, 4), np.float32)
@@ -269,7 +270,18 @@ def test_a_tampered_requirement_is_parsed_never_evaluated(tmp_path):
     config["requires"] = [{"kind": "ge", "expr": "__import__('os').getpid()", "k": 0, "text": "t", "origin": "o"}]
     (tmp_path / "g.ds" / "config.json").write_text(json.dumps(config))
     files = json.loads((tmp_path / "g.ds" / artifact.MANIFEST).read_text())["files"]
-    files["config.json"] = artifact._sha256(tmp_path / "g.ds" / "config.json")
+    files["config.json"] = hashlib.sha256((tmp_path / "g.ds" / "config.json").read_bytes()).hexdigest()
     _rewrite_manifest(tmp_path / "g.ds", files=files)
     with pytest.raises(ds.DynshapeError, match="malformed requirement"):
         ds.load(tmp_path / "g.ds")
+
+
+def test_a_model_build_needs_an_inferred_graph():
+    """runtime takes typed builds only: a graph the compile step did not infer is refused, by input name."""
+    from dynshape.runtime.model_build import ModelBuild
+
+    data = _model().SerializeToString()
+    with pytest.raises(ds.DynshapeError, match="'x'"):
+        ModelBuild(data, ds.load_onnx(data, infer=False))
+    build = artifact.typed_build(data, {"batch": (1, 8)})
+    assert build.model == data and "y" in build.graph.types and build.dims == {"batch": (1, 8)}

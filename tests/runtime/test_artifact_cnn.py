@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from dynshape.runtime import artifact
+from dynshape.compiler import artifact
 
 
 def _cnn():
@@ -53,7 +53,7 @@ def test_a_cnn_artefact_runs_in_a_fresh_process_without_a_compiler(tmp_path: Pat
         import sys
         import numpy as np
         import dynshape as ds
-        from dynshape.runtime import artifact
+        from dynshape.compiler import artifact
         from dynshape.runtime.build import KernelStep
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
         from tolerance import assert_f32_close

@@ -14,8 +14,8 @@ from rich.text import Text
 
 from dynshape.cli.args import parse_dims
 from dynshape.cli.common import DimOpt, ModelArg, console, fmt_bytes, friendly
+from dynshape.compiler import artifact
 from dynshape.ir.graph import describe_symbol
-from dynshape.runtime import artifact
 from dynshape.runtime.build import KernelStep
 
 EPILOG = """Examples:

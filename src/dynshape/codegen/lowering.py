@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from dynshape.codegen import kir
 from dynshape.ir.graph import Graph, Node
+from dynshape.ir.opdef import canonical_domain
 from dynshape.options import Options
 
 Backend = Literal["expr", "kernel", "native", "numpy"]
@@ -49,7 +50,7 @@ def register_lowering(op: str, backend: Backend, rule: Callable[..., Any], *, do
     """Register `rule` as `op`'s lowering for `backend`; twice for one (op, backend) is a programming error."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; one of {BACKENDS}")
-    key = ("" if domain in ("ai.onnx", "onnx") else domain, op, backend)
+    key = (canonical_domain(domain), op, backend)
     if key in _TABLE:
         raise RuntimeError(f"{op!r} has two {backend!r} lowerings: {_TABLE[key].where} and {rule.__module__}")
     _TABLE[key] = Lowering(op, backend, rule, key[0])
@@ -57,7 +58,7 @@ def register_lowering(op: str, backend: Backend, rule: Callable[..., Any], *, do
 
 
 def get_lowering(op: str, backend: Backend, domain: str = "") -> Lowering | None:
-    return _TABLE.get(("" if domain in ("ai.onnx", "onnx") else domain, op, backend))
+    return _TABLE.get((canonical_domain(domain), op, backend))
 
 
 def lowerings(backend: Backend | None = None) -> list[Lowering]:

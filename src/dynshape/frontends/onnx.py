@@ -41,9 +41,8 @@ from dynshape.frontends.onnx_checks import (
 from dynshape.frontends.onnx_fastread import read_direct
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
+from dynshape.ir.opdef import DEFAULT_DOMAIN, canonical_domain
 from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
-
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min: int = 0,
@@ -300,7 +299,7 @@ class _Converter:
             k += 1
             name = f"{base}_{k}"
         self.used_names.add(name)
-        domain = "" if p.domain in _DEFAULT_DOMAINS else p.domain
+        domain = canonical_domain(p.domain)  # the one place a proto's domain spelling is read
         label = f"node {name!r} ({p.op_type})"
         for x in p.input:
             if x and x not in visible:
@@ -367,7 +366,7 @@ class _Converter:
         out = []
         for i, p in enumerate(protos):
             f = self.functions.get((p.domain, p.op_type))
-            if f is None or (p.domain in _DEFAULT_DOMAINS and opdef.lookup(p.op_type) is not None):
+            if f is None or (canonical_domain(p.domain) == DEFAULT_DOMAIN and opdef.lookup(p.op_type) is not None):
                 out.append(p)
                 continue
             if depth > 32:

@@ -26,6 +26,7 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from dynshape.errors import ModelError
+from dynshape.ir.opdef import DEFAULT_DOMAIN, canonical_domain
 from dynshape.ir.types import TensorType
 from dynshape.ops.dtypes import np_dtype
 
@@ -124,7 +125,7 @@ def check_opsets(proto: onnx.ModelProto) -> dict[str, int]:
                              f"graph input; {unlisted[0]!r} is not (re-export with IR version >= 4)")
     opsets: dict[str, int] = {}
     for o in proto.opset_import:
-        domain = "" if o.domain in ("", "ai.onnx") else o.domain
+        domain = canonical_domain(o.domain)
         if domain in opsets:
             raise ModelError(f"the model imports domain {o.domain or 'ai.onnx'!r} twice; import each domain once")
         if o.version < 1:
@@ -143,7 +144,7 @@ def check_opsets(proto: onnx.ModelProto) -> dict[str, int]:
 
 
 def _uses_default_domain_nodes(nodes: Any) -> bool:
-    return any(n.domain in ("", "ai.onnx") for n in nodes)
+    return any(canonical_domain(n.domain) == DEFAULT_DOMAIN for n in nodes)
 
 
 def _uses_default_domain(g: onnx.GraphProto) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from dynshape.ir.graph import Graph, Node, Value
+from dynshape.ir.opdef import is_default_domain
 from dynshape.sym import Cond, Expr, Symbol, eq
 
 __all__ = ["MAX_ELEMENTS", "branch_inputs", "inline_constant_ifs", "shape_branches", "specialize_values",
@@ -46,7 +47,7 @@ def branch_inputs(graph: Graph) -> list[str]:
     producer = {o: n for n in graph.nodes for o in n.outputs if o}
     found: set[str] = set()
     for n in graph.nodes:
-        if n.op_type != "If" or n.domain not in ("", "ai.onnx") or not n.inputs:
+        if n.op_type != "If" or not is_default_domain(n) or not n.inputs:
             continue
         stack, seen = [n.inputs[0]], set()
         while stack:
@@ -87,7 +88,7 @@ def specialize_values(graph: Graph, values: Mapping[str, np.ndarray], decided: M
 
 
 def _is_if(n: Node) -> bool:
-    return n.op_type == "If" and n.domain in ("", "ai.onnx") and bool(n.inputs) and bool(n.outputs)
+    return n.op_type == "If" and is_default_domain(n) and bool(n.inputs) and bool(n.outputs)
 
 
 def inline_constant_ifs(graph: Graph, decided: Mapping[str, bool] | None = None) -> bool:
@@ -166,7 +167,7 @@ def _condition(graph: Graph, producer: dict, name: str, depth: int) -> Cond | No
     """The condition a boolean scalar computes, as a condition on the symbols, or None: comparisons of values
     inference knows (an Expr, or an int), through casts and reshapes of one element."""
     n = producer.get(name)
-    if n is None or depth == 0 or n.domain not in ("", "ai.onnx"):
+    if n is None or depth == 0 or not is_default_domain(n):
         return None
     if n.op_type in _COMPARE and len(n.inputs) == 2:
         a, b = _scalar(graph, n.inputs[0]), _scalar(graph, n.inputs[1])

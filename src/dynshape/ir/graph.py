@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.opdef import canonical_domain
 from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
 
 KINDS = ("tensor", "sequence", "optional", "optional_sequence")
@@ -75,6 +76,10 @@ class Node:
     attrs: dict[str, Any]
     inputs: list[str]
     outputs: list[str]
+
+    def __post_init__(self) -> None:
+        # one spelling of the default domain ('ai.onnx' and 'onnx' are ''), so passes compare one value
+        self.domain = canonical_domain(self.domain)
 
     def subgraphs(self) -> list[Graph]:
         """Graph-valued attributes (If branches, Loop/Scan bodies), in attribute order."""

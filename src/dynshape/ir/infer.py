@@ -20,7 +20,7 @@ import numpy as np
 from dynshape.errors import DynshapeError, ModelError, ShapeError
 from dynshape.ir import opdef
 from dynshape.ir.graph import Fact, Graph, Node, Value, format_type
-from dynshape.ir.types import OptionalType, SequenceType, TensorType
+from dynshape.ir.types import OptionalType, SequenceType, TensorType, ValueType
 from dynshape.shape import ConstraintStore, broadcast_shapes
 from dynshape.sym import Cond, Expr, Symbol, eq, max_, min_, ne, prove, simplify, sym
 
@@ -158,10 +158,14 @@ def _simp(d: Any, memo: dict) -> Any:
 
 # ---- the context handed to op rules -----------------------------------------------------------------------
 class InferCtx:
-    """What an op's shape rule sees of the engine: its inputs, attributes, and the fact store."""
+    """What an op's shape rule sees of the engine: its inputs, attributes, and the fact store.
 
-    def __init__(self, engine: _Engine, graph: Graph, node: Node, inputs: list):
-        self.engine, self.graph, self.node, self.inputs = engine, graph, node, inputs
+    Every rule (`OpDef.infer`) takes one; `inputs` holds the node's input types, resolved through the fact
+    store, with None for an omitted optional input."""
+
+    def __init__(self, engine: _Engine, graph: Graph, node: Node, inputs: list[ValueType | None]):
+        self.engine, self.graph, self.node = engine, graph, node
+        self.inputs: list[Any] = inputs  # Any: a rule reads `.shape` / `.dtype` of the types its op admits
 
     @property
     def op_type(self) -> str:
@@ -452,13 +456,13 @@ class _Engine:
                     self.facts.derived(d, node.label())
             graph.types[name] = t
 
-    def _fold(self, op: Any, node: Node, ins: list, graph: Graph, outs: list | None = None) -> list | None:
+    def _fold(self, op: opdef.OpDef, node: Node, ins: list, graph: Graph, outs: list | None = None) -> list | None:
         """The node's outputs computed now, when its inputs are small constants and so are its outputs.
 
         The outputs' size is bounded by the shape rule's types before anything runs: a 139-byte model with
         `ConstantOfShape([30000, 30000])` must not cost 3.6 GB at load (the node stays for run time, where the
         memory checks see it)."""
-        if node.op_type in opdef.RANDOM_OPS or node.subgraphs():
+        if op.random or node.subgraphs():
             return None
         for t in outs or ():
             if isinstance(t, TensorType) and _static_numel(t.shape) > FOLD_LIMIT:

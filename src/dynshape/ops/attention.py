@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -30,7 +31,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: np.dtype) -> np.ndarray:
     return np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False)).astype(out)
 
 
-def exact_div(ctx: Any, n: Any, k: Any, what: str) -> Any:
+def exact_div(ctx: InferCtx, n: Any, k: Any, what: str) -> Any:
     """n / k where the op requires k to divide n (a hidden size split into heads)."""
     if is_static(k) and int(k) <= 0:
         ctx.error(f"{what}: the number of heads must be positive, got {k}")
@@ -38,7 +39,7 @@ def exact_div(ctx: Any, n: Any, k: Any, what: str) -> Any:
     return n // k
 
 
-def heads_attr(ctx: Any, name: str) -> int:
+def heads_attr(ctx: InferCtx, name: str) -> int:
     v = ctx.attr(name)
     if v is None:
         ctx.error(f"3-D inputs need the {name!r} attribute (the hidden size is split into that many heads)")
@@ -156,7 +157,7 @@ def _attention_ref(inputs: list, attrs: dict) -> list:
     return [y, present_k, present_v, qk_out]
 
 
-def _attention_rule(ctx: Any) -> list[TensorType]:
+def _attention_rule(ctx: InferCtx) -> list[TensorType]:
     q, k, v = ctx.inputs[:3]
     mask, past_k, past_v, nonpad = (list(ctx.inputs[3:]) + [None] * 4)[:4]
     rank = q.rank
@@ -252,7 +253,7 @@ def _flex_ref(inputs: list, attrs: dict) -> list:
     return [y.astype(v.dtype)]
 
 
-def _flex_rule(ctx: Any) -> list[TensorType]:
+def _flex_rule(ctx: InferCtx) -> list[TensorType]:
     q, k, v = ctx.inputs[:3]
     if q.rank != 4 or k.rank != 4 or v.rank != 4:
         ctx.error(f"FlexAttention needs 4-D Q, K, V, got {q.shape}, {k.shape}, {v.shape}")
@@ -309,7 +310,7 @@ def _rotary_ref(inputs: list, attrs: dict) -> list:
     return [y.transpose(0, 2, 1, 3) if len(shape) == 4 else y.reshape(shape)]
 
 
-def _rotary_rule(ctx: Any) -> list[TensorType]:
+def _rotary_rule(ctx: InferCtx) -> list[TensorType]:
     x, cos, sin = ctx.inputs[:3]
     pos = ctx.inputs[3] if len(ctx.inputs) > 3 else None
     if x.rank == 4:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import OptionalType, SequenceType, TensorType
 
@@ -42,7 +43,7 @@ def _const(t: Any) -> np.ndarray | None:
     return None
 
 
-def _one_element(ctx: Any, t: Any, what: str) -> None:
+def _one_element(ctx: InferCtx, t: Any, what: str) -> None:
     """A trip count or condition is a scalar (onnxruntime also takes a one-element tensor): a longer one would
     silently be read as its first element, so its element count must be 1 (checked per call when symbolic)."""
     if not isinstance(t, TensorType) or t.shape is None:
@@ -73,7 +74,7 @@ def _if_ref(inputs: list, attrs: dict) -> list:
     return _run(attrs["then_branch"] if cond else attrs["else_branch"], [], attrs)
 
 
-def _merge(ctx: Any, a: Any, b: Any, i: int) -> Any:
+def _merge(ctx: InferCtx, a: Any, b: Any, i: int) -> Any:
     """The type covering both branches: equal dims stay, others become fresh."""
     if isinstance(a, OptionalType) or isinstance(b, OptionalType):
         ea = a.elem if isinstance(a, OptionalType) else a
@@ -91,7 +92,7 @@ def _merge(ctx: Any, a: Any, b: Any, i: int) -> Any:
     return type(a)(a.dtype, shape)
 
 
-def _if_infer(ctx: Any) -> list:
+def _if_infer(ctx: InferCtx) -> list:
     then_g, else_g = ctx.attr("then_branch"), ctx.attr("else_branch")
     _one_element(ctx, ctx.inputs[0], "condition")
     c = _const(ctx.inputs[0])
@@ -111,7 +112,7 @@ def _if_infer(ctx: Any) -> list:
     return [_merge(ctx, x, y, i) for i, (x, y) in enumerate(zip(a, b))]
 
 
-def _unknown(ctx: Any, t: Any) -> Any:
+def _unknown(ctx: InferCtx, t: Any) -> Any:
     """The type with every dim fresh (its rank and dtype kept)."""
     if isinstance(t, TensorType) and t.shape is not None:
         return TensorType(t.dtype, tuple(ctx.fresh("if") for _ in t.shape))
@@ -149,7 +150,7 @@ def _stack(items: list, body: Any, out_index: int, env: dict) -> np.ndarray:
     return np.zeros((0,), np.float32)
 
 
-def _generalize(ctx: Any, t_in: Any, t_out: Any, mine: set) -> Any:
+def _generalize(ctx: InferCtx, t_in: Any, t_out: Any, mine: set) -> Any:
     """The type of a carried value across iterations: dims that change become fresh (once)."""
     if type(t_in) is not type(t_out):  # optional(T) on one side, T on the other: optional(T) covers both
         a = t_in.elem if isinstance(t_in, OptionalType) else t_in
@@ -177,7 +178,7 @@ def _generalize(ctx: Any, t_in: Any, t_out: Any, mine: set) -> Any:
     return type(t_in)(t_in.dtype, tuple(shape))
 
 
-def _carry(ctx: Any, body: Any, head: list, carried: list, tail: list, offset: int) -> tuple[list, list]:
+def _carry(ctx: InferCtx, body: Any, head: list, carried: list, tail: list, offset: int) -> tuple[list, list]:
     """Infer `body` until the carried types are stable; returns (carried types, body output types).
 
     `head`/`tail` are the body inputs around the carried ones; carried outputs start at `offset`.
@@ -204,7 +205,7 @@ def _same_type(a: Any, b: Any) -> bool:
     return len(a.shape) == len(b.shape) and all(x is y or x == y for x, y in zip(a.shape, b.shape))
 
 
-def _localize(ctx: Any, t: Any, mark: int, lead: Any = None, axis: int = 0) -> Any:
+def _localize(ctx: InferCtx, t: Any, mark: int, lead: Any = None, axis: int = 0) -> Any:
     """A body output seen from outside: body-local sizes become fresh; `lead` inserted at `axis`."""
     if not isinstance(t, TensorType):
         return t
@@ -214,7 +215,7 @@ def _localize(ctx: Any, t: Any, mark: int, lead: Any = None, axis: int = 0) -> A
     return TensorType(t.dtype, tuple(shape))
 
 
-def _loop_infer(ctx: Any) -> list:
+def _loop_infer(ctx: InferCtx) -> list:
     body = ctx.attr("body")
     m, cond = ctx.inputs[0], ctx.inputs[1]
     _one_element(ctx, m, "trip count M")
@@ -230,7 +231,7 @@ def _loop_infer(ctx: Any) -> list:
     return state + scans
 
 
-def _trip_count(ctx: Any, body: Any, m: Any, cond: Any, cond_out: Any) -> Any:
+def _trip_count(ctx: InferCtx, body: Any, m: Any, cond: Any, cond_out: Any) -> Any:
     """M when the loop provably runs exactly M times (no early exit), else None."""
     if m is None or m.value is None:
         return None
@@ -279,7 +280,7 @@ def _scan8_ref(inputs: list, attrs: dict) -> list:
     return [np.stack(f) for f in final] + [np.stack(y) for y in ys]
 
 
-def _scan8_infer(ctx: Any) -> list:
+def _scan8_infer(ctx: InferCtx) -> list:
     body = ctx.attr("body")
     k = ctx.attr("num_scan_inputs")
     rest = ctx.inputs[1:]
@@ -330,7 +331,7 @@ def _scan_ref(inputs: list, attrs: dict) -> list:
     return state + res
 
 
-def _scan_infer(ctx: Any) -> list:
+def _scan_infer(ctx: InferCtx) -> list:
     if ctx.opset < 9:
         return _scan8_infer(ctx)
     body = ctx.attr("body")
@@ -372,7 +373,7 @@ def _seq_of(dtype: np.dtype, shapes: list, ranks: list | None = None) -> Sequenc
     return SequenceType(dtype, None, ranks[0] if ranks and None not in ranks and len(set(ranks)) == 1 else None)
 
 
-def seq_elem(ctx: Any, s: SequenceType, what: str = "this sequence") -> TensorType:
+def seq_elem(ctx: InferCtx, s: SequenceType, what: str = "this sequence") -> TensorType:
     """The type of one element: the common shape, or fresh dims of the common rank."""
     if s.shape is not None:
         return TensorType(s.dtype, s.shape)
@@ -381,7 +382,7 @@ def seq_elem(ctx: Any, s: SequenceType, what: str = "this sequence") -> TensorTy
     return TensorType(s.dtype, tuple(ctx.fresh("seq_elem") for _ in range(s.rank)))
 
 
-def _seq_construct_infer(ctx: Any) -> list:
+def _seq_construct_infer(ctx: InferCtx) -> list:
     ts = ctx.inputs
     return [_seq_of(ts[0].dtype, [t.shape for t in ts])]
 
@@ -393,7 +394,7 @@ def _seq_insert_ref(inputs: list, attrs: dict) -> list:
     return [seq]
 
 
-def _seq_insert_infer(ctx: Any) -> list:
+def _seq_insert_infer(ctx: InferCtx) -> list:
     s, t = ctx.inputs[0], ctx.inputs[1]
     if s.shape is None and s.rank is None:  # SequenceEmpty: the first element fixes the shape
         return [SequenceType(t.dtype, t.shape)]
@@ -404,7 +405,7 @@ def _seq_empty_ref(inputs: list, attrs: dict) -> list:
     return [[]]
 
 
-def _seq_empty_infer(ctx: Any) -> list:
+def _seq_empty_infer(ctx: InferCtx) -> list:
     from dynshape.ops.dtypes import np_dtype
 
     return [SequenceType(np_dtype(ctx.attr("dtype", 1)), None)]
@@ -414,7 +415,7 @@ def _seq_at_ref(inputs: list, attrs: dict) -> list:
     return [inputs[0][int(np.asarray(inputs[1]).reshape(-1)[0])]]
 
 
-def _seq_at_infer(ctx: Any) -> list:
+def _seq_at_infer(ctx: InferCtx) -> list:
     return [seq_elem(ctx, ctx.inputs[0])]
 
 
@@ -422,7 +423,7 @@ def _optional_ref(inputs: list, attrs: dict) -> list:
     return [inputs[0] if inputs else None]
 
 
-def _optional_infer(ctx: Any) -> list:
+def _optional_infer(ctx: InferCtx) -> list:
     if ctx.inputs and ctx.inputs[0] is not None:
         return [OptionalType(ctx.inputs[0])]
     t = ctx.attr("type")
@@ -441,7 +442,7 @@ def _get_elem_ref(inputs: list, attrs: dict) -> list:
     return [inputs[0]]
 
 
-def _get_elem_infer(ctx: Any) -> list:
+def _get_elem_infer(ctx: InferCtx) -> list:
     t = ctx.inputs[0]
     return [t.elem if isinstance(t, OptionalType) else t]
 

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from dynshape.ir.opdef import register
+from dynshape.ir.infer import InferCtx
+from dynshape.ir.opdef import Layout, PoolKind, register
 from dynshape.ops.dims import ceil_div, dmax, dmin, is_static, norm, out_type
 from dynshape.sym import Cond, le, min_
 
@@ -64,7 +65,7 @@ def _geometry(get: Any, spatial: tuple, kernel: list, ceil_mode: bool = False) -
     return outs, begins
 
 
-def check_window_attrs(ctx: Any, nd: int, kernel: list | None = None) -> None:
+def check_window_attrs(ctx: InferCtx, nd: int, kernel: list | None = None) -> None:
     """The attributes the output-size formulas rely on, each a ShapeError naming the node when wrong: one stride,
     dilation and kernel entry per spatial axis, strides and dilations >= 1, kernel sizes >= 1, 2*nd pads >= 0
     (onnxruntime refuses negative Conv / pool pads), a known auto_pad."""
@@ -98,7 +99,7 @@ def check_window_attrs(ctx: Any, nd: int, kernel: list | None = None) -> None:
                           f"{[norm(k) for k in kernel]} (axis {ax})")
 
 
-def _check_out(ctx: Any, outs: list, spatial: tuple = (), at_zero: list | None = None) -> None:
+def _check_out(ctx: InferCtx, outs: list, spatial: tuple = (), at_zero: list | None = None) -> None:
     """Every output spatial size is >= 1, or 0 from an empty input axis whose padding yields an empty output.
 
     A static size < 1 is an error now. A symbolic one is a requirement recorded against the input's symbols
@@ -185,7 +186,7 @@ def _conv_ref(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
-def _conv_infer(ctx: Any) -> list:
+def _conv_infer(ctx: InferCtx) -> list:
     x, w = ctx.inputs[:2]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     g = int(ctx.attr("group", 1))
@@ -205,7 +206,7 @@ def _conv_infer(ctx: Any) -> list:
     return [out_type(x.dtype, (x.shape[0], w.shape[0], *outs))]
 
 
-register("Conv", reference=_conv_ref, infer=_conv_infer)
+register("Conv", reference=_conv_ref, infer=_conv_infer, layout=Layout.SPATIAL)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -265,7 +266,7 @@ def _conv_transpose_ref(inputs: list, attrs: dict) -> list:
     return [out.astype(x.dtype)]
 
 
-def _conv_transpose_infer(ctx: Any) -> list:
+def _conv_transpose_infer(ctx: InferCtx) -> list:
     x, w = ctx.inputs[:2]
     b = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     g = int(ctx.attr("group", 1))
@@ -286,7 +287,7 @@ def _conv_transpose_infer(ctx: Any) -> list:
     return [out_type(x.dtype, (x.shape[0], m, *outs))]
 
 
-register("ConvTranspose", reference=_conv_transpose_ref, infer=_conv_transpose_infer)
+register("ConvTranspose", reference=_conv_transpose_ref, infer=_conv_transpose_infer, layout=Layout.SPATIAL)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ def _lp_pool_ref(inputs: list, attrs: dict) -> list:
     return [((v**p).sum(axis=-1) ** (1.0 / p)).astype(x.dtype)]
 
 
-def _pool_infer(ctx: Any) -> list:
+def _pool_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     kernel = [int(k) for k in ctx.attr("kernel_shape", None) or []]
     if len(kernel) != x.rank - 2:
@@ -382,9 +383,12 @@ def _pool_infer(ctx: Any) -> list:
     return types
 
 
-register("MaxPool", reference=_max_pool_ref, infer=_pool_infer)
-register("AveragePool", reference=_avg_pool_ref, infer=_pool_infer)
-register("LpPool", reference=_lp_pool_ref, infer=_pool_infer)
+register("MaxPool", reference=_max_pool_ref, infer=_pool_infer, layout=Layout.SPATIAL,
+         pool=PoolKind.MAX)
+register("AveragePool", reference=_avg_pool_ref, infer=_pool_infer, layout=Layout.SPATIAL,
+         pool=PoolKind.AVERAGE)
+register("LpPool", reference=_lp_pool_ref, infer=_pool_infer, layout=Layout.SPATIAL,
+         pool=PoolKind.LP)
 
 
 def _global_ref(fn: Any) -> Any:
@@ -395,13 +399,15 @@ def _global_ref(fn: Any) -> Any:
     return ref
 
 
-def _global_infer(ctx: Any) -> list:
+def _global_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     return [out_type(x.dtype, (*x.shape[:2], *[1] * (x.rank - 2)))]
 
 
-register("GlobalAveragePool", reference=_global_ref(np.mean), infer=_global_infer)
-register("GlobalMaxPool", reference=_global_ref(np.max), infer=_global_infer)
+register("GlobalAveragePool", reference=_global_ref(np.mean), infer=_global_infer, layout=Layout.SPATIAL,
+         pool=PoolKind.AVERAGE, global_pool=True)
+register("GlobalMaxPool", reference=_global_ref(np.max), infer=_global_infer, layout=Layout.SPATIAL,
+         pool=PoolKind.MAX, global_pool=True)
 
 
 def _global_lp(inputs: list, attrs: dict) -> list:
@@ -410,4 +416,5 @@ def _global_lp(inputs: list, attrs: dict) -> list:
     return [((np.abs(x) ** p).sum(axis=axes, keepdims=True) ** (1.0 / p)).astype(x.dtype)]
 
 
-register("GlobalLpPool", reference=_global_lp, infer=_global_infer)
+register("GlobalLpPool", reference=_global_lp, infer=_global_infer, layout=Layout.SPATIAL,
+         pool=PoolKind.LP, global_pool=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.types import TensorType
 from dynshape.sym import ceil_div as sym_ceil_div
 from dynshape.sym import divides, eq, max_, min_, prove
@@ -65,7 +66,7 @@ def prod(dims: Any) -> Any:
     return out
 
 
-def require_eq(ctx: Any, a: Any, b: Any, what: str) -> None:
+def require_eq(ctx: InferCtx, a: Any, b: Any, what: str) -> None:
     """Record `a == b`; a plain-int mismatch is a node-named error."""
     if is_static(a) and is_static(b):
         if a != b:
@@ -74,7 +75,7 @@ def require_eq(ctx: Any, a: Any, b: Any, what: str) -> None:
         ctx.require(eq(a, b))
 
 
-def require_divides(ctx: Any, k: Any, e: Any, what: str) -> None:
+def require_divides(ctx: InferCtx, k: Any, e: Any, what: str) -> None:
     """Record that `k` divides `e` (needed by an exact `e // k`)."""
     if is_static(k) and is_static(e):
         if k == 0 or e % k:
@@ -133,7 +134,7 @@ def ints(x: Any) -> list[int]:
     return [int(v) for v in np.asarray(x).reshape(-1)]
 
 
-def arg_value(ctx: Any, idx: int | None, attr: str | None = None) -> list | None:
+def arg_value(ctx: InferCtx, idx: int | None, attr: str | None = None) -> list | None:
     """Known values of an op parameter: input `idx` (newer opsets) or attribute `attr` (older ones)."""
     if idx is not None and len(ctx.inputs) > idx and ctx.inputs[idx] is not None:
         return value_list(ctx.inputs[idx])
@@ -141,7 +142,7 @@ def arg_value(ctx: Any, idx: int | None, attr: str | None = None) -> list | None
     return None if v is None else [norm(x) for x in np.asarray(v).reshape(-1).tolist()]
 
 
-def arg_given(ctx: Any, idx: int, attr: str | None = None) -> bool:
+def arg_given(ctx: InferCtx, idx: int, attr: str | None = None) -> bool:
     return (len(ctx.inputs) > idx and ctx.inputs[idx] is not None) or (attr is not None and ctx.attr(attr) is not None)
 
 
@@ -150,12 +151,12 @@ def ref_arg(inputs: list, idx: int, attrs: dict, attr: str | None = None) -> lis
         return ints(inputs[idx])
     return None if attr is None or attrs.get(attr) is None else ints(attrs[attr])
 
-def static_len(ctx: Any, t: TensorType) -> int:
+def static_len(ctx: InferCtx, t: TensorType) -> int:
     """Length of a 1-D parameter tensor, which fixes an output rank: an input symbol here makes the graph
     specialise on its value (`InferCtx.static`)."""
     n = t.shape[0] if t.shape else 1
     return ctx.static(n, "the length of a shape/axes tensor")
 
-def same_as_input_infer(ctx: Any) -> list:
+def same_as_input_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     return [out_type(x.dtype, x.shape)]

@@ -16,7 +16,8 @@ import ml_dtypes
 import numpy as np
 
 from dynshape.errors import ShapeError
-from dynshape.ir.opdef import register
+from dynshape.ir.infer import InferCtx
+from dynshape.ir.opdef import Layout, Movement, register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
 from dynshape.sym import eq, is_expr, max_, min_, prove
@@ -139,7 +140,7 @@ def _equal(a: Any, b: Any) -> bool:
 # ----------------------------------------------------------------------------------------------------
 # shape rules
 # ----------------------------------------------------------------------------------------------------
-def _legacy_shape(ctx: Any, a: tuple, b: tuple) -> tuple:
+def _legacy_shape(ctx: InferCtx, a: tuple, b: tuple) -> tuple:
     """Opset < 7 `broadcast=1, axis=k`: B's dims line up with A's starting at axis k."""
     if ctx.opset < 7 and ctx.attr("broadcast", 0) and ctx.attr("axis", None) is not None and len(b):
         axis = ctx.attr("axis", None) % max(len(a), 1)
@@ -148,10 +149,10 @@ def _legacy_shape(ctx: Any, a: tuple, b: tuple) -> tuple:
 
 
 def _broadcast_rule(out_dtype: np.dtype | None = None, fold: Fn | None = None,
-                    same_dtype: bool = True) -> Callable[[Any], list[TensorType]]:
+                    same_dtype: bool = True) -> Callable[[InferCtx], list[TensorType]]:
     """Shape rule of an n-ary broadcasting op; `fold` (python-scalar function) propagates known values."""
 
-    def infer(ctx: Any) -> list[TensorType]:
+    def infer(ctx: InferCtx) -> list[TensorType]:
         ins = [t for t in ctx.inputs if t is not None]
         if same_dtype and len({t.dtype for t in ins}) > 1:
             ctx.error(f"inputs must share one dtype, got {', '.join(str(t.dtype) for t in ins)}",
@@ -172,23 +173,23 @@ def _broadcast_rule(out_dtype: np.dtype | None = None, fold: Fn | None = None,
     return infer
 
 
-def _same_rule(ctx: Any) -> list[TensorType]:
+def _same_rule(ctx: InferCtx) -> list[TensorType]:
     """Unary ops: output has the input's dtype and shape."""
     x = ctx.inputs[0]
     return [TensorType(x.dtype, x.shape)]
 
 
-def _neg_rule(ctx: Any) -> list[TensorType]:
+def _neg_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     value = None if x.value is None else _fold([x.value], lambda a: -a, x.dtype)
     return [TensorType(x.dtype, x.shape, value)]
 
 
-def _identity_rule(ctx: Any) -> list[TensorType]:
+def _identity_rule(ctx: InferCtx) -> list[TensorType]:
     return [ctx.inputs[0]]
 
 
-def _bool_rule(ctx: Any) -> list[TensorType]:
+def _bool_rule(ctx: InferCtx) -> list[TensorType]:
     return [TensorType(np.dtype(bool), ctx.inputs[0].shape)]
 
 
@@ -348,7 +349,7 @@ def _clip(inputs: list, attrs: dict) -> list:
     return [np.asarray(y).astype(x.dtype)]
 
 
-def _clip_rule(ctx: Any) -> list[TensorType]:
+def _clip_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     return [TensorType(x.dtype, x.shape)]
 
@@ -362,7 +363,7 @@ def _prelu(inputs: list, attrs: dict) -> list:
     return [np.where(xc < 0, xc * sc, xc).astype(x.dtype)]
 
 
-def _prelu_rule(ctx: Any) -> list[TensorType]:
+def _prelu_rule(ctx: InferCtx) -> list[TensorType]:
     """PRelu broadcasts the slope unidirectionally to X: the output always has X's shape."""
     x, slope = ctx.inputs
     s_shape = tuple(slope.shape)
@@ -390,7 +391,7 @@ def _where(inputs: list, attrs: dict) -> list:
     return [np.where(c, x, y).astype(x.dtype, copy=False)]
 
 
-def _where_rule(ctx: Any) -> list[TensorType]:
+def _where_rule(ctx: InferCtx) -> list[TensorType]:
     """Where: broadcast of all three; the value is known when the picked branch's elements are."""
     c, x, y = ctx.inputs
     if x.dtype != y.dtype:
@@ -436,13 +437,13 @@ def _cast_value(value: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     return _fold([value], conv, dtype)
 
 
-def _cast_rule(ctx: Any) -> list[TensorType]:
+def _cast_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     dtype = dt.np_dtype(ctx.attr("to", None))
     return [TensorType(dtype, x.shape, _cast_value(x.value, dtype))]
 
 
-def _cast_like_rule(ctx: Any) -> list[TensorType]:
+def _cast_like_rule(ctx: InferCtx) -> list[TensorType]:
     x, like = ctx.inputs
     return [TensorType(like.dtype, x.shape, _cast_value(x.value, like.dtype))]
 
@@ -461,7 +462,7 @@ def _bitcast(inputs: list, attrs: dict) -> list:
     return [np.asarray(x, order="C").view(dtype)]  # (ascontiguousarray would make 0-d 1-d)
 
 
-def _bitcast_rule(ctx: Any) -> list[TensorType]:
+def _bitcast_rule(ctx: InferCtx) -> list[TensorType]:
     x, dtype = ctx.inputs[0], dt.np_dtype(ctx.attr("to", None))
     if dt.STRING in (x.dtype, dtype) or _bit_width(x.dtype) != _bit_width(dtype):
         ctx.error(f"cannot reinterpret {x.dtype} as {dtype}: the types must be non-string and equally wide")
@@ -475,7 +476,7 @@ def _swiglu(inputs: list, attrs: dict) -> list:
     return [(ac * _sigmoid(attrs.get("alpha", 1.0) * ac) * _compute(b)).astype(a.dtype)]
 
 
-def _swiglu_rule(ctx: Any) -> list[TensorType]:
+def _swiglu_rule(ctx: InferCtx) -> list[TensorType]:
     a, b = ctx.inputs
     if a.dtype != b.dtype or len(a.shape) != len(b.shape):
         ctx.error(f"A and B must have one dtype and one shape (no broadcasting), got {a.dtype}{list(a.shape)} "
@@ -504,7 +505,7 @@ def _dropout(inputs: list, attrs: dict) -> list:
     return [(x * keep / (1 - ratio)).astype(x.dtype), keep]
 
 
-def _dropout_rule(ctx: Any) -> list[TensorType]:
+def _dropout_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     mask = np.dtype(bool) if ctx.opset >= 10 else x.dtype
     return [TensorType(x.dtype, x.shape), TensorType(mask, x.shape)]
@@ -554,65 +555,84 @@ _UNARY: dict[str, Fn] = {
     "Atanh": lambda x, a: np.arctanh(x),
     "BitwiseNot": lambda x, a: np.invert(x),
 }
-for _name, _fn in _UNARY.items():
-    register(_name, reference=_unary(_fn), infer=_same_rule)
+# Elementwise ops the channels-last layout does not move Transposes through (it converts back before them): the
+# ones its hand-kept list of names left out before the op table carried the property. Each would be exact to
+# sink; leaving one here costs speed on a channels-last graph, never a wrong value.
+_LAYOUT_KEEPS_ORDER = frozenset({"Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+                                 "Atanh", "BitwiseNot", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+                                 "CastLike"})
 
-register("Neg", reference=_unary(lambda x, a: -x), infer=_neg_rule)
-register("Not", reference=lambda i, a: [np.logical_not(i[0])], infer=_same_rule)
-register("IsNaN", reference=lambda i, a: [np.isnan(_compute(i[0]))], infer=_bool_rule)
-register("IsInf", reference=lambda i, a: [
+
+def _elementwise(name: str, reference: Callable[[list, dict], list], infer: Callable[[InferCtx], list],
+                 **props: Any) -> None:
+    """Register an elementwise op: under the channels-last layout it computes the same values on permuted
+    operands, so a new one is sunk through by default (unless listed in `_LAYOUT_KEEPS_ORDER`)."""
+    layout = Layout.CHANNELS_FIRST if name in _LAYOUT_KEEPS_ORDER else Layout.ELEMENTWISE
+    register(name, reference=reference, infer=infer, elementwise=True, layout=layout, **props)
+
+
+for _name, _fn in _UNARY.items():
+    _elementwise(_name, reference=_unary(_fn), infer=_same_rule)
+
+_elementwise("Neg", reference=_unary(lambda x, a: -x), infer=_neg_rule)
+_elementwise("Not", reference=lambda i, a: [np.logical_not(i[0])], infer=_same_rule)
+_elementwise("IsNaN", reference=lambda i, a: [np.isnan(_compute(i[0]))], infer=_bool_rule)
+_elementwise("IsInf", reference=lambda i, a: [
     (np.isposinf(_compute(i[0])) & bool(a.get("detect_positive", 1)))
     | (np.isneginf(_compute(i[0])) & bool(a.get("detect_negative", 1)))], infer=_bool_rule)
 
-register("Add", reference=_binary(np.add), infer=_broadcast_rule(fold=lambda a, b: a + b))
-register("Sub", reference=_binary(np.subtract), infer=_broadcast_rule(fold=lambda a, b: a - b))
-register("Mul", reference=_binary(np.multiply), infer=_broadcast_rule(fold=lambda a, b: a * b))
+_elementwise("Add", reference=_binary(np.add), infer=_broadcast_rule(fold=lambda a, b: a + b),
+             arithmetic=True)
+_elementwise("Sub", reference=_binary(np.subtract), infer=_broadcast_rule(fold=lambda a, b: a - b),
+             arithmetic=True)
+_elementwise("Mul", reference=_binary(np.multiply), infer=_broadcast_rule(fold=lambda a, b: a * b),
+             arithmetic=True)
 
 
-def _div_rule(ctx: Any) -> list[TensorType]:
+def _div_rule(ctx: InferCtx) -> list[TensorType]:
     """Div folds values only for integers, where truncation toward zero is provably floor division."""
     fold = _trunc_div if dt.is_int(ctx.inputs[0].dtype) else None
     return _broadcast_rule(fold=fold)(ctx)
 
 
-def _mod_rule(ctx: Any) -> list[TensorType]:
+def _mod_rule(ctx: InferCtx) -> list[TensorType]:
     fold = _int_mod if dt.is_int(ctx.inputs[0].dtype) else None
     return _broadcast_rule(fold=fold)(ctx)
 
 
-register("Div", reference=_binary(_trunc_divide), infer=_div_rule)
-register("Mod", reference=_mod, infer=_mod_rule)
-register("Pow", reference=_pow, infer=_broadcast_rule(same_dtype=False))
-register("PRelu", reference=_prelu, infer=_prelu_rule)
-register("BitShift", reference=_bitshift, infer=_broadcast_rule())
-register("BitwiseAnd", reference=_binary(np.bitwise_and), infer=_broadcast_rule())
-register("BitwiseOr", reference=_binary(np.bitwise_or), infer=_broadcast_rule())
-register("BitwiseXor", reference=_binary(np.bitwise_xor), infer=_broadcast_rule())
+_elementwise("Div", reference=_binary(_trunc_divide), infer=_div_rule, arithmetic=True)
+_elementwise("Mod", reference=_mod, infer=_mod_rule)
+_elementwise("Pow", reference=_pow, infer=_broadcast_rule(same_dtype=False))
+_elementwise("PRelu", reference=_prelu, infer=_prelu_rule)
+_elementwise("BitShift", reference=_bitshift, infer=_broadcast_rule())
+_elementwise("BitwiseAnd", reference=_binary(np.bitwise_and), infer=_broadcast_rule())
+_elementwise("BitwiseOr", reference=_binary(np.bitwise_or), infer=_broadcast_rule())
+_elementwise("BitwiseXor", reference=_binary(np.bitwise_xor), infer=_broadcast_rule())
 
-register("Min", reference=_variadic(np.minimum), infer=_broadcast_rule(fold=_min))
-register("Max", reference=_variadic(np.maximum), infer=_broadcast_rule(fold=_max))
-register("Sum", reference=_variadic(np.add), infer=_broadcast_rule(fold=lambda *xs: sum(xs[1:], xs[0])))
-register("Mean", reference=_variadic(np.add, mean=True), infer=_broadcast_rule())
+_elementwise("Min", reference=_variadic(np.minimum), infer=_broadcast_rule(fold=_min))
+_elementwise("Max", reference=_variadic(np.maximum), infer=_broadcast_rule(fold=_max))
+_elementwise("Sum", reference=_variadic(np.add), infer=_broadcast_rule(fold=lambda *xs: sum(xs[1:], xs[0])))
+_elementwise("Mean", reference=_variadic(np.add, mean=True), infer=_broadcast_rule())
 
 _BOOL = np.dtype(bool)
-register("Equal", reference=_compare(lambda a, b: a == b), infer=_broadcast_rule(_BOOL, fold=_equal))
-register("Less", reference=_compare(np.less),
-         infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a < b)))
-register("LessOrEqual", reference=_compare(np.less_equal),
-         infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a <= b)))
-register("Greater", reference=_compare(np.greater),
-         infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a > b)))
-register("GreaterOrEqual", reference=_compare(np.greater_equal),
-         infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a >= b)))
-register("And", reference=_compare(np.logical_and), infer=_broadcast_rule(_BOOL))
-register("Or", reference=_compare(np.logical_or), infer=_broadcast_rule(_BOOL))
-register("Xor", reference=_compare(np.logical_xor), infer=_broadcast_rule(_BOOL))
+_elementwise("Equal", reference=_compare(lambda a, b: a == b), infer=_broadcast_rule(_BOOL, fold=_equal))
+_elementwise("Less", reference=_compare(np.less),
+             infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a < b)))
+_elementwise("LessOrEqual", reference=_compare(np.less_equal),
+             infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a <= b)))
+_elementwise("Greater", reference=_compare(np.greater),
+             infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a > b)))
+_elementwise("GreaterOrEqual", reference=_compare(np.greater_equal),
+             infer=_broadcast_rule(_BOOL, fold=lambda a, b: _decide(a >= b)))
+_elementwise("And", reference=_compare(np.logical_and), infer=_broadcast_rule(_BOOL))
+_elementwise("Or", reference=_compare(np.logical_or), infer=_broadcast_rule(_BOOL))
+_elementwise("Xor", reference=_compare(np.logical_xor), infer=_broadcast_rule(_BOOL))
 
-register("Where", reference=_where, infer=_where_rule)
-register("Clip", reference=_clip, infer=_clip_rule)
-register("Cast", reference=_cast, infer=_cast_rule)
-register("CastLike", reference=_cast_like, infer=_cast_like_rule)
-register("Identity", reference=_identity, infer=_identity_rule)
+_elementwise("Where", reference=_where, infer=_where_rule)
+_elementwise("Clip", reference=_clip, infer=_clip_rule, permuted_inputs=1)  # min, max: parameters
+_elementwise("Cast", reference=_cast, infer=_cast_rule)
+_elementwise("CastLike", reference=_cast_like, infer=_cast_like_rule)
+_elementwise("Identity", reference=_identity, infer=_identity_rule, movement=Movement.VIEW)
 register("BitCast", reference=_bitcast, infer=_bitcast_rule)
 register("SwiGLU", reference=_swiglu, infer=_swiglu_rule)
-register("Dropout", reference=_dropout, infer=_dropout_rule)
+_elementwise("Dropout", reference=_dropout, infer=_dropout_rule, random=True)  # training mode draws

@@ -8,10 +8,10 @@ they are fresh dims; C is 3 (RGB or BGR) or 1 (Grayscale).
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 
@@ -32,7 +32,7 @@ def _image_decoder_ref(inputs: list, attrs: dict) -> list:
     return [np.ascontiguousarray(rgb[:, :, ::-1]) if fmt == "BGR" else rgb]
 
 
-def _image_decoder_rule(ctx: Any) -> list[TensorType]:
+def _image_decoder_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     fmt = ctx.attr("pixel_format", "RGB")
     if fmt not in _FORMATS:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ops.dims import (
     I64,
@@ -29,7 +30,7 @@ def _gather_ref(inputs: list, attrs: dict) -> list:
     return [np.take(x, idx.astype(np.int64), axis=axis_of(attrs.get("axis", 0), x.ndim))]
 
 
-def _gather_infer(ctx: Any) -> list:
+def _gather_infer(ctx: InferCtx) -> list:
     x, idx = ctx.inputs[:2]
     a = axis_of(ctx.attr("axis", 0), x.rank)
     shape = list(x.shape[:a]) + list(idx.shape) + list(x.shape[a + 1 :])
@@ -59,7 +60,7 @@ def _gather_elements_ref(inputs: list, attrs: dict) -> list:
     return [x[tuple(where)]]
 
 
-def _indices_shaped_infer(ctx: Any) -> list:
+def _indices_shaped_infer(ctx: InferCtx) -> list:
     """Output shaped like input 1 (the indices), typed like input 0."""
     return [out_type(ctx.inputs[0].dtype, ctx.inputs[1].shape)]
 
@@ -80,7 +81,7 @@ def _gather_nd_ref(inputs: list, attrs: dict) -> list:
     return [out.reshape(idx.shape[:-1] + x.shape[b + k :])]
 
 
-def _gather_nd_infer(ctx: Any) -> list:
+def _gather_nd_infer(ctx: InferCtx) -> list:
     x, idx = ctx.inputs[:2]
     b = int(ctx.attr("batch_dims", 0))
     k = ctx.static(idx.shape[-1], "the last indices dim")
@@ -132,7 +133,7 @@ def _non_zero_ref(inputs: list, attrs: dict) -> list:
     return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
 
 
-def _non_zero_infer(ctx: Any) -> list:
+def _non_zero_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     return [out_type(I64, (x.rank, ctx.fresh("nonzero")))]
 
@@ -146,7 +147,7 @@ def _compress_ref(inputs: list, attrs: dict) -> list:
     return [np.compress(cond.astype(bool), x, axis=None if a is None else axis_of(a, x.ndim))]
 
 
-def _compress_infer(ctx: Any) -> list:
+def _compress_infer(ctx: InferCtx) -> list:
     x, cond = ctx.inputs[:2]
     cv = value_list(cond)
     n = ctx.fresh("compress") if cv is None else sum(bool(c) for c in cv)
@@ -176,7 +177,7 @@ def _unique_ref(inputs: list, attrs: dict) -> list:
     return [y, first.astype(np.int64), inv.astype(np.int64), counts.astype(np.int64)]
 
 
-def _unique_infer(ctx: Any) -> list:
+def _unique_infer(ctx: InferCtx) -> list:
     x, a = ctx.inputs[0], ctx.attr("axis", None)
     u = ctx.fresh("unique")
     if a is None:
@@ -199,7 +200,7 @@ def _one_hot_ref(inputs: list, attrs: dict) -> list:
     return [np.where(hot, values[1], values[0]).astype(values.dtype)]
 
 
-def _one_hot_infer(ctx: Any) -> list:
+def _one_hot_infer(ctx: InferCtx) -> list:
     idx, depth, values = ctx.inputs[:3]
     d = value_list(depth)
     d = ctx.fresh("one_hot") if d is None else (int(d[0]) if isinstance(d[0], float) else d[0])
@@ -225,7 +226,7 @@ def _eye_like_ref(inputs: list, attrs: dict) -> list:
     return [np.eye(x.shape[0], x.shape[1], int(attrs.get("k", 0)), dtype=_eye_dtype(attrs.get, x.dtype))]
 
 
-def _eye_like_infer(ctx: Any) -> list:
+def _eye_like_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     return [out_type(_eye_dtype(ctx.attr, x.dtype), x.shape)]
 

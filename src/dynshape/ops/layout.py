@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.ir import opdef
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 
@@ -48,7 +49,7 @@ def _reference(inputs: list, attrs: dict) -> list:
 class _FirstView:
     """The inference context as the inner op's rule must see it: input 0 channels-first."""
 
-    def __init__(self, ctx: Any):
+    def __init__(self, ctx: InferCtx):
         self._ctx = ctx
         self.op_type = ctx.attr("op", None)
         t = ctx.inputs[0]
@@ -63,7 +64,7 @@ class _FirstView:
         return getattr(self._ctx, name)
 
 
-def _infer(ctx: Any) -> list:
+def _infer(ctx: InferCtx) -> list:
     op, _ = _inner({"op": ctx.attr("op", None)})
     outs = op.infer(_FirstView(ctx))
     y = outs[0]

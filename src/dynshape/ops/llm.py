@@ -8,10 +8,9 @@ sequential recurrence does.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops.attention import exact_div, heads_attr
@@ -68,7 +67,7 @@ def _linear_attention_ref(inputs: list, attrs: dict) -> list:
     return [y, state.astype(q.dtype if past is None else past.dtype)]
 
 
-def _linear_attention_rule(ctx: Any) -> list[TensorType]:
+def _linear_attention_rule(ctx: InferCtx) -> list[TensorType]:
     q, k, v = ctx.inputs[:3]
     past, decay, beta = (list(ctx.inputs[3:]) + [None] * 3)[:3]
     rule = ctx.attr("update_rule", "gated_delta")
@@ -142,7 +141,7 @@ def _causal_conv_ref(inputs: list, attrs: dict) -> list:
     return [y, full[:, :, full.shape[2] - (kw - 1):]]
 
 
-def _causal_conv_rule(ctx: Any) -> list[TensorType]:
+def _causal_conv_rule(ctx: InferCtx) -> list[TensorType]:
     x, w = ctx.inputs[:2]
     bias, past = (list(ctx.inputs[2:]) + [None] * 2)[:2]
     act = ctx.attr("activation", "none")
@@ -197,7 +196,7 @@ def _tensor_scatter_ref(inputs: list, attrs: dict) -> list:
     return [out]
 
 
-def _tensor_scatter_rule(ctx: Any) -> list[TensorType]:
+def _tensor_scatter_rule(ctx: InferCtx) -> list[TensorType]:
     past, upd = ctx.inputs[:2]
     idx = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     if ctx.attr("mode", "linear") not in ("linear", "circular"):

@@ -8,10 +8,9 @@ Targets equal to ignore_index may lie outside [0, C); other out-of-range targets
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -59,7 +58,7 @@ def _sce_ref(inputs: list, attrs: dict) -> list:
     return [_nll(logp, target, weight, attrs).astype(x.dtype), logp.astype(x.dtype)]
 
 
-def _loss_rule(ctx: Any) -> list[TensorType]:
+def _loss_rule(ctx: InferCtx) -> list[TensorType]:
     x, target = ctx.inputs[:2]
     weight = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     red = ctx.attr("reduction", "mean")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops.dtypes import STRING
@@ -69,7 +70,7 @@ def _label_encoder_ref(inputs: list, attrs: dict) -> list:
     return [out.reshape(x.shape)]
 
 
-def _label_encoder_rule(ctx: Any) -> list[TensorType]:
+def _label_encoder_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     attrs = ctx.node.attrs
     keys, values = _attr_array(attrs, "keys"), _attr_array(attrs, "values")
@@ -184,7 +185,7 @@ def _tree_ensemble_ref(inputs: list, attrs: dict) -> list:
     return [_post(y, int(attrs.get("post_transform", 0))).astype(inputs[0].dtype)]
 
 
-def _tree_ensemble_rule(ctx: Any) -> list[TensorType]:
+def _tree_ensemble_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     if x.rank != 2:
         ctx.error(f"X must be [batch, features], got {x.shape}")
@@ -209,7 +210,7 @@ def _array_feature_extractor_ref(inputs: list, attrs: dict) -> list:
     return [y.reshape(1, -1) if x.ndim == 1 else y]
 
 
-def _array_feature_extractor_rule(ctx: Any) -> list[TensorType]:
+def _array_feature_extractor_rule(ctx: InferCtx) -> list[TensorType]:
     x, idx = ctx.inputs
     k = 1
     for d in idx.shape:
@@ -221,7 +222,7 @@ register("ArrayFeatureExtractor", reference=_array_feature_extractor_ref, infer=
          domain=ML)
 
 
-def _same(ctx: Any) -> list[TensorType]:
+def _same(ctx: InferCtx) -> list[TensorType]:
     return [TensorType(ctx.inputs[0].dtype, ctx.inputs[0].shape)]
 
 
@@ -285,7 +286,7 @@ def _linear_regressor_ref(inputs: list, attrs: dict) -> list:
     return [y.astype(F32)]
 
 
-def _linear_regressor_rule(ctx: Any) -> list[TensorType]:
+def _linear_regressor_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     n = x.shape[0] if x.rank == 2 else 1
     return [TensorType(F32, (n, int(ctx.attr("targets", 1))))]
@@ -312,7 +313,7 @@ def _category_mapper_ref(inputs: list, attrs: dict) -> list:
     return [out.reshape(x.shape)]
 
 
-def _category_mapper_rule(ctx: Any) -> list[TensorType]:
+def _category_mapper_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     if len(ctx.attr("cats_int64s", [])) != len(ctx.attr("cats_strings", [])):
         ctx.error("cats_int64s and cats_strings must have the same length")
@@ -336,7 +337,7 @@ def _one_hot_encoder_ref(inputs: list, attrs: dict) -> list:
     return [y.reshape(*x.shape, len(cats))]
 
 
-def _one_hot_encoder_rule(ctx: Any) -> list[TensorType]:
+def _one_hot_encoder_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     cats = ctx.attr("cats_strings") or ctx.attr("cats_int64s")
     if not cats:
@@ -361,7 +362,7 @@ def _feature_vectorizer_ref(inputs: list, attrs: dict) -> list:
     return [np.concatenate(parts, axis=1)]
 
 
-def _feature_vectorizer_rule(ctx: Any) -> list[TensorType]:
+def _feature_vectorizer_rule(ctx: InferCtx) -> list[TensorType]:
     widths = ctx.attr("inputdimensions")
     if widths is None or len(widths) != len(ctx.inputs):
         ctx.error(f"inputdimensions must give one width per input ({len(ctx.inputs)})")

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from dynshape.errors import ShapeError
-from dynshape.ir.opdef import register
+from dynshape.ir.infer import InferCtx
+from dynshape.ir.opdef import Layout, Movement, register
 from dynshape.ops.dims import (
     HUGE,
     MAX_VALUE_SIZE,
@@ -66,7 +67,7 @@ def cancel(num: list, den: list) -> tuple[Any, Any]:
     return (ni // g) * prod(d for d in num if not is_static(d)), (di // g) * prod(d for d in rest if not is_static(d))
 
 
-def quotient(ctx: Any, num: list, den: list, what: str) -> Any:
+def quotient(ctx: InferCtx, num: list, den: list, what: str) -> Any:
     """prod(num) // prod(den), exact: equal factors cancel first, and the divisibility it needs is recorded.
 
     A symbolic divisor that may be 0 cannot divide: the result is then a fresh dim q with q * divisor == num.
@@ -87,7 +88,7 @@ def quotient(ctx: Any, num: list, den: list, what: str) -> Any:
     return q
 
 
-def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> list:
+def reshape_dims(ctx: InferCtx, in_shape: tuple, target: list, allowzero: bool) -> list:
     """ONNX Reshape semantics over `int | Expr`: 0 copies the input dim, -1 is inferred (exactly)."""
     out: list = []
     infer_at = None
@@ -123,7 +124,7 @@ def reshape_dims(ctx: Any, in_shape: tuple, target: list, allowzero: bool) -> li
     return out
 
 
-def _reshape_infer(ctx: Any) -> list:
+def _reshape_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     target = arg_value(ctx, 1, "shape")
     if target is None:
@@ -134,7 +135,7 @@ def _reshape_infer(ctx: Any) -> list:
     return [out_type(x.dtype, shape, value)]
 
 
-register("Reshape", reference=_reshape_ref, infer=_reshape_infer)
+register("Reshape", reference=_reshape_ref, infer=_reshape_infer, movement=Movement.VIEW)
 
 
 def _flatten_axis(a: int, rank: int) -> int:
@@ -151,7 +152,7 @@ def _flatten_ref(inputs: list, attrs: dict) -> list:
     return [x.reshape(int(np.prod(x.shape[:a])), int(np.prod(x.shape[a:])))]
 
 
-def _flatten_infer(ctx: Any) -> list:
+def _flatten_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     a = _flatten_axis(ctx.attr("axis", 1), x.rank)
     shape = (prod(x.shape[:a]), prod(x.shape[a:]))
@@ -159,7 +160,7 @@ def _flatten_infer(ctx: Any) -> list:
     return [out_type(x.dtype, shape, value)]
 
 
-register("Flatten", reference=_flatten_ref, infer=_flatten_infer)
+register("Flatten", reference=_flatten_ref, infer=_flatten_infer, movement=Movement.VIEW)
 
 
 def _squeeze_ref(inputs: list, attrs: dict) -> list:
@@ -168,7 +169,7 @@ def _squeeze_ref(inputs: list, attrs: dict) -> list:
     return [np.squeeze(x, axis=None if axes is None else tuple(axis_of(a, x.ndim) for a in axes))]
 
 
-def _squeeze_infer(ctx: Any) -> list:
+def _squeeze_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     if arg_given(ctx, 1, "axes"):
         axes = arg_value(ctx, 1, "axes")
@@ -190,7 +191,7 @@ def _squeeze_infer(ctx: Any) -> list:
     return [out_type(x.dtype, shape, apply_value(x, lambda v: v.reshape(shape), x.dtype))]
 
 
-register("Squeeze", reference=_squeeze_ref, infer=_squeeze_infer)
+register("Squeeze", reference=_squeeze_ref, infer=_squeeze_infer, movement=Movement.VIEW)
 
 
 def _unsqueeze_shape(shape: tuple, axes: list) -> list:
@@ -209,7 +210,7 @@ def _unsqueeze_ref(inputs: list, attrs: dict) -> list:
     return [x.reshape(_unsqueeze_shape(x.shape, ref_arg(inputs, 1, attrs, "axes")))]
 
 
-def _unsqueeze_infer(ctx: Any) -> list:
+def _unsqueeze_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     axes = arg_value(ctx, 1, "axes")
     if axes is None or not all(is_static(a) for a in axes):  # where the 1s go is data: rank known, dims not
@@ -219,7 +220,7 @@ def _unsqueeze_infer(ctx: Any) -> list:
     return [out_type(x.dtype, shape, apply_value(x, lambda v: v.reshape(shape), x.dtype))]
 
 
-register("Unsqueeze", reference=_unsqueeze_ref, infer=_unsqueeze_infer)
+register("Unsqueeze", reference=_unsqueeze_ref, infer=_unsqueeze_infer, movement=Movement.VIEW)
 
 
 def _perm(attrs_get: Any, rank: int) -> list[int]:
@@ -235,14 +236,14 @@ def _transpose_ref(inputs: list, attrs: dict) -> list:
     return [np.transpose(inputs[0], _perm(attrs.get, inputs[0].ndim))]
 
 
-def _transpose_infer(ctx: Any) -> list:
+def _transpose_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     perm = _perm(ctx.attr, x.rank)
     value = apply_value(x, lambda v: np.transpose(v, perm), x.dtype)
     return [out_type(x.dtype, [x.shape[p] for p in perm], value)]
 
 
-register("Transpose", reference=_transpose_ref, infer=_transpose_infer)
+register("Transpose", reference=_transpose_ref, infer=_transpose_infer, movement=Movement.PERMUTE)
 
 # ----------------------------------------------------------------------------------------------------
 # Concat, Split, Slice
@@ -252,7 +253,7 @@ def _concat_ref(inputs: list, attrs: dict) -> list:
     return [np.concatenate(xs, axis=axis_of(attrs["axis"], xs[0].ndim))]
 
 
-def _concat_infer(ctx: Any) -> list:
+def _concat_infer(ctx: InferCtx) -> list:
     xs = [t for t in ctx.inputs if t is not None]
     a = axis_of(ctx.attr("axis", 0), xs[0].rank)
     shape = list(xs[0].shape)
@@ -269,7 +270,7 @@ def _concat_infer(ctx: Any) -> list:
     return [out_type(xs[0].dtype, shape, value)]
 
 
-register("Concat", reference=_concat_ref, infer=_concat_infer)
+register("Concat", reference=_concat_ref, infer=_concat_infer, layout=Layout.AXIS)
 
 
 def _split_sizes(d: Any, attrs_get: Any, split: list | None, n_out: int) -> list:
@@ -288,7 +289,7 @@ def _split_ref(inputs: list, attrs: dict) -> list:
     return np.split(x, np.cumsum(sizes)[:-1], axis=a)
 
 
-def _split_infer(ctx: Any) -> list:
+def _split_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     a = axis_of(ctx.attr("axis", 0), x.rank)
     n_out = ctx.num_outputs
@@ -314,7 +315,7 @@ def _split_infer(ctx: Any) -> list:
     return outs
 
 
-register("Split", reference=_split_ref, infer=_split_infer)
+register("Split", reference=_split_ref, infer=_split_infer, layout=Layout.AXIS)
 
 
 def slice_bounds(d: Any, s: Any, e: Any, t: int) -> tuple[Any, Any, Any]:
@@ -368,7 +369,7 @@ def _slice_ref(inputs: list, attrs: dict) -> list:
     return [x[tuple(index)]]
 
 
-def _slice_infer(ctx: Any) -> list:
+def _slice_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     if ctx.opset < 10:
         params = [None] * 4
@@ -407,7 +408,7 @@ def _expand_ref(inputs: list, attrs: dict) -> list:
     return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))).copy()]
 
 
-def _expand_infer(ctx: Any) -> list:
+def _expand_infer(ctx: InferCtx) -> list:
     x, s = ctx.inputs[:2]
     target = value_list(s)
     if target is None:  # a dim of x that cannot be 1 survives any broadcast; the others are data
@@ -429,7 +430,7 @@ def _tile_ref(inputs: list, attrs: dict) -> list:
     return [np.tile(inputs[0], ints(inputs[1]))]
 
 
-def _tile_infer(ctx: Any) -> list:
+def _tile_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     reps = value_list(ctx.inputs[1])
     if reps is None:
@@ -471,7 +472,7 @@ def _pad_ref(inputs: list, attrs: dict) -> list:
     return [np.pad(crop(x), grow, mode=mode)]  # edge/reflect/wrap extend what is left after cropping
 
 
-def _pad_infer(ctx: Any) -> list:
+def _pad_infer(ctx: InferCtx) -> list:
     x = ctx.inputs[0]
     if ctx.opset < 11:
         pads, axes = arg_value(ctx, None, "pads") or arg_value(ctx, None, "paddings"), None
@@ -522,7 +523,7 @@ def _depth_to_space_ref(inputs: list, attrs: dict) -> list:
     return [y.reshape(n, c // (b * b), h * b, w * b)]
 
 
-def _depth_to_space_infer(ctx: Any) -> list:
+def _depth_to_space_infer(ctx: InferCtx) -> list:
     x, b = ctx.inputs[0], int(ctx.attr("blocksize", 1))
     n, c, h, w = x.shape
     require_divides(ctx, b * b, c, "channels")
@@ -540,7 +541,7 @@ def _space_to_depth_ref(inputs: list, attrs: dict) -> list:
     return [y.reshape(n, c * b * b, h // b, w // b)]
 
 
-def _space_to_depth_infer(ctx: Any) -> list:
+def _space_to_depth_infer(ctx: InferCtx) -> list:
     x, b = ctx.inputs[0], int(ctx.attr("blocksize", 1))
     n, c, h, w = x.shape
     require_divides(ctx, b, h, "height")
@@ -572,7 +573,7 @@ def _reverse_sequence_ref(inputs: list, attrs: dict) -> list:
     return [np.take_along_axis(x, np.broadcast_to(src.reshape(shape), x.shape), axis=ta)]
 
 
-def _reverse_sequence_infer(ctx: Any) -> list:
+def _reverse_sequence_infer(ctx: InferCtx) -> list:
     x, lens = ctx.inputs
     if x.rank < 2 or lens.rank != 1:
         ctx.error(f"input must have rank >= 2 and sequence_lens be 1-D, got {x.shape} and {lens.shape}")

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.ir.opdef import register
+from dynshape.ir.infer import InferCtx
+from dynshape.ir.opdef import Layout, register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
 
@@ -27,12 +28,12 @@ def _stash(x: np.ndarray, attrs: dict) -> np.ndarray:
     return x.astype(np.promote_types(dt.compute_dtype(stash), dt.compute_dtype(x.dtype)), copy=False)
 
 
-def _same_rule(ctx: Any) -> list[TensorType]:
+def _same_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     return [TensorType(x.dtype, x.shape)]
 
 
-def _axis(ctx: Any, axis: int, rank: int) -> int:
+def _axis(ctx: InferCtx, axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         ctx.error(f"axis {axis} is out of range for rank {rank}")
     return axis % rank if rank else 0
@@ -78,7 +79,7 @@ def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
     return y
 
 
-def _softmax_rule(ctx: Any) -> list[TensorType]:
+def _softmax_rule(ctx: InferCtx) -> list[TensorType]:
     """Same type as the input; the axis must name one of its axes (the reference would wrap it modulo the rank,
     a silent wrong result where onnxruntime refuses the model)."""
     x = ctx.inputs[0]
@@ -86,8 +87,8 @@ def _softmax_rule(ctx: Any) -> list[TensorType]:
     return _same_rule(ctx)
 
 
-register("Softmax", reference=_softmax_family(_softmax), infer=_softmax_rule)
-register("LogSoftmax", reference=_softmax_family(_log_softmax), infer=_softmax_rule)
+register("Softmax", reference=_softmax_family(_softmax), infer=_softmax_rule, layout=Layout.AXIS)
+register("LogSoftmax", reference=_softmax_family(_log_softmax), infer=_softmax_rule, layout=Layout.AXIS)
 register("Hardmax", reference=_softmax_family(_hardmax), infer=_softmax_rule)
 
 
@@ -121,7 +122,7 @@ def _batch_norm(inputs: list, attrs: dict) -> list:
     return out
 
 
-def _batch_norm_rule(ctx: Any) -> list[TensorType]:
+def _batch_norm_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     if len(x.shape) < 2:
         ctx.error("X must have rank >= 2 (N, C, ...)")
@@ -147,7 +148,7 @@ def _instance_norm(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
-def _channel_params_rule(ctx: Any) -> list[TensorType]:
+def _channel_params_rule(ctx: InferCtx) -> list[TensorType]:
     """InstanceNormalization / GroupNormalization (opset >= 21): scale and bias are (C,)."""
     x = ctx.inputs[0]
     if len(x.shape) < 2:
@@ -174,7 +175,7 @@ def _layer_norm(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype), mean.astype(stash), inv_std.astype(stash)]
 
 
-def _layer_norm_rule(ctx: Any) -> list[TensorType]:
+def _layer_norm_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     rank = len(x.shape)
     axis = _axis(ctx, ctx.attr("axis", -1), rank)
@@ -220,7 +221,7 @@ def _rms_norm(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
-def _rms_norm_rule(ctx: Any) -> list[TensorType]:
+def _rms_norm_rule(ctx: InferCtx) -> list[TensorType]:
     x, scale = ctx.inputs[:2]
     axis = _axis(ctx, ctx.attr("axis", -1), len(x.shape))
     ctx.broadcast(tuple(x.shape[axis:]), tuple(scale.shape))
@@ -251,9 +252,10 @@ def _lrn(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
-register("LRN", reference=_lrn, infer=_same_rule)
+register("LRN", reference=_lrn, infer=_same_rule, layout=Layout.SPATIAL)  # across channels: the last axis, wrapped
 register("BatchNormalization", reference=_batch_norm, infer=_batch_norm_rule)
-register("InstanceNormalization", reference=_instance_norm, infer=_channel_params_rule)
+# per channel over the map: channels last it vectorises over the channels
+register("InstanceNormalization", reference=_instance_norm, infer=_channel_params_rule, layout=Layout.SPATIAL)
 register("LayerNormalization", reference=_layer_norm, infer=_layer_norm_rule)
 register("GroupNormalization", reference=_group_norm, infer=_channel_params_rule)
 register("MeanVarianceNormalization", reference=_mvn, infer=_same_rule)
@@ -269,7 +271,7 @@ def _matmul(inputs: list, attrs: dict) -> list:
     return [np.matmul(_f(a), _f(b)).astype(a.dtype)]
 
 
-def matmul_shape(ctx: Any, a: tuple, b: tuple) -> tuple:
+def matmul_shape(ctx: InferCtx, a: tuple, b: tuple) -> tuple:
     """numpy matmul shape: 1-D operands get a temporary unit dim; inner dims unify; batch dims broadcast."""
     if not a or not b:
         ctx.error("MatMul operands must have rank >= 1")
@@ -280,7 +282,7 @@ def matmul_shape(ctx: Any, a: tuple, b: tuple) -> tuple:
     return batch + (() if len(a) == 1 else (a2[-2],)) + (() if len(b) == 1 else (b2[-1],))
 
 
-def _matmul_rule(ctx: Any) -> list[TensorType]:
+def _matmul_rule(ctx: InferCtx) -> list[TensorType]:
     a, b = ctx.inputs
     if a.dtype != b.dtype:
         ctx.error(f"A and B must share one dtype, got {a.dtype} and {b.dtype}", fix="insert a Cast")
@@ -298,7 +300,7 @@ def _gemm(inputs: list, attrs: dict) -> list:
     return [np.asarray(y).astype(a.dtype)]
 
 
-def _gemm_rule(ctx: Any) -> list[TensorType]:
+def _gemm_rule(ctx: InferCtx) -> list[TensorType]:
     """Y (M, N) = alpha * A' (M, K) @ B' (K, N) + beta * C, C broadcast unidirectionally to (M, N)."""
     a, b = ctx.inputs[0], ctx.inputs[1]
     if len(a.shape) != 2 or len(b.shape) != 2:
@@ -319,7 +321,7 @@ def _einsum(inputs: list, attrs: dict) -> list:
     return [np.asarray(np.einsum(eq, *[_f(x) for x in inputs])).astype(inputs[0].dtype)]
 
 
-def _einsum_rule(ctx: Any) -> list[TensorType]:
+def _einsum_rule(ctx: InferCtx) -> list[TensorType]:
     """Each label names one dim (repeats unify); `...` dims broadcast across operands; the implicit output is
     `...` followed by the labels used exactly once, in alphabetical order."""
     eq = str(ctx.attr("equation", "")).replace(" ", "")
@@ -363,7 +365,7 @@ def _matmul_integer(inputs: list, attrs: dict) -> list:
     return [np.matmul(a, b).astype(np.int32)]
 
 
-def _matmul_integer_rule(ctx: Any) -> list[TensorType]:
+def _matmul_integer_rule(ctx: InferCtx) -> list[TensorType]:
     a, b = ctx.inputs[0], ctx.inputs[1]
     return [TensorType(np.dtype(np.int32), matmul_shape(ctx, tuple(a.shape), tuple(b.shape)))]
 
@@ -373,7 +375,7 @@ def _det(inputs: list, attrs: dict) -> list:
     return [np.asarray(np.linalg.det(_f(x))).astype(x.dtype)]
 
 
-def _det_rule(ctx: Any) -> list[TensorType]:
+def _det_rule(ctx: InferCtx) -> list[TensorType]:
     """Det of [..., M, M] is [...]; the two trailing dims must agree."""
     x = ctx.inputs[0]
     if len(x.shape) < 2:

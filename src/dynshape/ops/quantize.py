@@ -16,6 +16,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import conv
@@ -110,7 +111,7 @@ def _q_dtype(code: int, zp: Any) -> np.dtype:
     return np.dtype(zp.dtype) if zp is not None else U8
 
 
-def _granularity_rule(ctx: Any, x: TensorType, scale: TensorType, zp: TensorType | None) -> None:
+def _granularity_rule(ctx: InferCtx, x: TensorType, scale: TensorType, zp: TensorType | None) -> None:
     """The scale's shape must be one the spec allows for x; the zero point has the scale's shape (a
     one-element zero point also goes with a scalar scale, as exporters write it)."""
     rank = x.rank
@@ -145,7 +146,7 @@ def _granularity_rule(ctx: Any, x: TensorType, scale: TensorType, zp: TensorType
         ctx.unify(scale.shape[a], ceil_div(x.shape[a], block) if a == axis else x.shape[a])
 
 
-def _quantize_rule(ctx: Any) -> list[TensorType]:
+def _quantize_rule(ctx: InferCtx) -> list[TensorType]:
     x, scale = ctx.inputs[:2]
     zp = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     code = ctx.attr("output_dtype", 0)
@@ -155,7 +156,7 @@ def _quantize_rule(ctx: Any) -> list[TensorType]:
     return [TensorType(_q_dtype(code, zp), x.shape)]
 
 
-def _dequantize_rule(ctx: Any) -> list[TensorType]:
+def _dequantize_rule(ctx: InferCtx) -> list[TensorType]:
     x, scale = ctx.inputs[:2]
     zp = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     if zp is not None and zp.dtype != x.dtype:
@@ -185,7 +186,7 @@ def _dynamic_quantize_ref(inputs: list, attrs: dict) -> list:
     return [y, np.array(scale, F32), np.array(zp, U8)]
 
 
-def _dynamic_quantize_rule(ctx: Any) -> list[TensorType]:
+def _dynamic_quantize_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     if x.dtype != F32:
         ctx.error(f"DynamicQuantizeLinear takes float32, got {x.dtype}")
@@ -226,7 +227,7 @@ def _qlinear_matmul_ref(inputs: list, attrs: dict) -> list:
     return [_requantize(acc, mult, y_zp, y_zp.dtype)]
 
 
-def _qlinear_matmul_rule(ctx: Any) -> list[TensorType]:
+def _qlinear_matmul_rule(ctx: InferCtx) -> list[TensorType]:
     from dynshape.ops.nn import matmul_shape
 
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = ctx.inputs
@@ -272,13 +273,13 @@ def _qlinear_conv_ref(inputs: list, attrs: dict) -> list:
     return [_requantize(acc, mult, y_zp, out)]
 
 
-def _conv_integer_rule(ctx: Any) -> list[TensorType]:
+def _conv_integer_rule(ctx: InferCtx) -> list[TensorType]:
     x, w = ctx.inputs[:2]
     (y,) = conv._conv_infer(_ConvView(ctx, [x, w]))
     return [TensorType(I32, y.shape)]
 
 
-def _qlinear_conv_rule(ctx: Any) -> list[TensorType]:
+def _qlinear_conv_rule(ctx: InferCtx) -> list[TensorType]:
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp = (list(ctx.inputs) + [None] * 9)[:8]
     bias = ctx.inputs[8] if len(ctx.inputs) > 8 else None
     if w_s.rank == 1 and not (is_static(w_s.shape[0]) and w_s.shape[0] == 1):
@@ -290,7 +291,7 @@ def _qlinear_conv_rule(ctx: Any) -> list[TensorType]:
 class _ConvView:
     """The conv shape rule seen through another op's input list (x, w[, bias])."""
 
-    def __init__(self, ctx: Any, inputs: list):
+    def __init__(self, ctx: InferCtx, inputs: list):
         self._ctx, self.inputs = ctx, inputs
 
     def __getattr__(self, name: str) -> Any:

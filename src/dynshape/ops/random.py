@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -55,7 +56,7 @@ def _random_ref(kind: str, like: bool) -> Any:
 
 
 def _random_rule(like: bool) -> Any:
-    def infer(ctx: Any) -> list[TensorType]:
+    def infer(ctx: InferCtx) -> list[TensorType]:
         if like:
             x = ctx.inputs[0]
             code = ctx.attr("dtype")
@@ -70,10 +71,10 @@ def _random_rule(like: bool) -> Any:
     return infer
 
 
-register("RandomNormal", reference=_random_ref("normal", False), infer=_random_rule(False))
-register("RandomUniform", reference=_random_ref("uniform", False), infer=_random_rule(False))
-register("RandomNormalLike", reference=_random_ref("normal", True), infer=_random_rule(True))
-register("RandomUniformLike", reference=_random_ref("uniform", True), infer=_random_rule(True))
+register("RandomNormal", reference=_random_ref("normal", False), infer=_random_rule(False), random=True)
+register("RandomUniform", reference=_random_ref("uniform", False), infer=_random_rule(False), random=True)
+register("RandomNormalLike", reference=_random_ref("normal", True), infer=_random_rule(True), random=True)
+register("RandomUniformLike", reference=_random_ref("uniform", True), infer=_random_rule(True), random=True)
 
 
 def _bernoulli_ref(inputs: list, attrs: dict) -> list:
@@ -83,7 +84,7 @@ def _bernoulli_ref(inputs: list, attrs: dict) -> list:
     return [dt.cast((u < p.astype(np.float64)).astype(np.float64), _out_dtype(attrs, p))]
 
 
-register("Bernoulli", reference=_bernoulli_ref, infer=_random_rule(True))
+register("Bernoulli", reference=_bernoulli_ref, infer=_random_rule(True), random=True)
 
 
 def _multinomial_ref(inputs: list, attrs: dict) -> list:
@@ -98,7 +99,7 @@ def _multinomial_ref(inputs: list, attrs: dict) -> list:
     return [np.minimum(idx, max(x.shape[1] - 1, 0)).astype(dt.np_dtype(attrs.get("dtype", 6)))]
 
 
-def _multinomial_rule(ctx: Any) -> list[TensorType]:
+def _multinomial_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     if x.rank != 2:
         ctx.error(f"the input must be (batch_size, class_size), got {x.shape}")
@@ -108,4 +109,4 @@ def _multinomial_rule(ctx: Any) -> list[TensorType]:
     return [TensorType(dt.np_dtype(code), (x.shape[0], int(ctx.attr("sample_size", 1))))]
 
 
-register("Multinomial", reference=_multinomial_ref, infer=_multinomial_rule)
+register("Multinomial", reference=_multinomial_ref, infer=_multinomial_rule, random=True)

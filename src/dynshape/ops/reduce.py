@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.ir.opdef import register
+from dynshape.ir.infer import InferCtx
+from dynshape.ir.opdef import Layout, register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
 from dynshape.sym import is_expr
@@ -105,7 +106,7 @@ def _const_ints(t: TensorType | None) -> list | None:
     return [e.item() if isinstance(e, np.generic) else e for e in np.asarray(t.value).ravel()]
 
 
-def _rule_axes(ctx: Any) -> tuple[bool, list[int] | None]:
+def _rule_axes(ctx: InferCtx) -> tuple[bool, list[int] | None]:
     """(known, axes) for a Reduce* node: axes None means "none given"; known False means "input, unknown"."""
     if len(ctx.inputs) > 1 and ctx.inputs[1] is not None:
         vals = _const_ints(ctx.inputs[1])
@@ -116,7 +117,7 @@ def _rule_axes(ctx: Any) -> tuple[bool, list[int] | None]:
     return True, [int(a) for a in axes] if axes is not None and len(axes) else None
 
 
-def _unknown_axes_shape(ctx: Any, x: TensorType, keep: bool, name: str) -> tuple:
+def _unknown_axes_shape(ctx: InferCtx, x: TensorType, keep: bool, name: str) -> tuple:
     """Axes known only at run time: each kept dim is 1 or unchanged, so it becomes a fresh dim; without
     keepdims the rank is still known when the axes input has a static length (and no repeats)."""
     if keep:
@@ -128,7 +129,7 @@ def _unknown_axes_shape(ctx: Any, x: TensorType, keep: bool, name: str) -> tuple
     return tuple(ctx.fresh(f"{name}_dim") for _ in range(len(x.shape) - int(k)))
 
 
-def _norm_axes(ctx: Any, axes: list[int], rank: int) -> list[int]:
+def _norm_axes(ctx: InferCtx, axes: list[int], rank: int) -> list[int]:
     out = []
     for a in axes:
         if not -rank <= a < max(rank, 1):
@@ -144,8 +145,8 @@ def _product(vals: list) -> Any:
     return out
 
 
-def _reduce_rule(name: str) -> Callable[[Any], list[TensorType]]:
-    def infer(ctx: Any) -> list[TensorType]:
+def _reduce_rule(name: str) -> Callable[[InferCtx], list[TensorType]]:
+    def infer(ctx: InferCtx) -> list[TensorType]:
         x = ctx.inputs[0]
         keep = bool(ctx.attr("keepdims", 1))
         known, axes = _rule_axes(ctx)
@@ -171,8 +172,11 @@ def _reduce_rule(name: str) -> Callable[[Any], list[TensorType]]:
     return infer
 
 
+# under the channels-last layout a reduction moves above a Transpose with its axes permuted (its input 1, the
+# axes, is not data); ReduceLogSum keeps the order it was given, as before the op table said so
 for _name, _fn in _REDUCERS.items():
-    register(_name, reference=_reduce(_fn), infer=_reduce_rule(_name))
+    register(_name, reference=_reduce(_fn), infer=_reduce_rule(_name), permuted_inputs=1,
+             layout=Layout.CHANNELS_FIRST if _name == "ReduceLogSum" else Layout.REDUCE)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -197,7 +201,7 @@ def _arg(largest: bool) -> Callable[[list, dict], list]:
     return ref
 
 
-def _arg_rule(ctx: Any) -> list[TensorType]:
+def _arg_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     (axis,) = _norm_axes(ctx, [ctx.attr("axis", 0)], len(x.shape))
     keep = bool(ctx.attr("keepdims", 1))
@@ -229,7 +233,7 @@ def _topk(inputs: list, attrs: dict) -> list:
     return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)]
 
 
-def _topk_rule(ctx: Any) -> list[TensorType]:
+def _topk_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     rank = len(x.shape)
     (axis,) = _norm_axes(ctx, [ctx.attr("axis", -1)], rank)
@@ -280,7 +284,7 @@ def _cumulative(op: np.ufunc) -> Callable[[list, dict], list]:
     return ref
 
 
-def _cumulative_rule(ctx: Any) -> list[TensorType]:
+def _cumulative_rule(ctx: InferCtx) -> list[TensorType]:
     x, a = ctx.inputs[0], ctx.inputs[1]
     if a is not None and a.shape is not None and len(a.shape) > 1:
         ctx.error(f"the axis input must be a scalar (or one element), it has shape {list(a.shape)}")

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.ir.opdef import register
+from dynshape.ir.infer import InferCtx
+from dynshape.ir.opdef import Layout, register
 from dynshape.ops.dims import (
     axis_of,
     ints,
@@ -215,7 +216,7 @@ _STRING_ATTRS = {
 }
 
 
-def _resize_infer(ctx: Any) -> list:
+def _resize_infer(ctx: InferCtx) -> list:
     for name, allowed in _STRING_ATTRS.items():  # an unknown mode would otherwise run as some default one
         v = ctx.attr(name, None)
         if v is not None and v not in allowed:
@@ -262,7 +263,7 @@ def _resize_infer(ctx: Any) -> list:
     return [out_type(x.dtype, shape)]
 
 
-register("Resize", reference=_resize_ref, infer=_resize_infer)
+register("Resize", reference=_resize_ref, infer=_resize_infer, layout=Layout.SPATIAL)
 
 
 def _upsample_ref(inputs: list, attrs: dict) -> list:
@@ -270,4 +271,4 @@ def _upsample_ref(inputs: list, attrs: dict) -> list:
     return _resize_ref([inputs[0], scales], {**attrs, "_opset": 10})
 
 
-register("Upsample", reference=_upsample_ref, infer=_resize_infer)
+register("Upsample", reference=_upsample_ref, infer=_resize_infer, layout=Layout.SPATIAL)

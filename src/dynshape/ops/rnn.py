@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.errors import ConstraintViolation, ModelError
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -321,7 +322,7 @@ def _reference(op: str) -> Callable[[list, dict], list]:
 # ---------------------------------------------------------------------------------------------------------
 # shape rules
 # ---------------------------------------------------------------------------------------------------------
-def _rule(ctx: Any) -> list[TensorType]:
+def _rule(ctx: InferCtx) -> list[TensorType]:
     """Shapes from X, R and the attributes; every other input must agree, symbol by symbol.
 
     seq_length and batch come from X (the layout says which axis is which), hidden_size from R's last axis

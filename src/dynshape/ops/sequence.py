@@ -9,10 +9,9 @@ bound by the executor when it sees the tensor. Sequence lengths are run-time val
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import SequenceType, TensorType
 from dynshape.ops.control import seq_elem
@@ -43,7 +42,7 @@ def _split_to_sequence_ref(inputs: list, attrs: dict) -> list:
     return [np.split(x, np.cumsum(sizes)[:-1], axis=axis) if sizes else []]
 
 
-def _split_to_sequence_rule(ctx: Any) -> list[SequenceType]:
+def _split_to_sequence_rule(ctx: InferCtx) -> list[SequenceType]:
     x = ctx.inputs[0]
     split = ctx.inputs[1] if len(ctx.inputs) > 1 else None
     try:
@@ -90,7 +89,7 @@ def _sequence_map_ref(inputs: list, attrs: dict) -> list:
     return outs
 
 
-def _sequence_map_rule(ctx: Any) -> list[SequenceType]:
+def _sequence_map_rule(ctx: InferCtx) -> list[SequenceType]:
     body = ctx.attr("body")
     mark = ctx.mark()
     args = [seq_elem(ctx, t, f"input {i}") if isinstance(t, SequenceType) else t for i, t in enumerate(ctx.inputs)]
@@ -120,7 +119,7 @@ def _concat_from_sequence_ref(inputs: list, attrs: dict) -> list:
     return [np.concatenate(seq, axis=axis_of(axis, seq[0].ndim))]
 
 
-def _concat_from_sequence_rule(ctx: Any) -> list[TensorType]:
+def _concat_from_sequence_rule(ctx: InferCtx) -> list[TensorType]:
     s = ctx.inputs[0]
     if not isinstance(s, SequenceType):
         ctx.error("the input must be a sequence")

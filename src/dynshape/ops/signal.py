@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -82,7 +83,7 @@ def _fit(z: np.ndarray, n: int, axis: int) -> np.ndarray:
     return z
 
 
-def _dft_rule(ctx: Any) -> list[TensorType]:
+def _dft_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     if x.rank < 2:
         ctx.error(f"the input needs a signal axis and a trailing (real, imag) axis, got {x.shape}")
@@ -147,7 +148,7 @@ def _stft_ref(inputs: list, attrs: dict) -> list:
     return [_from_complex(y, x.dtype)]
 
 
-def _stft_rule(ctx: Any) -> list[TensorType]:
+def _stft_rule(ctx: InferCtx) -> list[TensorType]:
     x, step = ctx.inputs[:2]
     window, frame_len = (list(ctx.inputs[2:]) + [None, None])[:2]
     if x.rank != 3:
@@ -209,7 +210,7 @@ def _mel_ref(inputs: list, attrs: dict) -> list:
     return [w.astype(dt.np_dtype(attrs.get("output_datatype", 1)))]
 
 
-def _mel_rule(ctx: Any) -> list[TensorType]:
+def _mel_rule(ctx: InferCtx) -> list[TensorType]:
     mv, nv = arg_value(ctx, 0), arg_value(ctx, 1)
     mels = norm(mv[0]) if mv is not None else ctx.fresh("num_mel_bins")
     bins = norm(nv[0]) // 2 + 1 if nv is not None else ctx.fresh("mel_spectrogram_bins")
@@ -237,7 +238,7 @@ def _window(terms: tuple[float, ...]) -> Any:
     return ref
 
 
-def _window_rule(ctx: Any) -> list[TensorType]:
+def _window_rule(ctx: InferCtx) -> list[TensorType]:
     v = arg_value(ctx, 0)
     size = norm(v[0]) if v is not None else ctx.fresh("window_size")
     return [TensorType(dt.np_dtype(ctx.attr("output_datatype", 1)), (size,))]

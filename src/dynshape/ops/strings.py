@@ -8,10 +8,10 @@ on the syntax both accept; RE2-only constructs are reported at load time as an i
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops.dims import dmax
@@ -27,7 +27,7 @@ def _strings(values: list, shape: tuple) -> np.ndarray:
     return out.reshape(shape)
 
 
-def _require_strings(ctx: Any, t: TensorType, what: str) -> None:
+def _require_strings(ctx: InferCtx, t: TensorType, what: str) -> None:
     if t.dtype != STRING:
         ctx.error(f"{what} must be a string tensor, got {t.dtype}")
 
@@ -53,7 +53,7 @@ def _string_normalizer_ref(inputs: list, attrs: dict) -> list:
     return [_strings(kept, (1, len(kept)) if x.ndim == 2 else (len(kept),))]
 
 
-def _string_normalizer_rule(ctx: Any) -> list[TensorType]:
+def _string_normalizer_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     _require_strings(ctx, x, "X")
     if ctx.attr("case_change_action", "NONE") not in ("LOWER", "UPPER", "NONE"):
@@ -83,7 +83,7 @@ def _string_split_ref(inputs: list, attrs: dict) -> list:
     return [_strings(flat, (*x.shape, width)), np.array([len(p) for p in parts], I64).reshape(x.shape)]
 
 
-def _string_split_rule(ctx: Any) -> list[TensorType]:
+def _string_split_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     _require_strings(ctx, x, "X")
     return [TensorType(STRING, (*x.shape, ctx.fresh("substrings"))), TensorType(I64, x.shape)]
@@ -97,7 +97,7 @@ def _string_concat_ref(inputs: list, attrs: dict) -> list:
     return [_strings([str(p) + str(q) for p, q in zip(a.reshape(-1), b.reshape(-1))], a.shape)]
 
 
-def _string_concat_rule(ctx: Any) -> list[TensorType]:
+def _string_concat_rule(ctx: InferCtx) -> list[TensorType]:
     a, b = ctx.inputs
     _require_strings(ctx, a, "X")
     _require_strings(ctx, b, "Y")
@@ -113,7 +113,7 @@ def _regex_ref(inputs: list, attrs: dict) -> list:
     return [np.array([pat.fullmatch(str(s)) is not None for s in x.reshape(-1)], bool).reshape(x.shape)]
 
 
-def _regex_rule(ctx: Any) -> list[TensorType]:
+def _regex_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     _require_strings(ctx, x, "X")
     pattern = ctx.attr("pattern")
@@ -180,7 +180,7 @@ def _tfidf_ref(inputs: list, attrs: dict) -> list:
     return [y.reshape(size) if x.ndim <= 1 else y]
 
 
-def _tfidf_rule(ctx: Any) -> list[TensorType]:
+def _tfidf_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     for a in ("ngram_counts", "ngram_indexes", "min_gram_length", "max_gram_length", "mode"):
         if ctx.attr(a) is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 
@@ -72,7 +73,7 @@ def _momentum_ref(inputs: list, attrs: dict) -> list:
 
 
 def _optimizer_rule(n_states: int) -> Any:
-    def infer(ctx: Any) -> list[TensorType]:
+    def infer(ctx: InferCtx) -> list[TensorType]:
         rest = ctx.inputs[2:]
         if len(rest) % (2 + n_states):
             ctx.error(f"expected tensors, gradients and {n_states} state(s) each: {len(rest)} inputs after R, T")

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ops.dims import (
     I64,
@@ -44,7 +45,7 @@ def _shape_ref(inputs: list, attrs: dict) -> list:
     return [np.array(inputs[0].shape[s:e], dtype=np.int64)]
 
 
-def _shape_infer(ctx: Any) -> list:
+def _shape_infer(ctx: InferCtx) -> list:
     dims = ctx.inputs[0].shape
     s, e = _shape_bounds(len(dims), ctx.attr)
     return [out_type(I64, (e - s,), make_value(list(dims[s:e]), I64, (e - s,)))]
@@ -57,7 +58,7 @@ def _size_ref(inputs: list, attrs: dict) -> list:
     return [np.array(inputs[0].size, dtype=np.int64)]
 
 
-def _size_infer(ctx: Any) -> list:
+def _size_infer(ctx: InferCtx) -> list:
     return [out_type(I64, (), make_value(prod(ctx.inputs[0].shape), I64, ()))]
 
 
@@ -83,7 +84,7 @@ def _constant_ref(inputs: list, attrs: dict) -> list:
     return [_constant_value(attrs.get)]
 
 
-def _constant_infer(ctx: Any) -> list:
+def _constant_infer(ctx: InferCtx) -> list:
     v = _constant_value(ctx.attr)
     return [out_type(v.dtype, v.shape, v)]
 
@@ -101,7 +102,7 @@ def _constant_of_shape_ref(inputs: list, attrs: dict) -> list:
     return [np.full(ints(inputs[0]), v[0], dtype=v.dtype)]
 
 
-def _constant_of_shape_infer(ctx: Any) -> list:
+def _constant_of_shape_infer(ctx: InferCtx) -> list:
     v = _fill_value(ctx.attr)
     shape = value_list(ctx.inputs[0])
     if shape is None:
@@ -135,7 +136,7 @@ def _range_ref(inputs: list, attrs: dict) -> list:
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
-def _range_infer(ctx: Any) -> list:
+def _range_infer(ctx: InferCtx) -> list:
     dtype = ctx.inputs[0].dtype
     vals = [value_list(t) for t in ctx.inputs[:3]]
     if any(v is None for v in vals):

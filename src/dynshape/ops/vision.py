@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -129,7 +130,7 @@ def _grid_sample_ref(inputs: list, attrs: dict) -> list:
     return [dt.cast(y, x.dtype) if dt.is_float(x.dtype) else y.astype(x.dtype)]
 
 
-def _grid_sample_rule(ctx: Any) -> list[TensorType]:
+def _grid_sample_rule(ctx: InferCtx) -> list[TensorType]:
     x, grid = ctx.inputs
     mode = ctx.attr("mode", "linear")
     if mode not in _MODES:
@@ -167,7 +168,7 @@ def _affine_grid_ref(inputs: list, attrs: dict) -> list:
     return [grid.astype(theta.dtype)]
 
 
-def _affine_grid_rule(ctx: Any) -> list[TensorType]:
+def _affine_grid_rule(ctx: InferCtx) -> list[TensorType]:
     theta, size = ctx.inputs
     if theta.rank != 3:
         ctx.error(f"theta must be (N, 2, 3) or (N, 3, 4), got {theta.shape}")
@@ -242,7 +243,7 @@ def _roi_align_ref(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
-def _roi_align_rule(ctx: Any) -> list[TensorType]:
+def _roi_align_rule(ctx: InferCtx) -> list[TensorType]:
     x, rois, batch = ctx.inputs
     if ctx.attr("mode", "avg") not in ("avg", "max"):
         ctx.error(f"mode must be 'avg' or 'max', got {ctx.attr('mode')!r}")
@@ -277,7 +278,7 @@ def _max_roi_pool_ref(inputs: list, attrs: dict) -> list:
     return [y]
 
 
-def _max_roi_pool_rule(ctx: Any) -> list[TensorType]:
+def _max_roi_pool_rule(ctx: InferCtx) -> list[TensorType]:
     x, rois = ctx.inputs
     if x.rank != 4 or rois.rank != 2:
         ctx.error(f"X must be 4-D and rois (R, 5), got {x.shape} and {rois.shape}")
@@ -337,7 +338,7 @@ def _nms_ref(inputs: list, attrs: dict) -> list:
     return [np.array(out, I64).reshape(-1, 3)]
 
 
-def _nms_rule(ctx: Any) -> list[TensorType]:
+def _nms_rule(ctx: InferCtx) -> list[TensorType]:
     boxes, scores = ctx.inputs[:2]
     if boxes.rank != 3 or scores.rank != 3:
         ctx.error(f"boxes must be (B, N, 4) and scores (B, classes, N), got {boxes.shape} and {scores.shape}")
@@ -379,7 +380,7 @@ def _center_crop_pad_ref(inputs: list, attrs: dict) -> list:
     return [y]
 
 
-def _center_crop_pad_rule(ctx: Any) -> list[TensorType]:
+def _center_crop_pad_rule(ctx: InferCtx) -> list[TensorType]:
     x, shape = ctx.inputs
     if shape.rank != 1:
         ctx.error(f"shape must be 1-D, got {shape.shape}")

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
@@ -55,7 +56,7 @@ def _deform_conv_ref(inputs: list, attrs: dict) -> list:
     return [y.astype(x.dtype)]
 
 
-def _deform_conv_rule(ctx: Any) -> list[TensorType]:
+def _deform_conv_rule(ctx: InferCtx) -> list[TensorType]:
     x, w, offset = ctx.inputs[:3]
     bias, mask = (list(ctx.inputs[3:]) + [None, None])[:2]
     if x.rank < 3 or w.rank != x.rank or offset.rank != x.rank:
@@ -109,7 +110,7 @@ def _col2im_ref(inputs: list, attrs: dict) -> list:
     return [acc[(slice(None), slice(None), *crop)].astype(x.dtype)]
 
 
-def _col2im_rule(ctx: Any) -> list[TensorType]:
+def _col2im_rule(ctx: InferCtx) -> list[TensorType]:
     x, image, block = ctx.inputs
     if x.rank != 3 or image.rank != 1 or block.rank != 1:
         ctx.error(f"input must be (N, C*prod(block), L) and image_shape, block_shape 1-D, got {x.shape}, "
@@ -167,7 +168,7 @@ def _max_unpool_ref(inputs: list, attrs: dict) -> list:
     return [out]
 
 
-def _max_unpool_rule(ctx: Any) -> list[TensorType]:
+def _max_unpool_rule(ctx: InferCtx) -> list[TensorType]:
     x, idx = ctx.inputs[:2]
     shape = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     for a, b in zip(x.shape, idx.shape):

@@ -57,7 +57,7 @@ def fold_constant_nodes(graph: Graph, cap_bytes: int) -> Folded:
         ins = [x for x in n.inputs if x]
         outs = [o for o in n.outputs if o]
         sizes = [_static_nbytes(graph.types.get(o)) for o in outs]
-        foldable = (outs and all(x in consts for x in ins) and n.op_type not in opdef.RANDOM_OPS
+        foldable = (outs and all(x in consts for x in ins) and not opdef.is_random(n)
                     and not n.subgraphs() and not outputs.intersection(outs) and None not in sizes
                     and not all(o in consts for o in outs))
         op = opdef.lookup(n.op_type, n.domain) if foldable else None

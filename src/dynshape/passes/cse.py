@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.ir.graph import Node
-from dynshape.ir.opdef import RANDOM_OPS
+from dynshape.ir.opdef import is_random
 
 
 def _attr_key(v: Any) -> Any:
@@ -35,7 +35,7 @@ def eliminate_common(nodes: list[Node], keep: set[str]) -> list[Node]:
         ins = [rename.get(x, x) for x in n.inputs]
         if ins != n.inputs:
             n = dataclasses.replace(n, inputs=ins)
-        if n.subgraphs() or n.op_type in RANDOM_OPS or any(o in keep for o in n.outputs):
+        if n.subgraphs() or is_random(n) or any(o in keep for o in n.outputs):
             out.append(n)
             continue
         try:

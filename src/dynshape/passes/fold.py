@@ -20,13 +20,14 @@ import numpy as np
 
 from dynshape.ir.buffers import fresh_array
 from dynshape.ir.graph import Node
+from dynshape.ir.opdef import is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.passes.layout import Rewrite
 
 
 def _bn_params(n: Node, consts: dict) -> tuple[np.ndarray, np.ndarray] | None:
     """(k, shift) of an inference-mode BatchNormalization with constant parameters, else None."""
-    if n.op_type != "BatchNormalization" or n.domain not in ("", "ai.onnx") or n.attrs.get("training_mode", 0):
+    if n.op_type != "BatchNormalization" or not is_default_domain(n) or n.attrs.get("training_mode", 0):
         return None
     if len(n.inputs) < 5 or any(o for o in n.outputs[1:]):
         return None
@@ -46,7 +47,7 @@ def _channel_affine(n: Node, consts: dict, types: dict) -> tuple[str, np.ndarray
     bn = _bn_params(n, consts)
     if bn is not None:
         return n.inputs[0], bn[0], bn[1]
-    if n.op_type not in ("Mul", "Add", "Sub") or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2:
+    if n.op_type not in ("Mul", "Add", "Sub") or not is_default_domain(n) or len(n.inputs) != 2:
         return None
     order = ((0, 1), (1, 0)) if n.op_type != "Sub" else ((0, 1),)
     for xi, ci in order:
@@ -175,7 +176,7 @@ def _scale_all(jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
 
 
 def _foldable(conv: Node, consts: dict, readers: dict, keep: set[str], channels: int) -> bool:
-    if conv.op_type not in ("Conv", "ConvTranspose") or conv.domain not in ("", "ai.onnx"):
+    if conv.op_type not in ("Conv", "ConvTranspose") or not is_default_domain(conv):
         return False
     y = conv.outputs[0]
     if readers.get(y, 0) != 1 or y in keep or conv.inputs[1] not in consts:
@@ -209,7 +210,7 @@ def drop_identities(nodes: list[Node], types: dict, consts: dict, keep: set[str]
     rw = Rewrite([], {}, {})
     for n in nodes:
         ins = [alias.get(x, x) for x in n.inputs]
-        if n.domain in ("", "ai.onnx") and (n.op_type == "Dropout" and _inference(n, consts)
+        if is_default_domain(n) and (n.op_type == "Dropout" and _inference(n, consts)
                                             or n.op_type in ("Reshape", "Cast") and _same_shape(n, types)):
             y, masks = n.outputs[0], [m for m in n.outputs[1:] if m]
             if y not in keep and y not in named and not any(readers.get(m) or m in keep for m in masks):

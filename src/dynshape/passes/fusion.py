@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dynshape.ir.graph import Graph, Node
+from dynshape.ir.opdef import is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes.items import Elementwise, Item, Single
@@ -34,7 +35,7 @@ Fusible = Callable[[Node, Graph], bool]
 def _groupable(node: Node, graph: Graph, fusible: Fusible) -> bool:
     """Structurally an elementwise node (one output with the broadcast shape of its named tensor inputs), and
     an op whose expression rule takes it."""
-    if node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or not node.inputs or "" in node.inputs:
+    if not is_default_domain(node) or len(node.outputs) != 1 or not node.inputs or "" in node.inputs:
         return False
     out = graph.types.get(node.outputs[0])
     ins = [graph.types.get(x) for x in node.inputs]

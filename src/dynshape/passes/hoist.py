@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from dynshape.ir import opdef
 from dynshape.ir.graph import Node
 from dynshape.ir.types import TensorType
-from dynshape.passes.values import MOVEMENT_OPS
-
-_SCALAR_OPS = {"Mul", "Div", "Add", "Sub"}
+from dynshape.passes.values import is_movement
 
 
 def _scalar_operand_op(n: Node, types: dict, consts: dict) -> int | None:
     """Index of the one tensor operand of a binary op whose other operand is a scalar constant, else None."""
-    if n.op_type not in _SCALAR_OPS or n.domain not in ("", "ai.onnx") or len(n.inputs) != 2 or len(n.outputs) != 1:
+    op = opdef.of(n)
+    if op is None or not op.arithmetic or len(n.inputs) != 2 or len(n.outputs) != 1:
         return None
     out = types.get(n.outputs[0])
     for i in (0, 1):
@@ -53,7 +53,7 @@ def hoist_scalar_ops(nodes: list[Node], types: dict, consts: dict, keep: set[str
                 continue
             chain: list[Node] = []  # movement nodes, last first
             x = n.inputs[i]
-            while (m := producer.get(x)) is not None and m.op_type in MOVEMENT_OPS and m.domain in ("", "ai.onnx") \
+            while (m := producer.get(x)) is not None and is_movement(m) \
                     and len([o for o in m.outputs if o]) == 1 and readers.get(x) == 1 and x not in keep:
                 chain.append(m)
                 x = m.inputs[0]

@@ -21,27 +21,23 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from dynshape.ir import opdef
 from dynshape.ir.graph import Node
+from dynshape.ir.opdef import Layout, is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.ops.layout import DOMAIN, to_first, to_last
 from dynshape.passes.values import is_float32, reduction_axes
 
-SPATIAL = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-           "Upsample", "LpPool", "GlobalLpPool", "LRN",  # LRN: across channels, the last axis once wrapped
-           "InstanceNormalization"}  # per channel over the map: channels last it vectorises over the channels
-# ops computing the same values on permuted operands (their non-data inputs, if any, listed in _PARAMS)
-ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Relu", "Sigmoid",
-               "Tanh", "Exp", "Log", "Abs", "Neg", "Sqrt", "Reciprocal", "Erf", "Clip", "LeakyRelu", "HardSigmoid",
-               "HardSwish", "Elu", "Selu", "Celu", "Softplus", "Softsign", "Mish", "Swish", "Gelu", "Identity",
-               "Cast", "Floor", "Ceil", "Round", "Sign", "Not", "And", "Or", "Xor", "Equal", "Less", "Greater",
-               "LessOrEqual", "GreaterOrEqual", "IsNaN", "IsInf", "ThresholdedRelu", "Shrink", "Dropout"}
-_PARAMS = {"Clip": 1, **{op: 1 for op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd",
-                                          "ReduceL2", "ReduceL1", "ReduceSumSquare", "ReduceLogSumExp")}}
-# (Clip's min/max are scalars and a reduction's axes input is not data: only input 0 is permuted)
-_AXIS = {"Concat", "Split", "Softmax", "LogSoftmax"}
-_REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL2", "ReduceL1",
-           "ReduceSumSquare", "ReduceLogSumExp"}
-_SINKABLE = ELEMENTWISE | _AXIS | _REDUCE
+# What each op does with a channels-last operand is its op table entry's `layout` (`ir.opdef.Layout`), set where
+# the op is defined (dynshape.ops): SPATIAL ops are wrapped (step 1); ELEMENTWISE, AXIS and REDUCE ops are sunk
+# through (step 2), only their first `permuted_inputs` inputs permuted (Clip's bounds and a reduction's axes are
+# parameters); every other op keeps the ONNX order.
+_SINKABLE = frozenset({Layout.ELEMENTWISE, Layout.AXIS, Layout.REDUCE})
+
+
+def _layout(n: Node) -> Layout:
+    op = opdef.of(n)
+    return Layout.CHANNELS_FIRST if op is None else op.layout
 
 
 @dataclasses.dataclass
@@ -61,7 +57,7 @@ class Rewrite:
 
 
 def _perm(n: Node) -> list[int] | None:
-    return list(n.attrs.get("perm", [])) if n.op_type == "Transpose" and n.domain in ("", "ai.onnx") else None
+    return list(n.attrs.get("perm", [])) if n.op_type == "Transpose" and is_default_domain(n) else None
 
 
 def _permuted(t: TensorType, perm: list[int]) -> TensorType:
@@ -76,7 +72,7 @@ def _inverse(perm: list[int]) -> list[int]:
 
 
 def _wrappable(n: Node, types: dict) -> bool:
-    if n.op_type not in SPATIAL or n.domain not in ("", "ai.onnx") or len([o for o in n.outputs if o]) != 1:
+    if _layout(n) is not Layout.SPATIAL or len([o for o in n.outputs if o]) != 1:
         return False
     x = types.get(n.inputs[0])
     if not is_float32(x) or len(x.shape) < 3 or not is_float32(types.get(n.outputs[0])):
@@ -204,16 +200,16 @@ def _prune(rw: Rewrite, keep: set[str]) -> None:
 
 
 def _data_inputs(n: Node) -> Iterator[int]:
-    k = _PARAMS.get(n.op_type)
+    op = opdef.of(n)
+    k = None if op is None else op.permuted_inputs
     return iter(range(len(n.inputs) if k is None else k))
 
 
 def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: Rewrite):
     """(n on the un-permuted operands, the perm) when n can move above its Transposes (the constants it needs are
     added to `rw`). `transposed`: (value, perm) -> the Transpose output that already holds it in that order."""
-    if n.domain not in ("", "ai.onnx") or not n.inputs or not all(o for o in n.outputs):
-        return None
-    if n.op_type not in _SINKABLE:
+    layout = _layout(n)
+    if layout not in _SINKABLE or not n.inputs or not all(o for o in n.outputs):
         return None
     perm = None
     for k in _data_inputs(n):
@@ -226,7 +222,7 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
         return None
     r = len(perm)
     inv = _inverse(perm)
-    flat = n.op_type in _REDUCE and not n.attrs.get("keepdims", 1)
+    flat = layout is Layout.REDUCE and not n.attrs.get("keepdims", 1)
     if flat and not _flat_reduce_keeps_order(n, perm, consts):
         return None
     if not flat and any(len(getattr(types.get(o), "shape", ())) != r for o in n.outputs):
@@ -253,7 +249,7 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
         rw.types[name] = types[name] = TensorType(c.dtype, moved.shape, moved)
         inputs[k] = name
     attrs = dict(n.attrs)
-    if n.op_type in _AXIS:
+    if layout is Layout.AXIS:
         if n.op_type in ("Softmax", "LogSoftmax") and rw.opset < 13:
             # below opset 13 one softmax runs over the flattened axes from `axis` on (default 1): order-free, so
             # the op moves when those axes are a suffix of the operand's axes too (NCHW's C, H, W are NHWC's
@@ -268,7 +264,7 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
             attrs["axis"] = perm[a % r]
         if n.op_type == "Split" and len(inputs) > 1 and inputs[1] and inputs[1] not in consts:
             return None
-    if n.op_type in _REDUCE:
+    if layout is Layout.REDUCE:
         if "axes" in attrs:
             attrs["axes"] = [perm[a % r] for a in attrs["axes"]]
         elif len(n.inputs) > 1 and n.inputs[1] in consts:  # opset 18: the axes are an input
@@ -306,7 +302,7 @@ def _shuffle_once(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> boo
     """One channel shuffle of a channels-last value rewritten in channels last (rule 4 of the module doc)."""
     prod, read = _producers(rw.nodes), _readers(rw.nodes)
     for r2 in rw.nodes:
-        if r2.op_type != "Reshape" or r2.domain not in ("", "ai.onnx"):
+        if r2.op_type != "Reshape" or not is_default_domain(r2):
             continue
         t = prod.get(r2.inputs[0])
         r1 = prod.get(t.inputs[0]) if t is not None and _perm(t) == [0, 2, 1, 3, 4] else None

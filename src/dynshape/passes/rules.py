@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node
+from dynshape.ir.opdef import PoolKind, is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.passes.items import Attention, Conv, ConvChain, Elementwise, Item, Pool, Product, Single, Softmax
 from dynshape.passes.schedule import Match, Rule, Schedule
@@ -17,17 +19,13 @@ from dynshape.passes.values import broadcast_pattern, const_value, is_float32, r
 _HEADS_PERM = [0, 2, 1, 3]
 
 
-def _default_domain(n: Node) -> bool:
-    return n.domain in ("", "ai.onnx")
-
-
 def _dedup(*parts: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(x for p in parts for x in p))
 
 
 # ---- softmax ------------------------------------------------------------------------------------------------
 def _softmax_node(item: Item, s: Schedule) -> Node | None:
-    if not isinstance(item, Single) or item.node.op_type != "Softmax" or not _default_domain(item.node):
+    if not isinstance(item, Single) or item.node.op_type != "Softmax" or not is_default_domain(item.node):
         return None
     n = item.node
     t = s.type(n.outputs[0]) if n.outputs else None
@@ -68,7 +66,7 @@ def match_softmax(s: Schedule, i: int, item: Item) -> Match | None:
 # ---- products by constant matrices ------------------------------------------------------------------------
 def product_operands(n: Node, s: Schedule) -> tuple[str, bool] | None:
     """(weight, transB) when n is a float32 product by a constant matrix that a Product item can run."""
-    if not _default_domain(n) or len(n.outputs) != 1 or len(n.inputs) < 2 or "" in n.inputs[:2]:
+    if not is_default_domain(n) or len(n.outputs) != 1 or len(n.inputs) < 2 or "" in n.inputs[:2]:
         return None
     a, b, y = (s.type(x) for x in (n.inputs[0], n.inputs[1], n.outputs[0]))
     if not (is_float32(a) and is_float32(y) and is_float32(b) and a.shape and len(b.shape) == 2):
@@ -224,7 +222,7 @@ def _finishes_in_tiles(item: Conv, s: Schedule) -> bool:
     if bias is not None and const_value(bias, s.graph) is None:
         return False
     group = item.epilogue.group if item.epilogue else ()
-    return not group or (len(group) == 1 and group[0].op_type in FINISHING_ACTS and _default_domain(group[0])
+    return not group or (len(group) == 1 and group[0].op_type in FINISHING_ACTS and is_default_domain(group[0])
                          and list(group[0].inputs) == [node.outputs[0]])
 
 
@@ -253,14 +251,20 @@ def match_pw_dw(s: Schedule, i: int, item: Item) -> Match | None:
     return Match(ConvChain(inputs, dw.outputs, item, dw), j, frozenset((i, j)))
 
 
-_POOLS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+# the pool kinds codegen/lower/pool.py's kernel computes (an Lp pool stays the wrapped op's own lowering)
+_KERNEL_POOLS = frozenset({PoolKind.MAX, PoolKind.AVERAGE})
 
 
-def spatial_reduction(n: Node, graph: Graph) -> str | None:
-    """'mean' / 'max' when n is a ReduceMean / ReduceMax over every spatial axis (1 .. r-2) of a channels-last
+def _kernel_pool(op_type: object) -> bool:
+    op = opdef.lookup(op_type) if isinstance(op_type, str) else None
+    return op is not None and op.pool in _KERNEL_POOLS
+
+
+def spatial_reduction(n: Node, graph: Graph) -> PoolKind | None:
+    """AVERAGE / MAX when n is a ReduceMean / ReduceMax over every spatial axis (1 .. r-2) of a channels-last
     tensor (the SE block's pool, once the layout pass moved it to channels last; a classifier's global pool
     over a length, dims dropped: (N, C) is (N, 1, C)'s memory)."""
-    if n.op_type not in ("ReduceMean", "ReduceMax") or n.domain not in ("", "ai.onnx"):
+    if n.op_type not in ("ReduceMean", "ReduceMax") or not is_default_domain(n):
         return None
     x = graph.types.get(n.inputs[0])
     if not isinstance(x, TensorType) or len(x.shape) < 3:
@@ -269,7 +273,7 @@ def spatial_reduction(n: Node, graph: Graph) -> str | None:
     r = len(x.shape)
     if axes is None or sorted(a % r for a in axes) != list(range(1, r - 1)):
         return None
-    return "mean" if n.op_type == "ReduceMean" else "max"
+    return PoolKind.AVERAGE if n.op_type == "ReduceMean" else PoolKind.MAX
 
 
 def match_pool(s: Schedule, i: int, item: Item) -> Match | None:
@@ -277,7 +281,7 @@ def match_pool(s: Schedule, i: int, item: Item) -> Match | None:
     if not isinstance(item, Single):
         return None
     n = item.node
-    cl = n.op_type == "ChannelsLast" and n.domain == "dynshape" and n.attrs.get("op") in _POOLS
+    cl = n.op_type == "ChannelsLast" and n.domain == "dynshape" and _kernel_pool(n.attrs.get("op"))
     if not (cl or spatial_reduction(n, s.graph)) or not is_float32(s.type(n.inputs[0])) \
             or len([o for o in n.outputs if o]) != 1 or not is_float32(s.type(n.outputs[0])):
         return None
@@ -290,7 +294,7 @@ def _batched_matmul(item: Item, s: Schedule) -> tuple | None:
     if not isinstance(item, Single):
         return None
     n = item.node
-    if n.op_type != "MatMul" or not _default_domain(n) or len(n.outputs) != 1:
+    if n.op_type != "MatMul" or not is_default_domain(n) or len(n.outputs) != 1:
         return None
     a, b, y = (s.type(x) for x in (*n.inputs[:2], n.outputs[0]))
     if not (is_float32(a) and is_float32(b) and is_float32(y)) or len(a.shape) < 2 or len(a.shape) != len(b.shape):

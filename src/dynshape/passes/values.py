@@ -6,13 +6,22 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node
+from dynshape.ir.opdef import Movement
 from dynshape.ir.types import TensorType
 
-# Ops whose output is their input's buffer reinterpreted (a plan makes them views, no copy).
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-# Pure data movement: the views, and Transpose (a copy, but of unchanged values).
-MOVEMENT_OPS = VIEW_OPS | {"Transpose"}
+
+def is_view(n: Node) -> bool:
+    """Whether n's output is its input's buffer reinterpreted (a plan makes it a view, no copy)."""
+    op = opdef.of(n)
+    return op is not None and op.movement is Movement.VIEW
+
+
+def is_movement(n: Node) -> bool:
+    """Whether n is pure data movement: a view, or a Transpose (a copy, but of unchanged values)."""
+    op = opdef.of(n)
+    return op is not None and op.movement is not Movement.NONE
 
 
 def reduction_axes(n: Node, value: Callable[[str], np.ndarray | None]) -> list[int] | None:

@@ -13,6 +13,12 @@ identity the manifest records, no compiler is looked for or run, a missing libra
 compilation), where the same options make the same generated sources, hence the same keys. The manifest is
 checked first, so a tampered, missing or unlisted file, or libraries built for another CPU, are refused before
 any of them is loaded; so are options that would make different kernels.
+
+Why the model comes in as a `ModelBuild` (runtime/model_build.py) and never as a file: reading ONNX, exporting
+a torch graph to ONNX and inferring its types is the compile step's work (`dynshape.compiler`, the layer above),
+so runtime does no frontend work and holds no frontend import (an import contract in pyproject.toml). `save`
+asks the compile step for the typed build once its refusals are passed; `load` hands it the verified model
+bytes and gets the typed build back.
 """
 
 from __future__ import annotations
@@ -28,19 +34,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 
 from dynshape.codegen import cc
-from dynshape.errors import DynshapeError, ModelError
-from dynshape.frontends.onnx import load_onnx, read_model
-from dynshape.ir.graph import Graph, describe_symbol, format_type
+from dynshape.errors import DynshapeError
+from dynshape.ir.graph import Fact, Graph, describe_symbol, format_type
 from dynshape.options import Options, make
 from dynshape.runtime import artifact_io as aio
 from dynshape.runtime.executable import Executable
+from dynshape.runtime.model_build import BuildReader, CompileStep, ModelBuild
 from dynshape.sym import is_expr, sym
 from dynshape.sym.pysource import cond_from_json, cond_to_json
 
-__all__ = ["FORMAT", "build_cache", "load", "save"]
+__all__ = ["FORMAT", "build_cache", "load", "save", "signature_json"]
 
 FORMAT = "dynshape-artefact-1"
 MODEL, CONFIG, MANIFEST, LIBS = "model.onnx", "config.json", "manifest.json", "libs"
@@ -60,13 +65,14 @@ def build_cache(path: Path) -> Iterator[None]:
 
 
 # ---- saving ---------------------------------------------------------------------------------------------
-def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None = None,
-         specialize: list[Mapping[str, int]] | None = None, *, options: Options | None = None,
-         on_step: StepFn | None = None, signing_key: bytes | str | None = None, **knobs: Any) -> Executable:
-    """Compile `model` (path, bytes, ModelProto or a dynshape Graph such as `ds.from_torch` makes) once and write
-    the artefact to `out_dir`; returns the executable. A Graph is stored as ONNX (`to_onnx`), its symbols' ranges
-    as the default `dims`, and its stated requirements (`Graph.requires`: torch's guards) in config.json, so the
-    loaded artefact checks them per call as the graph did.
+def save(compile_step: CompileStep, out_dir: str | os.PathLike, specialize: list[Mapping[str, int]] | None = None,
+         *, options: Options | None = None, on_step: StepFn | None = None, signing_key: bytes | str | None = None,
+         **knobs: Any) -> Executable:
+    """Build the typed model `compile_step` yields once and write the artefact to `out_dir`; returns the
+    executable. `compile_step(step)` is called after the refusals that need no model (target, options), reports
+    its own two steps through `step(label)` and returns a `ModelBuild` (the model's ONNX bytes, its inferred
+    graph with the requirements to keep, its declared dims): `dynshape.compiler.artifact.save` makes it from a
+    path, bytes, ModelProto or Graph.
     `options` / keyword options as for `ds.compile` (the strategy is always generic: a loaded artefact never
     compiles, so it cannot build variants as calls arrive).
 
@@ -84,7 +90,7 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
                             "strategy, auto_specialize, profile and buckets are for ds.compile")
     opts = opts.replace(strategy="generic", cache_dir=None)
     specs = [dict(s) for s in specialize or []]
-    total, done = 4 + len(specs), 0
+    total, done = 4 + len(specs), 0  # the compile step's two, kernels, one per variant, writing
 
     def step(label: str) -> None:
         nonlocal done
@@ -94,20 +100,10 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
 
     tmp = aio.new_tmpdir(out)
     try:
-        step("loading model")
-        requires: list = []
-        if isinstance(model, Graph):
-            from dynshape.frontends.onnx_export import dims_of, to_onnx
-
-            dims = dims_of(model) if dims is None else dims
-            requires, model = list(model.requires), to_onnx(model)
-        data = _model_bytes(model)
-        graph = load_onnx(data, dims, infer=False)
-        graph.requires = requires
-        step("shape inference")
-        from dynshape.ir.infer import infer_graph
-
-        infer_graph(graph)
+        build = compile_step(step)
+        if not isinstance(build, ModelBuild):
+            raise TypeError(f"the compile step returned {type(build).__name__}, not a ModelBuild")
+        graph, dims, data = build.graph, build.dims, build.model
         with build_cache(tmp / LIBS):
             step("compiling kernels")
             exe = Executable(graph, None, opts)
@@ -126,7 +122,7 @@ def save(model: Any, out_dir: str | os.PathLike, dims: Mapping[str, Any] | None 
         step("writing artefact")
         config = {"dims": {n: _dim_json(n, d) for n, d in (dims or {}).items()},
                   "specialize": [{k: int(v) for k, v in s.items()} for s in specs], "options": opts.to_json(),
-                  "requires": [{"origin": f.origin, **cond_to_json(f.check)} for f in requires]}
+                  "requires": [{"origin": f.origin, **cond_to_json(f.check)} for f in graph.requires]}
         (tmp / MODEL).write_bytes(data)
         (tmp / CONFIG).write_text(json.dumps(config, indent=1) + "\n")
         (tmp / "signature.txt").write_text(str(graph.signature) + "\n")
@@ -153,20 +149,6 @@ def _check_target(out: Path) -> None:
     if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
         raise DynshapeError(f"{out} is a non-empty directory that is not a dynshape artefact; refusing to overwrite "
                             "it: choose a new or empty directory")
-
-
-def _model_bytes(model: Any) -> bytes:
-    """The serialised model (external data inlined, so the artefact is self-contained)."""
-    if isinstance(model, (bytes, bytearray)):
-        return bytes(model)
-    if isinstance(model, onnx.ModelProto):
-        return model.SerializeToString()
-    if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            raise ModelError(f"no ONNX model at {path!r} (file not found)")
-        return read_model(path).SerializeToString()  # external data inlined, read only from beside the model
-    raise ModelError(f"save expects a path, bytes, onnx.ModelProto or a dynshape Graph, got {type(model).__name__}")
 
 
 def _dim_json(name: str, d: Any) -> int | dict:
@@ -231,9 +213,12 @@ def _loaded_options(out: Path, saved: Options, overrides: Mapping[str, Any], con
 
 
 # ---- loading --------------------------------------------------------------------------------------------
-def load(out_dir: str | os.PathLike, *, signing_key: bytes | str | None = None, **overrides: Any) -> Executable:
+def load(out_dir: str | os.PathLike, read_build: BuildReader, *, signing_key: bytes | str | None = None,
+         **overrides: Any) -> Executable:
     """The executable saved in `out_dir`, after verifying every file; never invokes the C compiler.
 
+    `read_build(model bytes, dims, requirements)` is the compile step's reader of the verified model.onnx
+    (`dynshape.compiler.artifact.load` passes it): it returns the typed build this loads and runs.
     `overrides`: options of how calls are served (memory_budget, preallocate, arenas, ...). Options that change
     the kernels must match the artefact's (they are compared before anything is built): rebuild otherwise.
     `signing_key`: refuse the artefact unless its manifest carries a matching HMAC (`save(..., signing_key=)`).
@@ -244,10 +229,11 @@ def load(out_dir: str | os.PathLike, *, signing_key: bytes | str | None = None, 
         with aio.locked(out.parent):
             aio.restore_interrupted(out)  # a save killed between its two renames left the artefact aside
     with aio.locked(out.parent, shared=True):
-        return _load(out, signing_key, overrides)
+        return _load(out, read_build, signing_key, overrides)
 
 
-def _load(out: Path, signing_key: bytes | str | None, overrides: Mapping[str, Any]) -> Executable:
+def _load(out: Path, read_build: BuildReader, signing_key: bytes | str | None,
+          overrides: Mapping[str, Any]) -> Executable:
     manifest = _read_manifest(out)
     if signing_key is not None:
         aio.verify_signature(manifest, signing_key, f"artefact {out}")
@@ -262,7 +248,7 @@ def _load(out: Path, signing_key: bytes | str | None, overrides: Mapping[str, An
     if any(rel.startswith(LIBS + "/") for rel in manifest["files"]):
         _check_machine(out, manifest, config)
     with build_cache(libs), cc.offline(manifest.get("compiler") or "none"):
-        graph = _load_graph(contents[MODEL], dims, requires, out)
+        graph = _load_graph(read_build, contents[MODEL], dims, requires, out)
         try:
             exe = Executable(graph, specialize, opts)
             if exe.has_empty_build:  # saved beside the main build; made now, while the libraries are at hand
@@ -282,19 +268,18 @@ def _load(out: Path, signing_key: bytes | str | None, overrides: Mapping[str, An
     return exe
 
 
-def _load_graph(model: bytes, dims: dict, requires: list, out: Path) -> Graph:
-    """The saved model with its stated requirements (config.json's "requires") re-attached, inferred."""
-    from dynshape.ir.graph import Fact
-    from dynshape.ir.infer import infer_graph
-
-    graph = load_onnx(model, dims, infer=False)
+def _load_graph(read_build: BuildReader, model: bytes, dims: dict, requires: list, out: Path) -> Graph:
+    """The saved model, typed by the compile step's reader, with its stated requirements (config.json's
+    "requires") handed to it to re-attach before inference."""
     symbols = {v.atom().name: v for v in dims.values() if is_expr(v)}
     try:
-        graph.requires = [Fact("require", str(r["text"]), str(r["origin"]), cond_from_json(r, symbols))
-                          for r in requires]
+        facts = [Fact("require", str(r["text"]), str(r["origin"]), cond_from_json(r, symbols)) for r in requires]
     except (KeyError, TypeError, DynshapeError) as e:
         raise DynshapeError(f"artefact {out}: {CONFIG} has a malformed requirement ({e}); rebuild it") from None
-    return infer_graph(graph)
+    build = read_build(model, dims, facts)
+    if not isinstance(build, ModelBuild):
+        raise TypeError(f"the build reader returned {type(build).__name__}, not a ModelBuild")
+    return build.graph
 
 
 def _parse_config(out: Path, data: bytes) -> tuple[dict, dict[str, Any], list[dict], Options]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dynshape.ir.opdef import is_default_domain
 from dynshape.passes.values import is_float32
 from dynshape.runtime.build import Build, KernelStep, NodeStep
 
@@ -48,7 +49,7 @@ def concat_joins(build: Build, per_key: set[int], graph_outputs: set[str]) -> tu
     joins: dict[str, Join] = {}
     skipped: set[int] = set()
     for i, s in enumerate(steps):
-        if not (isinstance(s, NodeStep) and s.node.op_type == "Concat" and s.node.domain in ("", "ai.onnx")) \
+        if not (isinstance(s, NodeStep) and s.node.op_type == "Concat" and is_default_domain(s.node)) \
                 or i in per_key or len(s.outputs) != 1:
             continue
         found = _join(s, i, g, steps, producer, readers, per_key, graph_outputs)

@@ -26,10 +26,10 @@ from dynshape.codegen.keep import Keep, TableRef, resolved
 from dynshape.codegen.lowering import BindRequest, NativeCall
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.execute import Scope
-from dynshape.ir.opdef import RANDOM_OPS
+from dynshape.ir.opdef import is_random
 from dynshape.ir.types import TensorType
 from dynshape.options import Options
-from dynshape.passes.values import VIEW_OPS
+from dynshape.passes.values import is_view
 from dynshape.runtime.arenas import aligned_bytes
 from dynshape.runtime.build import Build, KernelStep, NodeStep
 from dynshape.runtime.concat_joins import concat_joins
@@ -287,7 +287,7 @@ class Planner:
         per_key_values: set[str] = set()
         for i, s in enumerate(build.steps):
             ins = [x for x in s.inputs if x]
-            random = isinstance(s, NodeStep) and (s.scoped or s.node.op_type in RANDOM_OPS)
+            random = isinstance(s, NodeStep) and (s.scoped or is_random(s.node))
             if ins and not random and all(x in known or x in per_key_values for x in ins):
                 self.per_key.append(i)
                 per_key_values.update(o for o in s.outputs if o)
@@ -303,7 +303,7 @@ class Planner:
         for x, jn in self.joins.items():
             self.base[x] = jn.into
         for i, s in enumerate(build.steps):
-            if isinstance(s, NodeStep) and s.node.op_type in VIEW_OPS and s.inputs and s.inputs[0] in self.base \
+            if isinstance(s, NodeStep) and is_view(s.node) and s.inputs and s.inputs[0] in self.base \
                     and s.outputs[0] in self.base and len([o for o in s.outputs if o]) == 1:
                 self.base[s.outputs[0]] = self.base[s.inputs[0]]
                 self.alias_step.add(i)

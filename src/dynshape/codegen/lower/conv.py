@@ -21,6 +21,7 @@ from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.product import epilogue_loop
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR
+from dynshape.ir.opdef import is_default_domain
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Conv, ConvChain
 from dynshape.passes.rules import FINISHING_ACTS
@@ -221,7 +222,7 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     if bias is not None and not per_channel:  # a scalar or computed bias: the epilogue adds it, and what follows
         return None, ACT_NONE, None
     group = list(cv.epilogue.group if cv.epilogue else ())
-    if len(cv.outputs) != 1 or not group or any(n.domain not in ("", "ai.onnx") for n in group):
+    if len(cv.outputs) != 1 or not group or any(not is_default_domain(n) for n in group):
         return bias, ACT_NONE, None
     last = group[-1].outputs[0] == cv.outputs[0]
     if len(group) == 1 and last and list(group[0].inputs) == [node.outputs[0]]:

@@ -16,6 +16,8 @@ from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower.operands import computable
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
+from dynshape.ir import opdef
+from dynshape.ir.opdef import PoolKind
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Pool
 from dynshape.passes.rules import spatial_reduction
@@ -43,18 +45,35 @@ def lower_pool(p: Pool, ctx: LowerCtx) -> Lowered:
     computable(tuple(x.shape), ctx.key_names)
     computable(tuple(p.shape), ctx.key_names)
     if node.op_type == "ChannelsLast":
-        op = node.attrs["op"]
-        kind = {"GlobalAveragePool": "mean", "GlobalMaxPool": "max"}.get(op)
-    else:
-        op, kind = node.op_type, spatial_reduction(node, g)
+        op = opdef.lookup(node.attrs["op"])
+        if op is None or op.pool is None:
+            raise Unsupported(f"{node.attrs['op']} is not a pool")
+        kind, whole = op.pool, op.global_pool
+    else:  # a ReduceMean / ReduceMax over the map
+        reduced = spatial_reduction(node, g)
+        if reduced is None:
+            raise Unsupported(f"{node.label()} is not a reduction over the map")
+        kind, whole = reduced, True
+    _check_kind(kind)
     if not isinstance(x.shape[-1], int) or len(x.shape) not in (3, 4):
         raise Unsupported("channels must be static, the pool 1-D or 2-D")
-    if kind is not None:
+    if whole:
         return _global(p, ctx, kind)
-    return _windowed(p, ctx, op)
+    return _windowed(p, ctx, kind)
 
 
-def _global(p: Pool, ctx: LowerCtx, kind: str) -> Lowered:
+def _check_kind(kind: PoolKind) -> None:
+    """Every pool kind named: a kind the kernel has no case for is refused here, never computed as another."""
+    match kind:
+        case PoolKind.MAX | PoolKind.AVERAGE:
+            return
+        case PoolKind.LP:
+            raise Unsupported("the pool kernel computes max and average pools, not Lp")
+        case _:
+            raise RuntimeError(f"pool kind {kind!r} has no case in codegen/lower/pool.py")
+
+
+def _global(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     x_t = ctx.graph.types[p.node.inputs[0]]
     c = x_t.shape[-1]
     pixels = 1
@@ -64,7 +83,7 @@ def _global(p: Pool, ctx: LowerCtx, kind: str) -> Lowered:
     N, HW = kir.Extent(0), kir.Extent(1)
     o0, x = kir.Buffer("o0", F32, const=False), kir.Buffer("i0")
     # a mean sums in double: a float32 running sum over a large map drifts (2**19 * 6 equal values: 1.9% low)
-    mean = kind == "mean"
+    mean = kind is PoolKind.AVERAGE
     acc = kir.Buffer("acc", kir.F64 if mean else F32, const=False)
     task, n, c0, c1, hw, ch, ch2, ch3 = (kir.Var(v) for v in ("task", "n", "c0", "c1", "hw", "c", "c", "c"))
     blocks = (c + CBLOCK - 1) // CBLOCK
@@ -85,7 +104,7 @@ def _global(p: Pool, ctx: LowerCtx, kind: str) -> Lowered:
     return Lowered(kernel, p.outputs, (p.node.inputs[0],))
 
 
-def _windowed(p: Pool, ctx: LowerCtx, op: str) -> Lowered:
+def _windowed(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     node = p.node
     a = node.attrs
     x_t = ctx.graph.types[node.inputs[0]]
@@ -114,7 +133,7 @@ def _windowed(p: Pool, ctx: LowerCtx, op: str) -> Lowered:
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     o0, x = kir.Buffer("o0", F32, const=False), kir.Buffer("i0")
     geo = kir.Buffer("geo", I64, const=False)
-    mode = MODE_MAX if op == "MaxPool" else MODE_AVG_PADS if a.get("count_include_pad", 0) else MODE_AVG
+    mode = MODE_MAX if kind is PoolKind.MAX else MODE_AVG_PADS if a.get("count_include_pad", 0) else MODE_AVG
     fields = (E["H"], E["W"], _i(c), E["OH"], E["OW"], _i(kernel[0]), _i(kernel[1]), _i(strides[0]),
               _i(strides[1]), _i(dilations[0]), _i(dilations[1]), E["PT"], E["PL"], E["PB"], E["PR"], _i(mode))
     body: list[kir.Stmt] = [kir.Array(geo, len(fields))]

@@ -18,13 +18,19 @@ from typing import Any
 
 import numpy as np
 
+import dynshape.ops  # noqa: F401  (the op table `_random` reads)
 from dynshape.frontends.aten.symbols import Unsupported
+from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
 from dynshape.sym import Expr, Symbol, is_expr
 
 OPSET = 18
-NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                    "Bernoulli", "Dropout"}
+
+
+def _random(op: str) -> bool:
+    """Whether the default-domain op `op` draws random values (the op table's `random`: one list, not a copy)."""
+    d = opdef.lookup(op)
+    return d is not None and d.random
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ class Emitter:
         self.nodes.append(Node(op, "", self.fresh(f"{base}_node" if hint else base), attrs, names, outs))
         idx = len(self.stream)
         self.stream.append(key[:3])
-        if op not in NONDETERMINISTIC:
+        if not _random(op):  # a random draw is never the same node as an earlier one
             self._node_memo[key] = outs
         shapes = shapes or [shape] * n_out
         dtypes = dtypes or [dtype] * n_out
