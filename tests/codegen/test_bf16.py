@@ -157,3 +157,15 @@ def test_bf16_refused_without_the_instructions(monkeypatch: pytest.MonkeyPatch) 
 def test_unknown_precision_refused() -> None:
     with pytest.raises(DynshapeError, match="precision='fp16'"):
         ds.compile(ds.load_onnx(_product_model(8, 8, False)), precision="fp16")
+
+
+def test_artefact_keeps_its_precision(tmp_path) -> None:
+    """precision is a build option: saved in the artefact, so the loaded build computes what the saved one did."""
+    model = _product_model(40, 33, False)
+    exe = ds.save(model, tmp_path / "a", precision="bf16-emulated")
+    x = np.random.default_rng(4).standard_normal((9, 40)).astype(np.float32)
+    loaded = ds.load(tmp_path / "a")
+    assert loaded.options.precision == "bf16-emulated"
+    assert np.array_equal(loaded.run({"x": x})["y"], exe.run({"x": x})["y"])
+    want, _ = _reference(model, x, False)
+    assert np.abs(loaded.run({"x": x})["y"] - want).max() < 1e-4 * np.abs(want).max()
