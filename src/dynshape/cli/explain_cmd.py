@@ -163,7 +163,7 @@ def _print(data: dict[str, Any]) -> None:
              f"outputs {', '.join(k['outputs'])}" + (f"; {k['method']}" if k["method"] else ""))
     low = sum(1 for k in data["kernels"] if k["method"].startswith("bf16"))
     if low:
-        line(f"precision: {low} product kernel(s) in bf16 (marked); every other kernel and step in float32")
+        line(f"precision: {low} kernel(s) multiply in bf16 (marked: products, attention); everything else float32")
     if data["library_steps"]:
         line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
     if data["concat_slices"]:
