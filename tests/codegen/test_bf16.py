@@ -169,3 +169,39 @@ def test_artefact_keeps_its_precision(tmp_path) -> None:
     assert np.array_equal(loaded.run({"x": x})["y"], exe.run({"x": x})["y"])
     want, _ = _reference(model, x, False)
     assert np.abs(loaded.run({"x": x})["y"] - want).max() < 1e-4 * np.abs(want).max()
+
+
+def _conv_model(ci: int, co: int, k: int, s: int, g: int, pad: int, w: np.ndarray) -> onnx.ModelProto:
+    """relu(conv(x, w) + bias + r): the tiles' bias, residual and activation in one kernel."""
+    bias = np.linspace(-1, 1, co).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[k, k], strides=[s, s], group=g,
+                              pads=[pad] * 4),
+             helper.make_node("Add", ["c", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", ci, "h", "w"]),
+                        helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", co, "oh", "ow"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", co, "oh", "ow"])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+@pytest.mark.parametrize("ci,co,k,s,g,pad,h", [(16, 48, 1, 1, 1, 0, 9), (3, 40, 7, 2, 1, 3, 23),
+                                                (32, 64, 3, 2, 1, 1, 15), (8, 70, 3, 1, 2, 1, 11)])
+def test_convolutions_match_rounded_reference(precision: str, ci: int, co: int, k: int, s: int, g: int, pad: int,
+                                              h: int) -> None:
+    """Implicit-GEMM convolutions in bf16 equal the float32 convolution of the rounded input and weights (its
+    products are exact in float32) up to float32 accumulation: 1x1, a 7x7 stride-2 stem of 3 channels (odd k),
+    grouped 3x3 with an output tail, bias + residual + Relu in the tile's finish."""
+    rng = np.random.default_rng(ci * co)
+    w = (rng.standard_normal((co, ci // g, k, k)) * 0.2).astype(np.float32)
+    x = rng.standard_normal((2, ci, h, h)).astype(np.float32)
+    oh = (h + 2 * pad - k) // s + 1
+    r = rng.standard_normal((2, co, oh, oh)).astype(np.float32)
+    want = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, bf16.rounded(w)))).run(
+        {"x": bf16.rounded(x), "r": r})["y"]
+    exe = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, w)), precision=precision)
+    got = exe.run({"x": x, "r": r})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    methods = [getattr(st, "method", "") for st in exe.generic.steps]
+    assert any(m.startswith("implicit GEMM on packed weights; bf16") for m in methods)

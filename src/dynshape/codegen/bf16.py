@@ -36,7 +36,9 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_gemm_block_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
     "ds_gemm_panel_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_pack_panels_bf16": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16": (P, I64, I64, I64, P),
-    "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P)},
+    "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P),
+    "ds_conv_tile2_bf16": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
+    "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64)},
     share=True, needs=(packed_gemm.LIBRARY,), restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_epoch": I64})
 
 
@@ -84,8 +86,24 @@ def pack_b_rounded(b: np.ndarray, trans: bool = False) -> np.ndarray:
     return packed_gemm.pack_b(rounded(np.asarray(b, dtype=np.float32)), trans)
 
 
-packed_gemm.PACKERS["bf16"] = pack_b_bf16
-packed_gemm.PACKERS["bf16e"] = pack_b_rounded
+def pack_conv_bf16(w: np.ndarray, groups: int) -> np.ndarray:
+    """A convolution's weights as pack_conv's panels [groups * panels, K, 32] with their rows taken in pairs:
+    [groups * panels, ceil(K / 2), 64] of bf16, row p holding (w[2p][j], w[2p + 1][j]) per column j (what
+    ds_conv_tile2_bf16 reads; k = (kh * KW + kw) * CG + c as in pack_conv)."""
+    f = packed_gemm.pack_conv(w, groups)
+    gp, k, nr = f.shape
+    k2 = -(-k // 2)
+    bits = np.zeros((gp, 2 * k2, nr), np.uint16)
+    bits[:, :k] = round_bf16(f).reshape(f.shape)
+    out = packed_gemm.aligned((gp, k2, PAIR_COLUMNS), np.uint16)
+    out[...] = bits.reshape(gp, k2, 2, nr).transpose(0, 1, 3, 2).reshape(gp, k2, PAIR_COLUMNS)
+    return out
+
+
+packed_gemm.PACKERS["bf16"] = lambda w, trans, groups: pack_b_bf16(w, trans)
+packed_gemm.PACKERS["bf16e"] = lambda w, trans, groups: pack_b_rounded(w, trans)
+packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pack_conv_bf16(w, groups)
+packed_gemm.PACKERS["conv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_conv(w, groups))
 
 
 @functools.cache
@@ -133,6 +151,11 @@ def attention_calls(options: Options) -> tuple[str, str, str]:
         return "ds_pack_panels", "ds_pack_panels_t", "ds_gemm_tile"
     suffix = "e" if options.precision == "bf16-emulated" else ""
     return f"ds_pack_panels_bf16{suffix}", f"ds_pack_panels_t_bf16{suffix}", f"ds_gemm_block_bf16{suffix}"
+
+
+def conv_call(options: Options) -> str:
+    """The convolution tile (two panels) that implicit-GEMM convolutions call under a bf16 precision."""
+    return "ds_conv_tile2_bf16e" if options.precision == "bf16-emulated" else "ds_conv_tile2_bf16"
 
 
 def method(options: Options) -> str:

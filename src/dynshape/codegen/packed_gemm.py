@@ -154,8 +154,8 @@ def pack_winograd(w: np.ndarray, tile: int = 2) -> np.ndarray:
     return out
 
 
-#: packers of further layouts by name, (weight, trans) -> packed (codegen/bf16.py adds its own)
-PACKERS: dict[str, Callable[[np.ndarray, bool], np.ndarray]] = {}
+#: packers of further layouts by name, (weight, trans, groups) -> packed (codegen/bf16.py adds its own)
+PACKERS: dict[str, Callable[[np.ndarray, bool, int], np.ndarray]] = {}
 
 _packed: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to the weight, its packed form)
 
@@ -179,7 +179,7 @@ def packed(w: np.ndarray, trans: bool = False, layout: str = "panels", groups: i
     elif layout == "winograd4":
         out = pack_winograd(w, 4)
     elif layout in PACKERS:
-        out = PACKERS[layout](w, trans)
+        out = PACKERS[layout](w, trans, groups)
     else:
         out = pack_b(w, trans)
     try:

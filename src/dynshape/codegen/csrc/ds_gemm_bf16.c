@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds_conv.h"
 #include "ds_gemm.h"
 #include "ds_gemm_bf16.h"
 #include "ds_simd.h"
@@ -259,6 +260,129 @@ void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel,
     ds_bgemm_rows(ar, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols);
 #else
     (void)a; (void)lda; (void)panel; (void)c; (void)ldc; (void)i0; (void)i1; (void)ncols; (void)k; (void)ep;
+    abort();
+#endif
+}
+
+/* ---- convolutions: implicit GEMM on an im2col block in bf16 ---------------------------------------------------
+   ds_conv_tile2's contract (ds_conv.h) with bf16 operands: a block of output pixels p0..p1 has its patches
+   gathered once into per-thread scratch, rounded to bf16 as they are copied (k = (kh * KW + kw) * CG + c, the
+   packed weights' row order; the padding's taps as zeros), then multiplied by the group's panels q and q + 1
+   (pack_conv_bf16: pairs along k) with the products' micro-kernels; bias, residual and activation are applied to
+   the tile while it is in cache. The patches are kept for the next tile of the same block in the same call (the
+   epoch), so a block is gathered once per pair of panels at most, once in all where the loop runs block-major. */
+static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t rows, int64_t col0, int64_t ncols,
+                           const float *bias, const float *res) {
+    const int64_t LDY = geo[DS_CONV_LDY], OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT];
+    if (!bias && !res && act == DS_ACT_NONE) return;
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = y + (p0 + r) * LDY + col0;
+        const float *rr = res ? res + (p0 + r) * OC + col0 : 0;
+        for (int64_t j = 0; j < ncols; j++) {
+            float v = o[j];
+            if (bias) v += bias[col0 + j];
+            if (rr) v += rr[j];
+            if (act == DS_ACT_RELU) v = v < 0.0f ? 0.0f : v; /* NaN stays NaN */
+            else if (act == DS_ACT_HARDSWISH) {
+                float t = v * (1.0f / 6.0f) + 0.5f;
+                t = t < 0.0f ? 0.0f : t;
+                t = t > 1.0f ? 1.0f : t;
+                v = v * t;
+            }
+            o[j] = v;
+        }
+    }
+}
+
+/* The input pixel (or NULL in the padding) that tap (kh, kw) of output pixel p reads, at group g's channels. */
+static inline const float *ds_conv_src(const int64_t *geo, const float *x, int64_t p, int64_t kh, int64_t kw,
+                                       int64_t g) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C];
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW];
+    const int64_t n = p / (OH * OW), oh = p % (OH * OW) / OW, ow = p % OW;
+    const int64_t ih = oh * geo[DS_CONV_SH] - geo[DS_CONV_PT] + kh * geo[DS_CONV_DH];
+    const int64_t iw = ow * geo[DS_CONV_SW] - geo[DS_CONV_PL] + kw * geo[DS_CONV_DW];
+    if ((uint64_t)ih >= (uint64_t)H || (uint64_t)iw >= (uint64_t)W) return 0;
+    return x + ((n * H + ih) * W + iw) * C + g * geo[DS_CONV_CG];
+}
+
+/* Patches of pixels p0..p1 as float32 rows of K values, rounded to bf16 (the emulated path). */
+static const float *ds_patches_rounded(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
+                                       int64_t ep) {
+    const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
+    float *buf = ds_scratch_for((p1 - p0) * K * 4);
+    if (!buf) abort();
+    if (ds_memo_hit(x + g * CG, p1 - p0, p0, K, 3, ep)) return buf;
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *src = ds_conv_src(geo, x, p, kh, kw, g);
+                float *dst = buf + (p - p0) * K + (kh * KW + kw) * CG;
+                for (int64_t c = 0; c < CG; c++) dst[c] = src ? ds_from_bf16(ds_to_bf16(src[c])) : 0.0f;
+            }
+    return buf;
+}
+
+void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                         const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                         const float *restrict bias, const float *restrict res, int64_t ep) {
+    (void)zeros;
+    const int64_t CG = geo[DS_CONV_CG], OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
+    const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
+    const float *a = ds_patches_rounded(geo, x, p0, p1, g, ep);
+    for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
+        const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
+        ds_gemm_panel(a, K, (const float *)bp + (g * panels + qq) * K * 32, 32, y + p0 * LDY + col0, LDY, 0, p1 - p0,
+                      ncols, K);
+        ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
+    }
+}
+
+#if DS_BF16_NATIVE
+/* Patches of pixels p0..p1 as bf16 rows of k2 = ceil(K / 2) pairs. */
+static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
+                                       int64_t ep) {
+    const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
+    const int64_t k2 = (K + 1) / 2;
+    uint32_t *buf = ds_scratch_for((p1 - p0) * k2 * 4);
+    if (!buf) abort();
+    if (ds_memo_hit(x + g * CG, p1 - p0, p0, K, 4, ep)) return buf;
+    for (int64_t p = p0; p < p1; p++) {
+        uint16_t *row = (uint16_t *)(buf + (p - p0) * k2);
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *src = ds_conv_src(geo, x, p, kh, kw, g);
+                uint16_t *dst = row + (kh * KW + kw) * CG;
+                if (!src) { memset(dst, 0, (size_t)CG * 2); continue; }
+                int64_t c = 0;
+                for (; c + 32 <= CG; c += 32)
+                    _mm512_storeu_si512(dst + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16),
+                                                                             _mm512_loadu_ps(src + c)));
+                for (; c < CG; c++) dst[c] = ds_to_bf16(src[c]);
+            }
+        if (K & 1) row[K] = 0;
+    }
+    return buf;
+}
+#endif
+
+void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                        const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                        const float *restrict bias, const float *restrict res, int64_t ep) {
+    (void)zeros;
+#if DS_BF16_NATIVE
+    const int64_t OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
+    const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_CG], k2 = (K + 1) / 2;
+    const int64_t panels = (OCG + 31) / 32;
+    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ep);
+    for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
+        const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
+        ds_bgemm_rows(a, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY, p1 - p0,
+                      ncols);
+        ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
+    }
+#else
+    (void)geo; (void)x; (void)bp; (void)y; (void)p0; (void)p1; (void)g; (void)q; (void)bias; (void)res; (void)ep;
     abort();
 #endif
 }

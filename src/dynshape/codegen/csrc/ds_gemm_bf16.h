@@ -19,4 +19,10 @@ void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_
 void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
 void ds_pack_panels_bf16e(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out);
 void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
+void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                        const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                        const float *restrict bias, const float *restrict res, int64_t ep);
+void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                         const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                         const float *restrict bias, const float *restrict res, int64_t ep);
 #endif
