@@ -9,6 +9,8 @@ call), padding waste. A sweep over rates finds the highest throughput whose p99 
     python bench/serve_bench.py --model bert_small --rates 2,4,8 -- --max-batch-size 1      # extra server flags
     python bench/serve_bench.py --model bert_small --url 127.0.0.1:8000 --name bert_small   # any running server
     python bench/serve_bench.py --overhead      # the server's own cost: an identity model, small JSON and 1 MiB binary
+    python bench/serve_bench.py --model bert_small --overload-rps 100 --duration 60 -- --max-queue-size 16 \
+        --default-timeout-us 500000 --threads 1   # past capacity: outcomes checked, counted, memory each second
 
 Models come from ../shared/bench/export_models.py ($DYNSHAPE_BENCH_MODELS); nothing is downloaded. Open loop:
 a request is sent at its arrival time whether or not earlier ones were answered (a closed loop hides queueing,
@@ -128,13 +130,19 @@ class Client:
                     i.set_data_from_numpy(a, binary_data=binary)
                 ins.append(i)
             self.inputs.append(ins)
+        self.expected: list[dict[str, np.ndarray]] | None = None
         outs = common.output_names(model)
         self.outputs = [mod.InferRequestedOutput(o) if protocol == "grpc" else
                         mod.InferRequestedOutput(o, binary_data=binary) for o in outs]
 
     async def infer(self, k: int) -> str:
         try:
-            await self.client.infer(self.name, self.inputs[k], outputs=self.outputs)
+            result = await self.client.infer(self.name, self.inputs[k], outputs=self.outputs)
+            if self.expected is not None:  # every answer checked against onnxruntime on the request alone
+                for name, ref in self.expected[k].items():
+                    got = result.as_numpy(name)
+                    if got is None or got.shape != ref.shape or not np.allclose(got, ref, rtol=1e-4, atol=1e-4):
+                        return "wrong"
             return "ok"
         except Exception as e:  # noqa: BLE001 (a refusal is a measured outcome)
             s = str(e)
@@ -232,9 +240,98 @@ async def bench(args: argparse.Namespace, url: str, grpc_url: str | None, pid: i
         await client.close()
 
 
-def overhead(n: int = 2000) -> dict:
-    """The server's own cost per request: `dynshape serve` on an identity model (exe.run takes ~20 us), one
-    keep-alive connection, requests one at a time: a small JSON tensor, a 1 MiB binary one, and GET live."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bucket_share(text_before: str, text_after: str, name: str, le: str) -> float:
+    """The share of `name`'s observations between two /metrics texts that fell at or below `le`."""
+    def get(text: str, suffix: str, le_: str | None) -> float:
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + suffix) and (le_ is None or f'le="{le_}"' in line):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+    count = get(text_after, "_count", None) - get(text_before, "_count", None)
+    return (get(text_after, "_bucket", le) - get(text_before, "_bucket", le)) / count if count else float("nan")
+
+
+def metrics_text(url: str) -> str:
+    with urllib.request.urlopen(f"http://{url}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def reference_outputs(model: str, feeds: list[dict]) -> list[dict[str, np.ndarray]]:
+    """onnxruntime's outputs for each request alone (1 thread): what every accepted answer must equal."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(common.onnx_path(model), so, providers=["CPUExecutionProvider"])
+    names = common.output_names(model)
+    return [dict(zip(names, sess.run(names, feed))) for feed in feeds]
+
+
+def outcome_counts(url: str) -> dict[str, float]:
+    """The server's request counter by reason (success, rejected, timeout, invalid, ...), all models."""
+    out: dict[str, float] = {}
+    for line in metrics_text(url).splitlines():
+        m = re.match(r'^nv_inference_request_total\{(.*)\} (\S+)$', line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            key = labels.get("reason") or labels.get("outcome", "?")
+            out[key] = out.get(key, 0.0) + float(m.group(2))
+    return out
+
+
+async def overload(args: argparse.Namespace, url: str, pid: int | None) -> dict:
+    """One long run at an offered load past capacity: outcomes (each answer checked against onnxruntime),
+    the server's own counts of them, resident memory every second, and the accepted requests' latency."""
+    stream = common.load_stream()["streams"][args.model]
+    client = Client(args.protocol, url, args.name, args.model, stream)
+    client.expected = reference_outputs(args.model, client.feeds)
+    rss: list[tuple[float, float]] = []
+    try:
+        for k in range(len(stream)):  # every shape once at low load: variants, arenas, caches
+            await client.infer(k)
+        before, counts0 = scrape(url), outcome_counts(url)
+        t0 = time.perf_counter()
+
+        async def sample() -> None:
+            while True:
+                rss.append((time.perf_counter() - t0, rss_mb(pid) or 0.0))
+                await asyncio.sleep(1.0)
+
+        sampler = asyncio.ensure_future(sample())
+        row = await run_rate(client, args.overload_rps, args.duration, args.seed, args.max_outstanding)
+        sampler.cancel()
+        after = scrape(url)
+    finally:
+        await client.close()
+
+    warm = [m for t, m in rss if t >= args.duration / 6] or [m for _, m in rss]
+    row.update(server_deltas(before, after))
+    row["server_counted"] = {k: v - counts0.get(k, 0.0) for k, v in outcome_counts(url).items()}
+    row["rss_mb"] = {"first": rss[0][1] if rss else None, "after_warmup": warm[0] if warm else None,
+                     "max_after_warmup": max(warm) if warm else None, "last": rss[-1][1] if rss else None}
+    row["rss_mb_each_10s"] = [round(m, 1) for t, m in rss[::10]]
+    if warm:
+        row["rss_growth_after_warmup_pct"] = round((max(warm) - warm[0]) / warm[0] * 100, 2)
+    return row
+
+
+def overhead(n: int = 3000) -> dict:
+    """The server's own cost per request: `dynshape serve` on an identity model (exe.run takes ~15 us), one
+    keep-alive connection, requests one at a time: a small JSON tensor, a 1 MiB binary one, and GET live.
+
+    Three views, because on a shared 2-core machine each misleads alone: the round trip (includes the client's
+    own http.client work and the kernel's loopback on both sides), the server process's CPU time per request
+    (uvicorn's HTTP parsing and the socket system calls included), and the server's own request time (its
+    request histogram: the infer handler's start, before the body is read, to the response encoded), with the
+    share of requests under 100 us."""
     import http.client
     import tempfile
 
@@ -268,13 +365,16 @@ def overhead(n: int = 2000) -> dict:
         small = np.ones((1, 16), np.float32)
         body = orjson.dumps({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32",
                                          "data": small.ravel().tolist()}]})
-        times("POST", "/v2/models/id/infer", body, {}, 200)
-        before = scrape(url)
+        times("POST", "/v2/models/id/infer", body, {}, 300)
+        before, text0, c0 = scrape(url), metrics_text(url), cpu_seconds(proc.pid)
         js = times("POST", "/v2/models/id/infer", body, {}, n)
+        c1, text1 = cpu_seconds(proc.pid), metrics_text(url)
         d = {k: scrape(url).get(k, 0.0) - before.get(k, 0.0) for k in
              ("dynshape_request_duration_seconds_sum", "dynshape_request_duration_seconds_count",
               "dynshape_compute_infer_duration_seconds_sum", "dynshape_compute_infer_duration_seconds_count")}
+        c2 = cpu_seconds(proc.pid)
         live = times("GET", "/v2/health/live", None, {}, n)
+        c3 = cpu_seconds(proc.pid)
         big = np.random.default_rng(0).standard_normal((1, 262144)).astype(np.float32)
         head = orjson.dumps({"inputs": [{"name": "x", "shape": [1, 262144], "datatype": "FP32",
                                          "parameters": {"binary_data_size": big.nbytes}}],
@@ -292,6 +392,9 @@ def overhead(n: int = 2000) -> dict:
             "json_16_floats_us": {"p50": round(float(np.median(js))), "p99": round(float(np.percentile(js, 99)))},
             "server_side_request_us": round(d["dynshape_request_duration_seconds_sum"]
                                             / max(d["dynshape_request_duration_seconds_count"], 1) * 1e6),
+            "server_side_request_share": {f"<= {le} s": round(bucket_share(
+                text0, text1, "dynshape_request_duration_seconds", le), 3) for le in ("5e-05", "0.0001", "0.00025")},
+            "server_cpu_us_per_infer": round((c1 - c0) / n * 1e6), "server_cpu_us_per_live": round((c3 - c2) / n * 1e6),
             "exe_run_us": round(d["dynshape_compute_infer_duration_seconds_sum"]
                                 / max(d["dynshape_compute_infer_duration_seconds_count"], 1) * 1e6),
             "get_live_us": {"p50": round(float(np.median(live))), "p99": round(float(np.percentile(live, 99)))},
@@ -318,6 +421,9 @@ def main() -> None:
     ap.add_argument("--dim", action="append", default=None, help="--dim for the started server (repeatable).")
     ap.add_argument("--json", default=None, help="Write the results here.")
     ap.add_argument("--overhead", action="store_true", help="Measure the server's own cost per request and exit.")
+    ap.add_argument("--overload-rps", type=float, default=None,
+                    help="One run of --duration seconds at this offered load (past capacity): outcomes checked "
+                         "against onnxruntime, the server's counts, resident memory each second.")
     ap.add_argument("server_args", nargs="*", help="After --: extra flags for the started dynshape serve.")
     args = ap.parse_args()
     if args.overhead:
@@ -334,6 +440,14 @@ def main() -> None:
             sys.exit(f"{path} is missing: run {SHARED / 'export_models.py'} --models {args.model}")
         proc, url, grpc_url = start_server(path, args.name, dims, args.server_args, args.protocol == "grpc")
     try:
+        if args.overload_rps:
+            row = asyncio.run(overload(args, url, proc.pid if proc is not None else None))
+            row.update({"cpu": cpu_model(), "cores": os.cpu_count(), "model": args.model,
+                        "protocol": args.protocol, "server_args": args.server_args})
+            print(json.dumps(row))
+            if args.json:
+                Path(args.json).write_text(json.dumps(row, indent=1))
+            return
         rows = asyncio.run(bench(args, url, grpc_url, proc.pid if proc is not None else None))
     finally:
         if proc is not None:

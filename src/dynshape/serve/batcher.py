@@ -91,6 +91,10 @@ class Batcher:
         self.queued = 0
         self.m = {k: h.labels(name, version) for k, h in metrics.durations.items()}
         self.m_pending = metrics.pending.labels(name, version)
+        self.m_exec, self.m_rows = metrics.executions.labels(name, version), metrics.inferences.labels(name, version)
+        self.m_breq = metrics.batch_requests.labels(name, version)
+        self.m_brows = metrics.batch_rows.labels(name, version)
+        self.m_pad = metrics.padding.labels(name, version)
         self._last: dict[tuple, float] = {}  # (group key, rows, length) -> last measured exe.run seconds
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
@@ -166,16 +170,27 @@ class Batcher:
             key, length = self.pad.loose_key(key), self.pad.length(feed)
         p = Pending(feed, key, rows, level, now + timeout * 1e-6 if timeout else None, now,
                     asyncio.get_running_loop().create_future(), length)
-        self._queues[level].append(p)
-        self.queued += 1
         self.m_pending.inc()
-        assert self._wake is not None
-        self._wake.set()
+        if not self.queued and self._free and self._leaves_alone(p):
+            self._dispatch([p])  # a cheap call is answered before this returns: the await below does not wait
+        else:
+            self._queues[level].append(p)
+            self.queued += 1
+            assert self._wake is not None
+            self._wake.set()
         try:
             return await p.future
         finally:
             if not p.future.done():  # the caller went away (client disconnect): drop it from the queue
                 p.future.cancel()
+
+    def _leaves_alone(self, p: Pending) -> bool:
+        """Whether the scheduler, finding `p` alone in the queue and an instance free, would send it as it is:
+        joining is off, `p` fills a batch, or no delay lets a batch wait for more (Triton's `max_queue_delay`
+        0 sends what is there). Then `infer` sends it at once, sparing the scheduler's turns of the loop: the
+        same batch, sooner. Preferred sizes leave it to the scheduler."""
+        cfg = self.cfg
+        return self.cap <= 1 or p.rows >= self.cap or (not cfg.max_queue_delay_us and not cfg.preferred_batch_size)
 
     def _level(self, priority: int) -> int:
         if self.cfg.priority_levels == 0:
@@ -305,33 +320,49 @@ class Batcher:
         return batch
 
     def _dispatch(self, batch: list[Pending]) -> None:
+        """Run `batch` on a free instance: at once on this thread when its shape was last measured cheap (no
+        task, no hand-off), else in a task that awaits the instance's worker thread."""
         exe = self._free.pop()
-        task = asyncio.get_running_loop().create_task(self._run(exe, batch))
+        live = self._started(batch)
+        if live and self._cheap(live):
+            try:
+                results = self._execute(exe, live)
+            except Exception as e:  # noqa: BLE001 (answer, never leave a request hanging)
+                results = [InferError(500, f"model {self.name!r}: {type(e).__name__}: {e}")] * len(live)
+            self._done(exe, live, results)
+            return
+        task = asyncio.get_running_loop().create_task(self._run(exe, live))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, exe: Any, batch: list[Pending]) -> None:
+    def _started(self, batch: list[Pending]) -> list[Pending]:
+        """Observe the batch's queue times; the requests still waiting for an answer (a cancelled one is not)."""
         start = time.perf_counter()
         q = self.m["queue"]
+        live = []
         for p in batch:
             q.observe(start - p.arrived)
-        live = [p for p in batch if not p.future.done()]
-        for p in batch:
             if p.future.done():
                 self.m_pending.dec()
-        try:
-            if not live:
-                results = []
-            elif self._cheap(live):
-                results = self._execute(exe, live)
             else:
+                live.append(p)
+        return live
+
+    async def _run(self, exe: Any, live: list[Pending]) -> None:
+        results: list[Any] = []
+        try:
+            if live:
                 results = await asyncio.get_running_loop().run_in_executor(self._pool, self._execute, exe, live)
         except BaseException as e:  # noqa: BLE001 (the pool is shut down: answer, never leave a request hanging)
             results = [InferError(503, f"model {self.name!r}: {e}")] * len(live)
         finally:
-            self._free.append(exe)
-            if self._wake is not None:
-                self._wake.set()
+            self._done(exe, live, results)
+
+    def _done(self, exe: Any, live: list[Pending], results: list[Any]) -> None:
+        """The instance is free again (the scheduler is woken if anything waits for it); answer each request."""
+        self._free.append(exe)
+        if self.queued and self._wake is not None:
+            self._wake.set()
         for p, r in zip(live, results):
             self._finish(p, r)
 
@@ -377,7 +408,7 @@ class Batcher:
         if pad is not None and self.cost is not None:
             self.cost.record(start, longest, t2 - t1)
             useful = sum(p.rows * p.length for p in batch)
-            self.metrics.padding.labels(self.name, self.version).observe(1.0 - useful / (start * longest or 1))
+            self.m_pad.observe(1.0 - useful / (start * longest or 1))
         m["compute_input"].observe(t1 - t0)
         m["compute_infer"].observe(t2 - t1)
         m["compute_output"].observe(t3 - t2)
@@ -404,8 +435,7 @@ class Batcher:
         return out
 
     def _count(self, requests: int, rows: int) -> None:
-        mt, n, v = self.metrics, self.name, self.version
-        mt.executions.labels(n, v).inc()
-        mt.inferences.labels(n, v).inc(rows)
-        mt.batch_requests.labels(n, v).observe(requests)
-        mt.batch_rows.labels(n, v).observe(rows)
+        self.m_exec.inc()
+        self.m_rows.inc(rows)
+        self.m_breq.observe(requests)
+        self.m_brows.observe(rows)

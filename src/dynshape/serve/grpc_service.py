@@ -142,7 +142,7 @@ class GrpcService:
                 self.metrics.request(m.name, m.version, "failure", e.reason)
             await context.abort(CODES.get(e.status, grpc.StatusCode.INTERNAL), e.message)
         self.metrics.request(m.name, m.version, "success")
-        self.metrics.durations["request"].labels(m.name, m.version).observe(time.perf_counter() - t0)
+        self.metrics.duration("request", m.name, m.version).observe(time.perf_counter() - t0)
         return resp
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from dynshape.serve.app import build_app
+from dynshape.serve.app import build_app, fast_infer
 from dynshape.serve.config import ModelSpec, ServerConfig
 from dynshape.serve.metrics import Metrics
 from dynshape.serve.repository import ModelRepository, build_model
@@ -37,8 +37,8 @@ class Server:
         self.app = build_app(self.repo, self.metrics, cfg.max_request_bytes, lifespan=self._lifespan)
         loop = "uvloop" if importlib.util.find_spec("uvloop") and cfg.grpc_port is None else "asyncio"
         http = "httptools" if importlib.util.find_spec("httptools") else "h11"
-        self._uv = uvicorn.Server(uvicorn.Config(self.app, host=cfg.host, port=cfg.port, loop=loop, http=http,
-                                                 log_level="warning", access_log=False, lifespan="on",
+        self._uv = uvicorn.Server(uvicorn.Config(fast_infer(self.app), host=cfg.host, port=cfg.port, loop=loop,
+                                                 http=http, log_level="warning", access_log=False, lifespan="on",
                                                  timeout_keep_alive=30))
         self._thread: threading.Thread | None = None
 

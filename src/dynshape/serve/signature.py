@@ -75,6 +75,18 @@ class ModelSignature:
         self.batch = self._batch_symbol()
         self._by_name = {t.name: t for t in self.inputs}
         self.output_names = [t.name for t in self.outputs]
+        # Per input, per axis: what `validate` checks, worked out once (a request then costs no symbol lookups):
+        # ("int", d) a static dim, ("sym", name, SymbolInfo | None) a bare symbol, ("expr", d) a derived dim.
+        self._axes = []
+        for t in self.inputs:
+            axes: list[tuple] = []
+            for d in t.dims:
+                if isinstance(d, int):
+                    axes.append(("int", d))
+                else:
+                    name = _atom_name(d)
+                    axes.append(("expr", d) if name is None else ("sym", name, self.symbols.get(name)))
+            self._axes.append((t, axes))
 
     def _batch_symbol(self) -> str | None:
         specs = self.inputs + self.outputs
@@ -104,33 +116,34 @@ class ModelSignature:
                       f"{[t.name for t in self.inputs]}")
         env: dict[str, tuple[int, str]] = {}
         exprs = []
-        for t in self.inputs:
+        for t, axes in self._axes:
             a = feed[t.name]
             if a.dtype != t.dtype:
                 raise bad(f"input {t.name!r}: datatype {datatype_of(a.dtype)} but the model takes {t.datatype}")
-            if a.ndim != len(t.dims):
+            if a.ndim != len(axes):
                 raise bad(f"input {t.name!r}: rank {a.ndim} (shape {list(a.shape)}) but the model takes rank "
                           f"{len(t.dims)} [{', '.join(t.dim_names())}]")
-            for ax, (d, v) in enumerate(zip(t.dims, a.shape)):
-                where = f"input {t.name!r} axis {ax}"
-                if isinstance(d, int):
-                    if v != d:
-                        raise bad(f"{where} is {v}, but it must equal {d}")
+            for ax, (rule, v) in enumerate(zip(axes, a.shape)):
+                kind = rule[0]
+                if kind == "int":
+                    if v != rule[1]:
+                        raise bad(f"input {t.name!r} axis {ax} is {v}, but it must equal {rule[1]}")
                     continue
-                name = _atom_name(d)
-                if name is None:
-                    exprs.append((where, d, v))
+                if kind == "expr":
+                    exprs.append((t.name, ax, rule[1], v))
                     continue
-                if name in env and env[name][0] != v:
-                    raise bad(f"{where} ({name}) is {v}, but {env[name][1]} bound {name} = {env[name][0]}")
-                env[name] = (v, where)
-                info = self.symbols.get(name)
+                name, info = rule[1], rule[2]
+                bound = env.get(name)
+                if bound is not None and bound[0] != v:
+                    raise bad(f"{_where(t.name, ax)} ({name}) is {v}, but {_where(*bound[1])} bound {name} = "
+                              f"{bound[0]}")
+                env[name] = (v, (t.name, ax))
                 if info is not None and not info.admits(v):
-                    raise bad(f"{where} ({name}) is {v}: {name} = {v} violates {info.describe()}")
+                    raise bad(f"{_where(t.name, ax)} ({name}) is {v}: {name} = {v} violates {info.describe()}")
         values = {k: v for k, (v, _) in env.items()}
-        for where, d, v in exprs:  # a derived dim: checked when its symbols are bound, else left to the run
+        for tname, ax, d, v in exprs:  # a derived dim: checked when its symbols are bound, else left to the run
             if set(d.free_symbols) <= set(values) and d.evaluate(values) != v:
-                raise bad(f"{where} is {v}, but it must equal {d} = {d.evaluate(values)}")
+                raise bad(f"{_where(tname, ax)} is {v}, but it must equal {d} = {d.evaluate(values)}")
         key = tuple((t.name, feed[t.name].shape[1 if self.batch else 0:]) for t in self.inputs)
         rows = values[self.batch] if self.batch else 1
         return key, rows
@@ -150,6 +163,10 @@ class ModelSignature:
                 "dims": {t.name: t.dim_names() for t in self.inputs + self.outputs},
             },
         }
+
+
+def _where(name: str, axis: int) -> str:
+    return f"input {name!r} axis {axis}"
 
 
 def _dims(t: Any, v: Any) -> list:
