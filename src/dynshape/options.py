@@ -27,6 +27,7 @@ from dynshape.errors import DynshapeError
 
 STRATEGIES = ("auto", "generic", "multi_version", "bucketed", "static")
 BLAS_CHOICES = ("auto", "mkl", "openblas")
+PRECISIONS = ("fp32", "bf16", "bf16-emulated")
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -112,6 +113,10 @@ class Options:
     fold_bytes: int = _build("bytes of constant subgraphs (ConstantOfShape weights, casts, dequantisations, "
                              "transposes of initializers) computed once at compile time; a model needing more is "
                              "refused, naming the node", default=2 << 30)
+    precision: str = _build("fp32 (default: every product in float32); bf16: products by constant weights take "
+                            "bfloat16 operands with float32 accumulation (AVX512-BF16; refused on a CPU without "
+                            "it), everything else stays float32; bf16-emulated: the same rounding on the float32 "
+                            "kernels, on any CPU (for tests)", "DYNSHAPE_PRECISION", "fp32")
     nonempty_build: bool = _build("symbols that may be 0 (undeclared dims) get a build for keys where every one "
                                   "is >= 1, behind a per-call test; keys with a 0 run a second build made on first "
                                   "use", "DYNSHAPE_NONEMPTY_BUILD", True)
@@ -160,6 +165,8 @@ class Options:
                 raise DynshapeError(f"{name}={v!r}: must be an int >= 1")
         if self.max_variants is not None and self.max_variants < 1:
             raise DynshapeError(f"max_variants={self.max_variants}: must be >= 1 (or None for no cap)")
+        if self.precision not in PRECISIONS:
+            raise DynshapeError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if self.blas not in BLAS_CHOICES:
             raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
         for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes"):

@@ -196,6 +196,19 @@ def test_bench_shapes_table_and_plot(models, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_precision_reports_accuracy_against_fp32(models):
+    r = invoke("bench", models["mlp"], "--shapes", "1,16", "--vs", "", "-n", "2", "--precision", "bf16-emulated")
+    assert r.exit_code == 0, r.output
+    out = flat(r.stdout)
+    assert "accuracy of bf16-emulated against the float32 build" in out
+    errs = [float(m) for m in re.findall(r"max ([0-9.e+-]+),", out)]
+    assert len(errs) == 2 and max(errs) > 1e-5 and all(e < 5e-2 for e in errs)  # rounded to bf16, and close
+    header = next(ln for ln in r.stdout.splitlines() if ln.startswith("|"))
+    assert "dynshape (compiled, bf16-emulated) p50" in header and "dynshape (compiled) p50" in header
+    bad = invoke("bench", models["mlp"], "--shapes", "1", "--vs", "", "--precision", "fp16")
+    assert bad.exit_code == 1 and "precision='fp16'" in flat(bad.output)
+
+
 def test_bench_stream_groups_requests_by_shape(models, tmp_path):
     reqs = [{"batch": 1, "seq": 3, "data_seed": 5}, {"batch": 2, "seq": 4, "data_seed": 6},
             {"batch": 1, "seq": 3, "data_seed": 7}]

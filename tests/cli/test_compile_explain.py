@@ -160,3 +160,22 @@ def test_explain_the_encoder_shows_its_fused_gelu(tmp_path):
     assert data["memory"]["bytes"] > 4 * 32 * 64  # at least one (4, 32, 64) float32 activation
     r = invoke("run", out, "--shape", "1x8")
     assert r.exit_code == 0, r.output
+
+
+def test_explain_and_compile_precision(tmp_path):
+    """--precision reaches the build: explain marks the bf16 kernels (products and attention) and lists the option;
+    compile writes an artefact that keeps it."""
+    path = tmp_path / "enc.onnx"
+    onnx.save(build_encoder(layers=1, hidden=32, heads=2, ffn=64), path)
+    r = invoke("explain", path, "--precision", "bf16-emulated", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    low = [k for k in data["kernels"] if k["method"].startswith("bf16")]
+    assert {k["kind"] for k in low} == {"product", "attention"}
+    assert next(o for o in data["options"] if o["name"] == "precision")["value"] == "bf16-emulated"
+    text = invoke("explain", path, "--precision", "bf16-emulated")
+    assert f"precision: {len(low)} kernel(s) multiply in bf16" in flat(text.stdout)
+    out = tmp_path / "art"
+    c = invoke("compile", path, "-o", out, "--precision", "bf16-emulated")
+    assert c.exit_code == 0, c.output
+    assert json.loads((out / "config.json").read_text())["options"]["precision"] == "bf16-emulated"

@@ -25,6 +25,7 @@ from dynshape.cli.common import (
     CliInputError,
     DimOpt,
     ModelArg,
+    PrecisionOpt,
     console,
     dynshape_executor,
     friendly,
@@ -154,6 +155,32 @@ def plot(path: Path, title: str, systems: list[System], requests: dict[str, Requ
     plt.close(fig)
 
 
+def accuracy_rows(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> list[tuple[str, float, float, Any]]:
+    """Per output: max and mean |got - want| relative to max|want|, and, for a classifier's scores (a float
+    output of rank 2 with more than one column), the share of rows whose argmax agrees (else None)."""
+    rows = []
+    for name, w in want.items():
+        g = np.asarray(got[name])
+        if not np.issubdtype(w.dtype, np.floating) or w.size == 0:
+            continue
+        d = np.abs(g.astype(np.float64) - w)
+        scale = float(np.max(np.abs(w))) or 1.0
+        top1 = float(np.mean(g.argmax(-1) == w.argmax(-1))) if w.ndim == 2 and w.shape[1] > 1 else None
+        rows.append((name, float(d.max()) / scale, float(d.mean()) / scale, top1))
+    return rows
+
+
+def print_accuracy(graph: Any, low: System, ref: System, requests: list[Request], precision: str) -> None:
+    """The low-precision build against the float32 one on each distinct shape's generated inputs."""
+    console.print(Text(f"accuracy of {precision} against the float32 build (relative to max|fp32| per output)",
+                       style="bold"))
+    for r in requests:
+        feed = generated_feed(graph, r.env, r.seed)
+        for name, mx, mean, top1 in accuracy_rows(low.run(feed), ref.run(feed)):
+            agree = "" if top1 is None else f", top-1 agreement {top1:.1%}"
+            console.print(Text(f"  {r.label} {name}: max {mx:.2e}, mean {mean:.2e}{agree}"))
+
+
 @friendly
 def bench(
     model: ModelArg,
@@ -169,6 +196,7 @@ def bench(
         "--plot", dir_okay=False, help="Write a PNG: latency against shape.")] = None,
     repeat: Annotated[int, typer.Option("--repeat", "-n", min=1, help="Timed calls per request.")] = 5,
     threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads (0: its default).")] = 0,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Time dynshape and its peers on the same shapes: p50/p99 per shape, a markdown table, a PNG plot."""
     peers = [p.strip() for p in vs.split(",") if p.strip()]
@@ -200,8 +228,12 @@ def bench(
         preflight(graph, {}, generated_shapes(graph, r.env, set()))
 
     t0 = time.perf_counter()
-    ex = dynshape_executor(graph)
+    ex = dynshape_executor(graph, precision)
     systems = [System(ex.label, ex.run, time.perf_counter() - t0)]
+    if precision != "fp32":  # the float32 build beside it: the speed it is traded against, and the reference
+        t0 = time.perf_counter()
+        ref = dynshape_executor(graph)
+        systems.append(System(ref.label, ref.run, time.perf_counter() - t0))
     more, notes = peer_systems(peers, model, threads)
     systems += more
     if not ex.compiled:
@@ -231,6 +263,8 @@ def bench(
                     progress.advance(task)
 
     labels = sorted(distinct, key=lambda k: (int(np.prod(list(distinct[k].env.values()))), k))
+    if precision != "fp32":
+        print_accuracy(graph, systems[0], systems[1], [distinct[k] for k in labels], precision)
     console.print(Text(f"{len(requests)} request(s), {len(distinct)} distinct shape(s) "
                        f"({' x '.join(symbols) or 'static'}), {repeat} timed call(s) each"))
     typer.echo(markdown(systems, labels))

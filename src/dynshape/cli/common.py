@@ -66,11 +66,12 @@ class Executor:
     exe: Any = None
 
 
-def dynshape_executor(graph: Any) -> Executor:
+def dynshape_executor(graph: Any, precision: str = "fp32") -> Executor:
     compile_ = getattr(ds, "compile", None)
     if compile_ is not None:
-        exe = compile_(graph)
-        return Executor("dynshape (compiled)", exe.run, True, exe)
+        exe = compile_(graph, precision=precision)
+        return Executor("dynshape (compiled)" if precision == "fp32" else f"dynshape (compiled, {precision})",
+                        exe.run, True, exe)
     return Executor("dynshape reference (numpy)", graph.run, False)
 
 
@@ -95,6 +96,9 @@ def symbol_info(s: Any) -> dict[str, Any]:
 
 
 # Parameter types every command shares.
+PrecisionOpt = Annotated[str, typer.Option(
+    help="fp32 (default), bf16 (products by constant weights in bfloat16 with float32 accumulation; needs "
+         "AVX512-BF16) or bf16-emulated (the same rounding on the float32 kernels, any CPU).")]
 ModelArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="ONNX model file.")]
 DimOpt = Annotated[list[str] | None, typer.Option(
     "--dim", "-d", metavar="NAME=MIN:MAX[:MULT]",

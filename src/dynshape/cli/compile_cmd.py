@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dynshape.cli.args import parse_dims
-from dynshape.cli.common import DimOpt, ModelArg, console, fmt_bytes, friendly
+from dynshape.cli.common import DimOpt, ModelArg, PrecisionOpt, console, fmt_bytes, friendly
 from dynshape.compiler import artifact
 from dynshape.ir.graph import describe_symbol
 from dynshape.runtime.build import KernelStep
@@ -94,6 +94,7 @@ def compile_model(
     dim: DimOpt = None,
     specialize: SpecializeOpt = None,
     signing_key_file: SigningKeyOpt = None,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Compile a model once (kernels, variants) into an artefact directory; `run`/`explain` it without recompiling."""
     dims, specs = parse_dims(dim), parse_specialize(specialize)
@@ -105,7 +106,8 @@ def compile_model(
         def on_step(label: str, done: int, total: int) -> None:
             progress.update(task, description=label, completed=done, total=total)
 
-        exe = artifact.save(model, out, dims, specs, on_step=on_step, signing_key=read_key(signing_key_file))
+        exe = artifact.save(model, out, dims, specs, on_step=on_step, signing_key=read_key(signing_key_file),
+                               precision=precision)
     seconds = time.perf_counter() - t0
     libs = [p for p in (out / artifact.LIBS).rglob("*.so")]
     table = Table(show_header=False, box=None)

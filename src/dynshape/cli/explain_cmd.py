@@ -18,7 +18,7 @@ import typer
 from rich.text import Text
 
 from dynshape.cli.args import parse_dims
-from dynshape.cli.common import DimOpt, console, fmt_bytes, friendly, load_model
+from dynshape.cli.common import DimOpt, PrecisionOpt, console, fmt_bytes, friendly, load_model
 from dynshape.cli.compile_cmd import (
     SigningKeyOpt,
     SpecializeOpt,
@@ -161,6 +161,9 @@ def _print(data: dict[str, Any]) -> None:
     for k in data["kernels"]:
         line(f"{k['name']}: " + " -> ".join(f"{o['op']} {o['node']}" for o in k["ops"]),
              f"outputs {', '.join(k['outputs'])}" + (f"; {k['method']}" if k["method"] else ""))
+    low = sum(1 for k in data["kernels"] if k["method"].startswith("bf16"))
+    if low:
+        line(f"precision: {low} kernel(s) multiply in bf16 (marked: products, attention); everything else float32")
     if data["library_steps"]:
         line("other steps: " + ", ".join(f"{op} x{n}" for op, n in data["library_steps"].items()))
     if data["concat_slices"]:
@@ -207,11 +210,12 @@ def explain(
     memory_budget: Annotated[str | None, typer.Option(help="e.g. 2GiB: refuse if the worst case exceeds it.")]
     = None,
     signing_key_file: SigningKeyOpt = None,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Explain a compiled model: variants and why, symbol binding, per-call guards, fused kernels, worst-case memory."""
     if target.is_dir():
-        for flag, given in (("--strategy", strategy != "auto"), ("--profile", profile), ("--memory-budget",
-                                                                                          memory_budget)):
+        for flag, given in (("--strategy", strategy != "auto"), ("--profile", profile),
+                            ("--memory-budget", memory_budget), ("--precision", precision != "fp32")):
             if given:
                 raise typer.BadParameter(f"{target} is an artefact: it serves its build as saved (generic strategy);"
                                          f" drop {flag} or explain the ONNX model", param_hint=flag)
@@ -220,7 +224,7 @@ def explain(
     else:
         dims, specs = parse_dims(dim), parse_specialize(specialize)
         exe = ds_compile(load_model(target, dims), specialize=specs, strategy=strategy, profile=profile,
-                         memory_budget=memory_budget)
+                         memory_budget=memory_budget, precision=precision)
         declared_by = "--specialize"
     data = report(exe, target, declared_by)
     if as_json:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from dynshape.codegen import kir, packed_gemm
+from dynshape.codegen import bf16, kir, packed_gemm
 from dynshape.codegen.cc import DEFAULT_FLAGS, adopt, build_context, build_shared, compile_c, foreground
 from dynshape.codegen.cgen import prelude
 from dynshape.codegen.clib import CLibrary
@@ -34,6 +34,7 @@ def register_helper(name: str, lib: CLibrary, header: str) -> None:
 
 
 register_helper("packed_gemm", packed_gemm.LIBRARY, "ds_gemm.h")
+register_helper("packed_gemm_bf16", bf16.LIBRARY, "ds_gemm_bf16.h")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ for the tile (rows i0..i1, panel q) of C = A @ B, then applies its epilogue to t
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -153,6 +154,9 @@ def pack_winograd(w: np.ndarray, tile: int = 2) -> np.ndarray:
     return out
 
 
+#: packers of further layouts by name, (weight, trans, groups) -> packed (codegen/bf16.py adds its own)
+PACKERS: dict[str, Callable[[np.ndarray, bool, int], np.ndarray]] = {}
+
 _packed: dict[tuple, tuple] = {}  # (id(weight), how) -> (weakref to the weight, its packed form)
 
 
@@ -174,6 +178,8 @@ def packed(w: np.ndarray, trans: bool = False, layout: str = "panels", groups: i
         out = pack_winograd(w, 2)
     elif layout == "winograd4":
         out = pack_winograd(w, 4)
+    elif layout in PACKERS:
+        out = PACKERS[layout](w, trans, groups)
     else:
         out = pack_b(w, trans)
     try:

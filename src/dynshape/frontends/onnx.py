@@ -225,7 +225,9 @@ class _Converter:
             if vi.name not in visible:
                 raise ModelError(f"graph {gp.name!r} output {vi.name!r} is produced by no node and is not an input")
             outputs.append(self._value(vi, False, declared_only=True))
-        return Graph(gp.name or "main", inputs, outputs, nodes, inits, {}, opset_imports=dict(self.opsets))
+        overridable = tuple(vi.name for vi in gp.input if vi.name in inits) if top else ()
+        return Graph(gp.name or "main", inputs, outputs, nodes, inits, {}, opset_imports=dict(self.opsets),
+                     overridable=overridable)
 
     def _value(self, vi: onnx.ValueInfoProto, top: bool, declared_only: bool = False) -> Value:
         """A graph input/output. Top-level input dims become symbols; elsewhere, undeclared dims stay None."""

@@ -170,6 +170,9 @@ class Graph:
     # runtime asserts): Facts of kind "require" whose `check` is a sym condition. They live on the graph, not
     # in the signature, because `infer_graph` rebuilds the signature; it adds these to it each time.
     requires: list[Fact] = field(default_factory=list)
+    # Initializers the file also lists as graph inputs (every initializer of an IR < 4 file; in later IRs, a default
+    # value): constants unless a call feeds them, then a build that reads them as inputs (runtime/overrides.py).
+    overridable: tuple[str, ...] = ()
 
     @property
     def opset(self) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import clib
+from dynshape.codegen.bf16 import check_precision
 from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir.branches import branch_inputs, shape_branches
@@ -35,6 +36,7 @@ from dynshape.runtime.binder import InputSpec, make_binder
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
+from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
@@ -70,6 +72,8 @@ class Executable:
         tune_allocator(opts.tune_malloc)
         self._cache = cache_dir()
         clib.warm(EVERY_BUILD_HELPERS, self._cache)
+        # calls that feed an initializer the model lists as an input: a build from the graph before folding
+        self._overrides = Overrides(graph, lambda g: compile(g, options=opts)) if graph.overridable else None
         self.folded = fold_constant_nodes(graph, opts.fold_bytes) if opts.fuse else Folded(graph)
         self.graph = graph = self.folded.graph
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
@@ -319,7 +323,13 @@ class Executable:
         this call's shape and dtype, filled in place and returned (a decode loop keeps its KV cache in buffers it
         owns); each is checked before anything runs. Outputs not named come back as new arrays."""
         t0 = LAST_REQUEST[0] = time.perf_counter()  # (the background builder yields while requests come)
-        arrays, key = self.binder(feed)
+        try:
+            arrays, key = self.binder(feed)
+        except ConstraintViolation:
+            names = self._overrides.fed(feed) if self._overrides is not None else frozenset()
+            if not names:
+                raise
+            return self._overrides.run(feed, names, out)
         if self._breaks is not None and self._breaks(key):
             if self._may_be_empty is not None and self._may_be_empty(key):
                 return self.empty_build().run(feed, out)
@@ -598,6 +608,7 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
     a call that finds all arenas taken wait for one (unbounded executables allocate that call's tensors).
     """
     opts = make(options, **knobs)
+    check_precision(opts)  # precision="bf16" on a CPU without it: refused before anything is built
     if graph.rank_symbols:  # ranks fixed by input lengths: one build per length (runtime/rank_variants.py)
         from dynshape.runtime.rank_variants import RankVariants
 

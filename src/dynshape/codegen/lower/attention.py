@@ -11,7 +11,7 @@ DECODE_ROWS query rows (a decoder step) nothing is packed: the scores are dot pr
 
 from __future__ import annotations
 
-from dynshape.codegen import kir
+from dynshape.codegen import bf16, kir
 from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.softmax import deferrable, softmax_passes
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
@@ -103,14 +103,21 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
         ldc: kir.Expr = _mul(L1, DV)
     else:
         o_at, ldc = kir.Addr(o0, _mul(kir.Bin("+", _mul(b, M), m0), DV)), DV
+    # bf16: K and V packed as bf16 pairs (or rounded float32 panels), Q's rows and the scores rounded as the tiles
+    # read them; the epoch lets a thread round a block of Q once for all of K's panels, and the scores, which the
+    # next block overwrites in the same buffer, are rounded afresh each time (epoch 0)
+    pack_kn, pack_kt, tile_fn = bf16.attention_calls(ctx.options)
+    low = ctx.options.precision != "fp32"
+    ep = kir.Var("ep")
+    q_args, s_args = ((ep,), (_i(0),)) if low else ((), ())
     block: list[kir.Stmt] = [
         kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, _i(ROW_BLOCK)), M), kir.Bin("+", m0, _i(ROW_BLOCK)), M)),
-        kir.For(q, NP, (_call("ds_gemm_tile", kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m0), K)), K, kir.Addr(kp),
-                              kir.Addr(sb), N, _i(0), kir.Bin("-", m1, m0), q, N, K),)),
+        kir.For(q, NP, (_call(tile_fn, kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m0), K)), K, kir.Addr(kp),
+                              kir.Addr(sb), N, _i(0), kir.Bin("-", m1, m0), q, N, K, *q_args),)),
         kir.For(m, m1, tuple(per_row), start=m0)]
     q2 = kir.Var("q")
-    block.append(kir.For(q2, DP, (_call("ds_gemm_tile", kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
-                                        kir.Bin("-", m1, m0), q2, DV, N),)))
+    block.append(kir.For(q2, DP, (_call(tile_fn, kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
+                                        kir.Bin("-", m1, m0), q2, DV, N, *s_args),)))
     if defer:  # rows of O times their softmax scale
         mm, jj = kir.Var("m"), kir.Var("j")
         o = kir.Buffer("o", kir.F32, const=False)
@@ -119,9 +126,9 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
             kir.Pointer(o, kir.Addr(o0, kir.Bin("+", o_at.offset, _mul(rel2, ldc)))),
             kir.For(jj, DV, (kir.Store(o, jj, kir.Bin("*", kir.Load(o, jj), kir.Load(scale, rel2))),),
                     omp=kir.Omp(simd=True, schedule=None))), start=m0))
-    pack_k = (_call("ds_pack_panels_t", kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
-              _call("ds_pack_panels", kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
-    packed = (pack_k, _call("ds_pack_panels", kir.Addr(vb, _mul(b, N, DV)), DV, N, DV, kir.Addr(vp)),
+    pack_k = (_call(pack_kt, kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
+              _call(pack_kn, kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
+    packed = (pack_k, _call(pack_kn, kir.Addr(vb, _mul(b, N, DV)), DV, N, DV, kir.Addr(vp)),
               kir.For(m0, M, tuple(block), step=_i(ROW_BLOCK)))
     # decode: a few query rows read K's and V's rows where they lie (packing them would be most of the work)
     q_row = kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m), K))
@@ -137,11 +144,15 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     batch = kir.For(b, NB, (kir.If(kir.Bin("<=", M, _i(DECODE_ROWS)), tuple(direct), packed),),
                     omp=kir.Omp(shared=True))
     flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))
+    if low:
+        body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
     body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _mul(N, DP, _i(NR))),
                             kir.Alloc(sb, _mul(_i(ROW_BLOCK), N)), kir.Array(scale, ROW_BLOCK), batch,
                             kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
     kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body), ctx.symbols)
-    return Lowered(kernel, at.outputs, (q_name, kt_name, v_name, *ops.ptrs), needs=("packed_gemm",))
+    return Lowered(kernel, at.outputs, (q_name, kt_name, v_name, *ops.ptrs),
+                   needs=("packed_gemm", "packed_gemm_bf16") if low else ("packed_gemm",),
+                   method=bf16.method(ctx.options) + "; decoder steps (<= 4 query rows) float32" if low else "")
 
 
 register_lowering("attention", "kernel", lower_attention)

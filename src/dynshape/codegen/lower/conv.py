@@ -13,7 +13,7 @@ Runtime dims (batch, H, W, and the pads SAME_* derives from them) are computed f
 
 from __future__ import annotations
 
-from dynshape.codegen import kir
+from dynshape.codegen import bf16, kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
@@ -282,10 +282,14 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     body += [kir.Let(per, kir.Select(few, kir.Select(spread < ROWS, kir.Select(spread > MICRO_ROWS, spread,
                                                                                  _i(MICRO_ROWS)), _i(ROWS)), _i(ROWS))),
              kir.Let(blocks, (pixels + per - 1) / per)]
+    # bf16: the block's patches gathered and rounded once per call and thread (the epoch), weights in pairs
+    low = ctx.options.precision != "fp32"
+    ep = kir.Var("ep")
+    tile_fn, low_args = (bf16.conv_call(ctx.options), (ep,)) if low else ("ds_conv_tile2", ())
     tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * per),
             kir.Let(p1, kir.Select(p0 + per < pixels, p0 + per, pixels)),
-            _call("ds_conv_tile2", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
-                  p1, gi, q, bias_arg, res_arg)]
+            _call(tile_fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
+                  p1, gi, q, bias_arg, res_arg, *low_args)]
     col0 = gi * ocg + q * NR
     col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
     # a bias the tiles add is not the epilogue's to add again (it sees the node without it); an activation they
@@ -303,11 +307,16 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
     (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
     loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
+    if low:
+        body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
-    weight = PackedWeight(cv.weight, layout="conv", groups=geo["G"])
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs), needs=("conv",), row_stride=True,
-                   method="implicit GEMM on packed weights")
+    layout = {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}.get(ctx.options.precision, "conv")
+    weight = PackedWeight(cv.weight, layout=layout, groups=geo["G"])
+    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs),
+                   needs=("conv", "packed_gemm", "packed_gemm_bf16") if low else ("conv",), row_stride=True,
+                   method=f"implicit GEMM on packed weights; {bf16.method(ctx.options)}" if low else
+                   "implicit GEMM on packed weights")
 
 
 # tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv_dw_wino.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V

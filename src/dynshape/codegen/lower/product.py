@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import kir
+from dynshape.codegen import bf16, kir
 from dynshape.codegen.lower.elementwise import emit_nodes
 from dynshape.codegen.lower.operands import Operands, computable, operands, prod
 from dynshape.codegen.lower.softmax import softmax_passes
@@ -162,7 +162,14 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     a, bp = kir.Buffer("i0"), kir.Buffer("i1")
     ln_bufs = [kir.Buffer(f"i{2 + len(ops.ptrs) + j}") for j in range(len(ln_params))]
     heads = pr.heads if pr.folded else 0
-    in_place = not heads and reads_in_place(pr, g, rows, k, n, ctx)
+    low = bf16.layout_of(ctx.options)  # bf16 panels (pairs along k), rounded float32 panels, or None: float32
+    in_place = not heads and not low and reads_in_place(pr, g, rows, k, n, ctx)
+    block_fn, panel_fn = bf16.product_calls(ctx.options) if low else ("ds_gemm_block", "ds_gemm_panel")
+    # the tile calls of a bf16 product carry the call's epoch: each thread rounds a block of A's rows once for
+    # all the panels it computes in this call (csrc/ds_gemm_bf16.c)
+    ep = kir.Var("ep")
+    low_args = (ep,) if low else ()
+    panel_floats = -(-k // 2) * NR if low == "bf16" else k * NR  # one panel, in floats
     strided = not heads and ln is None and sm is None  # plain rows: their stride is a key slot (a Concat's slice)
     ext = [rows, shape[1]] if heads else [rows, sym(ROW_STRIDE)] if strided else [rows]
     L0 = kir.Extent(0)
@@ -202,16 +209,16 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                     kir.Let(re, kir.Select(kir.Bin("<", next_b, r1), next_b, r1)),
                     kir.Pointer(dst, kir.Addr(o0, kir.Bin("+", kir.Bin("*", kir.Bin(
                         "+", kir.Bin("*", kir.Bin("+", kir.Bin("*", b, _i(heads)), h), L1), sq), _i(hd)), d0))),
-                    _call("ds_gemm_panel", kir.Addr(a, kir.Bin("*", rs, _i(k))), _i(k),
-                          kir.Addr(bp, kir.Bin("*", q, _i(k * NR))), _i(NR), kir.Addr(dst), _i(hd), _i(0),
-                          kir.Bin("-", re, rs), nc, _i(k)),
+                    _call(panel_fn, kir.Addr(a, kir.Bin("*", rs, _i(k))), _i(k),
+                          kir.Addr(bp, kir.Bin("*", q, _i(panel_floats))), *(() if low else (_i(NR),)),
+                          kir.Addr(dst), _i(hd), _i(0), kir.Bin("-", re, rs), nc, _i(k), *low_args),
                     kir.For(r, re, tuple(epilogue), start=rs),
                     kir.Assign(rs, re)))]
     else:
         # rows r0..r1 of the whole product: the block at row 0 prefetches each panel (ds_gemm_block), or B's rows
         # read in place (ds_gemm_block_nt)
-        tile = [_call("ds_gemm_block_nt" if in_place else "ds_gemm_block", kir.Addr(a), _i(k), kir.Addr(bp),
-                      kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k))]
+        tile = [_call("ds_gemm_block_nt" if in_place else block_fn, kir.Addr(a), _i(k), kir.Addr(bp),
+                      kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k), *low_args)]
         if epilogue:
             tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     panels = (n + NR - 1) // NR
@@ -219,6 +226,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     if n * k >= ctx.options.par_min_weights:  # few rows, large weights: the threads share the stream
         par = kir.Const(1, I64)
     lines: list[kir.Stmt] = [kir.Let(nblk, row_blocks(L0))]
+    if low:
+        lines.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
 
     def tiles(omp: kir.Omp | None) -> kir.For:
         return kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),), omp=omp)
@@ -255,9 +264,10 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     symbols = (*ctx.symbols, ROW_STRIDE) if strided else ctx.symbols
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs, *sm_ops.buffers), tuple(lines),
                         symbols)
-    weight = pr.weight if in_place else PackedWeight(pr.weight, pr.trans_b)
-    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params, *sm_ops.ptrs), needs=("packed_gemm",),
-                   row_stride=strided)
+    weight = pr.weight if in_place else PackedWeight(pr.weight, pr.trans_b, layout=low or "panels")
+    needs = ("packed_gemm", "packed_gemm_bf16") if low else ("packed_gemm",)
+    return Lowered(kernel, pr.outputs, (a_name, weight, *ops.ptrs, *ln_params, *sm_ops.ptrs), needs=needs,
+                   row_stride=strided, method=bf16.method(ctx.options) if low else "")
 
 
 register_lowering("product", "kernel", lower_product)

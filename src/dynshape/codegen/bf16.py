@@ -1,0 +1,164 @@
+"""bfloat16 products (`Options.precision`): the rounding, the packed weights and the C library (csrc/ds_gemm_bf16.c).
+
+Why bf16 at all: on CPUs with AVX512-BF16 (AMD Zen 4, Intel Cooper Lake and Sapphire Rapids) one VDPBF16PS does
+twice the multiply-adds of a float32 FMA and the weights stream half the bytes; OpenVINO runs bf16 by default
+there. dynshape keeps float32 as its default (exactness is the promise) and makes bf16 an option: the products by
+constant weights (MatMul / Gemm by an initializer, what dominates transformers and MLPs) take bf16 operands with
+float32 accumulation; their epilogues, softmax, normalisations, attention and every other op stay float32, and so
+do graph inputs and outputs.
+
+- "bf16": the native kernels; refused at compile time on a CPU (or a compiler) without AVX512-BF16.
+- "bf16-emulated": the same rounding of both operands (nearest even, denormals to zero), multiplied on the float32
+  micro-kernels (exact: a product of two bf16 fits in float32's mantissa), on any CPU. The tests check the native
+  kernels against it, so a machine without the instructions still checks the rounding and the layouts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from dynshape.codegen import packed_gemm
+from dynshape.codegen.clib import I64, P, declare
+from dynshape.errors import DynshapeError
+from dynshape.options import Options
+
+BF16_PRECISIONS = ("bf16", "bf16-emulated")
+PAIR_COLUMNS = 64  # bf16 values in one row of a packed panel: 32 columns x a pair of consecutive k
+
+LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
+    "ds_bf16_native": (), "ds_bf16_epoch": (), "ds_round_bf16": (P, I64, P),
+    "ds_gemm_block_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
+    "ds_gemm_panel_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
+    "ds_gemm_block_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
+    "ds_gemm_panel_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
+    "ds_pack_panels_bf16": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16": (P, I64, I64, I64, P),
+    "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P),
+    "ds_conv_tile2_bf16": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
+    "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64)},
+    share=True, needs=(packed_gemm.LIBRARY,), restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_epoch": I64})
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """x (float32) rounded to bfloat16, as uint16 bits: nearest even, a denormal to a signed zero, a NaN kept
+    quiet: what VCVTNE2PS2BF16 does (and ds_to_bf16 in csrc/ds_gemm_bf16.c)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    sign = ((u >> 16) & 0x8000).astype(np.uint16)
+    nan = ((u >> 16) | 0x40).astype(np.uint16)
+    exp = u & 0x7F800000
+    out = np.where(exp == 0, sign, rounded)
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, nan, out).astype(np.uint16)
+
+
+def bf16_to_f32(h: np.ndarray) -> np.ndarray:
+    """bf16 bits as the float32 values they stand for."""
+    return (np.asarray(h, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def rounded(x: np.ndarray) -> np.ndarray:
+    """x with every value replaced by its bf16 rounding (float32)."""
+    return bf16_to_f32(round_bf16(x)).reshape(np.shape(x))
+
+
+def pack_b_bf16(b: np.ndarray, trans: bool = False) -> np.ndarray:
+    """B (k, n) (or (n, k) with trans) rounded to bf16 as panels [ceil(n / 32), ceil(k / 2), 64] of uint16: row p of
+    panel q holds (B[2p][j], B[2p + 1][j]) for the panel's columns j, zero past n and past k (what
+    ds_gemm_block_bf16 reads)."""
+    b = np.asarray(b, dtype=np.float32)
+    if trans:
+        b = b.T
+    k, n = b.shape
+    panels, k2 = -(-n // packed_gemm.NR), -(-k // 2)
+    padded = np.zeros((k2 * 2, panels * packed_gemm.NR), np.uint16)
+    padded[:k, :n] = round_bf16(b).reshape(k, n)
+    out = packed_gemm.aligned((panels, k2, PAIR_COLUMNS), np.uint16)
+    # (k2, 2, panels, 32) -> (panels, k2, 32, 2): each column's pair adjacent
+    out[...] = padded.reshape(k2, 2, panels, packed_gemm.NR).transpose(2, 0, 3, 1).reshape(panels, k2, PAIR_COLUMNS)
+    return out
+
+
+def pack_b_rounded(b: np.ndarray, trans: bool = False) -> np.ndarray:
+    """The float32 panels of pack_b, of B's values rounded to bf16 (what the emulated kernels read)."""
+    return packed_gemm.pack_b(rounded(np.asarray(b, dtype=np.float32)), trans)
+
+
+def pack_conv_bf16(w: np.ndarray, groups: int) -> np.ndarray:
+    """A convolution's weights as pack_conv's panels [groups * panels, K, 32] with their rows taken in pairs:
+    [groups * panels, ceil(K / 2), 64] of bf16, row p holding (w[2p][j], w[2p + 1][j]) per column j (what
+    ds_conv_tile2_bf16 reads; k = (kh * KW + kw) * CG + c as in pack_conv)."""
+    f = packed_gemm.pack_conv(w, groups)
+    gp, k, nr = f.shape
+    k2 = -(-k // 2)
+    bits = np.zeros((gp, 2 * k2, nr), np.uint16)
+    bits[:, :k] = round_bf16(f).reshape(f.shape)
+    out = packed_gemm.aligned((gp, k2, PAIR_COLUMNS), np.uint16)
+    out[...] = bits.reshape(gp, k2, 2, nr).transpose(0, 1, 3, 2).reshape(gp, k2, PAIR_COLUMNS)
+    return out
+
+
+packed_gemm.PACKERS["bf16"] = lambda w, trans, groups: pack_b_bf16(w, trans)
+packed_gemm.PACKERS["bf16e"] = lambda w, trans, groups: pack_b_rounded(w, trans)
+packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pack_conv_bf16(w, groups)
+packed_gemm.PACKERS["conv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_conv(w, groups))
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        return frozenset()
+    return frozenset(line.split(":", 1)[1].split())
+
+
+@functools.cache
+def native_available() -> bool:
+    """Whether this CPU has AVX512-BF16 and the library was compiled with it (gcc -march=native)."""
+    if "avx512_bf16" not in cpu_flags():
+        return False
+    lib = LIBRARY.try_load()
+    return bool(lib is not None and lib.ds_bf16_native())
+
+
+def check_precision(options: Options) -> None:
+    """Refuse precision="bf16" where it cannot run natively, before anything is built."""
+    if options.precision == "bf16" and not native_available():
+        have = sorted(f for f in cpu_flags() if f.startswith(("avx512", "amx")))
+        raise DynshapeError(
+            "precision='bf16' needs a CPU with AVX512-BF16 (AMD Zen 4 and later, Intel Cooper Lake, Sapphire Rapids "
+            f"and later) and a compiler that targets it; this one has {', '.join(have) or 'no AVX-512'}. Use "
+            "precision='fp32', or precision='bf16-emulated' for the same rounding on the float32 kernels (slow)")
+
+
+def layout_of(options: Options) -> str | None:
+    """The packed-weight layout of products under `options` (None: float32 panels)."""
+    return {"bf16": "bf16", "bf16-emulated": "bf16e"}.get(options.precision)
+
+
+def product_calls(options: Options) -> tuple[str, str]:
+    """The tile and panel entry points (csrc/ds_gemm_bf16.h) that products call under `options`."""
+    suffix = "e" if options.precision == "bf16-emulated" else ""
+    return f"ds_gemm_block_bf16{suffix}", f"ds_gemm_panel_bf16{suffix}"
+
+
+def attention_calls(options: Options) -> tuple[str, str, str]:
+    """Attention's packers (K as stored, K transposed) and tile product under `options`, with the epoch argument."""
+    if options.precision == "fp32":
+        return "ds_pack_panels", "ds_pack_panels_t", "ds_gemm_tile"
+    suffix = "e" if options.precision == "bf16-emulated" else ""
+    return f"ds_pack_panels_bf16{suffix}", f"ds_pack_panels_t_bf16{suffix}", f"ds_gemm_block_bf16{suffix}"
+
+
+def conv_call(options: Options) -> str:
+    """The convolution tile (two panels) that implicit-GEMM convolutions call under a bf16 precision."""
+    return "ds_conv_tile2_bf16e" if options.precision == "bf16-emulated" else "ds_conv_tile2_bf16"
+
+
+def method(options: Options) -> str:
+    """How a bf16 product computes, for explain."""
+    how = "VDPBF16PS" if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels"
+    return f"bf16 operands, float32 accumulation and epilogue ({how})"

@@ -1,0 +1,388 @@
+/* Products by a constant matrix in bfloat16: operands rounded to bf16 (round to nearest even, denormals to zero, as
+   the hardware's VCVTNE2PS2BF16 does), products accumulated in float32. What `Options.precision` = "bf16" lowers a
+   product by packed weights to; the epilogue of the generated kernel around it (bias, GELU, residual, a layer norm)
+   stays float32.
+
+   Why these shapes. Weights are rounded and packed once at compile time (codegen/bf16.py: pack_b_bf16) into
+   panels of 32 columns whose rows hold pairs of consecutive k: row p of a panel is the 64 bf16
+   (B[2p][j], B[2p+1][j]) for j = 0..31, what VDPBF16PS multiplies against a broadcast pair (A[i][2p], A[i][2p+1]).
+   Activations are rounded as a tile's rows are converted into per-thread scratch, inside the call, never as a
+   separate pass over memory; a thread converts a block of rows once for all the panels it computes in one kernel
+   call (the memo is keyed by the call's epoch, `ds_bf16_epoch`, which a generated kernel takes once per call, so
+   a converted block never outlives the call that made it).
+
+   Two ways to run a product, one layout of activations:
+   - native (compiled where the compiler targets AVX512-BF16: Zen 4, Cooper Lake, Sapphire Rapids):
+     MR x 32 micro-tiles of VDPBF16PS, 2 * MR accumulators;
+   - emulated (`precision="bf16-emulated"`, every CPU): the same rounding of both operands, then dynshape's float32
+     micro-kernels (ds_gemm.c) on the rounded values, whose products are exact in float32. Tests compare the native
+     path with it, so a CPU without AVX512-BF16 still checks the rounding and the layout of the scratch. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds_conv.h"
+#include "ds_gemm.h"
+#include "ds_gemm_bf16.h"
+#include "ds_simd.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define DS_BF16_NATIVE 1
+#else
+#define DS_BF16_NATIVE 0
+#endif
+
+int ds_bf16_native(void) { return DS_BF16_NATIVE; }
+
+static int64_t ds_bf16_calls;
+
+/* A fresh value per kernel call: the key under which a thread's converted rows are valid. */
+int64_t ds_bf16_epoch(void) { return __atomic_add_fetch(&ds_bf16_calls, 1, __ATOMIC_RELAXED); }
+
+/* x rounded to bf16 (the upper 16 bits of the float32 it stands for): nearest even; a denormal becomes a signed
+   zero and a NaN stays a (quiet) NaN, as VCVTNE2PS2BF16 does. */
+static inline uint16_t ds_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float ds_from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* n floats as bf16 (for the packer and the tests: one definition of the rounding). */
+void ds_round_bf16(const float *restrict x, int64_t n, uint16_t *restrict out) {
+    for (int64_t i = 0; i < n; i++) out[i] = ds_to_bf16(x[i]);
+}
+
+/* A thread's scratch: the rows of A last converted, and what they were. */
+static __thread void *ds_scratch;
+static __thread int64_t ds_scratch_bytes, ds_memo_ep = -1, ds_memo_rows, ds_memo_lda, ds_memo_k, ds_memo_kind;
+static __thread const float *ds_memo_a;
+
+static void *ds_scratch_for(int64_t bytes) {
+    if (bytes > ds_scratch_bytes) {
+        free(ds_scratch);
+        ds_scratch = aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+        ds_scratch_bytes = ds_scratch ? bytes : 0;
+        ds_memo_ep = -1;
+    }
+    return ds_scratch;
+}
+
+/* Whether rows (a, rows, lda, k) of `kind` are what the scratch holds for call `ep`; if not, it will. */
+static int ds_memo_hit(const float *a, int64_t rows, int64_t lda, int64_t k, int64_t kind, int64_t ep) {
+    if (ep > 0 && ds_memo_ep == ep && ds_memo_a == a && ds_memo_rows == rows && ds_memo_lda == lda &&
+        ds_memo_k == k && ds_memo_kind == kind)
+        return 1;
+    ds_memo_ep = ep; ds_memo_a = a; ds_memo_rows = rows; ds_memo_lda = lda; ds_memo_k = k; ds_memo_kind = kind;
+    return 0;
+}
+
+/* ---- emulated: rounded float32 operands on the float32 micro-kernels ------------------------------------------ */
+static const float *ds_rows_rounded(const float *a, int64_t lda, int64_t rows, int64_t k, int64_t ep) {
+    float *buf = ds_scratch_for(rows * k * 4);
+    if (!buf) abort();
+    if (ds_memo_hit(a, rows, lda, k, 1, ep)) return buf;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t p = 0; p < k; p++) buf[r * k + p] = ds_from_bf16(ds_to_bf16(a[r * lda + p]));
+    return buf;
+}
+
+/* ds_gemm_block's tile (rows i0..i1, panel q) with both operands rounded to bf16: bp holds pack_b of the rounded
+   weights (float32 panels). */
+void ds_gemm_block_bf16e(const float *restrict a, int64_t lda, const void *bp, float *restrict c, int64_t ldc,
+                         int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k, int64_t ep) {
+    const float *ar = ds_rows_rounded(a + i0 * lda, lda, i1 - i0, k, ep);
+    ds_gemm_tile(ar, k, (const float *)bp, c + i0 * ldc, ldc, 0, i1 - i0, q, n, k);
+}
+
+/* ds_gemm_panel (rows i0..i1 of one panel of at most 32 columns) with both operands rounded. */
+void ds_gemm_panel_bf16e(const float *restrict a, int64_t lda, const void *panel, float *restrict c, int64_t ldc,
+                         int64_t i0, int64_t i1, int64_t ncols, int64_t k, int64_t ep) {
+    const float *ar = ds_rows_rounded(a + i0 * lda, lda, i1 - i0, k, ep);
+    ds_gemm_panel(ar, k, (const float *)panel, 32, c + i0 * ldc, ldc, 0, i1 - i0, ncols, k);
+}
+
+/* ---- packing at run time (attention's K and V: activations, packed per call) ------------------------------------ */
+/* B (k x n, row stride ldb) as bf16 panels: row p of panel q holds (B[2p][j], B[2p + 1][j]) for its 32 columns,
+   zero past k and n (pack_b_bf16's layout). */
+void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
+    uint16_t *bp = out;
+    const int64_t k2 = (k + 1) / 2;
+    for (int64_t q = 0; q < (n + 31) / 32; q++)
+        for (int64_t p = 0; p < k2; p++) {
+            uint16_t *dst = bp + (q * k2 + p) * 64;
+            for (int64_t j = 0; j < 32; j++) {
+                const int64_t col = q * 32 + j;
+                dst[2 * j] = col < n ? ds_to_bf16(b[2 * p * ldb + col]) : 0;
+                dst[2 * j + 1] = col < n && 2 * p + 1 < k ? ds_to_bf16(b[(2 * p + 1) * ldb + col]) : 0;
+            }
+        }
+}
+
+/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it): a
+   column's pair of consecutive k is two neighbours in A's row. */
+void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
+    uint16_t *bp = out;
+    const int64_t k2 = (k + 1) / 2;
+    for (int64_t q = 0; q < (n + 31) / 32; q++)
+        for (int64_t j = 0; j < 32; j++) {
+            const int64_t col = q * 32 + j;
+            const float *src = a + col * lda;
+            for (int64_t p = 0; p < k2; p++) {
+                uint16_t *dst = bp + (q * k2 + p) * 64 + 2 * j;
+                dst[0] = col < n ? ds_to_bf16(src[2 * p]) : 0;
+                dst[1] = col < n && 2 * p + 1 < k ? ds_to_bf16(src[2 * p + 1]) : 0;
+            }
+        }
+}
+
+static void ds_round_panels(float *bp, int64_t k, int64_t n) {
+    const int64_t total = (n + 31) / 32 * 32 * k;
+    for (int64_t i = 0; i < total; i++) bp[i] = ds_from_bf16(ds_to_bf16(bp[i]));
+}
+
+/* The emulated kernels' float32 panels (ds_pack_panels / _t), every value rounded to bf16. */
+void ds_pack_panels_bf16e(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
+    ds_pack_panels(b, ldb, k, n, out);
+    ds_round_panels(out, k, n);
+}
+
+void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
+    ds_pack_panels_t(a, lda, k, n, out);
+    ds_round_panels(out, k, n);
+}
+
+/* ---- native: VDPBF16PS ---------------------------------------------------------------------------------------- */
+#if DS_BF16_NATIVE
+#include <immintrin.h>
+
+/* rows of A (k floats, row stride lda) as rows of k2 = ceil(k / 2) bf16 pairs (the last one zero-padded). */
+static const uint32_t *ds_rows_bf16(const float *a, int64_t lda, int64_t rows, int64_t k, int64_t ep) {
+    const int64_t k2 = (k + 1) / 2;
+    uint32_t *buf = ds_scratch_for(rows * k2 * 4);
+    if (!buf) abort();
+    if (ds_memo_hit(a, rows, lda, k, 2, ep)) return buf;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = a + r * lda;
+        uint16_t *y = (uint16_t *)(buf + r * k2);
+        int64_t p = 0;
+        for (; p + 32 <= k; p += 32)
+            _mm512_storeu_si512(y + p, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + p + 16),
+                                                                    _mm512_loadu_ps(x + p)));
+        for (; p < k; p++) y[p] = ds_to_bf16(x[p]);
+        if (k & 1) y[k] = 0;
+    }
+    return buf;
+}
+
+#define DS_B_INIT(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
+#define DS_B_FMA(r)                                                                                       \
+    { const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(r) * k2 + p]);                               \
+      c##r##0 = _mm512_dpbf16_ps(c##r##0, x, b0); c##r##1 = _mm512_dpbf16_ps(c##r##1, x, b1); }
+#define DS_B_STORE(r) ds_store_row(c + (r) * ldc, (ds_v16)c##r##0, (ds_v16)c##r##1, ncols);
+/* MR rows x the 32 columns of one panel (its rows of 64 bf16 `bp`); a: MR rows of k2 pairs. */
+#define DS_BMICRO(MR)                                                                                     \
+    static void ds_bmicro_##MR(const uint32_t *restrict a, const uint16_t *restrict bp, int64_t k2,       \
+                               float *restrict c, int64_t ldc, int64_t ncols) {                           \
+        DS_ROWS##MR(DS_B_INIT)                                                                            \
+        _Pragma("GCC unroll 2")                                                                           \
+        for (int64_t p = 0; p < k2; p++) {                                                                \
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * 64);                                \
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * 64 + 32);                           \
+            DS_ROWS##MR(DS_B_FMA)                                                                         \
+        }                                                                                                 \
+        DS_ROWS##MR(DS_B_STORE)                                                                           \
+    }
+DS_BMICRO(1)
+DS_BMICRO(2)
+DS_BMICRO(3)
+DS_BMICRO(4)
+DS_BMICRO(5)
+DS_BMICRO(6)
+DS_BMICRO(7)
+DS_BMICRO(8)
+DS_BMICRO(9)
+DS_BMICRO(10)
+DS_BMICRO(11)
+DS_BMICRO(12)
+
+/* rows 0..m of C (row stride ldc) = the converted rows a (k2 pairs each) @ one bf16 panel, ncols <= 32 columns. */
+static void ds_bgemm_rows(const uint32_t *a, int64_t k2, const uint16_t *panel, float *c, int64_t ldc, int64_t m,
+                          int64_t ncols) {
+    int64_t i = 0;
+    for (; m - i >= 12; i += 12) ds_bmicro_12(a + i * k2, panel, k2, c + i * ldc, ldc, ncols);
+    const uint32_t *ai = a + i * k2;
+    float *ci = c + i * ldc;
+    switch (m - i) {
+    case 0: break;
+    case 1: ds_bmicro_1(ai, panel, k2, ci, ldc, ncols); break;
+    case 2: ds_bmicro_2(ai, panel, k2, ci, ldc, ncols); break;
+    case 3: ds_bmicro_3(ai, panel, k2, ci, ldc, ncols); break;
+    case 4: ds_bmicro_4(ai, panel, k2, ci, ldc, ncols); break;
+    case 5: ds_bmicro_5(ai, panel, k2, ci, ldc, ncols); break;
+    case 6: ds_bmicro_6(ai, panel, k2, ci, ldc, ncols); break;
+    case 7: ds_bmicro_7(ai, panel, k2, ci, ldc, ncols); break;
+    case 8: ds_bmicro_8(ai, panel, k2, ci, ldc, ncols); break;
+    case 9: ds_bmicro_9(ai, panel, k2, ci, ldc, ncols); break;
+    case 10: ds_bmicro_10(ai, panel, k2, ci, ldc, ncols); break;
+    default: ds_bmicro_11(ai, panel, k2, ci, ldc, ncols); break;
+    }
+}
+#endif
+
+/* The tile (rows i0..i1, panel q) of C = A @ B, B packed by pack_b_bf16 (panels of ceil(k / 2) rows of 64 bf16). */
+void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, float *restrict c, int64_t ldc,
+                        int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k, int64_t ep) {
+#if DS_BF16_NATIVE
+    const int64_t k2 = (k + 1) / 2;
+    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ep);
+    ds_bgemm_rows(ar, k2, (const uint16_t *)bp + q * k2 * 64, c + i0 * ldc + q * 32, ldc, i1 - i0,
+                  n - q * 32 < 32 ? n - q * 32 : 32);
+#else
+    (void)a; (void)lda; (void)bp; (void)c; (void)ldc; (void)i0; (void)i1; (void)q; (void)n; (void)k; (void)ep;
+    abort(); /* compile refuses precision="bf16" where this library has no native path (codegen/bf16.py) */
+#endif
+}
+
+/* Rows i0..i1 of one bf16 panel (ncols <= 32 columns; `panel` its first row of pairs). */
+void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel, float *restrict c, int64_t ldc,
+                        int64_t i0, int64_t i1, int64_t ncols, int64_t k, int64_t ep) {
+#if DS_BF16_NATIVE
+    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ep);
+    ds_bgemm_rows(ar, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols);
+#else
+    (void)a; (void)lda; (void)panel; (void)c; (void)ldc; (void)i0; (void)i1; (void)ncols; (void)k; (void)ep;
+    abort();
+#endif
+}
+
+/* ---- convolutions: implicit GEMM on an im2col block in bf16 ---------------------------------------------------
+   ds_conv_tile2's contract (ds_conv.h) with bf16 operands: a block of output pixels p0..p1 has its patches
+   gathered once into per-thread scratch, rounded to bf16 as they are copied (k = (kh * KW + kw) * CG + c, the
+   packed weights' row order; the padding's taps as zeros), then multiplied by the group's panels q and q + 1
+   (pack_conv_bf16: pairs along k) with the products' micro-kernels; bias, residual and activation are applied to
+   the tile while it is in cache. The patches are kept for the next tile of the same block in the same call (the
+   epoch), so a block is gathered once per pair of panels at most, once in all where the loop runs block-major. */
+static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t rows, int64_t col0, int64_t ncols,
+                           const float *bias, const float *res) {
+    const int64_t LDY = geo[DS_CONV_LDY], OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT];
+    if (!bias && !res && act == DS_ACT_NONE) return;
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = y + (p0 + r) * LDY + col0;
+        const float *rr = res ? res + (p0 + r) * OC + col0 : 0;
+        for (int64_t j = 0; j < ncols; j++) {
+            float v = o[j];
+            if (bias) v += bias[col0 + j];
+            if (rr) v += rr[j];
+            if (act == DS_ACT_RELU) v = v < 0.0f ? 0.0f : v; /* NaN stays NaN */
+            else if (act == DS_ACT_HARDSWISH) {
+                float t = v * (1.0f / 6.0f) + 0.5f;
+                t = t < 0.0f ? 0.0f : t;
+                t = t > 1.0f ? 1.0f : t;
+                v = v * t;
+            }
+            o[j] = v;
+        }
+    }
+}
+
+/* The input pixel (or NULL in the padding) that tap (kh, kw) of output pixel p reads, at group g's channels. */
+static inline const float *ds_conv_src(const int64_t *geo, const float *x, int64_t p, int64_t kh, int64_t kw,
+                                       int64_t g) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C];
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW];
+    const int64_t n = p / (OH * OW), oh = p % (OH * OW) / OW, ow = p % OW;
+    const int64_t ih = oh * geo[DS_CONV_SH] - geo[DS_CONV_PT] + kh * geo[DS_CONV_DH];
+    const int64_t iw = ow * geo[DS_CONV_SW] - geo[DS_CONV_PL] + kw * geo[DS_CONV_DW];
+    if ((uint64_t)ih >= (uint64_t)H || (uint64_t)iw >= (uint64_t)W) return 0;
+    return x + ((n * H + ih) * W + iw) * C + g * geo[DS_CONV_CG];
+}
+
+/* Patches of pixels p0..p1 as float32 rows of K values, rounded to bf16 (the emulated path). */
+static const float *ds_patches_rounded(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
+                                       int64_t ep) {
+    const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
+    float *buf = ds_scratch_for((p1 - p0) * K * 4);
+    if (!buf) abort();
+    if (ds_memo_hit(x + g * CG, p1 - p0, p0, K, 3, ep)) return buf;
+    for (int64_t p = p0; p < p1; p++)
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *src = ds_conv_src(geo, x, p, kh, kw, g);
+                float *dst = buf + (p - p0) * K + (kh * KW + kw) * CG;
+                for (int64_t c = 0; c < CG; c++) dst[c] = src ? ds_from_bf16(ds_to_bf16(src[c])) : 0.0f;
+            }
+    return buf;
+}
+
+void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                         const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                         const float *restrict bias, const float *restrict res, int64_t ep) {
+    (void)zeros;
+    const int64_t CG = geo[DS_CONV_CG], OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
+    const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
+    const float *a = ds_patches_rounded(geo, x, p0, p1, g, ep);
+    for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
+        const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
+        ds_gemm_panel(a, K, (const float *)bp + (g * panels + qq) * K * 32, 32, y + p0 * LDY + col0, LDY, 0, p1 - p0,
+                      ncols, K);
+        ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
+    }
+}
+
+#if DS_BF16_NATIVE
+/* Patches of pixels p0..p1 as bf16 rows of k2 = ceil(K / 2) pairs. */
+static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
+                                       int64_t ep) {
+    const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
+    const int64_t k2 = (K + 1) / 2;
+    uint32_t *buf = ds_scratch_for((p1 - p0) * k2 * 4);
+    if (!buf) abort();
+    if (ds_memo_hit(x + g * CG, p1 - p0, p0, K, 4, ep)) return buf;
+    for (int64_t p = p0; p < p1; p++) {
+        uint16_t *row = (uint16_t *)(buf + (p - p0) * k2);
+        for (int64_t kh = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const float *src = ds_conv_src(geo, x, p, kh, kw, g);
+                uint16_t *dst = row + (kh * KW + kw) * CG;
+                if (!src) { memset(dst, 0, (size_t)CG * 2); continue; }
+                int64_t c = 0;
+                for (; c + 32 <= CG; c += 32)
+                    _mm512_storeu_si512(dst + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16),
+                                                                             _mm512_loadu_ps(src + c)));
+                for (; c < CG; c++) dst[c] = ds_to_bf16(src[c]);
+            }
+        if (K & 1) row[K] = 0;
+    }
+    return buf;
+}
+#endif
+
+void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                        const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                        const float *restrict bias, const float *restrict res, int64_t ep) {
+    (void)zeros;
+#if DS_BF16_NATIVE
+    const int64_t OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
+    const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_CG], k2 = (K + 1) / 2;
+    const int64_t panels = (OCG + 31) / 32;
+    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ep);
+    for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
+        const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
+        ds_bgemm_rows(a, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY, p1 - p0,
+                      ncols);
+        ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
+    }
+#else
+    (void)geo; (void)x; (void)bp; (void)y; (void)p0; (void)p1; (void)g; (void)q; (void)bias; (void)res; (void)ep;
+    abort();
+#endif
+}

@@ -1,0 +1,207 @@
+"""precision="bf16" / "bf16-emulated" (codegen/bf16.py, csrc/ds_gemm_bf16.c), against independent references.
+
+The rounding is checked against ml_dtypes' bfloat16 (an independent implementation of round-to-nearest-even) on
+normal values, with hypothesis; products against float64 products of the rounded operands, whose only difference
+from a bf16 kernel is float32 accumulation, so the tolerance is float32's, scaled by the sum of |products|. The
+native kernels (AVX512-BF16) run where the CPU has them; the emulated ones everywhere, and the native results are
+compared with the emulated ones so both paths are checked on one machine.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.codegen import bf16
+from dynshape.errors import DynshapeError
+from dynshape.models.encoder import build_encoder
+
+NATIVE = bf16.native_available()
+needs_native = pytest.mark.skipif(not NATIVE, reason="this CPU has no AVX512-BF16 (the emulated path is tested)")
+
+
+def _c_round(x: np.ndarray) -> np.ndarray:
+    lib = bf16.LIBRARY.load()
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty(x.shape, np.uint16)
+    lib.ds_round_bf16(x.ctypes.data, x.size, out.ctypes.data)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=True), min_size=1, max_size=64))
+def test_rounding_matches_ml_dtypes_on_normals(values: list[float]) -> None:
+    x = np.array(values, np.float32)
+    normal = (np.abs(x) >= np.finfo(np.float32).tiny) | ~np.isfinite(x)
+    want = x.astype(ml_dtypes.bfloat16).view(np.uint16)
+    got = bf16.round_bf16(x)
+    assert np.array_equal(got[normal], want[normal])
+    assert np.array_equal(_c_round(x), got)  # the C and numpy roundings are one definition
+
+
+def test_rounding_special_values() -> None:
+    x = np.array([0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan, 1.0 + 2**-8, 1.0 + 3 * 2**-8],
+                 np.float32)
+    got = bf16.round_bf16(x)
+    assert np.array_equal(_c_round(x), got)
+    back = bf16.bf16_to_f32(got)
+    assert back[0] == 0 and back[2] == 0 and np.signbit(back[3]) and back[3] == 0  # denormals flush to zero
+    assert np.isinf(back[4]) and np.isinf(back[5]) and np.isnan(back[6])
+    assert back[7] == 1.0 and back[8] == 1.0 + 4 * 2**-8  # ties to even, both ways
+
+
+def test_pack_layout() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((7, 37)).astype(np.float32)  # k odd, n over one panel
+    p = bf16.pack_b_bf16(w)
+    assert p.shape == (2, 4, 64) and p.ctypes.data % 64 == 0
+    r = bf16.round_bf16(w).reshape(w.shape)
+    for q in range(2):
+        for pp in range(4):
+            for j in range(32):
+                col = q * 32 + j
+                for h in range(2):
+                    kk = 2 * pp + h
+                    want = r[kk, col] if kk < 7 and col < 37 else 0
+                    assert p[q, pp, 2 * j + h] == want
+    assert np.array_equal(bf16.pack_b_bf16(w.T.copy(), trans=True), p)
+
+
+def _product_model(k: int, n: int, gemm: bool) -> onnx.ModelProto:
+    rng = np.random.default_rng(k * 1000 + n)
+    w = rng.standard_normal((n, k) if gemm else (k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    if gemm:
+        nodes = [helper.make_node("Gemm", ["x", "W", "B"], ["y0"], transB=1), helper.make_node("Relu", ["y0"], ["y"])]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["y0"]),
+                 helper.make_node("Relu", ["y0"], ["y"])]
+    g = helper.make_graph(nodes, "p", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _reference(model: onnx.ModelProto, x: np.ndarray, gemm: bool) -> tuple[np.ndarray, np.ndarray]:
+    """relu(round(x) @ round(W) + B) in float64, and the sum of |products| per output (the scale of float32's
+    accumulation error)."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w = inits["W"].T if gemm else inits["W"]
+    xr, wr = bf16.rounded(x).astype(np.float64), bf16.rounded(np.ascontiguousarray(w)).astype(np.float64)
+    return np.maximum(xr @ wr + inits["B"], 0), np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+@pytest.mark.parametrize("k,n,gemm", [(64, 32, False), (257, 100, False), (31, 7, True), (300, 96, True)])
+def test_products_match_rounded_reference(precision: str, k: int, n: int, gemm: bool) -> None:
+    model = _product_model(k, n, gemm)
+    exe = ds.compile(ds.load_onnx(model), precision=precision)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((150, k)).astype(np.float32)
+    want, scale = _reference(model, x, gemm)
+    for rows in (1, 5, 12, 13, 61, 150):  # every micro-tile height, a short tail, several row blocks
+        got = exe.run({"x": x[:rows]})["y"]
+        err = np.abs(got - want[:rows])
+        assert np.all(err <= 4 * k * 2.0**-24 * scale[:rows] + 1e-30), (rows, float(err.max()))
+    # and they are bf16, not float32: the error against the float32 product is of bf16's size
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w = inits["W"].T if gemm else inits["W"]
+    exact = np.maximum(x.astype(np.float64) @ w + inits["B"], 0)
+    assert np.abs(exe.run({"x": x})["y"] - exact).max() > 1e-4
+
+
+@needs_native
+def test_native_matches_emulated_on_an_encoder() -> None:
+    """An encoder (heads-folded QKV products, FFN with GELU, layer norms): the native kernels equal the emulated ones
+    up to float32 accumulation order, and both stay within 2% of the float32 build (max error over the RMS)."""
+    model = build_encoder(layers=2, hidden=64, heads=4, ffn=128)
+    exes = {p: ds.compile(ds.load_onnx(model), precision=p) for p in ("fp32", "bf16", "bf16-emulated")}
+    rng = np.random.default_rng(2)
+    for b, s in ((1, 5), (3, 17), (2, 64)):
+        feed = {"input_ids": rng.integers(0, 1000, (b, s), dtype=np.int64),
+                "attention_mask": np.ones((b, s), np.int64)}
+        out = {p: e.run(feed)["last_hidden_state"] for p, e in exes.items()}
+        rms = float(np.sqrt(np.mean(out["fp32"].astype(np.float64) ** 2)))
+        assert np.abs(out["bf16"] - out["bf16-emulated"]).max() <= 1e-3 * rms
+        for p in ("bf16", "bf16-emulated"):
+            assert np.abs(out[p] - out["fp32"]).max() <= 0.02 * rms
+
+
+def test_emulated_encoder_within_two_percent() -> None:
+    model = build_encoder(layers=2, hidden=64, heads=4, ffn=128)
+    fp32 = ds.compile(ds.load_onnx(model))
+    emu = ds.compile(ds.load_onnx(model), precision="bf16-emulated")
+    rng = np.random.default_rng(3)
+    feed = {"input_ids": rng.integers(0, 1000, (2, 33), dtype=np.int64), "attention_mask": np.ones((2, 33), np.int64)}
+    a, b = fp32.run(feed)["last_hidden_state"], emu.run(feed)["last_hidden_state"]
+    low = {s.kind for s in emu.generic.steps if getattr(s, "method", "").startswith("bf16")}
+    assert low == {"product", "attention"}  # both kernel kinds took the bf16 path
+    assert not any(getattr(s, "method", "").startswith("bf16") for s in fp32.generic.steps)
+    rms = float(np.sqrt(np.mean(a.astype(np.float64) ** 2)))
+    err = float(np.abs(a - b).max())
+    assert 1e-5 * rms < err <= 0.02 * rms  # rounded (not float32), and close
+
+
+def test_bf16_refused_without_the_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bf16, "native_available", lambda: False)
+    with pytest.raises(DynshapeError, match="bf16-emulated"):
+        ds.compile(ds.load_onnx(_product_model(8, 8, False)), precision="bf16")
+
+
+def test_unknown_precision_refused() -> None:
+    with pytest.raises(DynshapeError, match="precision='fp16'"):
+        ds.compile(ds.load_onnx(_product_model(8, 8, False)), precision="fp16")
+
+
+def test_artefact_keeps_its_precision(tmp_path) -> None:
+    """precision is a build option: saved in the artefact, so the loaded build computes what the saved one did."""
+    model = _product_model(40, 33, False)
+    exe = ds.save(model, tmp_path / "a", precision="bf16-emulated")
+    x = np.random.default_rng(4).standard_normal((9, 40)).astype(np.float32)
+    loaded = ds.load(tmp_path / "a")
+    assert loaded.options.precision == "bf16-emulated"
+    assert np.array_equal(loaded.run({"x": x})["y"], exe.run({"x": x})["y"])
+    want, _ = _reference(model, x, False)
+    assert np.abs(loaded.run({"x": x})["y"] - want).max() < 1e-4 * np.abs(want).max()
+
+
+def _conv_model(ci: int, co: int, k: int, s: int, g: int, pad: int, w: np.ndarray) -> onnx.ModelProto:
+    """relu(conv(x, w) + bias + r): the tiles' bias, residual and activation in one kernel."""
+    bias = np.linspace(-1, 1, co).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=[k, k], strides=[s, s], group=g,
+                              pads=[pad] * 4),
+             helper.make_node("Add", ["c", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", ci, "h", "w"]),
+                        helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", co, "oh", "ow"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", co, "oh", "ow"])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "B")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+@pytest.mark.parametrize("ci,co,k,s,g,pad,h", [(16, 48, 1, 1, 1, 0, 9), (3, 40, 7, 2, 1, 3, 23),
+                                                (32, 64, 3, 2, 1, 1, 15), (8, 70, 3, 1, 2, 1, 11)])
+def test_convolutions_match_rounded_reference(precision: str, ci: int, co: int, k: int, s: int, g: int, pad: int,
+                                              h: int) -> None:
+    """Implicit-GEMM convolutions in bf16 equal the float32 convolution of the rounded input and weights (its
+    products are exact in float32) up to float32 accumulation: 1x1, a 7x7 stride-2 stem of 3 channels (odd k),
+    grouped 3x3 with an output tail, bias + residual + Relu in the tile's finish."""
+    rng = np.random.default_rng(ci * co)
+    w = (rng.standard_normal((co, ci // g, k, k)) * 0.2).astype(np.float32)
+    x = rng.standard_normal((2, ci, h, h)).astype(np.float32)
+    oh = (h + 2 * pad - k) // s + 1
+    r = rng.standard_normal((2, co, oh, oh)).astype(np.float32)
+    want = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, bf16.rounded(w)))).run(
+        {"x": bf16.rounded(x), "r": r})["y"]
+    exe = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, w)), precision=precision)
+    got = exe.run({"x": x, "r": r})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    methods = [getattr(st, "method", "") for st in exe.generic.steps]
+    assert any(m.startswith("implicit GEMM on packed weights; bf16") for m in methods)
