@@ -36,6 +36,7 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_gemm_block_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
     "ds_gemm_panel_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_pack_panels_bf16": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16": (P, I64, I64, I64, P),
+    "ds_pack_panels_bf16_ref": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16_ref": (P, I64, I64, I64, P),
     "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P),
     "ds_conv_tile2_bf16": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
     "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64)},

@@ -110,10 +110,10 @@ void ds_gemm_panel_bf16e(const float *restrict a, int64_t lda, const void *panel
     ds_gemm_panel(ar, k, (const float *)panel, 32, c + i0 * ldc, ldc, 0, i1 - i0, ncols, k);
 }
 
-/* ---- packing at run time (attention's K and V: activations, packed per call) ------------------------------------ */
-/* B (k x n, row stride ldb) as bf16 panels: row p of panel q holds (B[2p][j], B[2p + 1][j]) for its 32 columns,
-   zero past k and n (pack_b_bf16's layout). */
-void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
+/* ---- packing at run time (attention's K and V: activations, packed per call) ------------------------------------
+   Scalar here (every CPU; the emulated path), vectorised below where the native path is compiled: attention packs K
+   and V on every call, and a rounding per element in scalar code cost as much as the products it feeds. */
+void ds_pack_panels_bf16_ref(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
     uint16_t *bp = out;
     const int64_t k2 = (k + 1) / 2;
     for (int64_t q = 0; q < (n + 31) / 32; q++)
@@ -127,9 +127,7 @@ void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_
         }
 }
 
-/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it): a
-   column's pair of consecutive k is two neighbours in A's row. */
-void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
+void ds_pack_panels_t_bf16_ref(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
     uint16_t *bp = out;
     const int64_t k2 = (k + 1) / 2;
     for (int64_t q = 0; q < (n + 31) / 32; q++)
@@ -139,9 +137,75 @@ void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int6
             for (int64_t p = 0; p < k2; p++) {
                 uint16_t *dst = bp + (q * k2 + p) * 64 + 2 * j;
                 dst[0] = col < n ? ds_to_bf16(src[2 * p]) : 0;
-                dst[1] = col < n && 2 * p + 1 < k ? ds_to_bf16(src[2 * p + 1]) : 0;
+                dst[1] = col < n && 2 * p + 1 < k ? ds_to_bf16(src[(2 * p + 1)]) : 0;
             }
         }
+}
+
+#if DS_BF16_NATIVE
+#include <immintrin.h>
+/* 32 floats from p (the first `cnt`, zeros after) as 32 bf16 */
+static inline __m512i ds_bf16x32(const float *p, int64_t cnt) {
+    if (cnt >= 32) return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p));
+    const __mmask16 m0 = cnt >= 16 ? 0xFFFF : cnt <= 0 ? 0 : (__mmask16)((1u << cnt) - 1);
+    const __mmask16 m1 = cnt >= 32 ? 0xFFFF : cnt <= 16 ? 0 : (__mmask16)((1u << (cnt - 16)) - 1);
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, p + 16), _mm512_maskz_loadu_ps(m0, p));
+}
+#endif
+
+/* B (k x n, row stride ldb) as bf16 panels: row p of panel q holds (B[2p][j], B[2p + 1][j]) for its 32 columns,
+   zero past k and n (pack_b_bf16's layout). Native: two rows rounded 32 columns at a time, their bf16 interleaved
+   (VPERMT2W). */
+void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out) {
+#if DS_BF16_NATIVE
+    uint16_t *bp = out;
+    const int64_t k2 = (k + 1) / 2;
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                        39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_set_epi16(63, 31, 62, 30, 61, 29, 60, 28, 59, 27, 58, 26, 57, 25, 56, 24,
+                                        55, 23, 54, 22, 53, 21, 52, 20, 51, 19, 50, 18, 49, 17, 48, 16);
+    for (int64_t q = 0; q < (n + 31) / 32; q++) {
+        const int64_t cnt = n - q * 32;
+        for (int64_t p = 0; p < k2; p++) {
+            const __m512i r0 = ds_bf16x32(b + 2 * p * ldb + q * 32, cnt);
+            const __m512i r1 = 2 * p + 1 < k ? ds_bf16x32(b + (2 * p + 1) * ldb + q * 32, cnt) : _mm512_setzero_si512();
+            uint16_t *dst = bp + (q * k2 + p) * 64;
+            _mm512_storeu_si512(dst, _mm512_permutex2var_epi16(r0, lo, r1));
+            _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi16(r0, hi, r1));
+        }
+    }
+#else
+    ds_pack_panels_bf16_ref(b, ldb, k, n, out);
+#endif
+}
+
+/* The same panels for B = transpose(A), A n x k with row stride lda (attention's K as the model stores it): a
+   column's pair of consecutive k is two neighbours in A's row. Native: each of a panel's 32 rows of A rounded 32
+   values at a time into pairs, then the pairs written to their panel rows (32-bit copies: a transpose). */
+void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out) {
+#if DS_BF16_NATIVE
+    uint32_t *bp = out;
+    const int64_t k2 = (k + 1) / 2;
+    for (int64_t q = 0; q < (n + 31) / 32; q++) {
+        uint32_t *panel = bp + q * k2 * 32;
+        for (int64_t j = 0; j < 32; j++) {
+            const int64_t col = q * 32 + j;
+            if (col >= n) {
+                for (int64_t p = 0; p < k2; p++) panel[p * 32 + j] = 0;
+                continue;
+            }
+            const float *src = a + col * lda;
+            for (int64_t p0 = 0; p0 < k; p0 += 32) {
+                uint32_t pairs[16];
+                _mm512_storeu_si512(pairs, ds_bf16x32(src + p0, k - p0));
+                const int64_t np = (k - p0 + 1) / 2 < 16 ? (k - p0 + 1) / 2 : 16;
+                for (int64_t t = 0; t < np; t++) panel[(p0 / 2 + t) * 32 + j] = pairs[t];
+            }
+        }
+    }
+#else
+    ds_pack_panels_t_bf16_ref(a, lda, k, n, out);
+#endif
 }
 
 static void ds_round_panels(float *bp, int64_t k, int64_t n) {

@@ -17,6 +17,8 @@ void ds_gemm_panel_bf16e(const float *restrict a, int64_t lda, const void *panel
                          int64_t i0, int64_t i1, int64_t ncols, int64_t k, int64_t ep);
 void ds_pack_panels_bf16(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out);
 void ds_pack_panels_t_bf16(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
+void ds_pack_panels_bf16_ref(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out);
+void ds_pack_panels_t_bf16_ref(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
 void ds_pack_panels_bf16e(const float *restrict b, int64_t ldb, int64_t k, int64_t n, void *out);
 void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int64_t n, void *out);
 void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
