@@ -227,6 +227,13 @@ def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Names
     if exe is not None and "dynshape" in ok:
         row["outside"] = outside_kernels(exe, feed)
     if ok:
+        if exe is not None and "dynshape" in ok:  # the default strategy's steady state: this shape's hot variant
+            for _ in range(25):                   # built in the background before the rounds, not during them
+                ok["dynshape"](feed)
+            wait = getattr(exe, "wait_for_builds", None)
+            if wait is not None:
+                wait(120)
+            limit_threads(args.threads)
         t = time_interleaved(ok, feed, args.budget, rounds=args.rounds)
         row["ms"] = {k: 1e3 * v for k, v in t.items()}
     d = row["ms"].get("dynshape")
@@ -256,6 +263,7 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
     print("|" + "---|" * (2 + len(cols) + len(peers) + 3))
     ratios: dict[str, list[float]] = {k: [] for k in peers}
     slower, wrong = [], []
+    tol = TOL if args.precision == "fp32" else TOL_LOW
     for rec in recs:
         if "model" in rec["errors"]:
             print(f"| {rec['model']} | - | error: {rec['errors']['model']} |")
@@ -275,8 +283,8 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
             es = []
             for k in ("dynshape", "ov"):
                 v = row["err"].get(k)
-                es.append("-" if v is None else f"{v:.1e}" + ("" if v <= TOL else " **WRONG**"))
-                if v is not None and v > TOL:
+                es.append("-" if v is None else f"{v:.1e}" + ("" if v <= tol else " **WRONG**"))
+                if v is not None and v > tol:
                     wrong.append(f"{rec['model']} {row['probe']} {k} ({v:.1e})")
             print(f"| {rec['model']} | {row['probe']} | " + " | ".join(_cell(row, rec, k) for k in cols) + " | " +
                   " | ".join(rs) + " | " + " | ".join(es) + f" | {fmt_ops(row.get('outside'))} |")
@@ -303,7 +311,7 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
         for model, k, e in peer_fails:
             print(f"  {model}: {k}: {e}")
     if wrong:
-        print(f"\n!!! OUTPUTS DIFFER FROM ONNXRUNTIME beyond {TOL:g} of their magnitude: {', '.join(wrong)} !!!")
+        print(f"\n!!! OUTPUTS DIFFER FROM ONNXRUNTIME beyond {tol:g} of their magnitude: {', '.join(wrong)} !!!")
     return summary
 
 
