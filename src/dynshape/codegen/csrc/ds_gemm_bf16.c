@@ -358,16 +358,23 @@ static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t row
     }
 }
 
-/* The input pixel (or NULL in the padding) that tap (kh, kw) of output pixel p reads, at group g's channels. */
-static inline const float *ds_conv_src(const int64_t *geo, const float *x, int64_t p, int64_t kh, int64_t kw,
-                                       int64_t g) {
-    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C];
+/* Where output pixel p's window starts: its image's first input pixel (at group g's channels) and the input row
+   and column of its top-left tap (two divisions a pixel, none a tap). */
+typedef struct { const float *img; int64_t ih, iw; } ds_window;
+
+static inline ds_window ds_conv_window(const int64_t *geo, const float *x, int64_t p, int64_t g) {
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW];
     const int64_t n = p / (OH * OW), oh = p % (OH * OW) / OW, ow = p % OW;
-    const int64_t ih = oh * geo[DS_CONV_SH] - geo[DS_CONV_PT] + kh * geo[DS_CONV_DH];
-    const int64_t iw = ow * geo[DS_CONV_SW] - geo[DS_CONV_PL] + kw * geo[DS_CONV_DW];
-    if ((uint64_t)ih >= (uint64_t)H || (uint64_t)iw >= (uint64_t)W) return 0;
-    return x + ((n * H + ih) * W + iw) * C + g * geo[DS_CONV_CG];
+    ds_window w = {x + n * geo[DS_CONV_H] * geo[DS_CONV_W] * geo[DS_CONV_C] + g * geo[DS_CONV_CG],
+                   oh * geo[DS_CONV_SH] - geo[DS_CONV_PT], ow * geo[DS_CONV_SW] - geo[DS_CONV_PL]};
+    return w;
+}
+
+/* The input pixel (or NULL in the padding) that tap (kh, kw) of window w reads. */
+static inline const float *ds_conv_src(const int64_t *geo, ds_window w, int64_t kh, int64_t kw) {
+    const int64_t ih = w.ih + kh * geo[DS_CONV_DH], iw = w.iw + kw * geo[DS_CONV_DW];
+    if ((uint64_t)ih >= (uint64_t)geo[DS_CONV_H] || (uint64_t)iw >= (uint64_t)geo[DS_CONV_W]) return 0;
+    return w.img + (ih * geo[DS_CONV_W] + iw) * geo[DS_CONV_C];
 }
 
 /* Patches of pixels p0..p1 as float32 rows of K values, rounded to bf16 (the emulated path). */
@@ -377,13 +384,15 @@ static const float *ds_patches_rounded(const int64_t *geo, const float *x, int64
     float *buf = ds_scratch_for((p1 - p0) * K * 4);
     if (!buf) abort();
     if (ds_memo_hit(x + g * CG, p1 - p0, p0, K, 3, ep)) return buf;
-    for (int64_t p = p0; p < p1; p++)
+    for (int64_t p = p0; p < p1; p++) {
+        const ds_window w = ds_conv_window(geo, x, p, g);
         for (int64_t kh = 0; kh < KH; kh++)
             for (int64_t kw = 0; kw < KW; kw++) {
-                const float *src = ds_conv_src(geo, x, p, kh, kw, g);
+                const float *src = ds_conv_src(geo, w, kh, kw);
                 float *dst = buf + (p - p0) * K + (kh * KW + kw) * CG;
                 for (int64_t c = 0; c < CG; c++) dst[c] = src ? ds_from_bf16(ds_to_bf16(src[c])) : 0.0f;
             }
+    }
     return buf;
 }
 
@@ -403,27 +412,57 @@ void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void
 }
 
 #if DS_BF16_NATIVE
-/* Patches of pixels p0..p1 as bf16 rows of k2 = ceil(K / 2) pairs. */
+/* Patches of pixels p0..p1 as bf16 rows of k2 = ceil(K / 2) pairs. Wide groups (CG >= 32) are rounded tap by tap
+   from the input; narrow ones (a stem's 3 channels) are first gathered as float32 into a row of K values, which is
+   then rounded 32 values at a time (a scalar rounding per value cost more than a stem conv's multiply-adds). */
 static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
                                        int64_t ep) {
     const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
-    const int64_t k2 = (K + 1) / 2;
-    uint32_t *buf = ds_scratch_for((p1 - p0) * k2 * 4);
+    const int64_t k2 = (K + 1) / 2, rows = p1 - p0;
+    const int narrow = CG < 32;
+    /* one group, undilated: a window row's KW pixels are KW * CG contiguous floats */
+    const int whole_rows = geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1;
+    /* the bf16 rows, then (narrow) one float32 row of K + 32 values */
+    uint32_t *buf = ds_scratch_for(rows * k2 * 4 + (narrow ? (K + 32) * 4 + 64 : 0));
     if (!buf) abort();
-    if (ds_memo_hit(x + g * CG, p1 - p0, p0, K, 4, ep)) return buf;
+    if (ds_memo_hit(x + g * CG, rows, p0, K, 4, ep)) return buf;
+    float *tmp = narrow ? (float *)(((uintptr_t)(buf + rows * k2) + 63) & ~(uintptr_t)63) : 0;
     for (int64_t p = p0; p < p1; p++) {
         uint16_t *row = (uint16_t *)(buf + (p - p0) * k2);
-        for (int64_t kh = 0; kh < KH; kh++)
-            for (int64_t kw = 0; kw < KW; kw++) {
-                const float *src = ds_conv_src(geo, x, p, kh, kw, g);
-                uint16_t *dst = row + (kh * KW + kw) * CG;
-                if (!src) { memset(dst, 0, (size_t)CG * 2); continue; }
-                int64_t c = 0;
-                for (; c + 32 <= CG; c += 32)
-                    _mm512_storeu_si512(dst + c, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16),
-                                                                             _mm512_loadu_ps(src + c)));
-                for (; c < CG; c++) dst[c] = ds_to_bf16(src[c]);
+        const ds_window w = ds_conv_window(geo, x, p, g);
+        if (narrow) {
+            for (int64_t kh = 0; kh < KH; kh++) {
+                const int64_t ih = w.ih + kh * geo[DS_CONV_DH];
+                float *dst = tmp + kh * KW * CG;
+                if ((uint64_t)ih >= (uint64_t)geo[DS_CONV_H]) { memset(dst, 0, (size_t)(KW * CG) * 4); continue; }
+                if (whole_rows && w.iw >= 0 && w.iw + KW <= geo[DS_CONV_W]) { /* the window's row: one copy */
+                    memcpy(dst, w.img + (ih * geo[DS_CONV_W] + w.iw) * CG, (size_t)(KW * CG) * 4);
+                    continue;
+                }
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    const float *src = ds_conv_src(geo, w, kh, kw);
+                    if (src) memcpy(dst + kw * CG, src, (size_t)CG * 4);
+                    else memset(dst + kw * CG, 0, (size_t)CG * 4);
+                }
             }
+            for (int64_t c = 0; c < K; c += 32) {
+                const __m512i v = ds_bf16x32(tmp + c, K - c);
+                if (K - c >= 32) _mm512_storeu_si512(row + c, v);
+                else _mm512_mask_storeu_epi16(row + c, (__mmask32)((1ull << (K - c)) - 1), v);
+            }
+        } else {
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    const float *src = ds_conv_src(geo, w, kh, kw);
+                    uint16_t *dst = row + (kh * KW + kw) * CG;
+                    if (!src) { memset(dst, 0, (size_t)CG * 2); continue; }
+                    for (int64_t c = 0; c < CG; c += 32) {
+                        const __m512i v = ds_bf16x32(src + c, CG - c);
+                        if (CG - c >= 32) _mm512_storeu_si512(dst + c, v);
+                        else _mm512_mask_storeu_epi16(dst + c, (__mmask32)((1ull << (CG - c)) - 1), v);
+                    }
+                }
+        }
         if (K & 1) row[K] = 0;
     }
     return buf;
