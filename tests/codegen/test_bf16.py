@@ -223,3 +223,26 @@ def test_run_time_packers_equal_the_scalar_reference(k: int, n: int) -> None:
         getattr(lib, fn + "_ref")(src.ctypes.data, ld, k, n, ref.ctypes.data)
         assert np.array_equal(got, ref), fn
         assert np.array_equal(got, bf16.pack_b_bf16(b).ravel()), fn
+
+
+@pytest.mark.parametrize("ci,co,h", [(32, 48, 40), (64, 96, 10)])
+def test_winograd_products_in_bf16(ci: int, co: int, h: int) -> None:
+    """3x3 stride-1 convs under bf16 run Winograd F(2x2) with each position's product on the bf16 tiles (never
+    F(4x4), whose transforms amplify bf16's rounding): native equals emulated up to float32 accumulation, and both
+    stay within 3% of the output's RMS of the float32 direct sum (the direct sum in bf16: about 1.5%)."""
+    rng = np.random.default_rng(ci + h)
+    w = (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32)
+    x = rng.standard_normal((1, ci, h, h)).astype(np.float32)
+    r = rng.standard_normal((1, co, h, h)).astype(np.float32)
+    model = _conv_model(ci, co, 3, 1, 1, 1, w)
+    exact = ds.compile(ds.load_onnx(model), winograd=False).run({"x": x, "r": r})["y"]
+    rms = float(np.sqrt(np.mean(exact.astype(np.float64) ** 2)))
+    outs = {}
+    for precision in ("bf16-emulated", *(("bf16",) if NATIVE else ())):
+        exe = ds.compile(ds.load_onnx(model), precision=precision)
+        method = next(st.method for st in exe.generic.steps if getattr(st, "method", ""))
+        assert method.startswith("Winograd F(2x2); products bf16"), method
+        outs[precision] = exe.run({"x": x, "r": r})["y"]
+        assert 1e-4 * rms < np.abs(outs[precision] - exact).max() <= 0.03 * rms
+    if NATIVE:
+        assert np.abs(outs["bf16"] - outs["bf16-emulated"]).max() <= 1e-4 * rms

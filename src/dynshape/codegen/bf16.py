@@ -39,8 +39,11 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_pack_panels_bf16_ref": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16_ref": (P, I64, I64, I64, P),
     "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P),
     "ds_conv_tile2_bf16": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
-    "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64)},
-    share=True, needs=(packed_gemm.LIBRARY,), restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_epoch": I64})
+    "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
+    "ds_conv_tile2_bf16_addr": (), "ds_conv_tile2_bf16e_addr": ()},
+    share=True, needs=(packed_gemm.LIBRARY,),
+    restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_epoch": I64, "ds_conv_tile2_bf16_addr": I64,
+              "ds_conv_tile2_bf16e_addr": I64})
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
@@ -87,24 +90,28 @@ def pack_b_rounded(b: np.ndarray, trans: bool = False) -> np.ndarray:
     return packed_gemm.pack_b(rounded(np.asarray(b, dtype=np.float32)), trans)
 
 
-def pack_conv_bf16(w: np.ndarray, groups: int) -> np.ndarray:
-    """A convolution's weights as pack_conv's panels [groups * panels, K, 32] with their rows taken in pairs:
-    [groups * panels, ceil(K / 2), 64] of bf16, row p holding (w[2p][j], w[2p + 1][j]) per column j (what
-    ds_conv_tile2_bf16 reads; k = (kh * KW + kw) * CG + c as in pack_conv)."""
-    f = packed_gemm.pack_conv(w, groups)
+def pairs_of(f: np.ndarray) -> np.ndarray:
+    """Float32 panels [..., K, 32] (pack_conv's, pack_winograd's) rounded to bf16 with their rows taken in pairs:
+    [..., ceil(K / 2), 64], row p holding (f[2p][j], f[2p + 1][j]) per column j (what ds_conv_tile2_bf16 reads)."""
+    lead = f.shape[:-2]
+    f = f.reshape(-1, *f.shape[-2:])
     gp, k, nr = f.shape
     k2 = -(-k // 2)
     bits = np.zeros((gp, 2 * k2, nr), np.uint16)
     bits[:, :k] = round_bf16(f).reshape(f.shape)
-    out = packed_gemm.aligned((gp, k2, PAIR_COLUMNS), np.uint16)
-    out[...] = bits.reshape(gp, k2, 2, nr).transpose(0, 1, 3, 2).reshape(gp, k2, PAIR_COLUMNS)
+    out = packed_gemm.aligned((*lead, k2, PAIR_COLUMNS), np.uint16)
+    out.reshape(gp, k2, PAIR_COLUMNS)[...] = bits.reshape(gp, k2, 2, nr).transpose(0, 1, 3, 2).reshape(
+        gp, k2, PAIR_COLUMNS)
     return out
 
 
 packed_gemm.PACKERS["bf16"] = lambda w, trans, groups: pack_b_bf16(w, trans)
 packed_gemm.PACKERS["bf16e"] = lambda w, trans, groups: pack_b_rounded(w, trans)
-packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pack_conv_bf16(w, groups)
+packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_conv(w, groups))
 packed_gemm.PACKERS["conv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_conv(w, groups))
+for _m, _name in ((2, "winograd"), (4, "winograd4")):  # Winograd's transformed weights, per position
+    packed_gemm.PACKERS[_name + "_bf16"] = lambda w, trans, groups, m=_m: pairs_of(packed_gemm.pack_winograd(w, m))
+    packed_gemm.PACKERS[_name + "_bf16e"] = lambda w, trans, groups, m=_m: rounded(packed_gemm.pack_winograd(w, m))
 
 
 @functools.cache
@@ -152,6 +159,14 @@ def attention_calls(options: Options) -> tuple[str, str, str]:
         return "ds_pack_panels", "ds_pack_panels_t", "ds_gemm_tile"
     suffix = "e" if options.precision == "bf16-emulated" else ""
     return f"ds_pack_panels_bf16{suffix}", f"ds_pack_panels_t_bf16{suffix}", f"ds_gemm_block_bf16{suffix}"
+
+
+def winograd_tile(options: Options) -> tuple[str, int]:
+    """The address getter of the tile Winograd's products call under a bf16 precision, and whether its weights are
+    bf16 pairs (1) or rounded float32 panels (0)."""
+    if options.precision == "bf16-emulated":
+        return "ds_conv_tile2_bf16e_addr", 0
+    return "ds_conv_tile2_bf16_addr", 1
 
 
 def conv_call(options: Options) -> str:

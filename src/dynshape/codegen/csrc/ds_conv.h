@@ -72,4 +72,12 @@ void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restri
 void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                 const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
                 const float *restrict bias);
+/* Both with each position's product by `tile` (the address of a ds_conv_tile2-like function taking an epoch last:
+   ds_conv_tile2_bf16_addr()) on weights in that function's packing; `ep`: the call's ds_bf16_epoch(). */
+void ds_wino_f2_t(const int64_t *geo, const float *restrict x, const void *up, float *restrict y,
+                  const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                  const float *restrict bias, int64_t tile, int64_t ep, int64_t half);
+void ds_wino_f4_t(const int64_t *geo, const float *restrict x, const void *up, float *restrict y,
+                  const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                  const float *restrict bias, int64_t tile, int64_t ep, int64_t half);
 #endif

@@ -347,12 +347,22 @@ typedef void (*ds_wino_in_fn)(const int64_t *, const float *restrict, float *res
 typedef void (*ds_wino_out_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t,
                                const float *restrict);
 
-/* The chunk driver of both: `np` positions (16 or 36), chunks of `chunk` tiles. */
+/* A position's product in another precision: ds_conv_tile2's contract plus the memo's epoch (csrc/ds_gemm_bf16.c's
+   ds_conv_tile2_bf16, whose address the generated kernel passes: this library does not link against that one). */
+typedef void (*ds_wino_tile_fn)(const int64_t *, const float *restrict, const void *, float *restrict,
+                                const float *restrict, int64_t, int64_t, int64_t, int64_t, const float *restrict,
+                                const float *restrict, int64_t);
+
+/* The chunk driver of both: `np` positions (16 or 36), chunks of `chunk` tiles. `tile` NULL: float32 products on
+   packed panels; else that tile function on weights packed as bf16 pairs (ceil(C / 2) rows of 64 halves a panel),
+   with `ep` * 2^20 + the chunk's number as the epoch under which a thread's rounded inputs are reused. */
 static void ds_wino_run(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                         const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
-                        int64_t np, int64_t chunk, ds_wino_in_fn in, ds_wino_out_fn out, const float *restrict bias) {
+                        int64_t np, int64_t chunk, ds_wino_in_fn in, ds_wino_out_fn out, const float *restrict bias,
+                        ds_wino_tile_fn tile, int64_t ep, int64_t half) {
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], pairs = (OC + 63) / 64;
-    const int64_t per_xi = (OC + 31) / 32 * 32 * C; /* one position's packed weights */
+    /* one position's packed weights, in floats */
+    const int64_t per_xi = (OC + 31) / 32 * 32 * (half ? (C + 1) / 2 : C);
     float *v = scratch, *m = scratch + np * chunk * C;
     #pragma omp parallel if(par)
     for (int64_t u0 = t0; u0 < t1; u0 += chunk) { /* every thread walks the chunks; they share each */
@@ -370,7 +380,12 @@ static void ds_wino_run(const int64_t *geo, const float *restrict x, const float
         for (int64_t xi = 0; xi < np; xi++)
             for (int64_t pq = 0; pq < pairs; pq++) {
                 g1[DS_CONV_WREST] = (np - xi) * per_xi;
-                ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0, 0);
+                if (tile)
+                    tile(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0, 0,
+                         (ep << 20) + (u0 - t0) / chunk + 1);
+                else
+                    ds_conv_tile2(g1, v + xi * nt * C, up + xi * per_xi, m + xi * nt * OC, zeros, 0, nt, 0, 2 * pq, 0,
+                                  0);
             }
         #pragma omp for schedule(static)
         for (int64_t i = 0; i < nt; i++) out(geo, m, y, u0, i, nt, bias);
@@ -380,11 +395,30 @@ static void ds_wino_run(const int64_t *geo, const float *restrict x, const float
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                 const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
                 const float *restrict bias) {
-    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output, bias);
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output, bias,
+                0, 0, 0);
 }
 
 void ds_wino_f4(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                 const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
                 const float *restrict bias) {
-    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output, bias);
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output, bias,
+                0, 0, 0);
+}
+
+/* ds_wino_f2 / _f4 with each position's product computed by `tile` (an address: ds_conv_tile2_bf16_addr()) on
+   weights packed as bf16 pairs (`half`: codegen/bf16.py's winograd_bf16 layouts) or as float32 panels of rounded
+   values (the emulated tile); `ep`: the kernel call's ds_bf16_epoch(). */
+void ds_wino_f2_t(const int64_t *geo, const float *restrict x, const void *up, float *restrict y,
+                  const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                  const float *restrict bias, int64_t tile, int64_t ep, int64_t half) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 16, DS_WINO_TILES, ds_wino_input, ds_wino_output, bias,
+                (ds_wino_tile_fn)(intptr_t)tile, ep, half);
+}
+
+void ds_wino_f4_t(const int64_t *geo, const float *restrict x, const void *up, float *restrict y,
+                  const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,
+                  const float *restrict bias, int64_t tile, int64_t ep, int64_t half) {
+    ds_wino_run(geo, x, up, y, zeros, t0, t1, par, scratch, 36, DS_WINO4_TILES, ds_wino4_input, ds_wino4_output, bias,
+                (ds_wino_tile_fn)(intptr_t)tile, ep, half);
 }

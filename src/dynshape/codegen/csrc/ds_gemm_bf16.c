@@ -489,3 +489,7 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
     abort();
 #endif
 }
+
+/* The tiles' addresses, for ds_wino_f2_t / _f4_t (csrc/ds_conv_dw_wino.c), which a generated kernel hands them. */
+int64_t ds_conv_tile2_bf16_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16; }
+int64_t ds_conv_tile2_bf16e_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16e; }

@@ -27,4 +27,6 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
 void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
                          const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
                          const float *restrict bias, const float *restrict res, int64_t ep);
+int64_t ds_conv_tile2_bf16_addr(void);
+int64_t ds_conv_tile2_bf16e_addr(void);
 #endif
