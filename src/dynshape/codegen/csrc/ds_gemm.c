@@ -397,23 +397,28 @@ void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, in
 }
 
 void ds_axpy_rows(const float *restrict p, const float *restrict v, int64_t n, int64_t dv, float *restrict o) {
-    for (int64_t c0 = 0; c0 < dv; c0 += 16) {
-        const int64_t w = dv - c0 < 16 ? dv - c0 : 16;
-        float acc[16] = {0};
-        if (w == 16) {
-            for (int64_t j = 0; j < n; j++) {
-                const float pj = p[j];
-                const float *vj = v + j * dv + c0;
-                #pragma omp simd
-                for (int64_t c = 0; c < 16; c++) acc[c] += pj * vj[c];
-            }
-        } else {
-            for (int64_t j = 0; j < n; j++) {
-                const float pj = p[j];
-                const float *vj = v + j * dv + c0;
-                for (int64_t c = 0; c < w; c++) acc[c] += pj * vj[c];
-            }
+    /* 64 columns at a time in four independent accumulators: with one, each key's multiply-add waited for the
+       previous one's (a chain of n FMA latencies per 16 columns) */
+    int64_t c0 = 0;
+    for (; c0 + 64 <= dv; c0 += 64) {
+        ds_v16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t j = 0; j < n; j++) {
+            const float pj = p[j];
+            const float *vj = v + j * dv + c0;
+            a0 += pj * ds_ld16(vj); a1 += pj * ds_ld16(vj + 16);
+            a2 += pj * ds_ld16(vj + 32); a3 += pj * ds_ld16(vj + 48);
         }
-        for (int64_t c = 0; c < w; c++) o[c0 + c] = acc[c];
+        ds_st16(o + c0, a0); ds_st16(o + c0 + 16, a1); ds_st16(o + c0 + 32, a2); ds_st16(o + c0 + 48, a3);
+    }
+    for (; c0 < dv; c0 += 16) { /* the rest 16 at a time, two keys in flight */
+        const int64_t w = dv - c0 < 16 ? dv - c0 : 16;
+        ds_v16 a0 = {0}, a1 = {0};
+        int64_t j = 0;
+        for (; j + 2 <= n; j += 2) {
+            a0 += p[j] * ds_load16(v + j * dv + c0, w);
+            a1 += p[j + 1] * ds_load16(v + (j + 1) * dv + c0, w);
+        }
+        if (j < n) a0 += p[j] * ds_load16(v + j * dv + c0, w);
+        ds_store16(o + c0, a0 + a1, w);
     }
 }
