@@ -5,6 +5,7 @@ from dynshape.ops import (  # noqa: F401
     attention,
     control,
     conv,
+    dynquant,
     elementwise,
     image,
     indexing,

@@ -13,6 +13,7 @@ from dynshape.ir.graph import Graph, Node
 from dynshape.ir.opdef import PoolKind, is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.passes.items import Attention, Conv, ConvChain, Elementwise, Item, Pool, Product, Single, Softmax
+from dynshape.passes.qproduct import match_qproduct
 from dynshape.passes.schedule import Match, Rule, Schedule
 from dynshape.passes.values import broadcast_pattern, const_value, is_float32, reduction_axes, row_pattern, scalar_const
 
@@ -405,6 +406,7 @@ RULES: tuple[Rule, ...] = (
     Rule("softmax with its producer and consumer groups", "fused_softmax", match_softmax),
     Rule("attention without materialised scores", "fused_attention", match_attention),
     Rule("products by constant matrices with their epilogues", "packed_gemm", match_product),
+    Rule("int8 products (dynamic quantization) with their epilogues", "packed_gemm", match_qproduct),
     Rule("convolutions with their epilogues", "packed_gemm", match_conv),
     Rule("a 1x1 conv into the depthwise conv that alone reads it", "fused_pw_dw", match_pw_dw),
     Rule("pools and global reductions of channels-last tensors", "channels_last", match_pool),

@@ -17,6 +17,7 @@ from dynshape.codegen.lower import (  # noqa: F401
     movement,
     pool,
     product,
+    qproduct,
     resize,
     softmax,
 )

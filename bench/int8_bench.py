@@ -1,0 +1,127 @@
+"""Dynamically quantized BERT: dynshape against onnxruntime on the same file, with the accuracy of the quantization.
+
+The quantized files are what onnxruntime's own tool writes (`onnxruntime.quantization.quantize_dynamic`, weight_type
+QInt8 and QUInt8, per tensor unless --per-channel), cached beside the float model, never committed. Every candidate
+runs a file as shipped, nothing declared (`ds.load_onnx(path)` then `ds.compile`; onnxruntime's default session):
+dynshape and onnxruntime on the float file and on each quantized one. Interleaved rounds, medians
+(benchutil.time_interleaved), at 1 and 2 threads. Accuracy, per quantized file: the largest |int8 - fp32| over the
+fp32 output's RMS (last_hidden_state), dynshape's int8 against dynshape's fp32 and onnxruntime's against its own.
+
+    python bench/int8_bench.py [--threads 1,2] [--budget 2] [--per-channel] [--shapes 1x16,1x128,8x128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchutil import SHARED, cpu_model, limit_threads, time_interleaved
+
+WEIGHT_TYPES = ("QInt8", "QUInt8")
+
+
+def model_path(name: str) -> str:
+    import common
+
+    return common.onnx_path(name)
+
+
+def feed_for(name: str, shape: tuple, seed: int) -> dict[str, np.ndarray]:
+    import common
+
+    return common.make_inputs(name, shape, seed)
+
+
+def quantized(src: str, weight_type: str, per_channel: bool) -> str:
+    """onnxruntime's dynamic quantization of `src`, written once beside it."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    out = Path(src).with_name(f"{Path(src).stem}_dyn_{weight_type.lower()}{'_pc' if per_channel else ''}.onnx")
+    if not out.exists():
+        quantize_dynamic(src, str(out), weight_type=getattr(QuantType, weight_type), per_channel=per_channel)
+    return str(out)
+
+
+def rel_rms_error(got: np.ndarray, want: np.ndarray) -> float:
+    rms = float(np.sqrt(np.mean(np.square(want.astype(np.float64))))) or 1.0
+    return float(np.max(np.abs(got.astype(np.float64) - want))) / rms
+
+
+def candidates(files: dict[str, str], threads: int) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    import dynshape as ds
+
+    calls: dict[str, Any] = {}
+    for tag, path in files.items():
+        names = [v.name for v in ds.load_onnx(path).outputs]
+        exe = ds.compile(ds.load_onnx(path))
+        call = (lambda e, nm: lambda feed: [e.run(feed)[n] for n in nm])(exe, names)
+        call.exe = exe  # type: ignore[attr-defined]
+        calls[f"ds_{tag}"] = call
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        calls[f"ort_{tag}"] = (lambda s, nm: lambda feed: s.run(nm, feed))(sess, names)
+    return calls
+
+
+def steady(calls: dict[str, Any], feed: dict[str, np.ndarray], n: int = 40) -> None:
+    """Past the hot threshold, background variants built and waited for (bench/bf16_bench.py: the steady state)."""
+    for call in calls.values():
+        exe = getattr(call, "exe", None)
+        if exe is not None:
+            for _ in range(n):
+                call(feed)
+            exe.wait_for_builds(120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="bert_small")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--budget", type=float, default=2.0, help="seconds of timing per shape")
+    ap.add_argument("--shapes", default="1x16,1x128,8x128")
+    ap.add_argument("--weight-types", default=",".join(WEIGHT_TYPES))
+    ap.add_argument("--per-channel", action="store_true")
+    args = ap.parse_args()
+    print(f"CPU: {cpu_model()}; shared bench: {SHARED}; load: {os.getloadavg()[0]:.2f}")
+    src = model_path(args.model)
+    files = {"fp32": src}
+    for wt in args.weight_types.split(","):
+        files[wt.lower()] = quantized(src, wt, args.per_channel)
+    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+    for threads in (int(t) for t in args.threads.split(",")):
+        limit_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        calls = candidates(files, threads)
+        q = [t for t in files if t != "fp32"]
+        ratios: dict[str, list[float]] = {t: [] for t in q}
+        print(f"\n{args.model}, {threads} thread(s): ms per call (median); err = max|int8 - fp32| / rms(fp32)")
+        print(f"  {'shape':>10} " + " ".join(f"{k:>11}" for k in calls) +
+              "".join(f" {'ort/ds ' + t:>13} {'err ds':>8} {'err ort':>8}" for t in q))
+        for i, shape in enumerate(shapes):
+            feed = feed_for(args.model, shape, i)
+            ds_ref, ort_ref = calls["ds_fp32"](feed)[0], calls["ort_fp32"](feed)[0]
+            errs = {t: (rel_rms_error(calls[f"ds_{t}"](feed)[0], ds_ref),
+                        rel_rms_error(calls[f"ort_{t}"](feed)[0], ort_ref)) for t in q}
+            steady(calls, feed)
+            limit_threads(threads)
+            t_ = time_interleaved(calls, feed, args.budget)
+            cells = ""
+            for t in q:
+                r = t_[f"ort_{t}"] / t_[f"ds_{t}"]
+                ratios[t].append(r)
+                cells += f" {r:13.2f} {errs[t][0]:8.3f} {errs[t][1]:8.3f}"
+            print(f"  {str(shape):>10} " + " ".join(f"{t_[k] * 1e3:11.3f}" for k in calls) + cells)
+        for t in q:
+            print(f"  geomean onnxruntime / dynshape on the {t} file: {math.exp(np.mean(np.log(ratios[t]))):.2f}")
+
+
+if __name__ == "__main__":
+    main()

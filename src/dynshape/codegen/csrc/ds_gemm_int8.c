@@ -1,0 +1,269 @@
+/* int8 products by a constant matrix, for models quantized dynamically the way onnxruntime's quantize_dynamic writes
+   them (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the scales): what a `dynshape::DynamicQuantizeMatMul`
+   node (passes/quant.py) lowers to (codegen/lower/qproduct.py).
+
+   Exact by construction. The activations are quantized here with DynamicQuantizeLinear's own arithmetic (one scale
+   and zero point over the whole tensor, its range widened to hold 0, x / scale rounded half to even and saturated
+   to 0..255), the products are accumulated in int32 with the zero-point corrections applied in int32 (wrapping, as
+   MatMulInteger's int32 result does), and only then is the sum cast to float32 and multiplied by
+   (activation scale * weight scale), rounded to float32 once as the graph's Mul of the two scales rounds it. So the
+   integer part equals MatMulInteger's and the float part the graph's to the last bit.
+
+   Layouts. Weights are int8 (uint8 weights are shifted by -128, with their zero points: codegen/int8.py), packed once
+   at compile time into panels of 32 columns whose rows hold groups of 4 consecutive k: row p of a panel is 32 x 4
+   bytes (B[4p..4p+3][j] for j = 0..31), what VPDPBUSD multiplies against a broadcast group (A[i][4p..4p+3]); after
+   the panels, the column sums of the int8 weights (int32, one per padded column). Activations are quantized, once
+   per kernel call, into the calling thread's scratch: rows padded to a multiple of 4 bytes with zeros (the padded
+   weights are zeros too), and each row's sum of its quantized values.
+
+   (A - za)(B - zb) = AB - zb * rowsum(A) - za * colsum(B) + k * za * zb: the sums are what the epilogue corrects by.
+
+   Two ways to run a tile, one layout:
+   - native (compiled where the compiler targets AVX512-VNNI: Intel Cascade Lake and later, AMD Zen 4): MR x 32
+     micro-tiles of VPDPBUSD (u8 x s8 -> s32, groups of 4, no intermediate saturation), 2 * MR accumulators;
+   - portable (`ds_q8_block_e`, every CPU): the same sums in plain int32 C. Both give identical results (integer
+     arithmetic), and the tests check each against the ONNX reference. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds_gemm_int8.h"
+
+#if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define DS_Q8_NATIVE 1
+#include <immintrin.h>
+#else
+#define DS_Q8_NATIVE 0
+#endif
+
+#define DS_Q8_NR 32
+#define DS_Q8_PAR_MIN 65536 /* floats from which the quantizing pass runs on every thread */
+
+int ds_q8_native(void) { return DS_Q8_NATIVE; }
+
+/* The quantized activations of the current kernel call of this thread. */
+typedef struct {
+    uint8_t *q;
+    int32_t *rowsum;
+    int64_t ldq, cap_q, cap_rows;
+    float scale;
+    int32_t zp;
+} ds_q8_act;
+
+static __thread ds_q8_act ds_q8_tls;
+
+static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t ldq) {
+    const int64_t bytes = m * ldq;
+    if (bytes > a->cap_q) {
+        free(a->q);
+        a->q = aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
+        a->cap_q = a->q ? bytes : 0;
+    }
+    if (m > a->cap_rows) {
+        free(a->rowsum);
+        a->rowsum = aligned_alloc(64, (size_t)((m * 4 + 63) / 64 * 64));
+        a->cap_rows = a->rowsum ? m : 0;
+    }
+    return a->q != NULL && a->rowsum != NULL;
+}
+
+/* DynamicQuantizeLinear's scale and zero point of values whose minimum is lo and maximum hi (lo <= 0 <= hi), in
+   float32 as the operator defines them: scale = (hi - lo) / 255, zero point = saturate(round(0 - lo / scale)). */
+void ds_q8_params(float lo, float hi, float *scale, int32_t *zp) {
+    const float s = (hi - lo) / 255.0f;
+    *scale = s;
+    if (s == 0.0f) { /* all zeros (or empty): runtimes pick 0 */
+        *zp = 0;
+        return;
+    }
+    float z = rintf(0.0f - lo / s);
+    z = z < 0.0f ? 0.0f : z > 255.0f ? 255.0f : z;
+    *zp = (int32_t)z;
+}
+
+/* x (m rows of k floats, contiguous) quantized the DynamicQuantizeLinear way into this thread's scratch; returns the
+   scratch's descriptor, which the tiles of the same call read (from any thread), or NULL when out of memory. */
+const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
+    ds_q8_act *a = &ds_q8_tls;
+    const int64_t ldq = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
+    a->ldq = ldq;
+    float lo = 0.0f, hi = 0.0f; /* the range always holds 0 */
+    const int64_t total = m * k;
+    #pragma omp parallel for reduction(min : lo) reduction(max : hi) schedule(static) if(total >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < total; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    ds_q8_params(lo, hi, &a->scale, &a->zp);
+    const float s = a->scale;
+    const float zf = (float)a->zp;
+    uint8_t *q = a->q;
+    int32_t *rowsum = a->rowsum;
+    #pragma omp parallel for schedule(static) if(total >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        uint8_t *qi = q + i * ldq;
+        int32_t sum = 0;
+        if (s == 0.0f) {
+            memset(qi, 0, (size_t)ldq);
+        } else {
+            for (int64_t j = 0; j < k; j++) {
+                float v = rintf(xi[j] / s) + zf;
+                v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+                const int32_t u = (int32_t)v;
+                qi[j] = (uint8_t)u;
+                sum += u;
+            }
+            for (int64_t j = k; j < ldq; j++) qi[j] = 0;
+        }
+        rowsum[i] = sum;
+    }
+    return a;
+}
+
+/* The scale and zero point the last ds_q8_quantize of `act` chose (for tests). */
+void ds_q8_act_params(const void *act, float *scale, int32_t *zp) {
+    const ds_q8_act *a = act;
+    *scale = a->scale;
+    *zp = a->zp;
+}
+
+/* The quantized row i of `act` (ldq bytes) and its sum (for tests). */
+void ds_q8_act_row(const void *act, int64_t i, uint8_t *row, int32_t *sum) {
+    const ds_q8_act *a = act;
+    memcpy(row, a->q + i * a->ldq, (size_t)a->ldq);
+    *sum = a->rowsum[i];
+}
+
+/* The panels' column sums follow them. */
+static inline const int32_t *ds_q8_colsums(const void *bp, int64_t n, int64_t k) {
+    const int64_t panels = (n + DS_Q8_NR - 1) / DS_Q8_NR, k4 = (k + 3) / 4;
+    return (const int32_t *)((const int8_t *)bp + panels * k4 * DS_Q8_NR * 4);
+}
+
+/* One row's 32 (or fewer: cols) sums finished: corrected by the zero points (in int32, wrapping as MatMulInteger's
+   int32 result does: unsigned arithmetic), cast to float32 and multiplied by scale * wscale[j]. */
+static inline void ds_q8_finish_row(const int32_t *acc, int32_t rsum, const ds_q8_act *a, const int32_t *wzp,
+                                    const float *wscale, const int32_t *colsum, int64_t k, float *c, int64_t cols) {
+    const uint32_t za = (uint32_t)a->zp;
+    for (int64_t j = 0; j < cols; j++) {
+        const uint32_t zb = (uint32_t)wzp[j];
+        const uint32_t v = (uint32_t)acc[j] - zb * (uint32_t)rsum - za * (uint32_t)colsum[j] + (uint32_t)k * za * zb;
+        const float sc = a->scale * wscale[j];
+        c[j] = (float)(int32_t)v * sc;
+    }
+}
+
+/* ---- portable --------------------------------------------------------------------------------------------------- */
+void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t q,
+                   int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
+    const ds_q8_act *a = act;
+    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
+    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
+    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
+    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    for (int64_t i = i0; i < i1; i++) {
+        const uint8_t *ai = a->q + i * a->ldq;
+        int32_t acc[DS_Q8_NR] = {0};
+        for (int64_t p = 0; p < k4; p++) {
+            const int8_t *b = panel + p * DS_Q8_NR * 4;
+            const int32_t a0 = ai[4 * p], a1 = ai[4 * p + 1], a2 = ai[4 * p + 2], a3 = ai[4 * p + 3];
+            for (int j = 0; j < DS_Q8_NR; j++)
+                acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
+        }
+        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols);
+    }
+}
+
+/* ---- native: VPDPBUSD ------------------------------------------------------------------------------------------- */
+#if DS_Q8_NATIVE
+#define DS_Q8_MR 12
+
+/* A panel's per-column terms of the epilogue: zb, k * za * zb - za * colsum (int32, wrapping), scale * wscale
+   (float32, rounded once), and the masks of its columns. Kept in memory, not registers: the 24 accumulators, two
+   weight vectors and the broadcast take 27 of the 32 vector registers while the sums run. */
+/* acc += u8 x s8 groups of 4. In asm because gcc 12 copies the accumulator of _mm512_dpbusd_epi32 through another
+   register (it does not tie the destructive operand): every VPDPBUSD came with two moves, halving the rate. */
+#define DS_DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+
+typedef struct {
+    __m512i zb[2], ct[2];
+    __m512 sc[2];
+    __mmask16 m[2];
+} ds_q8_cols;
+
+/* Rows i..i+mr of one panel: mr x 32 int32 sums in 2 * mr registers, then finished 16 columns at a time. */
+static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a, const int8_t *panel, int64_t k4,
+                                                             int64_t i, const int mr, float *c, int64_t ldc,
+                                                             const ds_q8_cols *cv) {
+    __m512i acc[DS_Q8_MR][2];
+    _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    const uint8_t *ai = a->q + i * a->ldq;
+    const int64_t ldq = a->ldq;
+    for (int64_t p = 0; p < k4; p++) {
+        const __m512i b0 = _mm512_load_si512((const void *)(panel + p * 128));
+        const __m512i b1 = _mm512_load_si512((const void *)(panel + p * 128 + 64));
+        _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) {
+            int32_t g;
+            memcpy(&g, ai + r * ldq + 4 * p, 4);
+            const __m512i av = _mm512_set1_epi32(g);
+            DS_DPBUSD(acc[r][0], av, b0);
+            DS_DPBUSD(acc[r][1], av, b1);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) {
+        const __m512i rs = _mm512_set1_epi32(a->rowsum[i + r]);
+        float *cr = c + (i + r) * ldc;
+        for (int h = 0; h < 2; h++) {
+            const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(cv->zb[h], rs)),
+                                               cv->ct[h]);
+            _mm512_mask_storeu_ps(cr + 16 * h, cv->m[h], _mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]));
+        }
+    }
+}
+
+static void ds_q8_block_native(const ds_q8_act *a, const void *bp, float *restrict c, int64_t ldc, int64_t i0,
+                               int64_t i1, int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp,
+                               const float *restrict wscale) {
+    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
+    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
+    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
+    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    ds_q8_cols cv;
+    cv.m[0] = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+    cv.m[1] = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    const __m512i za = _mm512_set1_epi32(a->zp), kza = _mm512_set1_epi32((int32_t)((uint32_t)k * (uint32_t)a->zp));
+    const __m512 as = _mm512_set1_ps(a->scale);
+    for (int h = 0; h < 2; h++) {
+        cv.zb[h] = _mm512_maskz_loadu_epi32(cv.m[h], wzp + j0 + 16 * h);
+        const __m512i cs = _mm512_maskz_loadu_epi32(cv.m[h], colsum + 16 * h);
+        cv.ct[h] = _mm512_sub_epi32(_mm512_mullo_epi32(kza, cv.zb[h]), _mm512_mullo_epi32(za, cs));
+        cv.sc[h] = _mm512_mul_ps(as, _mm512_maskz_loadu_ps(cv.m[h], wscale + j0 + 16 * h));
+    }
+    float *cj = c + j0;
+    int64_t i = i0;
+    for (; i + DS_Q8_MR <= i1; i += DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, cj, ldc, &cv);
+    if (i + 8 <= i1) {
+        ds_q8_rows(a, panel, k4, i, 8, cj, ldc, &cv);
+        i += 8;
+    }
+    if (i + 4 <= i1) {
+        ds_q8_rows(a, panel, k4, i, 4, cj, ldc, &cv);
+        i += 4;
+    }
+    for (; i < i1; i++) ds_q8_rows(a, panel, k4, i, 1, cj, ldc, &cv);
+}
+#endif
+
+/* Rows i0..i1 of panel q (columns 32q .. min(32q + 32, n)) of the dequantized product, written to c (row stride
+   ldc): VPDPBUSD where the library was compiled for it, else the portable sums. */
+void ds_q8_block(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t q,
+                 int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
+#if DS_Q8_NATIVE
+    ds_q8_block_native(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
+#else
+    ds_q8_block_e(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
+#endif
+}
