@@ -7,7 +7,7 @@ dynshape and onnxruntime on the float file and on each quantized one. Interleave
 (benchutil.time_interleaved), at 1 and 2 threads. Accuracy, per quantized file: the largest |int8 - fp32| over the
 fp32 output's RMS (last_hidden_state), dynshape's int8 against dynshape's fp32 and onnxruntime's against its own.
 
-    python bench/int8_bench.py [--threads 1,2] [--budget 2] [--per-channel] [--shapes 1x16,1x128,8x128]
+    python bench/int8_bench.py [--threads 1,2] [--budget 2] [--per-channel] [--shapes 1x16,1x128,8x128] [--warm-calls 1]
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def candidates(files: dict[str, str], threads: int) -> dict[str, Any]:
     for tag, path in files.items():
         names = [v.name for v in ds.load_onnx(path).outputs]
         exe = ds.compile(ds.load_onnx(path))
-        call = (lambda e, nm: lambda feed: [e.run(feed)[n] for n in nm])(exe, names)
+        # one run per call, its outputs listed (a comprehension over e.run(feed)[n] would run it once per output)
+        call = (lambda e, nm: lambda feed: (lambda out: [out[n] for n in nm])(e.run(feed)))(exe, names)
         call.exe = exe  # type: ignore[attr-defined]
         calls[f"ds_{tag}"] = call
         so = ort.SessionOptions()
@@ -89,6 +90,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="1x16,1x128,8x128")
     ap.add_argument("--weight-types", default=",".join(WEIGHT_TYPES))
     ap.add_argument("--per-channel", action="store_true")
+    ap.add_argument("--warm-calls", type=int, default=0,
+                    help="untimed calls opening each timed block (benchutil.time_interleaved): 0 times each call "
+                         "right after another candidate, 1 a server's back-to-back steady state")
     args = ap.parse_args()
     print(f"CPU: {cpu_model()}; shared bench: {SHARED}; load: {os.getloadavg()[0]:.2f}")
     src = model_path(args.model)
@@ -112,7 +116,7 @@ def main() -> None:
                         rel_rms_error(calls[f"ort_{t}"](feed)[0], ort_ref)) for t in q}
             steady(calls, feed)
             limit_threads(threads)
-            t_ = time_interleaved(calls, feed, args.budget)
+            t_ = time_interleaved(calls, feed, args.budget, warm_calls=args.warm_calls)
             cells = ""
             for t in q:
                 r = t_[f"ort_{t}"] / t_[f"ds_{t}"]

@@ -192,3 +192,29 @@ def test_dequantized_product_is_bit_exact(float_mlp: Path) -> None:
     for shape in ((1, 1, 48), (2, 33, 48)):
         x = (rng.standard_normal(shape) * 2).astype(np.float32)
         assert np.array_equal(exe.run({"x": x})[target], ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+BERT = Path.home() / ".cache" / "dynshape-bench" / "models" / "bert_small.onnx"
+
+
+@pytest.mark.skipif(not BERT.exists(), reason="python ../shared/bench/export_models.py writes bert_small.onnx")
+def test_bert_small_quantized_by_onnxruntime(tmp_path: Path) -> None:
+    """Every MatMulInteger of onnxruntime's dynamic quantization of BERT runs in an int8 kernel, and the outputs
+    agree with dynshape's reference interpreter and onnxruntime. Not bit for bit: a one-ulp difference in a float
+    op before a DynamicQuantizeLinear (a layer norm, GELU's erf) can move one activation to the next quantization
+    step, and onnxruntime differs from the ONNX reference by the same amount (about 1e-2 here)."""
+    path = tmp_path / "bert_q.onnx"
+    quantization.quantize_dynamic(str(BERT), str(path), weight_type=quantization.QuantType.QInt8, per_channel=True)
+    products = sum(n.op_type == "MatMulInteger" for n in onnx.load(path).graph.node)
+    g = ds.load_onnx(str(path))
+    exe = ds.compile(g, strategy="generic")
+    assert [getattr(s, "kind", "") for s in exe.generic.build.steps].count("qproduct") == products > 0
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {"input_ids": rng.integers(0, 1000, (2, 16)).astype(np.int64), "attention_mask": np.ones((2, 16), np.int64)}
+    got, want = exe.run(feed), g.run(feed)
+    theirs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    for name, w in want.items():
+        rms = float(np.sqrt(np.mean(np.square(w))))
+        assert np.max(np.abs(got[name] - w)) <= 0.02 * rms, name
+        assert np.max(np.abs(got[name] - theirs[name])) <= 0.02 * rms, name
