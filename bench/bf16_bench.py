@@ -53,7 +53,7 @@ def candidates(path: str, threads: int) -> tuple[dict[str, Any], list[str]]:
     names = [v.name for v in g.outputs]
     for prec in ("fp32", "bf16"):
         exe = ds.compile(ds.load_onnx(path), precision=prec)
-        call = (lambda e: lambda feed: [e.run(feed)[n] for n in names])(exe)
+        call = (lambda e: lambda feed: (lambda out: [out[n] for n in names])(e.run(feed)))(exe)  # one run
         call.exe = exe  # type: ignore[attr-defined]
         calls[f"ds_{prec}"] = call
     core = ov.Core()
