@@ -64,7 +64,7 @@ def candidates(path: str, threads: int) -> tuple[dict[str, Any], list[str]]:
             hint = compiled.get_property("INFERENCE_PRECISION_HINT")
             print(f"  OpenVINO default INFERENCE_PRECISION_HINT: {hint}")
         req, outs = compiled.create_infer_request(), list(compiled.outputs)
-        calls[label] = (lambda r, o: lambda feed: [r.infer(feed)[x] for x in o])(req, outs)
+        calls[label] = (lambda r, o: lambda feed: (lambda res: [res[x] for x in o])(r.infer(feed)))(req, outs)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -108,7 +108,9 @@ def main() -> None:
                 err_ov = max(rel_rms_error(a, b) for a, b in zip(calls["ov_default"](feed), ref))
                 steady(calls, feed)
                 limit_threads(threads)
-                t = time_interleaved(calls, feed, args.budget)
+                # warm calls open each block: every runtime timed in its steady state (OpenVINO's threads, parked
+                # by the settle pause between blocks, otherwise made its first calls of a block up to 2x slower)
+                t = time_interleaved(calls, feed, args.budget, warm_calls=2)
                 ratio = t["ov_default"] / t["ds_bf16"]
                 ratios.append(ratio)
                 print(f"  {str(shape):>10} " + " ".join(f"{t[k] * 1e3:10.3f}" for k in calls) +
