@@ -71,18 +71,8 @@ def rounded(x: np.ndarray) -> np.ndarray:
 def pack_b_bf16(b: np.ndarray, trans: bool = False) -> np.ndarray:
     """B (k, n) (or (n, k) with trans) rounded to bf16 as panels [ceil(n / 32), ceil(k / 2), 64] of uint16: row p of
     panel q holds (B[2p][j], B[2p + 1][j]) for the panel's columns j, zero past n and past k (what
-    ds_gemm_block_bf16 reads)."""
-    b = np.asarray(b, dtype=np.float32)
-    if trans:
-        b = b.T
-    k, n = b.shape
-    panels, k2 = -(-n // packed_gemm.NR), -(-k // 2)
-    padded = np.zeros((k2 * 2, panels * packed_gemm.NR), np.uint16)
-    padded[:k, :n] = round_bf16(b).reshape(k, n)
-    out = packed_gemm.aligned((panels, k2, PAIR_COLUMNS), np.uint16)
-    # (k2, 2, panels, 32) -> (panels, k2, 32, 2): each column's pair adjacent
-    out[...] = padded.reshape(k2, 2, panels, packed_gemm.NR).transpose(2, 0, 3, 1).reshape(panels, k2, PAIR_COLUMNS)
-    return out
+    ds_gemm_block_bf16 reads): pack_b's float32 panels, in pairs."""
+    return pairs_of(packed_gemm.pack_b(b, trans))
 
 
 def pack_b_rounded(b: np.ndarray, trans: bool = False) -> np.ndarray:
