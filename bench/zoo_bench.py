@@ -30,6 +30,12 @@ place, decode-time attention), same CPU, --quick, load 0.9: 1 thread, ort/dyn ge
 0.15, mobilevit_hf), ov/dyn 1.50 over 94; 18 rows slower than onnxruntime (mobilevit_hf, gpt2_step at past
 512 / 2048 0.75 / 0.29, yolov8_nn 0.60-0.89, t5_encoder 0.72-0.96, effnet 0.80-0.88, light_shufflenet 0.92 and
 five rows at 0.95-0.98); the silero files 1.40-3.20.
+
+At 39271f7 (dynshape's hot-shape variant now built before the rounds: the default strategy's steady state), same
+CPU, --quick, load 0.2-0.9: 1 thread, ort/dyn 1.32 over 103 rows (min 0.17, mobilevit_hf), ov/dyn 1.39 over 94; 19
+rows slower than onnxruntime (mobilevit_hf 0.17-0.54, yolov8_nn 0.74-1.00, t5_encoder 0.81-0.96, effnet 0.76-0.96,
+gpt2_step at past 2048 0.83, gpt2 / roberta / light_shufflenet 0.96-0.99). With --precision bf16 (OpenVINO at its
+default, bf16): ov/dyn 1.35 over 94 rows, ort/dyn 1.80 over 103.
 """
 
 from __future__ import annotations
