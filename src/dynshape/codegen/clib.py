@@ -11,11 +11,15 @@ import ctypes
 import os
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from dynshape.codegen.cc import (
     DEFAULT_FLAGS,
     CompileError,
+    adopt,
+    build_context,
+    build_shared,
     compile_c,
     is_offline,
     pinned_cache_dir,
@@ -87,12 +91,22 @@ def declare(name: str, source: str, signatures: dict[str, tuple], **kw) -> CLibr
 
 
 def build_all() -> None:
-    """Compile (or fetch) every declared library into the current cache directory; silent without a compiler."""
-    for lib in LIBRARIES:
-        try:
-            compile_c(**lib.spec())
-        except CompileError:
-            return
+    """Compile (or fetch) every declared library into the current cache directory, two at a time, the longest first
+    (gcc runs outside the GIL: an artefact's save compiled its dozen static libraries one after another, most of a
+    cold save); silent without a compiler. Nothing is loaded here: `load_all` loads them in their declared order,
+    each after the libraries whose symbols it needs."""
+    ctx = build_context()
+
+    def build(lib: CLibrary) -> None:
+        spec = lib.spec()
+        with adopt(ctx):
+            build_shared(spec["source"], spec["name"], flags=spec["flags"], openmp=spec["openmp"])
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(build, sorted(LIBRARIES, key=lambda lib: -len(lib.spec()["source"]))))
+    except CompileError:
+        return
 
 
 _warming: set[str] = set()
