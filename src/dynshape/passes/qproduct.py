@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from dynshape.ir.graph import Node
 from dynshape.passes.items import Elementwise, Item, Single
-from dynshape.passes.schedule import Match, Schedule
-from dynshape.passes.values import broadcast_pattern, is_float32, row_pattern, scalar_const
+from dynshape.passes.schedule import Match, Schedule, tile_epilogue
+from dynshape.passes.values import is_float32
 
 OP, DOMAIN = "DynamicQuantizeMatMul", "dynshape"
 
@@ -28,19 +28,6 @@ class QProduct(Item):
         return (self.node, *(self.epilogue.nodes if self.epilogue else ()))
 
 
-def _epilogue(s: Schedule, y: str, shape: tuple) -> tuple[Elementwise | None, int | None]:
-    """The elementwise group that alone reads `y` over the product's shape, its operands full tensors, row vectors
-    or one value (what the float products take: passes/rules.py), and its slot."""
-    j = s.item_reading(y)
-    epi = s.items[j] if j is not None else None
-    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
-            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
-            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
-                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
-        return None, None
-    return epi, j
-
-
 def match_qproduct(s: Schedule, i: int, item: Item) -> Match | None:
     """A DynamicQuantizeMatMul takes, as its epilogue, the elementwise group that alone reads it."""
     if not isinstance(item, Single) or item.node.op_type != OP or item.node.domain != DOMAIN:
@@ -51,7 +38,7 @@ def match_qproduct(s: Schedule, i: int, item: Item) -> Match | None:
     if not is_float32(t) or not t.shape:
         return None
     shape = tuple(t.shape)
-    epi, j = _epilogue(s, y, shape)
+    epi, j = tile_epilogue(s, y, shape)
 
     def make(epi: Elementwise | None) -> QProduct:
         extra = [z for z in (epi.inputs if epi else ()) if z != y and z not in node.inputs]

@@ -14,8 +14,8 @@ from dynshape.ir.opdef import PoolKind, is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.passes.items import Attention, Conv, ConvChain, Elementwise, Item, Pool, Product, Single, Softmax
 from dynshape.passes.qproduct import match_qproduct
-from dynshape.passes.schedule import Match, Rule, Schedule
-from dynshape.passes.values import broadcast_pattern, const_value, is_float32, reduction_axes, row_pattern, scalar_const
+from dynshape.passes.schedule import Match, Rule, Schedule, tile_epilogue
+from dynshape.passes.values import const_value, is_float32, reduction_axes
 
 _HEADS_PERM = [0, 2, 1, 3]
 
@@ -84,19 +84,6 @@ def product_operands(n: Node, s: Schedule) -> tuple[str, bool] | None:
     return None
 
 
-def _epilogue_of(s: Schedule, y: str, shape: tuple) -> tuple[Elementwise | None, int | None]:
-    """The elementwise group that alone reads `y` and can run on each tile as its epilogue (operands: full
-    tensors, per-channel vectors or one value), and its slot."""
-    j = s.item_reading(y)
-    epi = s.items[j] if j is not None else None
-    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
-            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
-            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
-                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
-        return None, None
-    return epi, j
-
-
 def match_product(s: Schedule, i: int, item: Item) -> Match | None:
     """A product by a constant matrix takes, as its epilogue, the elementwise group that alone reads it."""
     if not isinstance(item, Single) or (ok := product_operands(item.node, s)) is None:
@@ -104,7 +91,7 @@ def match_product(s: Schedule, i: int, item: Item) -> Match | None:
     node = item.node
     y = node.outputs[0]
     shape = tuple(s.type(y).shape)
-    epi, j = _epilogue_of(s, y, shape)
+    epi, j = tile_epilogue(s, y, shape)
 
     def make(epi: Elementwise | None) -> Product:
         # A, then the epilogue's operands (A again when the epilogue reads it: a residual of the input)
@@ -189,7 +176,7 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     if bias is not None and not is_float32(s.type(bias)):
         return None
     shape = tuple(y.shape)
-    epi, j = _epilogue_of(s, node.outputs[0], shape)
+    epi, j = tile_epilogue(s, node.outputs[0], shape)
     at = j if j is not None else i
     absorbed = frozenset(k for k in (i, j) if k is not None)
     def make(epi: Elementwise | None) -> Item:

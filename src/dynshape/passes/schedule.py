@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
-from dynshape.passes.items import Item
+from dynshape.passes.items import Elementwise, Item
+from dynshape.passes.values import broadcast_pattern, row_pattern, scalar_const
 
 
 class Schedule:
@@ -76,3 +77,17 @@ class Rule:
     match: Callable[[Schedule, int, Item], Match | None]
 
 
+
+
+def tile_epilogue(s: Schedule, y: str, shape: tuple) -> tuple[Elementwise | None, int | None]:
+    """The elementwise group that alone reads `y` and can run on each tile of a product as its epilogue (operands:
+    full tensors, per-channel vectors or one value), and its slot; (None, None) where there is none. What every
+    product-like rule (float products, convolutions, int8 products) absorbs."""
+    j = s.item_reading(y)
+    epi = s.items[j] if j is not None else None
+    if not (isinstance(epi, Elementwise) and epi.shape == shape and y not in s.graph_outputs
+            and len(epi.outputs) == 1 and y not in epi.outputs and s.read_only_by(y, j)
+            and all(row_pattern(broadcast_pattern(tuple(s.type(z).shape), shape) or (False,))
+                    or scalar_const(z, s.graph) is not None for z in epi.inputs if z != y)):
+        return None, None
+    return epi, j
