@@ -46,6 +46,15 @@ def row_blocks(m: kir.Expr) -> kir.Expr:
                       kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))
 
 
+def block_rows(nblk: kir.Var, m: kir.Expr) -> tuple[kir.Var, kir.Var, kir.Var, list[kir.Stmt]]:
+    """Row block rb of m rows (NBLK = row_blocks(m) of them): its first and end rows r0, r1 (the last block takes
+    the short tail), as (rb, r0, r1, the statements that set r0 and r1)."""
+    rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
+    return rb, r0, r1, [kir.Let(r0, kir.Bin("*", rb, _i(ROW_BLOCK))),
+                        kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), m,
+                                               kir.Bin("+", r0, _i(ROW_BLOCK))))]
+
+
 def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
                   at_index: kir.Expr, r: kir.Var, j: kir.Var, cols: tuple[kir.Expr, kir.Expr], n: int,
                   channel: kir.Expr | None = None) -> list[kir.Stmt]:
@@ -190,10 +199,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n)
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk = kir.Var("NBLK")
-    rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
-    rows_of = [kir.Let(r0, kir.Bin("*", rb, _i(ROW_BLOCK))),
-               kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), L0,
-                                      kir.Bin("+", r0, _i(ROW_BLOCK))))]
+    rb, r0, r1, rows_of = block_rows(nblk, L0)
     if heads:  # rows of one b at a time, straight into their place in (b, heads, s, hd)
         L1 = kir.Extent(1)
         h, d0, nc = kir.Var("h"), kir.Var("d0"), kir.Var("nc")

@@ -13,9 +13,9 @@ import numpy as np
 
 from dynshape.codegen import int8, kir
 from dynshape.codegen.lower.operands import computable, operands, prod
-from dynshape.codegen.lower.product import epilogue_loop, panel_columns, row_blocks
+from dynshape.codegen.lower.product import block_rows, epilogue_loop, panel_columns, row_blocks
 from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
-from dynshape.codegen.packed_gemm import NR, ROW_BLOCK
+from dynshape.codegen.packed_gemm import NR
 from dynshape.ir.graph import Node
 from dynshape.passes.qproduct import QProduct
 from dynshape.passes.values import row_pattern
@@ -58,10 +58,7 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     epilogue = epilogue_loop(g, ops, as_matmul, pr.epilogue, pr.outputs[0], o0, at_index, r, j, cols, n)
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk = kir.Var("NBLK")
-    rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
-    rows_of = [kir.Let(r0, kir.Bin("*", rb, _i(ROW_BLOCK))),
-               kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), L0,
-                                      kir.Bin("+", r0, _i(ROW_BLOCK))))]
+    rb, r0, r1, rows_of = block_rows(nblk, L0)
     tile: list[kir.Stmt] = [kir.Eval(kir.Call("ds_q8_block", (act, kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n),
                                                               _i(k), kir.Addr(zp), kir.Addr(sc)), "void"))]
     if epilogue:
