@@ -89,6 +89,20 @@ def time_interleaved(calls: dict, inputs: dict, budget_s: float, rounds: int = 1
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def steady(calls: dict, feed: dict, n: int = 40) -> None:
+    """dynshape's default strategy builds a static variant of a shape once it is hot, in the background: call each
+    candidate that carries its executable (`call.exe`) past the threshold and wait for those builds, so the rounds
+    time the steady state a server sees (not the build sharing the cores with the timed calls)."""
+    for call in calls.values():
+        exe = getattr(call, "exe", None)
+        if exe is not None:
+            for _ in range(n):
+                call(feed)
+            wait = getattr(exe, "wait_for_builds", None)
+            if wait is not None:
+                wait(120)
+
+
 def cpu_model() -> str:
     """The CPU's model name and the ISA flags that decide which kernels run (every figure names its CPU)."""
     name, flags = "unknown CPU", set()

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchutil import SHARED, cpu_model, limit_threads, time_interleaved
+from benchutil import SHARED, cpu_model, limit_threads, steady, time_interleaved
 
 SHAPES = {"bert_small": [(1, 16), (1, 128), (8, 128), (1, 512)], "mlp": [(1,), (7,), (64,), (256,)]}
 
@@ -70,18 +70,6 @@ def candidates(path: str, threads: int) -> tuple[dict[str, Any], list[str]]:
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     calls["ort"] = lambda feed: sess.run(names, feed)
     return calls, names
-
-
-def steady(calls: dict[str, Any], feed: dict[str, np.ndarray], n: int = 40) -> None:
-    """dynshape's default strategy builds a static variant of a shape once it is hot, in the background: call each
-    executable past the threshold and wait for those builds, so the rounds time the steady state a server sees
-    (not the build sharing the cores with the timed calls)."""
-    for call in calls.values():
-        exe = getattr(call, "exe", None)
-        if exe is not None:
-            for _ in range(n):
-                call(feed)
-            exe.wait_for_builds(120)
 
 
 def main() -> None:

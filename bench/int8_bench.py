@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchutil import SHARED, cpu_model, limit_threads, time_interleaved
+from benchutil import SHARED, cpu_model, limit_threads, steady, time_interleaved
 
 WEIGHT_TYPES = ("QInt8", "QUInt8")
 
@@ -70,16 +70,6 @@ def candidates(files: dict[str, str], threads: int) -> dict[str, Any]:
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         calls[f"ort_{tag}"] = (lambda s, nm: lambda feed: s.run(nm, feed))(sess, names)
     return calls
-
-
-def steady(calls: dict[str, Any], feed: dict[str, np.ndarray], n: int = 40) -> None:
-    """Past the hot threshold, background variants built and waited for (bench/bf16_bench.py: the steady state)."""
-    for call in calls.values():
-        exe = getattr(call, "exe", None)
-        if exe is not None:
-            for _ in range(n):
-                call(feed)
-            exe.wait_for_builds(120)
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from benchutil import cpu_model, limit_threads, time_interleaved
+from benchutil import cpu_model, limit_threads, steady, time_interleaved
 from zoo_models import BY_NAME, CORPUS, ZooModel, ort_session, zoo_dir
 
 Feed = dict[str, np.ndarray]
@@ -89,6 +89,7 @@ def make_dynshape(path: str, precision: str = "fp32") -> tuple[Callable[[Feed], 
         out = exe.run(feed)
         return [out[n] for n in names] if isinstance(out, dict) else list(out)
 
+    call.exe = exe  # type: ignore[attr-defined]
     return call, exe, {"load_s": t_load, "compile_s": time.perf_counter() - t - t_load}
 
 
@@ -234,11 +235,7 @@ def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Names
         row["outside"] = outside_kernels(exe, feed)
     if ok:
         if exe is not None and "dynshape" in ok:  # the default strategy's steady state: this shape's hot variant
-            for _ in range(25):                   # built in the background before the rounds, not during them
-                ok["dynshape"](feed)
-            wait = getattr(exe, "wait_for_builds", None)
-            if wait is not None:
-                wait(120)
+            steady({"dynshape": ok["dynshape"]}, feed, 25)  # built in the background before the rounds
             limit_threads(args.threads)
         t = time_interleaved(ok, feed, args.budget, rounds=args.rounds)
         row["ms"] = {k: 1e3 * v for k, v in t.items()}
