@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dynshape.codegen import packed_gemm
-from dynshape.codegen.clib import I64, P, declare
+from dynshape.codegen.clib import I64, CLibrary, P, declare
 from dynshape.errors import DynshapeError
 from dynshape.options import Options
 
@@ -113,13 +113,19 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(line.split(":", 1)[1].split())
 
 
+def native_in(flag: str, library: CLibrary, probe: str) -> bool:
+    """Whether this CPU has `flag` (a /proc/cpuinfo flag) and `library` was compiled with its instructions (gcc
+    -march=native): its entry point `probe` returns nonzero."""
+    if flag not in cpu_flags():
+        return False
+    lib = library.try_load()
+    return bool(lib is not None and getattr(lib, probe)())
+
+
 @functools.cache
 def native_available() -> bool:
-    """Whether this CPU has AVX512-BF16 and the library was compiled with it (gcc -march=native)."""
-    if "avx512_bf16" not in cpu_flags():
-        return False
-    lib = LIBRARY.try_load()
-    return bool(lib is not None and lib.ds_bf16_native())
+    """Whether this CPU has AVX512-BF16 and the library was compiled with it."""
+    return native_in("avx512_bf16", LIBRARY, "ds_bf16_native")
 
 
 def check_precision(options: Options) -> None:

@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from dynshape.codegen import packed_gemm
-from dynshape.codegen.bf16 import cpu_flags
+from dynshape.codegen.bf16 import native_in
 from dynshape.codegen.clib import F32, I64, P, declare
 from dynshape.codegen.library import register_helper
 
@@ -61,10 +61,7 @@ packed_gemm.PACKERS["q8"] = lambda w, trans, groups: pack_q8(w.T if trans else w
 @functools.cache
 def native_available() -> bool:
     """Whether the int8 tiles run VPDPBUSD here: the CPU has AVX512-VNNI and the library was compiled for it."""
-    if "avx512_vnni" not in cpu_flags():
-        return False
-    lib = LIBRARY.try_load()
-    return bool(lib is not None and lib.ds_q8_native())
+    return native_in("avx512_vnni", LIBRARY, "ds_q8_native")
 
 
 def method() -> str:
