@@ -189,6 +189,7 @@ def rel_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
 # ---- one model ------------------------------------------------------------------------------------------
 def bench_model(m: ZooModel, args: argparse.Namespace, peers: list[str]) -> dict[str, Any]:
     rec: dict[str, Any] = {"model": m.name, "source": m.source, "exporter": m.exporter, "rows": [], "errors": {},
+                           "tol": m.tol,
                            "setup_s": {}}
     path = m.path()
     if not os.path.exists(path):
@@ -241,7 +242,7 @@ def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Names
         row["ms"] = {k: 1e3 * v for k, v in t.items()}
     d = row["ms"].get("dynshape")
     ratios = "".join(f", {k}/dyn {row['ms'][k] / d:.2f}" for k in ("ort", "ov") if d and k in row["ms"])
-    tol = TOL if args.precision == "fp32" else TOL_LOW
+    tol = max(TOL if args.precision == "fp32" else TOL_LOW, m.tol)
     errs = "".join(f"; {k} err {v:.1e}{'' if v <= tol else ' WRONG'}" for k, v in row["err"].items())
     print(f"  {m.name} {row['probe']}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items()) + ratios +
           errs + (f"; outside kernels {fmt_ops(row.get('outside'))}" if "outside" in row else "") +
@@ -286,8 +287,9 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
             es = []
             for k in ("dynshape", "ov"):
                 v = row["err"].get(k)
-                es.append("-" if v is None else f"{v:.1e}" + ("" if v <= tol else " **WRONG**"))
-                if v is not None and v > tol:
+                rtol = max(tol, rec.get("tol", 0.0))
+                es.append("-" if v is None else f"{v:.1e}" + ("" if v <= rtol else " **WRONG**"))
+                if v is not None and v > rtol:
                     wrong.append(f"{rec['model']} {row['probe']} {k} ({v:.1e})")
             print(f"| {rec['model']} | {row['probe']} | " + " | ".join(_cell(row, rec, k) for k in cols) + " | " +
                   " | ".join(rs) + " | " + " | ".join(es) + f" | {fmt_ops(row.get('outside'))} |")

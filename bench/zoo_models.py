@@ -69,6 +69,9 @@ class ZooModel:
     file: str = ""
     dtypes: dict[str, str] = field(default_factory=dict)  # input name -> numpy dtype (default float32 / int64)
     label_input: str = ""  # the input whose shape names a probe
+    # error against onnxruntime that is expected where the two compute differently by design (0: the bench's
+    # default tolerance); say why beside the model
+    tol: float = 0.0
 
     def path(self) -> str:
         return self.file if os.path.isabs(self.file) else str(zoo_dir() / (self.file or f"{self.name}.onnx"))
@@ -823,7 +826,10 @@ CORPUS: list[ZooModel] = [
              _from_wheel("ddddocr", "ddddocr/common.onnx")),
     ZooModel("ddddocr_old_int8", "pypi ddddocr 1.6.1: ddddocr/common_old.onnx (ConvInteger)", "as shipped",
              {"input1": "float"}, _img("input1", [(1, 1, 64, 64), (1, 1, 64, 160), (1, 1, 64, 320)]),
-             _from_wheel("ddddocr", "ddddocr/common_old.onnx")),
+             _from_wheel("ddddocr", "ddddocr/common_old.onnx"),
+             # its DynamicQuantizeLSTM: onnxruntime rounds the activations to uint8 per step, dynshape runs the
+             # LSTM in float32 on the dequantized weights (frontends/onnx_contrib.py)
+             tol=0.1),
     ZooModel("ddddocr_det", "pypi ddddocr 1.6.1: ddddocr/common_det.onnx (fixed 416x416)", "as shipped",
              {"images": "float"}, _img("images", [(1, 3, 416, 416)]),
              _from_wheel("ddddocr", "ddddocr/common_det.onnx")),

@@ -118,7 +118,14 @@ def test_graph_built_by_hand_is_inferred_and_runs() -> None:
     np.testing.assert_array_equal(g.run({"x": x})["y"], np.maximum(x, 0))
 
 
-def test_declared_output_shape_that_contradicts_inference_is_reported() -> None:
+def test_declared_output_shape_that_contradicts_inference_is_reported_and_inference_wins() -> None:
+    """As onnxruntime does: a stale output annotation is warned about, the computed shape is returned."""
     m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n", 3])], outputs=[_vi("y", ["n", 4])])
-    with pytest.raises(ds.ShapeError, match=r"output 'y' axis 1 is declared 4 but inference gives 3"):
-        load_onnx(m)
+    with pytest.warns(UserWarning, match=r"output 'y' axis 1 is declared 4 but inference gives 3"):
+        g = load_onnx(m)
+    assert g.outputs[0].shape[1] == 3
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n", 3])], outputs=[_vi("y", ["n"])])
+    with pytest.warns(UserWarning, match=r"output 'y' is declared with rank 1 but inference gives"):
+        g = load_onnx(m)
+    x = np.ones((2, 3), np.float32)
+    assert g.run({"x": x})["y"].shape == (2, 3)

@@ -38,6 +38,7 @@ from dynshape.frontends.onnx_checks import (
     load_external_data,
     node_schema,
 )
+from dynshape.frontends.onnx_contrib import lower_contrib
 from dynshape.frontends.onnx_fastread import read_direct
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
@@ -59,6 +60,7 @@ def load_onnx(model: Any, dims: Mapping[str, Any] | None = None, *, default_min:
     conv = _Converter(opsets, {(f.domain, f.name): f for f in proto.functions}, symbols, direct)
     graph = conv.graph(proto.graph, outer=frozenset(), top=True)
     symbols.check_all_used()
+    lower_contrib(graph)
     _check_supported(graph)
     graph.signature.defaulted = frozenset(symbols.defaulted)
     if infer:
