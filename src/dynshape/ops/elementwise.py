@@ -20,7 +20,7 @@ from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import Layout, Movement, register
 from dynshape.ir.types import TensorType
 from dynshape.ops import dtypes as dt
-from dynshape.sym import eq, is_expr, max_, min_, prove
+from dynshape.sym import ceil_div, eq, is_expr, max_, min_, prove
 
 Fn = Callable[..., Any]
 
@@ -37,6 +37,57 @@ def _prove(cond: Any) -> bool | None:
     if isinstance(cond, (bool, np.bool_)):
         return bool(cond)
     return prove(cond)
+
+
+class _Quotient:
+    """The float value `num / den` of a dim expression `num >= 0` divided by an integer `den >= 2`.
+
+    Why: exporters round sizes through floats (MobileViT's `ceil(H / 2.0) * 2`: Cast to float, Div, Ceil, Mul,
+    Cast back); without this, the size is "data-dependent" and everything after it runs uncompiled. A quotient
+    is no dim, so it only becomes one again through Ceil, Floor or a Cast to an integer type; any other use
+    (arithmetic, comparison) makes the value unknown. Exactness: for `num < 2**p` (p the float type's
+    significand bits) the rounded quotient lies strictly between the same integers as the exact one (its
+    error, at most `num/den * 2**-p`, is below 1/den, the distance to the nearest integer when den does not
+    divide num), so ceil and floor of the float equal ceil_div and floor division. The Div rule assumes
+    `num < 2**p` (`InferCtx.assume`): larger inputs run on a build specialised to their shape."""
+
+    __slots__ = ("num", "den")
+
+    def __init__(self, num: Any, den: int):
+        self.num, self.den = num, den
+
+    def __eq__(self, other: object) -> bool:
+        raise _Unknown  # a comparison of a quotient is not decided here
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"({self.num})/{self.den}"
+
+
+def _float_bits(dtype: np.dtype) -> int:
+    """Significand bits of a float type (integers up to 2**bits are exact in it)."""
+    return int(ml_dtypes.finfo(dtype).nmant) + 1
+
+
+def _integral(fn: Callable[[Any, int], Any], numeric: Callable[[float], int]) -> Fn:
+    """The value function of Ceil / Floor / a Cast to an integer type: dims stay, quotients become dims."""
+
+    def apply(v: Any) -> Any:
+        if isinstance(v, _Quotient):
+            return fn(v.num, v.den)
+        if is_expr(v) or isinstance(v, int):
+            return v
+        if isinstance(v, float) and math.isfinite(v):
+            return numeric(v)
+        raise _Unknown
+
+    return apply
+
+
+_ceil_value = _integral(ceil_div, math.ceil)
+_floor_value = _integral(lambda a, b: a // b, math.floor)
+_trunc_value = _integral(lambda a, b: a // b, int)  # num >= 0: truncation is floor
 
 
 def _nonneg(x: Any) -> bool:
@@ -77,7 +128,7 @@ def _fold(values: list[np.ndarray], fn: Fn, dtype: np.dtype) -> np.ndarray | Non
             out.append(fn(*[_scalar(e) for e in elems]))
     except (_Unknown, ShapeError, TypeError, ZeroDivisionError):
         return None
-    if any(is_expr(e) for e in out):
+    if any(is_expr(e) or isinstance(e, _Quotient) for e in out):
         res = np.empty(len(out), dtype=object)
         res[:] = out
         return res.reshape(shape)
@@ -430,6 +481,10 @@ def _cast_value(value: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
         return None
 
     def conv(v: Any) -> Any:
+        if isinstance(v, _Quotient):  # only an integer type makes it a dim again
+            if dt.is_int(dtype):
+                return _trunc_value(v)
+            raise _Unknown
         if isinstance(v, float):  # a non-integral float element: truncate like the numeric cast
             return float(v) if dt.is_float(dtype) else int(v)
         return v
@@ -437,15 +492,42 @@ def _cast_value(value: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     return _fold([value], conv, dtype)
 
 
+def _assume_exact_in_float(ctx: InferCtx, value: np.ndarray | None, dtype: np.dtype, below: bool) -> None:
+    """A dim expression held in a float type is exact only up to 2**p (p its significand bits; strictly below
+    for a quotient): assume it, so larger inputs run on a build specialised to their shape."""
+    if value is None or value.dtype != object or not dt.is_float(dtype):
+        return
+    top = 2 ** _float_bits(dtype) - (1 if below else 0)
+    for v in value.reshape(-1):
+        e = v.num if isinstance(v, _Quotient) else v
+        if is_expr(e):
+            ctx.assume(e <= top, f"the size {e} is exact in {dtype} (at most {top})")
+
+
 def _cast_rule(ctx: InferCtx) -> list[TensorType]:
     x = ctx.inputs[0]
     dtype = dt.np_dtype(ctx.attr("to", None))
-    return [TensorType(dtype, x.shape, _cast_value(x.value, dtype))]
+    value = _cast_value(x.value, dtype)
+    _assume_exact_in_float(ctx, value, dtype, below=False)
+    return [TensorType(dtype, x.shape, value)]
 
 
 def _cast_like_rule(ctx: InferCtx) -> list[TensorType]:
     x, like = ctx.inputs
-    return [TensorType(like.dtype, x.shape, _cast_value(x.value, like.dtype))]
+    value = _cast_value(x.value, like.dtype)
+    _assume_exact_in_float(ctx, value, like.dtype, below=False)
+    return [TensorType(like.dtype, x.shape, value)]
+
+
+def _rounding_rule(fn: Fn) -> Callable[[InferCtx], list[TensorType]]:
+    """Ceil / Floor: the value of a dim or a quotient of dims is a dim (see `_Quotient`)."""
+
+    def infer(ctx: InferCtx) -> list[TensorType]:
+        x = ctx.inputs[0]
+        value = None if x.value is None else _fits(_fold([x.value], fn, x.dtype), x.shape)
+        return [TensorType(x.dtype, x.shape, value)]
+
+    return infer
 
 
 def _bit_width(dtype: np.dtype) -> int:
@@ -571,8 +653,9 @@ def _elementwise(name: str, reference: Callable[[list, dict], list], infer: Call
     register(name, reference=reference, infer=infer, elementwise=True, layout=layout, **props)
 
 
+_ROUNDING_RULES = {"Ceil": _rounding_rule(_ceil_value), "Floor": _rounding_rule(_floor_value)}
 for _name, _fn in _UNARY.items():
-    _elementwise(_name, reference=_unary(_fn), infer=_same_rule)
+    _elementwise(_name, reference=_unary(_fn), infer=_ROUNDING_RULES.get(_name, _same_rule))
 
 _elementwise("Neg", reference=_unary(lambda x, a: -x), infer=_neg_rule)
 _elementwise("Not", reference=lambda i, a: [np.logical_not(i[0])], infer=_same_rule)
@@ -589,10 +672,30 @@ _elementwise("Mul", reference=_binary(np.multiply), infer=_broadcast_rule(fold=l
              arithmetic=True)
 
 
+def _float_div(a: Any, b: Any) -> Any:
+    """Float Div of dims: a dim over a positive integer is a `_Quotient` (exact only through Ceil / Floor /
+    a Cast to an integer type); plain numbers divide as floats."""
+    if isinstance(a, _Quotient) or isinstance(b, _Quotient) or is_expr(b):
+        raise _Unknown
+    if not is_expr(a):
+        if b == 0:
+            raise _Unknown
+        return a / b
+    if not (isinstance(b, int) and b >= 1 and _nonneg(a)):
+        raise _Unknown
+    return a if b == 1 else _Quotient(a, b)
+
+
 def _div_rule(ctx: InferCtx) -> list[TensorType]:
-    """Div folds values only for integers, where truncation toward zero is provably floor division."""
-    fold = _trunc_div if dt.is_int(ctx.inputs[0].dtype) else None
-    return _broadcast_rule(fold=fold)(ctx)
+    """Div folds integers where truncation toward zero is provably floor division, and floats into
+    quotients of dims (see `_Quotient`, whose exactness bound it assumes)."""
+    if dt.is_int(ctx.inputs[0].dtype):
+        return _broadcast_rule(fold=_trunc_div)(ctx)
+    if not dt.is_float(ctx.inputs[0].dtype):
+        return _broadcast_rule()(ctx)
+    out = _broadcast_rule(fold=_float_div)(ctx)
+    _assume_exact_in_float(ctx, out[0].value, out[0].dtype, below=True)
+    return out
 
 
 def _mod_rule(ctx: InferCtx) -> list[TensorType]:
