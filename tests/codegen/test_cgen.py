@@ -136,10 +136,10 @@ def test_c_dim_names_symbols_through_the_mapping_and_refuses_non_dims() -> None:
 def mathlib() -> ctypes.CDLL:
     src = cgen.PRELUDE + "".join(
         f"void v_{f}(const float *x, float *y, int64_t n) {{ for (int64_t i = 0; i < n; i++) y[i] = ds_{f}f(x[i]); }}\n"
-        for f in ("exp", "erf", "tanh", "exp_nonpos")
+        for f in ("exp", "erf", "tanh", "exp_nonpos", "sigmoid")
     )
     lib = cc.compile_c(src.replace("ds_exp_nonposf(", "ds_expf_nonpos("), "fastmath")
-    for f in ("exp", "erf", "tanh", "exp_nonpos"):
+    for f in ("exp", "erf", "tanh", "exp_nonpos", "sigmoid"):
         getattr(lib, f"v_{f}").argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     return lib
 
@@ -178,6 +178,20 @@ def test_softmax_exp_on_nonpositive_inputs(mathlib: ctypes.CDLL) -> None:
     assert (np.abs(y - ref) / ref).max() < 1e-6
     z = _apply(mathlib, "exp_nonpos", np.array([-87.4, -100, -np.inf, np.nan, -0.0], np.float32))
     assert (z[:3] == 0).all() and np.isnan(z[3]) and z[4] == 1.0
+
+
+def test_sigmoid_accuracy(mathlib: ctypes.CDLL) -> None:
+    """ds_sigmoidf: relative error < 1e-6 wherever the logistic is a normal float32 above e^-87.3; below that
+    (x < -87.3) an absolute error under 1e-38; 1 for large x; NaN kept."""
+    mags = np.float32(10.0) ** np.linspace(-30, 2, 40001, dtype=np.float32)
+    x = np.concatenate([np.linspace(-200, 200, 400001, dtype=np.float32), mags, -mags])
+    y = _apply(mathlib, "sigmoid", x).astype(np.float64)
+    ref = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    main = x >= -87.3
+    assert (np.abs(y[main] - ref[main]) / ref[main]).max() < 1e-6
+    assert np.abs(y[~main] - ref[~main]).max() < 1e-38
+    s = _apply(mathlib, "sigmoid", np.array([np.nan, np.inf, -np.inf, 0.0, 100.0], np.float32))
+    assert np.isnan(s[0]) and s[1] == 1.0 and 0 <= s[2] < 1e-38 and s[3] == 0.5 and s[4] == 1.0
 
 
 def test_fast_math_special_values(mathlib: ctypes.CDLL) -> None:

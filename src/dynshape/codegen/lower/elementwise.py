@@ -100,7 +100,7 @@ def _isnan_accepts(node: Node, graph: Graph) -> str | None:
 
 
 def _sigmoid(x: kir.Expr) -> kir.Expr:
-    return kir.Bin("/", _f(1.0), kir.Bin("+", _f(1.0), _call("ds_expf", kir.Un("-", x))))
+    return _call("ds_sigmoidf", x)
 
 
 def _softplus(x: kir.Expr) -> kir.Expr:
