@@ -85,21 +85,29 @@ def main() -> None:
     from dynshape.runtime import plan as plan_mod
     from export_cnn_models import ALL_SPECS, onnx_path, ort_session
 
-    spec = ALL_SPECS[args.model]
-    env = next((e for e in spec.probes if spec.shape_str(e) == args.shape), None)
-    if env is None:
-        raise SystemExit(f"{spec.name}: probes are {[spec.shape_str(e) for e in spec.probes]}")
-    feed = spec.make_inputs(env)
-    path = onnx_path(spec.name)
-    exe = ds.compile(ds.load_onnx(path, dims=spec.dims), strategy="generic")
+    if args.model in ALL_SPECS:
+        spec = ALL_SPECS[args.model]
+        env = next((e for e in spec.probes if spec.shape_str(e) == args.shape), None)
+        if env is None:
+            raise SystemExit(f"{spec.name}: probes are {[spec.shape_str(e) for e in spec.probes]}")
+        feed, path, dims, name = spec.make_inputs(env), onnx_path(spec.name), spec.dims, spec.name
+    else:  # a corpus model (bench/zoo_models.py), loaded as shipped: nothing declared
+        from zoo_models import BY_NAME
+
+        zm = BY_NAME[args.model]
+        labels = [zm.probe_label(i) for i in range(len(zm.probes))]
+        if args.shape not in labels:
+            raise SystemExit(f"{zm.name}: probes are {labels}")
+        feed, path, dims, name = zm.make_feed(labels.index(args.shape)), zm.path(), None, zm.name
+    exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
     limit_threads(args.threads)  # compiling loaded dynshape's OpenMP runtime: limit it too
     whole = median_time(lambda: exe.run(feed), args.reps)
 
     from dynshape.codegen.keep import resolved
 
     # every native step its own call (its tables' addresses resolved, as the program pass would)
-    plan_mod._programs = lambda calls, labels, keep, *_: ([resolved(c) for c in calls], labels)
-    exe_split = ds.compile(ds.load_onnx(path, dims=spec.dims), strategy="generic")
+    plan_mod._programs = lambda calls, labels, keep, *_, **__: ([resolved(c) for c in calls], labels)
+    exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
     exe_split.run(feed)
     arena = exe_split._pool.arenas[0]
     plan = next(iter(arena.plans.values()))
@@ -132,7 +140,7 @@ def main() -> None:
                 before()
             by_step.append((median_time(call, args.reps), lb, m))
     total = sum(t for t, _, _ in by_step)
-    print(f"{spec.name} {args.shape}, {args.threads} thread(s): whole call {whole * 1e3:.3f} ms, "
+    print(f"{name} {args.shape}, {args.threads} thread(s): whole call {whole * 1e3:.3f} ms, "
           f"{len(by_step)} steps summing to {total * 1e3:.3f} ms")
     for t, label, m in sorted(by_step, key=lambda r: -r[0])[:args.top]:
         rate = f"{2 * m / t / 1e9:6.1f} GF/s" if m else " " * 11

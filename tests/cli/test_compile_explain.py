@@ -146,6 +146,23 @@ def test_explain_shows_residual_facts_and_unbounded_memory(tmp_path):
     assert data["kernels"] == []
 
 
+def test_explain_lists_assumptions_apart_from_refusing_facts(tmp_path):
+    """A size held in float16 is exact only to 2048: assumed (larger keys run on an exact-shape build), never a
+    fact that refuses the call."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["f"], ["i"], to=TensorProto.INT64),
+             helper.make_node("ConstantOfShape", ["i"], ["y"])]
+    graph = helper.make_graph(nodes, "half_size", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "half_size.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    r = invoke("explain", path, "--json")
+    assert r.exit_code == 0, r.output
+    kinds = {(g["kind"], g["text"]) for g in json.loads(r.stdout)["guards"]}
+    assert ("assumed", "n <= 2048 (else: a build at the call's exact shape)") in kinds
+    assert not [k for k in kinds if k[0] == "fact"]
+
+
 def test_explain_the_encoder_shows_its_fused_gelu(tmp_path):
     path = tmp_path / "encoder.onnx"
     onnx.save(build_encoder(layers=1), str(path))

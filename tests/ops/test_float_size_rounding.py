@@ -91,3 +91,30 @@ def test_compiled_rounding_matches_numpy_on_both_sides_of_the_float16_bound(n: i
     assert got.shape == (want,)
     if (n, den) == (2049, 1.0):
         assert want != n  # the case where an exact dim expression would be wrong
+
+
+@pytest.mark.parametrize("dtype,start,delta", [(TensorProto.FLOAT, 0.0, 1.0), (TensorProto.FLOAT, 3.0, 2.0),
+                                               (TensorProto.DOUBLE, 0.0, 1.0), (TensorProto.DOUBLE, -2.0, 3.0)])
+def test_float_range_over_a_size_has_a_symbolic_length(dtype: int, start: float, delta: float) -> None:
+    """YOLO's anchor grid, arange(start, float(w), delta): its length is a dim, and the values match numpy,
+    empty and non-empty."""
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Cast", ["n"], ["f"], to=dtype), helper.make_node("Range", ["a", "f", "d"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, ["n"])],
+                              [helper.make_tensor_value_info("y", dtype, None)],
+                              [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                               numpy_helper.from_array(np.array(start, np_dtype), "a"),
+                               numpy_helper.from_array(np.array(delta, np_dtype), "d")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    g = ds.load_onnx(model)
+    (length,) = g.types["y"].shape
+    assert ds.is_expr(length) and {str(v) for v in length.free_symbols} == {"n"}, length
+    exe = ds.compile(g)
+    for n in (0, 1, 5, 2047, 2049, 2051, 4099):
+        got = exe.run({"x": np.zeros(n, np.uint8)})["y"]
+        lim = np_dtype.type(n)
+        want = np.arange(np_dtype.type(start), lim, np_dtype.type(delta), dtype=np_dtype)
+        count = max(int(np.ceil((float(lim) - start) / delta)), 0)
+        assert got.shape == (count,) and want.shape == (count,), (n, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)

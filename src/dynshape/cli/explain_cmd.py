@@ -84,7 +84,11 @@ def binding(exe: Any) -> tuple[dict[str, dict], list[dict]]:
         if s.mult > 1:
             guards.append({"kind": "divisibility", "text": f"{s.name} % {s.mult} == 0"})
     for f in graph.signature.facts:  # the residual facts, filtered as Executable does
-        if isinstance(f.check, Cond):
+        if f.kind == "assume":  # not refused: a key that breaks it runs on a build at its exact shape
+            if isinstance(f.check, Cond):
+                guards.append({"kind": "assumed", "text": f"{f.text} (else: a build at the call's exact shape)",
+                               "origin": f.origin})
+        elif isinstance(f.check, Cond):
             guards.append({"kind": "fact", "text": f.text, "origin": f.origin})
         elif hasattr(f.check, "a") and hasattr(f.check, "b"):
             guards.append({"kind": "broadcast", "text": f"{f.text} (equal, or one side is 1)", "origin": f.origin})

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from dynshape.ir.infer import InferCtx
 from dynshape.ir.opdef import register
+from dynshape.ops import dtypes as dt
 from dynshape.ops.dims import (
     I64,
     MAX_VALUE_SIZE,
@@ -22,6 +24,7 @@ from dynshape.ops.dims import (
     ints,
     is_static,
     make_value,
+    norm,
     out_type,
     prod,
     static_len,
@@ -136,6 +139,13 @@ def _range_ref(inputs: list, attrs: dict) -> list:
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]
 
 
+def _integral_float(v: Any) -> Any:
+    """An integer-valued float as int, a dim expression as itself; None for anything else."""
+    if isinstance(v, (float, np.floating)):
+        return int(v) if math.isfinite(v) and float(v).is_integer() else None
+    return norm(v) if is_static(v) or hasattr(v, "free_symbols") else None
+
+
 def _range_infer(ctx: InferCtx) -> list:
     dtype = ctx.inputs[0].dtype
     vals = [value_list(t) for t in ctx.inputs[:3]]
@@ -152,6 +162,17 @@ def _range_infer(ctx: InferCtx) -> list:
             return [out_type(dtype, (n,))]
         out = _range_ref(arrs, {})[0]
         return [out_type(dtype, out.shape, out)]
+    if dt.is_float(dtype):
+        # a float Range over a size (YOLO's anchor grid: arange(0.0, float(w), 1.0)): with an integral start and
+        # delta, (limit - start) / delta is rounded exactly as in `ops/elementwise._Quotient`, so the count is
+        # ceil_div while |limit - start| < 2**p, which is assumed (larger sizes: an exact-shape build)
+        integral = [_integral_float(v) for v in (start, limit, delta)]
+        if any(v is None for v in integral) or integral[2] == 0:
+            return [out_type(dtype, (ctx.fresh("range"),))]
+        start, limit, delta = integral
+        top = 2 ** (int(ml_dtypes.finfo(dtype).nmant) + 1) - 1
+        ctx.assume(limit - start <= top, f"the Range span {limit - start} is exact in {np.dtype(dtype)}")
+        ctx.assume(start - limit <= top, f"the Range span {start - limit} is exact in {np.dtype(dtype)}")
     if is_static(delta) and delta == 0:
         ctx.error("Range's delta is 0: it must be a finite non-zero number")
     if not is_static(delta):
