@@ -147,3 +147,31 @@ def test_an_input_a_native_step_reads_at_an_offset_is_copied_not_patched():
         np.testing.assert_array_equal(fast.run({"state": state})["y"], copying.run({"state": state})["y"])
         state[1] += 1.0  # the caller changes its array: the next call sees it
         np.testing.assert_array_equal(fast.run({"state": state})["y"], copying.run({"state": state})["y"])
+
+
+def test_large_outputs_are_written_into_fresh_arrays_without_a_copy():
+    """Without out=, an output of at least IN_PLACE_BYTES that the programs can write where it lies is written
+    into a new array (no copy out of the arena): each call's result is its own, and equals the copying path's
+    bit for bit, at every past length."""
+    from dynshape.runtime.plan import IN_PLACE_BYTES
+
+    g = _decoder_step()
+    fast, copying = ds.compile(g, strategy="generic"), ds.compile(g, strategy="generic", inputs_in_place=False)
+    rng = np.random.default_rng(3)
+    for past in (1, 300, 700):
+        feed = {"x": rng.standard_normal((2, 1, 64)).astype(np.float32),
+                **{k: rng.standard_normal((2, 4, past, 16)).astype(np.float32) for k in ("past_k", "past_v")}}
+        first = fast.run(feed)
+        keep = {k: v.copy() for k, v in first.items()}
+        second = fast.run({**feed, "x": feed["x"] * 2, "past_k": feed["past_k"] + 1})
+        want = copying.run(feed)
+        for k in want:
+            np.testing.assert_array_equal(first[k], want[k])  # bit for bit
+            np.testing.assert_array_equal(first[k], keep[k])  # a later call did not write into it
+            assert not np.shares_memory(first[k], second[k])
+        big = first["present_k"].nbytes >= IN_PLACE_BYTES
+        assert big == (past >= 300)
+        plans = [p for a in fast.arenas for p in a.plans.values() if p.outputs[1][1].shape[2] == past + 1]
+        written = {a for p in plans for a in (p.out_current or [])}
+        # the programs wrote the last call's large outputs where they lie: no copy out of the arena
+        assert (second["present_k"].ctypes.data in written) == big
