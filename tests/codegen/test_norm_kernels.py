@@ -107,3 +107,27 @@ def test_torch_groupnorm_export_between_conv1ds_stays_channels_last():
     for shape in ((1, 1, 400), (2, 1, 253)):
         x = RNG.standard_normal(shape).astype(np.float32)
         _close(exe.run({"x": x})["y"], g.run({"x": x})["y"])
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum"])
+@pytest.mark.parametrize("axes,keepdims,native", [([-1], 1, True), ([2], 0, True), ([1, 2], 1, True),
+                                                 ([-2, -1], 0, True), (None, 0, True), ([1], 1, False),
+                                                 ([0, 2], 1, False)])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_last_axes_reductions_run_natively_and_match(op, axes, keepdims, native, opset):
+    """ReduceMean / ReduceSum over the trailing axes (T5's RMSNorm, a channels-last LayerNorm written by hand):
+    rows of contiguous elements in C; other axes stay on numpy. Empty rows: sum 0, mean NaN, as numpy."""
+    if op == "ReduceMean" and opset < 18:  # axes an attribute before opset 18 (ReduceSum: before 13)
+        attrs, ins, inits = ({} if axes is None else {"axes": axes}), ["x"], {}
+    else:
+        attrs, ins = {}, ["x"] + ([] if axes is None else ["axes"])
+        inits = {} if axes is None else {"axes": np.array(axes, np.int64)}
+    g = _graph([helper.make_node(op, ins, ["y"], keepdims=keepdims, **attrs)], ["a", "b", "c"], inits, opset=opset)
+    exe = ds.compile(g, channels_last=False)
+    assert (_how(exe, op) == {"native"}) == native
+    for shape in ((2, 3, 5), (1, 1, 1), (4, 7, 33), (2, 0, 3), (3, 2, 0)):
+        x = RNG.standard_normal(shape).astype(np.float32) + 3
+        ref = g.run({"x": x})["y"]
+        out = exe.run({"x": x})["y"]
+        assert out.shape == ref.shape
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.nanmax(np.abs(ref), initial=0))))

@@ -8,6 +8,7 @@ once per process (and cached on disk by `cc.compile_c`); without a C compiler th
 from __future__ import annotations
 
 import ctypes
+import math
 
 import numpy as np
 
@@ -15,11 +16,12 @@ from dynshape.codegen.clib import F32, I64, P, declare
 from dynshape.codegen.lower.channels_last import register_channels_last
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.ir.graph import Graph, Node
-from dynshape.passes.values import is_float32
+from dynshape.passes.values import const_value, is_float32, reduction_axes
 
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
+                                                "ds_reduce_rows_args": (P,),
                                                 "ds_lrn_f32": (P, P, I64, I64, I64, F32, F32, F32),
                                                 "ds_chan_norm_args": (P,),
                                                 "ds_instnorm_nhwc_f32": (P, P, P, P, I64, I64, I64, F32)},
@@ -104,7 +106,45 @@ def _bind_softmax(r: BindRequest) -> list | None:
     return [NativeCall(lib.ds_softmax_f32, (r.addr(x), r.addr(r.outs[0]), x.size // n, n))]
 
 
+def _reduce_suffix(node: Node, rank: int, value) -> int | None:  # noqa: ANN001
+    """How many trailing axes a ReduceMean / ReduceSum reduces when they are exactly the last ones (rows of
+    contiguous elements), else None. Empty axes: all of them, unless noop_with_empty_axes."""
+    axes = reduction_axes(node, value)
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0) or (axes is None and len(node.inputs) > 1 and node.inputs[1]):
+            return None
+        return rank
+    got = sorted({a % rank for a in axes}) if all(-rank <= a < rank for a in axes) else None
+    if got is None or got != list(range(rank - len(got), rank)):
+        return None
+    return len(got)
+
+
+def _reduce_accepts(node: Node, graph: Graph) -> str | None:
+    x, y = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    if not (is_float32(x) and is_float32(y)) or len(x.shape) == 0:
+        return "not float32 of rank >= 1"
+    if _reduce_suffix(node, len(x.shape), lambda name: const_value(name, graph)) is None:
+        return "its axes are not the last ones (or not constant)"
+    return None
+
+
+def _bind_reduce(r: BindRequest) -> list | None:
+    lib = library()
+    x, y = r.ins[0], r.outs[0]
+    axes_value = {r.node.inputs[1]: np.asarray(r.ins[1])} if len(r.ins) > 1 and r.ins[1] is not None else {}
+    k = _reduce_suffix(r.node, x.ndim, axes_value.get)
+    if lib is None or k is None or y is None or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        return None
+    n = math.prod(x.shape[x.ndim - k:])
+    rows = math.prod(x.shape[:x.ndim - k])
+    args = r.keep.table([r.addr(x), r.addr(y), rows, n, int(r.node.op_type == "ReduceMean")])
+    return [NativeCall(lib.ds_reduce_rows_args, (args,))]
+
+
 register_lowering("LayerNormalization", "native", NativeRule(_layernorm_accepts, _bind_layernorm))
+for _op in ("ReduceMean", "ReduceSum"):
+    register_lowering(_op, "native", NativeRule(_reduce_accepts, _bind_reduce))
 register_lowering("Softmax", "native", NativeRule(_softmax_accepts, _bind_softmax))
 
 

@@ -28,6 +28,25 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
     for (int64_t r = 0; r < rows; r++) ds_layernorm_row_inline(x + r * n, y + r * n, scale, bias, n, eps);
 }
 
+/* ReduceSum (mean = 0) / ReduceMean (mean = 1) over the last n elements of each row: T5's RMSNorm
+   (mean(x^2) over the hidden axis) and the channels-first LayerNorms written as x.mean(1) that the layout pass
+   turns into last-axis reductions. Four partial sums per row vector (float32, as onnxruntime accumulates); an
+   empty row sums to 0 and averages to NaN (0 / 0, as numpy). */
+void ds_reduce_rows_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n, int64_t mean) {
+    #pragma omp parallel for schedule(static) if(rows * n >= 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float s = 0.0f;
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) s += xr[i];
+        y[r] = mean ? s / (float)n : s;
+    }
+}
+
+void ds_reduce_rows_args(const int64_t *a) {
+    ds_reduce_rows_f32((const float *)a[0], (float *)a[1], a[2], a[3], a[4]);
+}
+
 /* The same with every argument in one int64 array (eps as the bits of a float): a plan's program can call it. */
 void ds_layernorm_args(const int64_t *a) {
     float eps;
