@@ -7,8 +7,9 @@ by constant weights (codegen/lower/qproduct.py), with the scales known at compil
     q = QuantizeLinear(x, x_scale, x_zero_point)   when x is float32 (a QDQ model's activation, quantized in the kernel)
     acc = (q - x_zero_point) @ (w - w_zero_point)  int32, wrapping (as MatMulInteger's and QLinearMatMul's int32)
     y = float32(acc) * multiplier                  without y_zero_point (float32; multiplier per column)
-    y = saturate(rint(float64(acc) * multiplier + y_zero_point))    with it, of y_zero_point's type: what the ONNX
-                                                   reference's QLinearMatMul computes (numpy: int32 * float32 -> float64)
+    y = saturate(rint(float64(acc) * multiplier + y_zero_point))
+                                                   with it, of y_zero_point's type: what the ONNX reference's
+                                                   QLinearMatMul computes (numpy: int32 * float32 -> float64)
 
 `w` is int8 (k, n) and `w_zero_point` int32 (n,) (uint8 weights shifted by -128 with their zero points, as for
 DynamicQuantizeMatMul: passes/quant.as_int8); `multiplier` float32 (n,): x_scale * w_scale[j] for a QDQ product,
