@@ -15,6 +15,7 @@ The C tiles are checked directly too, native (VPDPBUSD) where the CPU has it and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -325,3 +326,36 @@ def test_float_model_unchanged_by_int8(float_model: Path) -> None:
     x = np.random.default_rng(0).standard_normal((2, 3, K)).astype(np.float32)
     ya, yb = a.run({"x": x}), b.run({"x": x})
     assert all(np.array_equal(ya[k], yb[k]) for k in ya)
+
+
+# ---- the ONNX node suite's QLinearMatMul cases, weights as constants ----------------------------------------------
+SUITE = Path(os.environ.get("ONNX_SUITE_DATA") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+             / "onnx_node_suite") / "node"
+QLINEAR_CASES = sorted(p.name for p in SUITE.glob("test_qlinearmatmul_*")) if SUITE.is_dir() else []
+
+
+@pytest.mark.skipif(not QLINEAR_CASES, reason="the node suite is not materialized (tests/conformance does it)")
+@pytest.mark.parametrize("case", QLINEAR_CASES)
+def test_node_suite_qlinearmatmul_constant_weights(case: str) -> None:
+    """The suite feeds every operand as an input; a model's QLinearMatMul multiplies by constant weights. Made so
+    (every input but `a` an initializer), the 2-D float32-scale cases run on the int8 kernel and match the suite's
+    expected output exactly; the others (a batch of weight matrices, float16 scales) keep the reference step and
+    still pass."""
+    d = SUITE / case
+    model = onnx.load(d / "model.onnx")
+    values = []
+    for i, v in enumerate(model.graph.input):
+        t = onnx.TensorProto()
+        t.ParseFromString((d / "test_data_set_0" / f"input_{i}.pb").read_bytes())
+        values.append(numpy_helper.to_array(t))
+    out = onnx.TensorProto()
+    out.ParseFromString((d / "test_data_set_0" / "output_0.pb").read_bytes())
+    want = numpy_helper.to_array(out)
+    names = [v.name for v in model.graph.input]
+    model.graph.initializer.extend(numpy_helper.from_array(v, nm) for nm, v in zip(names[1:], values[1:]))
+    del model.graph.input[1:]
+    exe = ds.compile(ds.load_onnx(model))
+    applicable = values[3].ndim == 2 and values[1].dtype == np.float32
+    assert (_kinds(exe) == ["qproduct"]) == applicable, _kinds(exe)
+    got = exe.run({names[0]: values[0]})[model.graph.output[0].name]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
