@@ -344,7 +344,7 @@ def test_node_suite_qlinearmatmul_constant_weights(case: str) -> None:
     d = SUITE / case
     model = onnx.load(d / "model.onnx")
     values = []
-    for i, v in enumerate(model.graph.input):
+    for i in range(len(model.graph.input)):
         t = onnx.TensorProto()
         t.ParseFromString((d / "test_data_set_0" / f"input_{i}.pb").read_bytes())
         values.append(numpy_helper.to_array(t))
