@@ -35,10 +35,12 @@ LIBRARY = declare("packed_gemm_int8", "ds_gemm_int8.c", {
     "ds_q8_block": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
     "ds_q8_block_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
     "ds_q8_quantize_static": (P, I64, I64, F32, INT, INT), "ds_q8_load": (P, I64, I64, INT, INT),
+    "ds_q8_quantize_tokens": (P, I64, I64),
     "ds_q8_block_rq": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT),
     "ds_q8_block_rq_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT)},
     openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_quantize": ctypes.c_void_p,
-                                       "ds_q8_quantize_static": ctypes.c_void_p, "ds_q8_load": ctypes.c_void_p})
+                                       "ds_q8_quantize_static": ctypes.c_void_p, "ds_q8_load": ctypes.c_void_p,
+                                       "ds_q8_quantize_tokens": ctypes.c_void_p})
 
 register_helper("packed_gemm_int8", LIBRARY, "ds_gemm_int8.h")
 

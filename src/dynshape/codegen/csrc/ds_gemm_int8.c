@@ -50,6 +50,8 @@ int ds_q8_native(void) { return DS_Q8_NATIVE; }
 typedef struct {
     uint8_t *q;
     int32_t *rowsum;
+    float *rowscale; /* per-token quantization (ds_q8_quantize_tokens): each row's scale; else unused */
+    int per_row;     /* whether rowscale applies */
     int64_t ldq, cap_q, cap_rows;
     float scale;
     int32_t zp;
@@ -66,10 +68,13 @@ static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t ldq) {
     }
     if (m > a->cap_rows) {
         free(a->rowsum);
+        free(a->rowscale);
         a->rowsum = aligned_alloc(64, (size_t)((m * 4 + 63) / 64 * 64));
-        a->cap_rows = a->rowsum ? m : 0;
+        a->rowscale = aligned_alloc(64, (size_t)((m * 4 + 63) / 64 * 64));
+        a->cap_rows = a->rowsum && a->rowscale ? m : 0;
     }
-    return a->q != NULL && a->rowsum != NULL;
+    a->per_row = 0;
+    return a->q != NULL && a->rowsum != NULL && a->rowscale != NULL;
 }
 
 /* DynamicQuantizeLinear's scale and zero point of values whose minimum is lo and maximum hi (lo <= 0 <= hi), in
@@ -186,6 +191,42 @@ const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp,
     return a;
 }
 
+/* Per-token symmetric quantization (ds.quantize_dynamic, passes/quant.py): row i's scale s_i = max|x_i| / 127 (float32
+   division), q = saturate(rint(x / s_i)) into -127..127 (a zero row: scale 0, q = 0), stored shifted by +128 as
+   uint8 with zero point 128 (every row's). The tiles multiply each row by its scale after the columns' (wscale). */
+const void *ds_q8_quantize_tokens(const float *restrict x, int64_t m, int64_t k) {
+    ds_q8_act *a = &ds_q8_tls;
+    const int64_t ldq = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
+    a->ldq = ldq;
+    a->scale = 1.0f;
+    a->zp = 128;
+    a->per_row = 1;
+    #pragma omp parallel for schedule(static) if(m * k >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        uint8_t *qi = a->q + i * ldq;
+        float amax = 0.0f;
+        for (int64_t j = 0; j < k; j++) {
+            const float v = fabsf(xi[j]);
+            amax = v > amax ? v : amax;
+        }
+        const float s = amax / 127.0f;
+        int32_t sum = 0;
+        for (int64_t j = 0; j < k; j++) {
+            float v = s > 0.0f ? rintf(xi[j] / s) : 0.0f;
+            v = v >= -127.0f ? (v <= 127.0f ? v : 127.0f) : -127.0f;
+            const int32_t u = (int32_t)v + 128;
+            qi[j] = (uint8_t)u;
+            sum += u;
+        }
+        for (int64_t j = k; j < ldq; j++) qi[j] = 0;
+        a->rowsum[i] = sum;
+        a->rowscale[i] = s;
+    }
+    return a;
+}
+
 /* The scale and zero point the last ds_q8_quantize of `act` chose (for tests). */
 void ds_q8_act_params(const void *act, float *scale, int32_t *zp) {
     const ds_q8_act *a = act;
@@ -207,15 +248,21 @@ static inline const int32_t *ds_q8_colsums(const void *bp, int64_t n, int64_t k)
 }
 
 /* One row's 32 (or fewer: cols) sums finished: corrected by the zero points (in int32, wrapping as MatMulInteger's
-   int32 result does: unsigned arithmetic), cast to float32 and multiplied by scale * wscale[j]. */
+   int32 result does: unsigned arithmetic), cast to float32 and multiplied by scale * wscale[j] (per-token: by
+   wscale[j], then by the row's scale rs). */
 static inline void ds_q8_finish_row(const int32_t *acc, int32_t rsum, const ds_q8_act *a, const int32_t *wzp,
-                                    const float *wscale, const int32_t *colsum, int64_t k, float *c, int64_t cols) {
+                                    const float *wscale, const int32_t *colsum, int64_t k, float *c, int64_t cols,
+                                    float rs) {
     const uint32_t za = (uint32_t)a->zp;
     for (int64_t j = 0; j < cols; j++) {
         const uint32_t zb = (uint32_t)wzp[j];
         const uint32_t v = (uint32_t)acc[j] - zb * (uint32_t)rsum - za * (uint32_t)colsum[j] + (uint32_t)k * za * zb;
-        const float sc = a->scale * wscale[j];
-        c[j] = (float)(int32_t)v * sc;
+        if (a->per_row) {
+            c[j] = (float)(int32_t)v * wscale[j] * rs;
+        } else {
+            const float sc = a->scale * wscale[j];
+            c[j] = (float)(int32_t)v * sc;
+        }
     }
 }
 
@@ -271,7 +318,8 @@ void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t l
             for (int j = 0; j < DS_Q8_NR; j++)
                 acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
         }
-        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols);
+        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols,
+                         a->per_row ? a->rowscale[i] : 1.0f);
     }
 }
 
@@ -342,6 +390,10 @@ static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a,
                                                cv->ct[h]);
             if (ints)
                 _mm512_mask_storeu_epi32((int32_t *)c + r * ldc + 16 * h, cv->m[h], v);
+            else if (a->per_row)
+                _mm512_mask_storeu_ps((float *)c + r * ldc + 16 * h, cv->m[h],
+                                      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]),
+                                                    _mm512_set1_ps(a->rowscale[i + r])));
             else
                 _mm512_mask_storeu_ps((float *)c + r * ldc + 16 * h, cv->m[h],
                                       _mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]));

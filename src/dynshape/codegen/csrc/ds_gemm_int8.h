@@ -17,6 +17,7 @@ void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t l
                    int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale);
 const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k, float scale, int32_t zp,
                                   int32_t is_signed);
+const void *ds_q8_quantize_tokens(const float *restrict x, int64_t m, int64_t k);
 const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp, int32_t is_signed);
 void ds_q8_block_rq(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
                     int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,

@@ -87,7 +87,8 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     if epilogue:
         tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     if not static:
-        quantize = kir.Call("ds_q8_quantize", (kir.Addr(a), L0, _i(k)), "ptr")
+        fn = "ds_q8_quantize_tokens" if node.attrs.get("per_token", 0) else "ds_q8_quantize"
+        quantize = kir.Call(fn, (kir.Addr(a), L0, _i(k)), "ptr")
     else:
         xz = _scalar(g, xz_name)
         signed = _i(int(xz.dtype == np.int8))
