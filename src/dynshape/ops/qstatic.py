@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from dynshape.ir.infer import InferCtx
-from dynshape.ir.opdef import Layout, lookup, register
+from dynshape.ir.opdef import lookup, register
 from dynshape.ir.types import TensorType
 
 DOMAIN = "dynshape"
@@ -83,5 +83,6 @@ def _qdq_infer(ctx: InferCtx) -> list[TensorType]:
 
 
 register("QuantizedMatMul", reference=_qmatmul_ref, infer=_qmatmul_infer, domain=DOMAIN)
-register("QuantizeDequantize", reference=_qdq_ref, infer=_qdq_infer, domain=DOMAIN, elementwise=True,
-         layout=Layout.ELEMENTWISE, permuted_inputs=1)
+# No op-table properties (elementwise, layout): those are the default domain's (tests/ir/test_opdef_properties.py);
+# fusion groups it through its expression rule (codegen/lower/elementwise.py) all the same.
+register("QuantizeDequantize", reference=_qdq_ref, infer=_qdq_infer, domain=DOMAIN)
