@@ -31,6 +31,7 @@ _LAZY = {
     "load": ("dynshape.compiler.artifact", "load"),
     "save": ("dynshape.compiler.artifact", "save"),
     "from_torch": ("dynshape.frontends.torch_export", "from_torch"),
+    "quantize_dynamic": ("dynshape.passes.quant", "quantize_dynamic"),
 }
 
 
@@ -46,6 +47,6 @@ def __getattr__(name: str):
 __all__ = [
     "Cond", "ConstraintStore", "ConstraintViolation", "DynshapeError", "Executable", "Expr", "Graph", "ModelError",
     "ShapeError", "Symbol", "TensorType", "any_dim", "bounds", "broadcast_shapes", "ceil_div", "compile", "divides",
-    "eq", "from_torch", "is_expr", "load", "load_onnx", "max_", "min_", "ne", "prove", "save", "simplify", "solve",
-    "sym",
+    "eq", "from_torch", "is_expr", "load", "load_onnx", "max_", "min_", "ne", "prove", "quantize_dynamic", "save",
+    "simplify", "solve", "sym",
 ]

@@ -27,7 +27,7 @@ from dynshape.errors import DynshapeError
 
 STRATEGIES = ("auto", "generic", "multi_version", "bucketed", "static")
 BLAS_CHOICES = ("auto", "mkl", "openblas")
-PRECISIONS = ("fp32", "bf16", "bf16-emulated")
+PRECISIONS = ("fp32", "bf16", "bf16-emulated", "int8")
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -116,7 +116,13 @@ class Options:
     precision: str = _build("fp32 (default: every product in float32); bf16: products by constant weights take "
                             "bfloat16 operands with float32 accumulation (AVX512-BF16; refused on a CPU without "
                             "it), everything else stays float32; bf16-emulated: the same rounding on the float32 "
-                            "kernels, on any CPU (for tests)", "DYNSHAPE_PRECISION", "fp32")
+                            "kernels, on any CPU (for tests); int8: a statically quantized (QDQ) model's products "
+                            "by 8-bit weights run as int8 products with int32 accumulation (VPDPBUSD where the CPU "
+                            "has AVX512-VNNI, plain C elsewhere) and its other QuantizeLinear/DequantizeLinear "
+                            "pairs as fused elementwise ops: the int8 sums are exact where the float graph rounds, "
+                            "so results differ from the fp32 build by the graph's own float rounding "
+                            "(passes/qdq.py); float models are unchanged (ds.quantize_dynamic quantizes one)",
+                            "DYNSHAPE_PRECISION", "fp32")
     nonempty_build: bool = _build("symbols that may be 0 (undeclared dims) get a build for keys where every one "
                                   "is >= 1, behind a per-call test; keys with a 0 run a second build made on first "
                                   "use", "DYNSHAPE_NONEMPTY_BUILD", True)

@@ -98,7 +98,8 @@ def symbol_info(s: Any) -> dict[str, Any]:
 # Parameter types every command shares.
 PrecisionOpt = Annotated[str, typer.Option(
     help="fp32 (default), bf16 (products by constant weights in bfloat16 with float32 accumulation; needs "
-         "AVX512-BF16) or bf16-emulated (the same rounding on the float32 kernels, any CPU).")]
+         "AVX512-BF16), bf16-emulated (the same rounding on the float32 kernels, any CPU) or int8 (a QDQ "
+         "model's products in int8 with int32 accumulation).")]
 ModelArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="ONNX model file.")]
 DimOpt = Annotated[list[str] | None, typer.Option(
     "--dim", "-d", metavar="NAME=MIN:MAX[:MULT]",

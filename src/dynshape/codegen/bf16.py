@@ -138,6 +138,11 @@ def check_precision(options: Options) -> None:
             "precision='fp32', or precision='bf16-emulated' for the same rounding on the float32 kernels (slow)")
 
 
+def active(options: Options) -> bool:
+    """Whether products run in bf16 under `options` (precision "bf16" or "bf16-emulated"; "int8" is not bf16)."""
+    return options.precision in BF16_PRECISIONS
+
+
 def layout_of(options: Options) -> str | None:
     """The packed-weight layout of products under `options` (None: float32 panels)."""
     return {"bf16": "bf16", "bf16-emulated": "bf16e"}.get(options.precision)
@@ -151,7 +156,7 @@ def product_calls(options: Options) -> tuple[str, str]:
 
 def attention_calls(options: Options) -> tuple[str, str, str]:
     """Attention's packers (K as stored, K transposed) and tile product under `options`, with the epoch argument."""
-    if options.precision == "fp32":
+    if not active(options):
         return "ds_pack_panels", "ds_pack_panels_t", "ds_gemm_tile"
     suffix = "e" if options.precision == "bf16-emulated" else ""
     return f"ds_pack_panels_bf16{suffix}", f"ds_pack_panels_t_bf16{suffix}", f"ds_gemm_block_bf16{suffix}"

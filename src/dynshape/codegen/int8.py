@@ -1,5 +1,5 @@
-"""int8 products (`dynshape::DynamicQuantizeMatMul`, passes/quant.py): the packed weights and the C library
-(csrc/ds_gemm_int8.c).
+"""int8 products (`dynshape::DynamicQuantizeMatMul`, passes/quant.py; `dynshape::QuantizedMatMul`, passes/qdq.py):
+the packed weights and the C library (csrc/ds_gemm_int8.c).
 
 Why: a model quantized dynamically (onnxruntime's `quantize_dynamic`, the recommended way for transformers) stores
 its MatMul weights as int8 and quantizes each activation to uint8 per call; run node by node that is five passes
@@ -23,7 +23,7 @@ import numpy as np
 
 from dynshape.codegen import packed_gemm
 from dynshape.codegen.bf16 import native_in
-from dynshape.codegen.clib import F32, I64, P, declare
+from dynshape.codegen.clib import F32, I64, INT, P, declare
 from dynshape.codegen.library import register_helper
 
 NR = packed_gemm.NR  # columns per panel, as the float products
@@ -33,8 +33,14 @@ LIBRARY = declare("packed_gemm_int8", "ds_gemm_int8.c", {
     "ds_q8_native": (), "ds_q8_params": (F32, F32, P, P), "ds_q8_quantize": (P, I64, I64),
     "ds_q8_act_params": (P, P, P), "ds_q8_act_row": (P, I64, P, P),
     "ds_q8_block": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
-    "ds_q8_block_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P)},
-    openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_quantize": ctypes.c_void_p})
+    "ds_q8_block_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
+    "ds_q8_quantize_static": (P, I64, I64, F32, INT, INT), "ds_q8_load": (P, I64, I64, INT, INT),
+    "ds_q8_quantize_tokens": (P, I64, I64),
+    "ds_q8_block_rq": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT),
+    "ds_q8_block_rq_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT)},
+    openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_quantize": ctypes.c_void_p,
+                                       "ds_q8_quantize_static": ctypes.c_void_p, "ds_q8_load": ctypes.c_void_p,
+                                       "ds_q8_quantize_tokens": ctypes.c_void_p})
 
 register_helper("packed_gemm_int8", LIBRARY, "ds_gemm_int8.h")
 

@@ -15,6 +15,7 @@ from dynshape.ops import (  # noqa: F401
     ml,
     movement,
     nn,
+    qstatic,
     quantize,
     random,
     reduce,

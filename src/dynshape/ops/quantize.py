@@ -113,7 +113,8 @@ def _q_dtype(code: int, zp: Any) -> np.dtype:
 
 def _granularity_rule(ctx: InferCtx, x: TensorType, scale: TensorType, zp: TensorType | None) -> None:
     """The scale's shape must be one the spec allows for x; the zero point has the scale's shape (a
-    one-element zero point also goes with a scalar scale, as exporters write it)."""
+    one-element zero point also goes with a scalar scale, and a scalar one with a one-element scale, as exporters
+    write them)."""
     rank = x.rank
     block = int(ctx.attr("block_size", 0))
     if zp is not None:
@@ -123,6 +124,8 @@ def _granularity_rule(ctx: InferCtx, x: TensorType, scale: TensorType, zp: Tenso
         elif scale.rank == 0:
             for a in zp.shape:
                 ctx.unify(a, 1)
+        elif zp.rank == 0 and all(is_static(a) and a == 1 for a in scale.shape):
+            pass  # a scalar zero point with a one-element scale (onnxruntime's quantizer writes its biases so)
         else:
             ctx.error(f"the zero point's shape {zp.shape} differs from the scale's {scale.shape}")
     if scale.rank == 0 or (scale.rank == 1 and block == 0 and is_static(scale.shape[0]) and scale.shape[0] == 1):

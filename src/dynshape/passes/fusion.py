@@ -34,8 +34,9 @@ Fusible = Callable[[Node, Graph], bool]
 # ---- elementwise grouping ----------------------------------------------------------------------------------
 def _groupable(node: Node, graph: Graph, fusible: Fusible) -> bool:
     """Structurally an elementwise node (one output with the broadcast shape of its named tensor inputs), and
-    an op whose expression rule takes it."""
-    if not is_default_domain(node) or len(node.outputs) != 1 or not node.inputs or "" in node.inputs:
+    an op whose expression rule takes it (ONNX's, or dynshape's own: QuantizeDequantize)."""
+    if not (is_default_domain(node) or node.domain == "dynshape") or len(node.outputs) != 1 or not node.inputs \
+            or "" in node.inputs:
         return False
     out = graph.types.get(node.outputs[0])
     ins = [graph.types.get(x) for x in node.inputs]

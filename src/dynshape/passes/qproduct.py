@@ -1,5 +1,7 @@
-"""The int8 product item: a `dynshape::DynamicQuantizeMatMul` (passes/quant.py) with the elementwise group that
-alone reads it as its epilogue (the bias, GELU, a residual add), one kernel (codegen/lower/qproduct.py)."""
+"""The int8 product item: a `dynshape::DynamicQuantizeMatMul` (passes/quant.py) or `dynshape::QuantizedMatMul`
+(passes/qdq.py) with the elementwise group that alone reads it as its epilogue (the bias, GELU, a residual add, a
+QDQ model's QuantizeDequantize), one kernel (codegen/lower/qproduct.py). A QuantizedMatMul with an 8-bit result
+(QLinearMatMul's) requantizes in its kernel and takes no float epilogue."""
 
 from __future__ import annotations
 
@@ -7,16 +9,19 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from dynshape.ir.graph import Node
+from dynshape.ir.types import TensorType
 from dynshape.passes.items import Elementwise, Item, Single
 from dynshape.passes.schedule import Match, Schedule, tile_epilogue
 from dynshape.passes.values import is_float32
 
-OP, DOMAIN = "DynamicQuantizeMatMul", "dynshape"
+OPS, DOMAIN = ("DynamicQuantizeMatMul", "QuantizedMatMul"), "dynshape"
 
 
 @dataclass(frozen=True, eq=False)
 class QProduct(Item):
-    """inputs: [x, w, w_zero_point, w_scale, *epilogue operands]; `shape` is the product's."""
+    """inputs: the node's (DynamicQuantizeMatMul: x, w, w_zero_point, w_scale; QuantizedMatMul: x, x_scale,
+    x_zero_point, w, w_zero_point, multiplier[, y_zero_point]), then the epilogue's operands; `shape` is the
+    product's."""
 
     node: Node | None = None
     epilogue: Elementwise | None = None
@@ -29,15 +34,17 @@ class QProduct(Item):
 
 
 def match_qproduct(s: Schedule, i: int, item: Item) -> Match | None:
-    """A DynamicQuantizeMatMul takes, as its epilogue, the elementwise group that alone reads it."""
-    if not isinstance(item, Single) or item.node.op_type != OP or item.node.domain != DOMAIN:
+    """An int8 product takes, as its epilogue, the elementwise group that alone reads it (a float result only)."""
+    if not isinstance(item, Single) or item.node.op_type not in OPS or item.node.domain != DOMAIN:
         return None
     node = item.node
     y = node.outputs[0]
     t = s.type(y)
-    if not is_float32(t) or not t.shape:
+    if not isinstance(t, TensorType) or not t.shape:
         return None
     shape = tuple(t.shape)
+    if not is_float32(t):
+        return Match(QProduct(tuple(node.inputs), (y,), node, None, shape), i, frozenset((i,)))
     epi, j = tile_epilogue(s, y, shape)
 
     def make(epi: Elementwise | None) -> QProduct:

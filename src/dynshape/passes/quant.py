@@ -16,11 +16,15 @@ scales, whose outputs nothing reads any more goes with it; one still read elsewh
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from dynshape.ir.graph import Node
+from dynshape.ir.graph import Graph, Node
 from dynshape.ir.opdef import is_default_domain
 from dynshape.ir.types import TensorType
+from dynshape.options import Options
+from dynshape.passes.constfold import fold_constant_nodes
 from dynshape.passes.layout import Rewrite
 
 DOMAIN = "dynshape"
@@ -117,3 +121,68 @@ def fuse_dynamic_quant(nodes: list[Node], types: dict, consts: dict, keep: set[s
         kept = [n for n in kept if id(n) not in gone]
     rw.nodes = kept
     return rw
+
+
+# ---- ds.quantize_dynamic: a float model's products by constant weights, quantized ---------------------------------
+def quantize_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """W (k, n) float32 as symmetric int8 per column: (round(W / s_j) saturated to -127..127, s_j = max|W[:, j]| / 127;
+    1 for a column of zeros)."""
+    w = np.asarray(w, np.float32)
+    s = (np.max(np.abs(w), axis=0, initial=np.float32(0)) / np.float32(127)).astype(np.float32)
+    s = np.where(s > 0, s, np.float32(1)).astype(np.float32)
+    return np.clip(np.rint(w / s), -127, 127).astype(np.int8), s
+
+
+def quantize_dynamic(graph: Graph, min_weights: int = 0) -> Graph:
+    """`ds.quantize_dynamic`: every MatMul of a float32 activation by a constant float32 matrix (and every Gemm with
+    alpha 1, no transA, beta 1: its bias an Add after), with at least `min_weights` weights, as a
+    `dynshape::DynamicQuantizeMatMul` with `per_token=1`: int8 weights quantized per output column here, once
+    (symmetric: round(W / s_j), s_j = max|W[:, j]| / 127), the activation quantized per row at each call
+    (symmetric, s_i = max|x_i| / 127), int32 sums on the int8 kernel, float32 scales and epilogue. Opt-in and
+    approximate: the result is a different model, whose error against the float one the caller should measure (bench
+    /int8_bench.py reports it for bert_small). Constant subgraphs are folded first, so weights made by nodes
+    (a Transpose of an initializer) count as constants. Every other node is kept as it is."""
+    folded = fold_constant_nodes(graph, Options().fold_bytes).graph
+    consts = folded.constants()
+    types = folded.types
+    rw = Rewrite([], {}, {})
+    out: list[Node] = []
+
+    def add(base: str, v: np.ndarray) -> str:
+        name = rw.fresh(base, types)
+        rw.consts[name], rw.types[name] = v, TensorType(v.dtype, v.shape)
+        return name
+
+    for n in folded.nodes:
+        gemm = n.op_type == "Gemm" and is_default_domain(n)
+        w = consts.get(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else None
+        xt, yt = types.get(n.inputs[0]) if n.inputs else None, types.get(n.outputs[0])
+        bias = n.inputs[2] if gemm and len(n.inputs) > 2 and n.inputs[2] else None
+        ok = ((n.op_type == "MatMul" and is_default_domain(n)) or gemm) and w is not None and w.ndim == 2 \
+            and w.dtype == np.float32 and w.size >= max(min_weights, 1) and isinstance(xt, TensorType) \
+            and xt.dtype == np.float32 and xt.shape and isinstance(yt, TensorType) and yt.dtype == np.float32
+        if ok and gemm:
+            ok = n.attrs.get("alpha", 1.0) == 1.0 and not n.attrs.get("transA", 0) and len(xt.shape) == 2 \
+                and (bias is None or n.attrs.get("beta", 1.0) == 1.0)
+            w = w.T if n.attrs.get("transB", 0) else w
+        if not ok:
+            out.append(n)
+            continue
+        w8, s = quantize_weights(w)
+        base = n.inputs[1]
+        ins = [n.inputs[0], add(f"{base}_q8", np.ascontiguousarray(w8)), add(f"{base}_zp32", np.zeros(w8.shape[1],
+                                                                                                  np.int32)),
+               add(f"{base}_scale32", s)]
+        if bias is None:
+            out.append(Node("DynamicQuantizeMatMul", DOMAIN, n.name, {"per_token": 1}, ins, [n.outputs[0]]))
+            continue
+        y0 = rw.fresh(f"{n.outputs[0]}_nobias", types)
+        rw.types[y0] = yt
+        out += [Node("DynamicQuantizeMatMul", DOMAIN, n.name, {"per_token": 1}, ins, [y0]),
+                Node("Add", "", f"{n.name}_bias", {}, [y0, bias], [n.outputs[0]])]
+    if not rw.consts:
+        return folded
+    read = {x for n in out for x in (*n.inputs, *n.free_names()) if x} | {v.name for v in folded.inputs} \
+        | {v.name for v in folded.outputs}
+    inits = {k: v for k, v in {**folded.initializers, **rw.consts}.items() if k in read}
+    return dataclasses.replace(folded, nodes=out, initializers=inits, types={**types, **rw.types}, variants={})

@@ -393,7 +393,7 @@ RULES: tuple[Rule, ...] = (
     Rule("softmax with its producer and consumer groups", "fused_softmax", match_softmax),
     Rule("attention without materialised scores", "fused_attention", match_attention),
     Rule("products by constant matrices with their epilogues", "packed_gemm", match_product),
-    Rule("int8 products (dynamic quantization) with their epilogues", "packed_gemm", match_qproduct),
+    Rule("int8 products (quantized models) with their epilogues", "packed_gemm", match_qproduct),
     Rule("convolutions with their epilogues", "packed_gemm", match_conv),
     Rule("a 1x1 conv into the depthwise conv that alone reads it", "fused_pw_dw", match_pw_dw),
     Rule("pools and global reductions of channels-last tensors", "channels_last", match_pool),

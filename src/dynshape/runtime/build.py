@@ -46,6 +46,7 @@ from dynshape.passes.fold import drop_identities, fold_batchnorm
 from dynshape.passes.fusion import fuse
 from dynshape.passes.items import Item, Single
 from dynshape.passes.layout import channels_last
+from dynshape.passes.qdq import fuse_qlinear
 from dynshape.passes.quant import fuse_dynamic_quant
 from dynshape.passes.symbolic import SymbolicValues, live_nodes, specialized, symbolic_values
 from dynshape.sym import Symbol
@@ -171,6 +172,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     types = dict(graph.types)
     added: dict[str, np.ndarray] = {}
     for enabled, rewrite in ((options.fuse and options.packed_gemm, fuse_dynamic_quant),
+                             (options.fuse and options.packed_gemm, fuse_qlinear),
                              (options.fuse, drop_identities),
                              (options.fuse and options.fold_batchnorm, fold_batchnorm),
                              (options.fuse and options.channels_last, functools.partial(channels_last,

@@ -29,6 +29,7 @@ from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
 from dynshape.options import Options, make
 from dynshape.passes.constfold import Folded, fold_constant_nodes
+from dynshape.passes.qdq import fuse_qdq
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.arenas import Arena, ArenaPool, grow
 from dynshape.runtime.assumptions import Assumptions
@@ -74,6 +75,8 @@ class Executable:
         clib.warm(EVERY_BUILD_HELPERS, self._cache)
         # calls that feed an initializer the model lists as an input: a build from the graph before folding
         self._overrides = Overrides(graph, lambda g: compile(g, options=opts)) if graph.overridable else None
+        if opts.fuse and opts.precision == "int8":  # before folding, which would dequantize the int8 weights
+            graph = fuse_qdq(graph)
         self.folded = fold_constant_nodes(graph, opts.fold_bytes) if opts.fuse else Folded(graph)
         self.graph = graph = self.folded.graph
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)

@@ -1,6 +1,10 @@
 /* int8 products by a constant matrix, for models quantized dynamically the way onnxruntime's quantize_dynamic writes
    them (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by the scales): what a `dynshape::DynamicQuantizeMatMul`
-   node (passes/quant.py) lowers to (codegen/lower/qproduct.py).
+   node (passes/quant.py) lowers to (codegen/lower/qproduct.py); and the products of statically quantized models
+   (`dynshape::QuantizedMatMul`: QDQ products under precision="int8", QLinearMatMul; ops/qstatic.py), whose
+   activation is quantized with a scale and zero point fixed at compile time (`ds_q8_quantize_static`) or arrives
+   quantized (`ds_q8_load`), and whose result is either dequantized (`ds_q8_block` with the per-column
+   multipliers) or requantized to 8 bits (`ds_q8_block_rq`).
 
    Exact by construction. The activations are quantized here with DynamicQuantizeLinear's own arithmetic (one scale
    and zero point over the whole tensor, its range widened to hold 0, x / scale rounded half to even and saturated
@@ -46,6 +50,8 @@ int ds_q8_native(void) { return DS_Q8_NATIVE; }
 typedef struct {
     uint8_t *q;
     int32_t *rowsum;
+    float *rowscale; /* per-token quantization (ds_q8_quantize_tokens): each row's scale; else unused */
+    int per_row;     /* whether rowscale applies */
     int64_t ldq, cap_q, cap_rows;
     float scale;
     int32_t zp;
@@ -62,10 +68,13 @@ static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t ldq) {
     }
     if (m > a->cap_rows) {
         free(a->rowsum);
+        free(a->rowscale);
         a->rowsum = aligned_alloc(64, (size_t)((m * 4 + 63) / 64 * 64));
-        a->cap_rows = a->rowsum ? m : 0;
+        a->rowscale = aligned_alloc(64, (size_t)((m * 4 + 63) / 64 * 64));
+        a->cap_rows = a->rowsum && a->rowscale ? m : 0;
     }
-    return a->q != NULL && a->rowsum != NULL;
+    a->per_row = 0;
+    return a->q != NULL && a->rowsum != NULL && a->rowscale != NULL;
 }
 
 /* DynamicQuantizeLinear's scale and zero point of values whose minimum is lo and maximum hi (lo <= 0 <= hi), in
@@ -123,6 +132,101 @@ const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
     return a;
 }
 
+/* QuantizeLinear per tensor with a scale and zero point fixed at compile time, of x (m rows of k floats) into this
+   thread's scratch, as ds_q8_quantize: q = saturate(rint(x / scale) + zp) into 0..255 (uint8) or -128..127 (int8,
+   stored shifted by +128 as uint8 with its zero point: q - zp is unchanged); the descriptor's scale is 1 (the
+   product's multipliers carry the scales). A NaN quantizes to the range's low end. */
+const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k, float scale, int32_t zp,
+                                  int32_t is_signed) {
+    ds_q8_act *a = &ds_q8_tls;
+    const int64_t ldq = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
+    a->ldq = ldq;
+    a->scale = 1.0f;
+    const int32_t shift = is_signed ? 128 : 0;
+    a->zp = zp + shift;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f, zf = (float)zp;
+    uint8_t *q = a->q;
+    int32_t *rowsum = a->rowsum;
+    #pragma omp parallel for schedule(static) if(m * k >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        uint8_t *qi = q + i * ldq;
+        int32_t sum = 0;
+        for (int64_t j = 0; j < k; j++) {
+            float v = rintf(xi[j] / scale) + zf;
+            v = v >= lo ? (v <= hi ? v : hi) : lo;
+            const int32_t u = (int32_t)v + shift;
+            qi[j] = (uint8_t)u;
+            sum += u;
+        }
+        for (int64_t j = k; j < ldq; j++) qi[j] = 0;
+        rowsum[i] = sum;
+    }
+    return a;
+}
+
+/* Activations already quantized (m rows of k uint8, or int8 shifted by +128), with their zero point, into this
+   thread's scratch (rows padded to 4 bytes, their sums); the descriptor's scale is 1. */
+const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp, int32_t is_signed) {
+    ds_q8_act *a = &ds_q8_tls;
+    const int64_t ldq = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
+    a->ldq = ldq;
+    a->scale = 1.0f;
+    a->zp = zp + (is_signed ? 128 : 0);
+    const uint8_t flip = is_signed ? 0x80 : 0; /* int8 v + 128 as uint8: its top bit flipped */
+    #pragma omp parallel for schedule(static) if(m * k >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < m; i++) {
+        const uint8_t *xi = (const uint8_t *)x + i * k;
+        uint8_t *qi = a->q + i * ldq;
+        int32_t sum = 0;
+        for (int64_t j = 0; j < k; j++) {
+            qi[j] = xi[j] ^ flip;
+            sum += qi[j];
+        }
+        for (int64_t j = k; j < ldq; j++) qi[j] = 0;
+        a->rowsum[i] = sum;
+    }
+    return a;
+}
+
+/* Per-token symmetric quantization (ds.quantize_dynamic, passes/quant.py): row i's scale s_i = max|x_i| / 127 (float32
+   division), q = saturate(rint(x / s_i)) into -127..127 (a zero row: scale 0, q = 0), stored shifted by +128 as
+   uint8 with zero point 128 (every row's). The tiles multiply each row by its scale after the columns' (wscale). */
+const void *ds_q8_quantize_tokens(const float *restrict x, int64_t m, int64_t k) {
+    ds_q8_act *a = &ds_q8_tls;
+    const int64_t ldq = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
+    a->ldq = ldq;
+    a->scale = 1.0f;
+    a->zp = 128;
+    a->per_row = 1;
+    #pragma omp parallel for schedule(static) if(m * k >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < m; i++) {
+        const float *xi = x + i * k;
+        uint8_t *qi = a->q + i * ldq;
+        float amax = 0.0f;
+        for (int64_t j = 0; j < k; j++) {
+            const float v = fabsf(xi[j]);
+            amax = v > amax ? v : amax;
+        }
+        const float s = amax / 127.0f;
+        int32_t sum = 0;
+        for (int64_t j = 0; j < k; j++) {
+            float v = s > 0.0f ? rintf(xi[j] / s) : 0.0f;
+            v = v >= -127.0f ? (v <= 127.0f ? v : 127.0f) : -127.0f;
+            const int32_t u = (int32_t)v + 128;
+            qi[j] = (uint8_t)u;
+            sum += u;
+        }
+        for (int64_t j = k; j < ldq; j++) qi[j] = 0;
+        a->rowsum[i] = sum;
+        a->rowscale[i] = s;
+    }
+    return a;
+}
+
 /* The scale and zero point the last ds_q8_quantize of `act` chose (for tests). */
 void ds_q8_act_params(const void *act, float *scale, int32_t *zp) {
     const ds_q8_act *a = act;
@@ -144,15 +248,56 @@ static inline const int32_t *ds_q8_colsums(const void *bp, int64_t n, int64_t k)
 }
 
 /* One row's 32 (or fewer: cols) sums finished: corrected by the zero points (in int32, wrapping as MatMulInteger's
-   int32 result does: unsigned arithmetic), cast to float32 and multiplied by scale * wscale[j]. */
+   int32 result does: unsigned arithmetic), cast to float32 and multiplied by scale * wscale[j] (per-token: by
+   wscale[j], then by the row's scale rs). */
 static inline void ds_q8_finish_row(const int32_t *acc, int32_t rsum, const ds_q8_act *a, const int32_t *wzp,
-                                    const float *wscale, const int32_t *colsum, int64_t k, float *c, int64_t cols) {
+                                    const float *wscale, const int32_t *colsum, int64_t k, float *c, int64_t cols,
+                                    float rs) {
     const uint32_t za = (uint32_t)a->zp;
     for (int64_t j = 0; j < cols; j++) {
         const uint32_t zb = (uint32_t)wzp[j];
         const uint32_t v = (uint32_t)acc[j] - zb * (uint32_t)rsum - za * (uint32_t)colsum[j] + (uint32_t)k * za * zb;
-        const float sc = a->scale * wscale[j];
-        c[j] = (float)(int32_t)v * sc;
+        if (a->per_row) {
+            c[j] = (float)(int32_t)v * wscale[j] * rs;
+        } else {
+            const float sc = a->scale * wscale[j];
+            c[j] = (float)(int32_t)v * sc;
+        }
+    }
+}
+
+/* One row's int32 sums requantized to 8 bits the way the ONNX reference's QLinearMatMul computes it (numpy:
+   int32 * float32 -> float64): saturate(rint(double(acc) * double(mult[j]) + yzp)). No FMA contraction: the
+   reference rounds the product before adding the zero point. */
+__attribute__((optimize("fp-contract=off"))) static void ds_q8_requant_row(const int32_t *restrict acc,
+                                                                          const float *restrict mult, int32_t yzp,
+                                                                          int32_t is_signed, void *restrict y,
+                                                                          int64_t cols) {
+    const double z = (double)yzp, lo = is_signed ? -128.0 : 0.0, hi = is_signed ? 127.0 : 255.0;
+    if (is_signed) {
+        int8_t *o = y;
+        for (int64_t j = 0; j < cols; j++) {
+            double v = rint((double)acc[j] * (double)mult[j] + z);
+            v = v < lo ? lo : v > hi ? hi : v;
+            o[j] = (int8_t)(int32_t)v;
+        }
+    } else {
+        uint8_t *o = y;
+        for (int64_t j = 0; j < cols; j++) {
+            double v = rint((double)acc[j] * (double)mult[j] + z);
+            v = v < lo ? lo : v > hi ? hi : v;
+            o[j] = (uint8_t)(int32_t)v;
+        }
+    }
+}
+
+/* The zero-point corrected int32 sums of one row (ds_q8_finish_row's integer part). */
+static inline void ds_q8_correct_row(int32_t *acc, int32_t rsum, const ds_q8_act *a, const int32_t *wzp,
+                                     const int32_t *colsum, int64_t k, int64_t cols) {
+    const uint32_t za = (uint32_t)a->zp;
+    for (int64_t j = 0; j < cols; j++) {
+        const uint32_t zb = (uint32_t)wzp[j];
+        acc[j] = (int32_t)((uint32_t)acc[j] - zb * (uint32_t)rsum - za * (uint32_t)colsum[j] + (uint32_t)k * za * zb);
     }
 }
 
@@ -173,7 +318,31 @@ void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t l
             for (int j = 0; j < DS_Q8_NR; j++)
                 acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
         }
-        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols);
+        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols,
+                         a->per_row ? a->rowscale[i] : 1.0f);
+    }
+}
+
+/* Rows i0..i1 of panel q requantized to 8 bits into y (row stride ldc elements), portable sums. */
+void ds_q8_block_rq_e(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
+                      int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
+                      int32_t yzp, int32_t is_signed) {
+    const ds_q8_act *a = act;
+    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
+    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
+    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
+    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    for (int64_t i = i0; i < i1; i++) {
+        const uint8_t *ai = a->q + i * a->ldq;
+        int32_t acc[DS_Q8_NR] = {0};
+        for (int64_t p = 0; p < k4; p++) {
+            const int8_t *b = panel + p * DS_Q8_NR * 4;
+            const int32_t a0 = ai[4 * p], a1 = ai[4 * p + 1], a2 = ai[4 * p + 2], a3 = ai[4 * p + 3];
+            for (int j = 0; j < DS_Q8_NR; j++)
+                acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
+        }
+        ds_q8_correct_row(acc, a->rowsum[i], a, wzp + j0, colsum, k, cols);
+        ds_q8_requant_row(acc, mult + j0, yzp, is_signed, (uint8_t *)y + i * ldc + j0, cols);
     }
 }
 
@@ -195,9 +364,10 @@ typedef struct {
 } ds_q8_cols;
 
 /* Rows i..i+mr of one panel: mr x 32 int32 sums in 2 * mr registers, then finished 16 columns at a time. */
+/* c: row i's first column (row stride ldc); `ints`: store the corrected int32 sums there instead (requantization). */
 static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a, const int8_t *panel, int64_t k4,
-                                                             int64_t i, const int mr, float *c, int64_t ldc,
-                                                             const ds_q8_cols *cv) {
+                                                             int64_t i, const int mr, void *c, int64_t ldc,
+                                                             const ds_q8_cols *cv, const int ints) {
     __m512i acc[DS_Q8_MR][2];
     _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
     const uint8_t *ai = a->q + i * a->ldq;
@@ -215,45 +385,82 @@ static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a,
     }
     _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) {
         const __m512i rs = _mm512_set1_epi32(a->rowsum[i + r]);
-        float *cr = c + (i + r) * ldc;
         for (int h = 0; h < 2; h++) {
             const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(cv->zb[h], rs)),
                                                cv->ct[h]);
-            _mm512_mask_storeu_ps(cr + 16 * h, cv->m[h], _mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]));
+            if (ints)
+                _mm512_mask_storeu_epi32((int32_t *)c + r * ldc + 16 * h, cv->m[h], v);
+            else if (a->per_row)
+                _mm512_mask_storeu_ps((float *)c + r * ldc + 16 * h, cv->m[h],
+                                      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]),
+                                                    _mm512_set1_ps(a->rowscale[i + r])));
+            else
+                _mm512_mask_storeu_ps((float *)c + r * ldc + 16 * h, cv->m[h],
+                                      _mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]));
         }
+    }
+}
+
+/* A panel's per-column terms (ds_q8_cols) for the activations `a`. */
+static inline void ds_q8_panel_cols(const ds_q8_act *a, const void *bp, int64_t q, int64_t n, int64_t k,
+                                    const int32_t *restrict wzp, const float *restrict wscale, ds_q8_cols *cv) {
+    const int64_t j0 = q * DS_Q8_NR;
+    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
+    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    cv->m[0] = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+    cv->m[1] = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    const __m512i za = _mm512_set1_epi32(a->zp), kza = _mm512_set1_epi32((int32_t)((uint32_t)k * (uint32_t)a->zp));
+    const __m512 as = _mm512_set1_ps(a->scale);
+    for (int h = 0; h < 2; h++) {
+        cv->zb[h] = _mm512_maskz_loadu_epi32(cv->m[h], wzp + j0 + 16 * h);
+        const __m512i cs = _mm512_maskz_loadu_epi32(cv->m[h], colsum + 16 * h);
+        cv->ct[h] = _mm512_sub_epi32(_mm512_mullo_epi32(kza, cv->zb[h]), _mm512_mullo_epi32(za, cs));
+        cv->sc[h] = wscale ? _mm512_mul_ps(as, _mm512_maskz_loadu_ps(cv->m[h], wscale + j0 + 16 * h)) : as;
     }
 }
 
 static void ds_q8_block_native(const ds_q8_act *a, const void *bp, float *restrict c, int64_t ldc, int64_t i0,
                                int64_t i1, int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp,
                                const float *restrict wscale) {
-    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
-    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
+    const int64_t k4 = (k + 3) / 4;
     const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
-    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
     ds_q8_cols cv;
-    cv.m[0] = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-    cv.m[1] = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
-    const __m512i za = _mm512_set1_epi32(a->zp), kza = _mm512_set1_epi32((int32_t)((uint32_t)k * (uint32_t)a->zp));
-    const __m512 as = _mm512_set1_ps(a->scale);
-    for (int h = 0; h < 2; h++) {
-        cv.zb[h] = _mm512_maskz_loadu_epi32(cv.m[h], wzp + j0 + 16 * h);
-        const __m512i cs = _mm512_maskz_loadu_epi32(cv.m[h], colsum + 16 * h);
-        cv.ct[h] = _mm512_sub_epi32(_mm512_mullo_epi32(kza, cv.zb[h]), _mm512_mullo_epi32(za, cs));
-        cv.sc[h] = _mm512_mul_ps(as, _mm512_maskz_loadu_ps(cv.m[h], wscale + j0 + 16 * h));
-    }
-    float *cj = c + j0;
+    ds_q8_panel_cols(a, bp, q, n, k, wzp, wscale, &cv);
+    float *cj = c + q * DS_Q8_NR;
     int64_t i = i0;
-    for (; i + DS_Q8_MR <= i1; i += DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, cj, ldc, &cv);
+    for (; i + DS_Q8_MR <= i1; i += DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, cj + i * ldc, ldc, &cv, 0);
     if (i + 8 <= i1) {
-        ds_q8_rows(a, panel, k4, i, 8, cj, ldc, &cv);
+        ds_q8_rows(a, panel, k4, i, 8, cj + i * ldc, ldc, &cv, 0);
         i += 8;
     }
     if (i + 4 <= i1) {
-        ds_q8_rows(a, panel, k4, i, 4, cj, ldc, &cv);
+        ds_q8_rows(a, panel, k4, i, 4, cj + i * ldc, ldc, &cv, 0);
         i += 4;
     }
-    for (; i < i1; i++) ds_q8_rows(a, panel, k4, i, 1, cj, ldc, &cv);
+    for (; i < i1; i++) ds_q8_rows(a, panel, k4, i, 1, cj + i * ldc, ldc, &cv, 0);
+}
+
+/* Requantized rows: up to DS_Q8_MR rows of corrected int32 sums in a stack tile, then requantized. */
+static void ds_q8_block_rq_native(const ds_q8_act *a, const void *bp, void *restrict y, int64_t ldc, int64_t i0,
+                                  int64_t i1, int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp,
+                                  const float *restrict mult, int32_t yzp, int32_t is_signed) {
+    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
+    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
+    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
+    ds_q8_cols cv;
+    ds_q8_panel_cols(a, bp, q, n, k, wzp, NULL, &cv);
+    int32_t tile[DS_Q8_MR * DS_Q8_NR] __attribute__((aligned(64)));
+    for (int64_t i = i0; i < i1;) {
+        const int64_t left = i1 - i;
+        const int mr = left >= DS_Q8_MR ? DS_Q8_MR : left >= 8 ? 8 : left >= 4 ? 4 : 1;
+        if (mr == DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, tile, DS_Q8_NR, &cv, 1);
+        else if (mr == 8) ds_q8_rows(a, panel, k4, i, 8, tile, DS_Q8_NR, &cv, 1);
+        else if (mr == 4) ds_q8_rows(a, panel, k4, i, 4, tile, DS_Q8_NR, &cv, 1);
+        else ds_q8_rows(a, panel, k4, i, 1, tile, DS_Q8_NR, &cv, 1);
+        for (int r = 0; r < mr; r++)
+            ds_q8_requant_row(tile + r * DS_Q8_NR, mult + j0, yzp, is_signed, (uint8_t *)y + (i + r) * ldc + j0, cols);
+        i += mr;
+    }
 }
 #endif
 
@@ -265,5 +472,17 @@ void ds_q8_block(const void *act, const void *bp, float *restrict c, int64_t ldc
     ds_q8_block_native(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
 #else
     ds_q8_block_e(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
+#endif
+}
+
+/* Rows i0..i1 of panel q of the product requantized to 8 bits (uint8, or int8 when is_signed), written to y (row
+   stride ldc elements): saturate(rint(double(acc) * mult[j] + yzp)). */
+void ds_q8_block_rq(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
+                    int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
+                    int32_t yzp, int32_t is_signed) {
+#if DS_Q8_NATIVE
+    ds_q8_block_rq_native(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
+#else
+    ds_q8_block_rq_e(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
 #endif
 }

@@ -107,7 +107,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     # read them; the epoch lets a thread round a block of Q once for all of K's panels, and the scores, which the
     # next block overwrites in the same buffer, are rounded afresh each time (epoch 0)
     pack_kn, pack_kt, tile_fn = bf16.attention_calls(ctx.options)
-    low = ctx.options.precision != "fp32"
+    low = bf16.active(ctx.options)
     ep = kir.Var("ep")
     q_args, s_args = ((ep,), (_i(0),)) if low else ((), ())
     block: list[kir.Stmt] = [

@@ -157,7 +157,7 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     if not depthwise and ctx.options.winograd and winograd_fits(geo):
         # bf16 products: F(2x2) only (F(4x4)'s transforms amplify bf16's rounding: errors of 0.4 of the output's
         # RMS on a 40x40 map, against 0.02 for F(2x2) and 0.015 for the direct sum in bf16)
-        tile = 2 if ctx.options.precision != "fp32" else ctx.options.winograd_tile
+        tile = 2 if bf16.active(ctx.options) else ctx.options.winograd_tile
         return _winograd(cv, ctx, geo, ops, ext, E, winograd_tiles(geo, tile))
     lower = (_depthwise if geo["C"] >= 16 or flat_depthwise(geo) else _depthwise_loops) if depthwise \
         else _implicit_gemm
@@ -286,7 +286,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
                                                                                  _i(MICRO_ROWS)), _i(ROWS)), _i(ROWS))),
              kir.Let(blocks, (pixels + per - 1) / per)]
     # bf16: the block's patches gathered and rounded once per call and thread (the epoch), weights in pairs
-    low = ctx.options.precision != "fp32"
+    low = bf16.active(ctx.options)
     ep = kir.Var("ep")
     tile_fn, low_args = (bf16.conv_call(ctx.options), (ep,)) if low else ("ds_conv_tile2", ())
     tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * per),
@@ -412,7 +412,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
     threads = kir.Call("omp_get_max_threads", (), I64)
     body.append(kir.Let(par, pixels * (oc * 9 * c) >= ctx.options.par_min_flops))
     # bf16: each position's product on the bf16 tiles (their address from the bf16 library, the call's epoch)
-    low = ctx.options.precision != "fp32"
+    low = bf16.active(ctx.options)
     low_args: tuple[kir.Expr, ...] = ()
     if low:
         getter, half = bf16.winograd_tile(ctx.options)

@@ -48,8 +48,8 @@ class ScalarRule:
     accepts: Accepts = float32_only
 
 
-def expr_rule(op: str, build: Build, accepts: Accepts = float32_only) -> None:
-    register_lowering(op, "expr", ScalarRule(build, accepts))
+def expr_rule(op: str, build: Build, accepts: Accepts = float32_only, domain: str = "") -> None:
+    register_lowering(op, "expr", ScalarRule(build, accepts), domain=domain)
 
 
 def _f(x: float) -> kir.Const:
@@ -198,6 +198,25 @@ expr_rule("Max", lambda n, a, g: _fold(_nan_max, a))
 expr_rule("Min", lambda n, a, g: _fold(_nan_min, a))
 expr_rule("Mish", lambda n, a, g: kir.Bin("*", a[0], _call("ds_tanhf", _softplus(a[0]))))
 expr_rule("Gelu", _gelu)
+
+
+def _qdq(n: Node, a: list[kir.Expr], g: Graph) -> kir.Expr:
+    """DequantizeLinear(QuantizeLinear(x)) per tensor (ops/qstatic.py): x / s divided (as QuantizeLinear does, not
+    multiplied by a reciprocal), rounded half to even, shifted, saturated, shifted back, scaled. NaN stays NaN."""
+    s, z = _f(scalar_const(n.inputs[1], g)), _f(scalar_const(n.inputs[2], g))
+    lo, hi = (-128.0, 127.0) if g.types[n.inputs[2]].dtype == np.int8 else (0.0, 255.0)
+    v = kir.Bin("+", _call("rintf", kir.Bin("/", a[0], s)), z)
+    v = kir.Select(kir.Bin("<", v, _f(lo)), _f(lo), kir.Select(kir.Bin(">", v, _f(hi)), _f(hi), v))
+    return kir.Bin("*", kir.Bin("-", v, z), s)
+
+
+def _qdq_accepts(n: Node, g: Graph) -> str | None:
+    if scalar_const(n.inputs[1], g) is None or scalar_const(n.inputs[2], g) is None:
+        return "a scale or zero point that is not a one-element constant"
+    return _float32_values([n.inputs[0], *n.outputs], g)
+
+
+expr_rule("QuantizeDequantize", _qdq, _qdq_accepts, domain="dynshape")
 
 
 def fusible(node: Node, graph: Graph) -> bool:

@@ -1,10 +1,13 @@
 """A `QProduct` item (passes/qproduct.py) as one kernel: the activation quantized once per call, then tiles of
 ROW_BLOCK rows x 32 columns of u8 x s8 products (csrc/ds_gemm_int8.c), each dequantized and finished by the
-epilogue (bias, GELU, residual) while in cache, OpenMP over tiles as the float products (lower/product.py).
+epilogue (bias, GELU, residual) while in cache, or requantized to 8 bits, OpenMP over tiles as the float products
+(lower/product.py).
 
 The quantizing pass is the kernel's first statement, not a step of its own: DynamicQuantizeLinear's scale comes from
 the minimum and maximum of the whole activation, so every tile must wait for it; the uint8 rows and their sums go
-to the calling thread's scratch (m x ceil(k / 4) * 4 bytes), which the tiles of that call read.
+to the calling thread's scratch (m x ceil(k / 4) * 4 bytes), which the tiles of that call read. A QuantizedMatMul's
+activation is quantized with its compile-time scale and zero point (float32 x), or copied as it is (8-bit x: int8
+shifted into uint8), into the same scratch; its scales are the per-column multipliers the tiles apply.
 """
 
 from __future__ import annotations
@@ -27,26 +30,42 @@ def _i(x: int) -> kir.Const:
     return kir.Const(x, I64)
 
 
+def _scalar(g, name: str) -> np.ndarray:
+    v = g.initializers.get(name)
+    if v is None or v.size != 1:
+        raise Unsupported(f"{name!r} is not a constant scalar")
+    return np.asarray(v).reshape(-1)[0]
+
+
 def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     g, node, shape = ctx.graph, pr.node, tuple(pr.shape)
     computable(shape, ctx.key_names)
-    x_name, w_name, zp_name, sc_name = node.inputs
+    static = node.op_type == "QuantizedMatMul"
+    if static:
+        x_name, xs_name, xz_name, w_name, zp_name, sc_name = node.inputs[:6]
+        yz_name = node.inputs[6] if len(node.inputs) > 6 and node.inputs[6] else None
+    else:
+        x_name, w_name, zp_name, sc_name = node.inputs
+        yz_name = None
     w = g.initializers.get(w_name)
     if w is None or w.dtype != np.int8 or w.ndim != 2:
         raise Unsupported("the weights are not a constant int8 matrix")
     k, n = w.shape
     if k <= 0 or n <= 0:
         raise Unsupported(f"the contraction ({k}) and output ({n}) widths must be positive")
-    if any(np.dtype(g.types[o].dtype) != np.float32 for o in pr.outputs):
-        raise Unsupported("the result is not float32")
+    out_dtype = np.dtype(np.float32) if yz_name is None else np.dtype(g.types[yz_name].dtype)
+    if any(np.dtype(g.types[o].dtype) != out_dtype for o in pr.outputs):
+        raise Unsupported(f"the result is not {out_dtype}")
+    x_dtype = np.dtype(g.types[x_name].dtype)
     rows = prod(shape, list(range(len(shape) - 1)))
     y = node.outputs[0]
-    extra = list(pr.inputs[4:])
+    first = len(node.inputs)
+    extra = list(pr.inputs[first:])
     ops = operands(extra, shape, g, first_param=4)
     if not all(row_pattern(p) for p in ops.patterns):
         raise Unsupported("an epilogue operand is neither a full tensor, a row vector nor one value")
-    o0 = kir.Buffer("o0", kir.F32, const=False)
-    a, bp = kir.Buffer("i0"), kir.Buffer("i1")
+    o0 = kir.Buffer("o0", out_dtype.name, const=False)
+    a, bp = kir.Buffer("i0", x_dtype.name), kir.Buffer("i1")
     zp, sc = kir.Buffer("i2", kir.I32), kir.Buffer("i3")
     L0 = kir.Extent(0)
     q, r, j = kir.Var("q"), kir.Var("r"), kir.Var("j")
@@ -59,24 +78,42 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk = kir.Var("NBLK")
     rb, r0, r1, rows_of = block_rows(nblk, L0)
-    tile: list[kir.Stmt] = [kir.Eval(kir.Call("ds_q8_block", (act, kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n),
-                                                              _i(k), kir.Addr(zp), kir.Addr(sc)), "void"))]
+    common = (act, kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n), _i(k), kir.Addr(zp), kir.Addr(sc))
+    if yz_name is None:
+        tile: list[kir.Stmt] = [kir.Eval(kir.Call("ds_q8_block", common, "void"))]
+    else:
+        yz = _scalar(g, yz_name)
+        tile = [kir.Eval(kir.Call("ds_q8_block_rq", (*common, _i(int(yz)), _i(int(yz.dtype == np.int8))), "void"))]
     if epilogue:
         tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
+    if not static:
+        fn = "ds_q8_quantize_tokens" if node.attrs.get("per_token", 0) else "ds_q8_quantize"
+        quantize = kir.Call(fn, (kir.Addr(a), L0, _i(k)), "ptr")
+    else:
+        xz = _scalar(g, xz_name)
+        signed = _i(int(xz.dtype == np.int8))
+        if x_dtype == np.float32:
+            xs = _scalar(g, xs_name)
+            quantize = kir.Call("ds_q8_quantize_static", (kir.Addr(a), L0, _i(k), kir.Const(float(xs), kir.F32),
+                                                          _i(int(xz)), signed), "ptr")
+        else:
+            quantize = kir.Call("ds_q8_load", (kir.Addr(a), L0, _i(k), _i(int(xz)), signed), "ptr")
     panels = (n + NR - 1) // NR
     par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
     if n * k >= ctx.options.par_min_weights:
         par = kir.Const(1, I64)
     body: list[kir.Stmt] = [
-        kir.Let(act, kir.Call("ds_q8_quantize", (kir.Addr(a), L0, _i(k)), "ptr")),
+        kir.Let(act, quantize),
         kir.Let(nblk, row_blocks(L0)),
         kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),),
                 omp=kir.Omp(parallel=True, collapse=2, if_=par)),
     ]
     kernel = kir.Kernel(ctx.name, (rows,), (o0,), (a, bp, zp, sc, *ops.buffers), tuple(body), ctx.symbols)
     weight = PackedWeight(w_name, False, layout="q8")
+    how = int8.method() if yz_name is None else int8.method().replace("float32 scales and epilogue",
+                                                                     "requantized to 8 bits")
     return Lowered(kernel, pr.outputs, (x_name, weight, zp_name, sc_name, *ops.ptrs), needs=("packed_gemm_int8",),
-                   method=int8.method())
+                   method=how)
 
 
 register_lowering("qproduct", "kernel", lower_qproduct)
