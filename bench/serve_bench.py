@@ -9,6 +9,7 @@ call), padding waste. A sweep over rates finds the highest throughput whose p99 
     python bench/serve_bench.py --model bert_small --rates 2,4,8 -- --max-batch-size 1      # extra server flags
     python bench/serve_bench.py --model bert_small --url 127.0.0.1:8000 --name bert_small   # any running server
     python bench/serve_bench.py --overhead      # the server's own cost: an identity model, small JSON and 1 MiB binary
+                                                # (beside a bare uvicorn echo of the same 1 MiB body)
     python bench/serve_bench.py --model bert_small --overload-rps 100 --duration 60 -- --max-queue-size 16 \
         --default-timeout-us 500000 --threads 1   # past capacity: outcomes checked, counted, memory each second
 
@@ -379,8 +380,11 @@ def overhead(n: int = 3000) -> dict:
         head = orjson.dumps({"inputs": [{"name": "x", "shape": [1, 262144], "datatype": "FP32",
                                          "parameters": {"binary_data_size": big.nbytes}}],
                              "outputs": [{"name": "y", "parameters": {"binary_data": True}}]})
-        binary = times("POST", "/v2/models/id/infer", head + big.tobytes(),
-                       {"Inference-Header-Content-Length": str(len(head))}, 200)
+        body = head + big.tobytes()
+        times("POST", "/v2/models/id/infer", body, {"Inference-Header-Content-Length": str(len(head))}, 20)
+        b0 = scrape(url)
+        binary = times("POST", "/v2/models/id/infer", body, {"Inference-Header-Content-Length": str(len(head))}, 300)
+        b1 = scrape(url)
         t = time.perf_counter()
         for _ in range(200):
             big.copy()
@@ -388,6 +392,12 @@ def overhead(n: int = 3000) -> dict:
     finally:
         proc.terminate()
         proc.wait(30)
+    echo = echo_round_trip(body, 300)
+
+    def server_us(a: dict, b: dict, what: str) -> float:
+        k = f"dynshape_{what}_duration_seconds"
+        return (b.get(k + "_sum", 0.0) - a.get(k + "_sum", 0.0)) / max(b.get(k + "_count", 0.0)
+                                                                       - a.get(k + "_count", 0.0), 1) * 1e6
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "load_avg": os.getloadavg()[0],
             "json_16_floats_us": {"p50": round(float(np.median(js))), "p99": round(float(np.percentile(js, 99)))},
             "server_side_request_us": round(d["dynshape_request_duration_seconds_sum"]
@@ -400,7 +410,74 @@ def overhead(n: int = 3000) -> dict:
             "get_live_us": {"p50": round(float(np.median(live))), "p99": round(float(np.percentile(live, 99)))},
             "binary_1MiB_us": {"p50": round(float(np.median(binary))),
                                "p99": round(float(np.percentile(binary, 99)))},
+            "binary_1MiB_server_side_us": round(server_us(b0, b1, "request")),
+            "binary_1MiB_exe_run_us": round(server_us(b0, b1, "compute_infer")),
+            "bare_uvicorn_echo_1MiB_us": {"p50": round(float(np.median(echo))),
+                                          "p99": round(float(np.percentile(echo, 99)))},
             "numpy_copy_1MiB_us": round(copy_us)}
+
+
+ECHO_APP = """
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            m = await receive()
+            if m["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif m["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    chunks = []
+    while True:
+        m = await receive()
+        chunks.append(m.get("body", b""))
+        if not m.get("more_body"):
+            break
+    body = b"".join(chunks)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+"""
+
+
+def echo_round_trip(body: bytes, n: int) -> np.ndarray:
+    """The JSON-free baseline of the binary figure: the same body POSTed to a bare ASGI app on the same uvicorn
+    stack (httptools, one keep-alive connection) that returns it unread, so the figure compares the server's
+    KServe path with moving the same bytes through the same HTTP stack and loopback (microseconds per call)."""
+    import http.client
+    import importlib.util
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "ds_echo.py").write_text(ECHO_APP)
+        port = free_port()
+        loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "ds_echo:app", "--port", str(port), "--http",
+                                 "httptools", "--loop", loop, "--log-level", "warning"], cwd=tmp,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    conn = http.client.HTTPConnection("127.0.0.1", port)
+                    conn.request("POST", "/", body=body)
+                    conn.getresponse().read()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            out = []
+            for _ in range(n + 20):
+                t = time.perf_counter()
+                conn.request("POST", "/", body=body)
+                r = conn.getresponse()
+                assert len(r.read()) == len(body)
+                out.append(time.perf_counter() - t)
+            return np.array(out[20:]) * 1e6
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 def main() -> None:

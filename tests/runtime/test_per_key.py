@@ -10,9 +10,10 @@ import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
 
 
-def _positions_model(max_seq: int = 32):
-    """y = x + emb[Range(0, seq)]: the gather of position embeddings depends on the key alone."""
-    emb = np.arange(32 * 4, dtype=np.float32).reshape(32, 4)
+def _positions_model(max_seq: int = 32, width: int = 4, rows: int = 32):
+    """y = x + emb[Range(0, seq)]: the gather of position embeddings (a table of `rows`) depends on the key
+    alone."""
+    emb = np.arange(rows * width, dtype=np.float32).reshape(rows, width)
     nodes = [
         helper.make_node("Shape", ["x"], ["shp"], start=0, end=1),
         helper.make_node("Squeeze", ["shp"], ["seq"]),
@@ -22,7 +23,7 @@ def _positions_model(max_seq: int = 32):
     ]
     consts = [numpy_helper.from_array(emb, "emb"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
               numpy_helper.from_array(np.array(1, np.int64), "one")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 4])],
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
     return load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), dims={"seq": (1, max_seq)})
 
@@ -154,3 +155,41 @@ def test_keys_that_agree_on_a_per_key_step_share_its_result():
                      if isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape[-1:] == (4,)}
             for key, p in plans.items()}
     assert held[(1, 5)] and held[(1, 5)] == held[(3, 5)] and held[(1, 5)].isdisjoint(held[(2, 9)])
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_large_per_key_values_live_in_their_own_pages_and_leave_with_their_plan():
+    """A per-key value of 64 KiB or more is copied into a mapping of its own (arenas.own_pages), so a plan the
+    cache drops gives its pages back to the OS instead of leaving a hole in the heap; small ones stay in the
+    heap. The positions model's gathered (seq, 64) table is 256 KiB at seq = 1024."""
+    import mmap
+
+    from dynshape.runtime.arenas import OWN_PAGES_MIN, own_pages
+
+    small = np.ones(OWN_PAGES_MIN // 8 - 1)
+    assert own_pages(small) is small
+    big = np.arange(4 << 20, dtype=np.float32)  # 16 MiB
+    mapped = own_pages(big)
+    owner = _owner(mapped)
+    assert isinstance(owner, mmap.mmap)
+    assert mapped.shape == big.shape and mapped[::4099].tolist() == big[::4099].tolist()  # no heap temporaries
+    held = _rss_bytes()
+    del mapped, owner
+    assert held - _rss_bytes() > 12 << 20  # its pages go back to the OS with the last reference
+
+    exe = ds.compile(_positions_model(max_seq=1024, width=64, rows=1024))
+    exe.run({"x": np.zeros((1024, 64), np.float32)})
+    (plan,) = [p for a in exe._pool.arenas for p in a.plans.values()]
+    held = [v for v in plan.keep if isinstance(v, np.ndarray) and v.nbytes >= OWN_PAGES_MIN]
+    assert held and all(isinstance(_owner(v), mmap.mmap) for v in held)
+
+
+def _owner(a: np.ndarray) -> object:
+    """What finally holds an array's memory (down its chain of bases)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a

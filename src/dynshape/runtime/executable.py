@@ -27,6 +27,7 @@ from dynshape.ir.branches import branch_inputs, shape_branches
 from dynshape.ir.execute import Scope, bind_inputs, interpret
 from dynshape.ir.graph import Graph
 from dynshape.ir.types import TensorType
+from dynshape.ir.work import Work, graph_work
 from dynshape.options import Options, make
 from dynshape.passes.constfold import Folded, fold_constant_nodes
 from dynshape.passes.qdq import fuse_qdq
@@ -460,6 +461,16 @@ class Executable:
     def worst_case_memory(self):
         """The generic build's worst-case arena over the declared ranges (None without a memory plan)."""
         return self.memory.report()
+
+    def work(self, values: dict[str, int] | None = None) -> Work | dict[str, int]:
+        """The FLOPs and bytes of one call as expressions of the symbols (a `Work`, see `dynshape.ir.work`), or,
+        given `values` (every symbol it depends on), their ints at that binding. Why here: a caller choosing
+        between shapes (a server padding and joining requests) predicts each call's cost from its shape
+        before running it, through the public API."""
+        w = self.__dict__.get("_work")
+        if w is None:
+            w = self.__dict__["_work"] = graph_work(self.graph)
+        return w if values is None else w.at(values)
 
     def save_profile(self, path: str | os.PathLike) -> None:
         """Write the observed key counts (JSON, by symbol name) for `ds.compile(..., profile=path)`."""

@@ -30,7 +30,7 @@ from dynshape.ir.opdef import is_random
 from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes.values import is_view
-from dynshape.runtime.arenas import aligned_bytes
+from dynshape.runtime.arenas import aligned_bytes, own_pages
 from dynshape.runtime.build import Build, KernelStep, NodeStep
 from dynshape.runtime.concat_joins import concat_joins
 from dynshape.sym import Expr, Symbol
@@ -549,7 +549,7 @@ class Planner:
                     outs = s.run(args, Scope(fixed, {}, key))
                 except Exception as e:  # an index the shapes put out of range: name the node, as run time does
                     raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
-                made = tuple(_contiguous(np.asarray(out, dtype=g.types[name].dtype)) if name else None
+                made = tuple(own_pages(_contiguous(np.asarray(out, dtype=g.types[name].dtype))) if name else None
                              for name, out in zip(s.outputs, outs))
                 if memo is not None:
                     self._remember(memo, made)

@@ -71,7 +71,8 @@ class InferHandler:
         self.repo, self.metrics, self.limit = repo, metrics, max_request_bytes
 
     async def __call__(self, model: str, version: str | None, read: Callable[[int], Awaitable[bytes]],
-                       header_length: str | None, path: str, client: str | None) -> tuple[int, bytes, dict]:
+                       header_length: str | None, path: str, client: str | None,
+                       parts: bool = False) -> tuple[int, bytes | list, dict]:
         t0 = time.perf_counter()
         m: ServedModel | None = None
         metrics = self.metrics
@@ -85,7 +86,7 @@ class InferHandler:
                 if unknown:
                     raise bad(f"unknown output(s) {unknown}; model {m.name!r} has {known}")
             outs = await m.batcher.infer(req.inputs, req.priority, req.timeout_us)
-            payload, headers = encode_http(m.name, m.version, req, outs)
+            payload, headers = encode_http(m.name, m.version, req, outs, parts)
         except InferError as e:
             if m is not None:
                 metrics.request(m.name, m.version, "failure", e.reason)
@@ -196,15 +197,17 @@ def fast_infer(app: FastAPI) -> Callable:
         try:
             status, payload, out = await handler(target[0], target[1], read,
                                                  None if hl is None else hl.decode("latin-1"), scope["path"],
-                                                 client[0] if client else None)
+                                                 client[0] if client else None, parts=True)
         except Exception as e:  # noqa: BLE001 (a bug here is this request's 500, never a dropped connection)
             logging.getLogger("dynshape.serve").exception("infer failed")
             status, payload, out = 500, orjson.dumps({"error": f"{type(e).__name__}: {e}"}), \
                 {"content-type": "application/json"}
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out.items()]
-        raw.append((b"content-length", str(len(payload)).encode()))
+        pieces = payload if isinstance(payload, list) else [payload]  # binary outputs: sent as they lie, no join
+        raw.append((b"content-length", str(sum(len(p) for p in pieces)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": raw})
-        await send({"type": "http.response.body", "body": payload})
+        for i, piece in enumerate(pieces):
+            await send({"type": "http.response.body", "body": piece, "more_body": i < len(pieces) - 1})
 
     return asgi
 

@@ -36,7 +36,7 @@ from dynshape.errors import DynshapeError
 from dynshape.serve.config import BatcherConfig
 from dynshape.serve.errors import InferError, bad
 from dynshape.serve.metrics import Metrics
-from dynshape.serve.padding import CostModel, PadPlan, check_exact, find_pad, probe_shapes, random_feed
+from dynshape.serve.padding import CostModel, PadPlan, check_exact, find_pad, probe_shapes, random_feed, work_of
 from dynshape.serve.signature import ModelSignature
 
 log = logging.getLogger("dynshape.serve")
@@ -55,6 +55,7 @@ class Pending:
     arrived: float
     future: asyncio.Future
     length: int = 0  # the padded symbol's value (with --pad)
+    values: dict = field(default_factory=dict)  # the symbols the request binds (with --pad: for the cost model)
     seq: int = field(default_factory=lambda: next(_seq))
 
 
@@ -79,7 +80,7 @@ class Batcher:
         self.pad = PadPlan(signature, pad) if pad else None  # type: ignore[arg-type]
         if self.pad is not None and cap <= 1:
             raise ValueError(f"model {name!r}: --pad needs batching (a batch symbol and max_batch_size > 1)")
-        self.cost = CostModel() if self.pad is not None else None
+        self.cost = CostModel(work_of(executables[0], signature)) if self.pad is not None else None
         self.levels = max(config.priority_levels, 1)
         self._queues: list[collections.deque[Pending]] = [collections.deque() for _ in range(self.levels)]
         self._free = list(executables)
@@ -95,6 +96,9 @@ class Batcher:
         self.m_breq = metrics.batch_requests.labels(name, version)
         self.m_brows = metrics.batch_rows.labels(name, version)
         self.m_pad = metrics.padding.labels(name, version)
+        self.m_pad_flops = metrics.padding_flops.labels(name, version)
+        self.m_join = metrics.pad_decisions.labels(name, version, "join")
+        self.m_apart = metrics.pad_decisions.labels(name, version, "apart")
         self._last: dict[tuple, float] = {}  # (group key, rows, length) -> last measured exe.run seconds
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
@@ -145,7 +149,7 @@ class Batcher:
                 exe.run(feed)
                 t0 = time.perf_counter()
                 exe.run(feed)
-                self.cost.record(rows, length, time.perf_counter() - t0)
+                self.cost.record(self.sig.validate(feed)[2], time.perf_counter() - t0)
 
     @property
     def ready(self) -> bool:
@@ -156,7 +160,7 @@ class Batcher:
         """Validate, queue and await one request's outputs (all of them); InferError on refusal or failure."""
         if not self.ready:
             raise InferError(503, f"model {self.name!r} is not ready")
-        key, rows = self.sig.validate(feed)
+        key, rows, values = self.sig.validate(feed)
         level = self._level(priority)
         cfg = self.cfg
         if cfg.max_queue_size and self.queued >= cfg.max_queue_size:
@@ -169,7 +173,7 @@ class Batcher:
         if self.pad is not None:
             key, length = self.pad.loose_key(key), self.pad.length(feed)
         p = Pending(feed, key, rows, level, now + timeout * 1e-6 if timeout else None, now,
-                    asyncio.get_running_loop().create_future(), length)
+                    asyncio.get_running_loop().create_future(), length, values)
         self.m_pending.inc()
         if not self.queued and self._free and self._leaves_alone(p):
             self._dispatch([p])  # a cheap call is answered before this returns: the await below does not wait
@@ -269,9 +273,9 @@ class Batcher:
             head = members[0]
             if head.rows >= cap:
                 return self._take([head]), None
-            batch, rows = self._choose(members, cap)
+            batch, rows, apart = self._choose(members, cap)
             if rows >= cap:
-                return self._take(batch), None
+                return self._take(batch, apart), None
             fits = [s for s in cfg.preferred_batch_size if s <= rows]
             if fits:
                 target, chosen, n = max(fits), [], 0
@@ -279,17 +283,19 @@ class Batcher:
                     if n + p.rows <= target:
                         chosen.append(p)
                         n += p.rows
-                return self._take(chosen), None
+                return self._take(chosen, apart), None
             waited = now - head.arrived
             delay = cfg.max_queue_delay_us * 1e-6
             if waited >= delay:
-                return self._take(batch), None
+                return self._take(batch, apart), None
             soonest = delay - waited if soonest is None else min(soonest, delay - waited)
         return None, soonest
 
-    def _choose(self, members: list[Pending], cap: int) -> tuple[list[Pending], int]:
+    def _choose(self, members: list[Pending], cap: int) -> tuple[list[Pending], int, int]:
         """Requests of one group, in order, up to `cap` rows: those of the head's exact shape, then (with --pad)
-        those of other lengths whose joining the cost model predicts cheaper than running them apart."""
+        those of other lengths whose joining the cost model predicts cheaper than running them apart (a very
+        short request is not padded to a very long one when the padded work costs more than the call it saves).
+        Also returns how many the cost model kept apart."""
         head, batch, rows = members[0], [], 0
         for p in members:
             if p.length == head.length and rows + p.rows <= cap:
@@ -297,19 +303,34 @@ class Batcher:
                 rows += p.rows
         cost = self.cost
         if cost is None or not cost.calibrated or rows >= cap:
-            return batch, rows
-        length, inside = head.length, set(map(id, batch))
+            return batch, rows, 0
+        length, inside, apart = head.length, set(map(id, batch)), 0
         for p in members:
             if id(p) in inside or rows + p.rows > cap:
                 continue
             longer = max(length, p.length)
-            if cost.predict(rows + p.rows, longer) < cost.predict(rows, length) + cost.predict(p.rows, p.length):
+            joined = cost.predict(self._at(head.values, rows + p.rows, longer))
+            if joined < cost.predict(self._at(head.values, rows, length)) + cost.predict(p.values):
                 batch.append(p)
                 rows, length = rows + p.rows, longer
+            else:
+                apart += 1
         batch.sort(key=lambda p: p.seq)
-        return batch, rows
+        return batch, rows, apart
 
-    def _take(self, batch: list[Pending]) -> list[Pending]:
+    def _at(self, values: dict[str, int], rows: int, length: int) -> dict[str, int]:
+        """`values` (a request's symbols) with the batch symbol at `rows` and the padded one at `length`."""
+        assert self.pad is not None
+        out = dict(values)
+        if self.sig.batch:
+            out[self.sig.batch] = rows
+        out[self.pad.symbol] = length
+        return out
+
+    def _take(self, batch: list[Pending], apart: int = 0) -> list[Pending]:
+        """Remove `batch` from the queues; count the requests the cost model kept out of it (`apart`)."""
+        if apart:
+            self.m_apart.inc(apart)
         chosen = set(map(id, batch))
         for q in self._queues:
             if any(id(p) in chosen for p in q):
@@ -406,9 +427,15 @@ class Batcher:
         t3 = time.perf_counter()
         self._measured(batch, t2 - t1)
         if pad is not None and self.cost is not None:
-            self.cost.record(start, longest, t2 - t1)
+            cost, joined = self.cost, self._at(batch[0].values, start, longest)
+            cost.record(joined, t2 - t1)
             useful = sum(p.rows * p.length for p in batch)
             self.m_pad.observe(1.0 - useful / (start * longest or 1))
+            alone = sum(cost.counts(p.values)[0] for p in batch)
+            self.m_pad_flops.observe(max(0.0, 1.0 - alone / (cost.counts(joined)[0] or 1.0)))
+            padded = sum(p.length != longest for p in batch)
+            if padded:
+                self.m_join.inc(padded)
         m["compute_input"].observe(t1 - t0)
         m["compute_infer"].observe(t2 - t1)
         m["compute_output"].observe(t3 - t2)
@@ -427,7 +454,7 @@ class Batcher:
         dt = time.perf_counter() - t1
         self._measured([p], dt)
         if self.cost is not None:
-            self.cost.record(p.rows, p.length, dt)
+            self.cost.record(p.values, dt)
         self.m["compute_input"].observe(0.0)
         self.m["compute_infer"].observe(dt)
         self.m["compute_output"].observe(0.0)

@@ -136,7 +136,7 @@ class GrpcService:
             for name in [o.name for o in req.outputs] if req.outputs is not None else list(outs):
                 arr = outs[name]
                 resp.outputs.add(name=name, datatype=datatype_of(arr.dtype), shape=list(arr.shape))
-                resp.raw_output_contents.append(bytes_of(arr))
+                resp.raw_output_contents.append(bytes(bytes_of(arr)))
         except InferError as e:
             if m is not None:
                 self.metrics.request(m.name, m.version, "failure", e.reason)

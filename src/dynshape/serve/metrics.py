@@ -4,8 +4,9 @@ clash), with Triton's names where Triton has one so its dashboards' queries carr
 Counts per model and version: requests by outcome (`success`/`failure`) and reason (`invalid`, `rejected`
 (429: queue full), `timeout` (504), `backend`, ...), inferences (rows) and executions (calls; their ratio is the
 mean batch size), pending requests; histograms of the request, queue, compute-input (join), compute (exe.run) and
-compute-output (split) durations, the batch size in requests and rows, and the padding waste (padded elements /
-all elements of a padded batch).
+compute-output (split) durations, the batch size in requests and rows, the padding waste (padded elements /
+all elements of a padded batch, and the share of its FLOPs spent on padding) and the cost model's decisions
+(requests of another length joined to a padded batch or kept apart).
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ class Metrics:
                                     buckets=_SIZES, registry=r)
         self.padding = Histogram("dynshape_padding_waste_ratio", "Padded elements / all elements per execution", mv,
                                  buckets=_RATIO, registry=r)
+        self.padding_flops = Histogram("dynshape_padding_flops_waste_ratio",
+                                       "FLOPs spent on padding / all FLOPs of a padded execution (the graph's "
+                                       "symbolic work at the joined and the separate shapes)", mv, buckets=_RATIO,
+                                       registry=r)
+        self.pad_decisions = Counter("dynshape_pad_decisions", "Requests of another length the cost model joined "
+                                     "to a padded batch (join) or kept apart (apart)", [*mv, "decision"], registry=r)
 
         self._children: dict[tuple, object] = {}
 

@@ -7,16 +7,19 @@ the longest one and run them as one call, but only where that is exact and pays:
 - exact: the named mask input zeroes the padded positions, every input and output has the symbol as a plain axis
   (outputs are sliced back), and `check_exact` runs the model on random requests alone and padded-and-joined
   before serving and refuses the flag if any output differs (tolerance 1e-4 of the output's magnitude);
-- pays: `CostModel` predicts a call's time from its rows and length, `t = a + b*rows*len + c*rows*len^2` (the
-  linear and attention terms of a transformer), fitted by least squares to measured call times (probe calls at
-  load, then every call served); a request joins a padded batch only when the joined call is predicted cheaper
-  than running the groups apart. The padding waste of each padded call goes to the metrics.
+- pays: `CostModel` predicts a call's time from the graph's symbolic work at its shape (the executable's
+  FLOP and byte counts, expressions of the symbols, evaluated at the call's rows and length), `t = a +
+  b * flops + c * bytes`, with the three constants fitted to measured call times (probe calls at load, then
+  every call served); a request joins a padded batch only when the joined call is predicted cheaper than running
+  the groups apart. Each decision, and the padding waste of each padded call (in elements and in FLOPs), goes to
+  the metrics.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -102,42 +105,101 @@ class PadPlan:
 
 
 class CostModel:
-    """Predicted seconds of one call from its rows and length, least squares over recent measured calls."""
+    """Predicted seconds of one call from the graph's work at its shape: `t = a + b * flops + c * bytes`.
 
-    def __init__(self, window: int = 512):
-        self.samples: deque[tuple[int, int, float]] = deque(maxlen=window)
+    `work(values)` gives the call's {'flops', 'bytes'} at a binding of the symbols (the executable's public
+    `work`, an expression of the symbols evaluated there: products count M*N*K, attention rows*len^2*heads*dim,
+    elementwise nodes their elements), so the model knows how work grows with each symbol and has only three
+    machine constants to learn: per-call overhead, time per FLOP and time per byte. Those are fitted by
+    non-negative least squares on relative error (a 1 ms call's misfit matters as much as a 100 ms one's: the
+    short calls are where joining saves the overhead) over the most recent measured calls (probe calls at load,
+    then every call served), refitted every 16 new samples.
+    """
+
+    def __init__(self, work: Callable[[dict[str, int]], Mapping[str, int]], window: int = 512):
+        self.work = work
+        self.samples: deque[tuple[float, float, float]] = deque(maxlen=window)  # (flops, bytes, seconds)
         self.coef: np.ndarray | None = None
         self._new = 0
         self._lock = threading.Lock()
+        self._memo: dict[tuple, tuple[float, float]] = {}
 
-    @staticmethod
-    def _features(rows: Any, length: Any) -> np.ndarray:
-        n = np.asarray(rows, dtype=np.float64) * np.asarray(length, dtype=np.float64)
-        return np.stack([np.ones_like(n), n, n * np.asarray(length, dtype=np.float64)], axis=-1)
+    def counts(self, values: dict[str, int]) -> tuple[float, float]:
+        """(flops, bytes) at `values`, memoised (a bounded memo: shapes seen long ago are evaluated again)."""
+        key = tuple(sorted(values.items()))
+        got = self._memo.get(key)
+        if got is None:
+            if len(self._memo) >= 4096:
+                self._memo.clear()
+            w = self.work(values)
+            got = self._memo[key] = (float(w["flops"]), float(w["bytes"]))
+        return got
 
-    def record(self, rows: int, length: int, seconds: float) -> None:
+    def record(self, values: dict[str, int], seconds: float) -> None:
+        flops, nbytes = self.counts(values)
         with self._lock:
-            self.samples.append((rows, length, seconds))
+            self.samples.append((flops, nbytes, seconds))
             self._new += 1
             if self.coef is None or self._new >= 16:
                 self._fit()
 
     def _fit(self) -> None:
         s = np.array(self.samples, dtype=np.float64)
-        if len({(r, n) for r, n, _ in self.samples}) < 3:
+        if len({(f, b) for f, b, _ in self.samples}) < 3:
             return
-        x = self._features(s[:, 0], s[:, 1])
-        coef, *_ = np.linalg.lstsq(x, s[:, 2], rcond=None)
-        self.coef = np.maximum(coef, 0.0)  # a call never gets cheaper with more work
+        t = np.maximum(s[:, 2], 1e-7)
+        x = np.column_stack([np.ones(len(s)), s[:, 0], s[:, 1]])
+        scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of like magnitude for the solver
+        coef = nnls((x / scale) / t[:, None], np.ones_like(t)) / scale  # relative error: rows divided by t
+        self.coef = coef
         self._new = 0
 
     @property
     def calibrated(self) -> bool:
         return self.coef is not None
 
-    def predict(self, rows: int, length: int) -> float:
+    def predict(self, values: dict[str, int]) -> float:
         assert self.coef is not None
-        return float(self._features(rows, length) @ self.coef)
+        flops, nbytes = self.counts(values)
+        return float(self.coef[0] + self.coef[1] * flops + self.coef[2] * nbytes)
+
+
+def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares for a few columns: the best unconstrained fit over every subset of columns
+    whose coefficients are all >= 0 (exact for the handful of features here; 2^n - 1 small solves). Why not
+    clip an unconstrained fit: with flops and bytes nearly collinear, one coefficient goes negative and the
+    clipped rest no longer fit; a call never gets cheaper with more work."""
+    n = x.shape[1]
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 1 << n):
+        cols = [i for i in range(n) if mask >> i & 1]
+        c, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (c < 0).any():
+            continue
+        r = float(np.sum((x[:, cols] @ c - y) ** 2))
+        if best is None or r < best[0]:
+            full = np.zeros(n)
+            full[cols] = c
+            best = (r, full)
+    return best[1] if best is not None else np.zeros(n)
+
+
+def work_of(exe: Any, sig: ModelSignature) -> Callable[[dict[str, int]], Mapping[str, int]]:
+    """The cost model's work function: the executable's own (`exe.work(values)`, the public runtime API), or,
+    for an executable that has none (a wrapper), the elements of the inputs at those values as both counts."""
+    work = getattr(exe, "work", None)
+    if callable(work):
+        return work
+
+    def elements(values: dict[str, int]) -> dict[str, int]:
+        n = 0
+        for t in sig.inputs:
+            k = 1
+            for d in t.dims:
+                k *= d if isinstance(d, int) else int(d.evaluate(values))
+            n += k
+        return {"flops": n, "bytes": n}
+    return elements
 
 
 def find_pad(sig: ModelSignature) -> dict[str, str]:

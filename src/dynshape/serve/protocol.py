@@ -158,15 +158,18 @@ def array_from_bytes(name: str, dt: np.dtype, shape: tuple[int, ...], raw: bytes
     return np.frombuffer(raw, dtype=dt.newbyteorder("<")).astype(dt, copy=False).reshape(shape)
 
 
-def bytes_of(arr: np.ndarray) -> bytes:
-    """An output's raw bytes as the binary extension sends them (BYTES: length-prefixed elements)."""
+def bytes_of(arr: np.ndarray) -> bytes | memoryview:
+    """An output's raw bytes as the binary extension sends them (BYTES: length-prefixed elements): for a numeric
+    array a view of its memory when it is already little-endian and contiguous, so the response's one join is
+    its only copy (a 1 MiB output cost two copies before, `tobytes` then the join, ~25 us each)."""
     if arr.dtype.kind == "O":
         parts = []
         for x in arr.reshape(-1):
             b = x if isinstance(x, bytes) else str(x).encode()
             parts.append(struct.pack("<I", len(b)) + b)
         return b"".join(parts)
-    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+    flat = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).reshape(-1)
+    return memoryview(flat.view(np.uint8))
 
 
 def decode_http(body: bytes, header_length: str | None) -> InferRequest:
@@ -247,8 +250,12 @@ def decode_http(body: bytes, header_length: str | None) -> InferRequest:
     return req
 
 
-def encode_http(model: str, version: str, req: InferRequest, outputs: dict[str, np.ndarray]) -> tuple[bytes, dict]:
-    """The response body and its headers; binary outputs follow the JSON (`Inference-Header-Content-Length`)."""
+def encode_http(model: str, version: str, req: InferRequest, outputs: dict[str, np.ndarray],
+                parts: bool = False) -> tuple[bytes | list, dict]:
+    """The response body and its headers; binary outputs follow the JSON (`Inference-Header-Content-Length`).
+    With `parts`, a body with binary outputs comes as a list (the JSON header, then each output's bytes, views of
+    the arrays where they allow it) for a sender that writes them one after another: no copy of the tensors at
+    all (a 1 MiB output's join cost as much as copying it)."""
     default_binary = bool(req.parameters.get("binary_data_output", False))
     wanted = req.outputs if req.outputs is not None else [RequestedOutput(n) for n in outputs]
     entries, blobs = [], []
@@ -272,5 +279,5 @@ def encode_http(model: str, version: str, req: InferRequest, outputs: dict[str, 
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return head, {"content-type": "application/json"}
-    return head + b"".join(blobs), {"content-type": "application/octet-stream",
+    return [head, *blobs] if parts else b"".join([head, *blobs]), {"content-type": "application/octet-stream",
                                     "inference-header-content-length": str(len(head))}

@@ -106,9 +106,10 @@ class ModelSignature:
     def batch_max(self) -> int | None:
         return self.symbols[self.batch].max if self.batch else None
 
-    def validate(self, feed: dict[str, np.ndarray]) -> tuple[tuple, int]:
-        """Check one request; return its group key (dtype and every non-batch dim of each input, in order) and its
-        rows along the batch dim (1 without a batch symbol). Raises a 400 naming the input, axis and fact."""
+    def validate(self, feed: dict[str, np.ndarray]) -> tuple[tuple, int, dict[str, int]]:
+        """Check one request; return its group key (dtype and every non-batch dim of each input, in order), its
+        rows along the batch dim (1 without a batch symbol) and the symbols its shapes bind (what the cost model
+        evaluates the graph's work at). Raises a 400 naming the input, axis and fact."""
         missing = [t.name for t in self.inputs if t.name not in feed]
         extra = sorted(set(feed) - set(self._by_name))
         if missing or extra:
@@ -146,7 +147,7 @@ class ModelSignature:
                 raise bad(f"{_where(tname, ax)} is {v}, but it must equal {d} = {d.evaluate(values)}")
         key = tuple((t.name, feed[t.name].shape[1 if self.batch else 0:]) for t in self.inputs)
         rows = values[self.batch] if self.batch else 1
-        return key, rows
+        return key, rows, values
 
     def metadata(self, name: str, versions: list[str], platform: str = "dynshape") -> dict:
         """KServe v2 model metadata (-1 for symbolic dims) plus the `dynshape` extension: each dim's symbolic
