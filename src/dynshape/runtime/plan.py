@@ -79,6 +79,10 @@ class BoundPlan:
     # outputs written straight into an out= array: (name, dtype, arena address, places) each, and their addresses
     out_place: tuple = ()
     out_current: list | None = None
+    # the large writable outputs, (name, shape, dtype), of at least IN_PLACE_BYTES: without out=, the call writes
+    # them into new arrays and returns those (no copy out of the arena; smaller ones are copied, which costs less
+    # than patching the programs). Why: a decoder step at past 2048 copied 4 MiB of KV out per call (0.2 ms).
+    fresh: tuple = ()
 
     def run(self, arrays: list, out: dict | None = None) -> dict:
         """Copy the inputs in (any strides), run the bound calls, copy the outputs out: into the caller's arrays
@@ -86,8 +90,8 @@ class BoundPlan:
         node that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
         if out:
             check_out(out, {name: (v.shape, v.dtype) for name, v in self.outputs})
-        elif self.out_place:
-            out = self._fresh_outputs()
+        elif self.fresh:
+            out = {name: np.empty(shape, dtype) for name, shape, dtype in self.fresh}
         skip = self._read_in_place(arrays) if self.in_place else ()
         written = self._write_in_place(out) if self.out_place else ()
         try:
@@ -118,17 +122,6 @@ class BoundPlan:
                                 "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
                 from e
 
-
-    def _fresh_outputs(self) -> dict:
-        """New arrays for the large outputs the programs can write where they lie: the call writes them there
-        instead of into the arena, and they are returned as they are (no copy out of the arena). Small ones are
-        copied as before (a copy of under IN_PLACE_BYTES costs less than patching the programs' addresses).
-        Why: every call copied each output out of the arena (a decoder step at past 2048: 4 MiB of KV, 0.2 ms)."""
-        fresh = {}
-        for name, v in self.outputs:
-            if v.nbytes >= IN_PLACE_BYTES and any(p[0] == name for p in self.out_place):
-                fresh[name] = np.empty(v.shape, v.dtype)
-        return fresh
 
     def _read_in_place(self, arrays: list) -> set:
         """Point the programs at the caller's arrays for the inputs that can be read where they lie (C-contiguous,
@@ -606,8 +599,11 @@ class Planner:
                                  calls, words)
         out_place = _patch_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes, calls,
                                   words)
+        writable = {p[0] for p in out_place}
+        fresh = tuple((name, v.shape, v.dtype) for name, v in outputs
+                      if name in writable and v.nbytes >= IN_PLACE_BYTES)
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
-                         [p[2] for p in in_place], out_place, [p[2] for p in out_place])
+                         [p[2] for p in in_place], out_place, [p[2] for p in out_place], fresh)
 
     def _bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
                    scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
