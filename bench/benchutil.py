@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 
 def _find_shared() -> Path:
     """../shared/bench beside the checkout; from a git worktree elsewhere (/work/wt/NAME), the first ancestor's."""
@@ -119,6 +121,13 @@ def cpu_model() -> str:
         pass
     isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8") if f in flags]
     return f"{name} ({', '.join(isa) or 'no AVX2'})"
+
+
+def rel_rms_error(got: np.ndarray, want: np.ndarray) -> float:
+    """max |got - want| / rms(want): a low-precision output's error against its float32 reference, scaled by the
+    output's size (1 where the reference is all zeros)."""
+    rms = float(np.sqrt(np.mean(np.square(want.astype(np.float64))))) or 1.0
+    return float(np.max(np.abs(got.astype(np.float64) - want))) / rms
 
 
 def rss_bytes() -> int:

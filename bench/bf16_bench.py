@@ -20,26 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from benchutil import SHARED, cpu_model, limit_threads, steady, time_interleaved
+from benchutil import SHARED, common, cpu_model, limit_threads, rel_rms_error, steady, time_interleaved
 
 SHAPES = {"bert_small": [(1, 16), (1, 128), (8, 128), (1, 512)], "mlp": [(1,), (7,), (64,), (256,)]}
-
-
-def model_path(name: str) -> str:
-    import common
-
-    return common.onnx_path(name)
-
-
-def feed_for(name: str, shape: tuple, seed: int) -> dict[str, np.ndarray]:
-    import common
-
-    return common.make_inputs(name, shape, seed)
-
-
-def rel_rms_error(got: np.ndarray, want: np.ndarray) -> float:
-    rms = float(np.sqrt(np.mean(np.square(want.astype(np.float64))))) or 1.0
-    return float(np.max(np.abs(got.astype(np.float64) - want))) / rms
 
 
 def candidates(path: str, threads: int) -> tuple[dict[str, Any], list[str]]:
@@ -83,14 +66,14 @@ def main() -> None:
         limit_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
         for name in args.models.split(","):
-            path = model_path(name)
+            path = common.onnx_path(name)
             calls, _ = candidates(path, threads)
             ratios = []
             print(f"\n{name}, {threads} thread(s): ms per call (median), bf16 error = max|x - fp32| / rms(fp32)")
             print(f"  {'shape':>10} " + " ".join(f"{k:>10}" for k in calls) +
                   f" {'ov/ds_bf16':>10} {'err ds':>9} {'err ov':>9}")
             for i, shape in enumerate(SHAPES[name]):
-                feed = feed_for(name, shape, i)
+                feed = common.make_inputs(name, shape, i)
                 ref = calls["ds_fp32"](feed)
                 err_ds = max(rel_rms_error(a, b) for a, b in zip(calls["ds_bf16"](feed), ref))
                 err_ov = max(rel_rms_error(a, b) for a, b in zip(calls["ov_default"](feed), ref))

@@ -20,21 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from benchutil import SHARED, cpu_model, limit_threads, steady, time_interleaved
+from benchutil import SHARED, common, cpu_model, limit_threads, rel_rms_error, steady, time_interleaved
 
 WEIGHT_TYPES = ("QInt8", "QUInt8")
-
-
-def model_path(name: str) -> str:
-    import common
-
-    return common.onnx_path(name)
-
-
-def feed_for(name: str, shape: tuple, seed: int) -> dict[str, np.ndarray]:
-    import common
-
-    return common.make_inputs(name, shape, seed)
 
 
 def quantized(src: str, weight_type: str, per_channel: bool) -> str:
@@ -45,11 +33,6 @@ def quantized(src: str, weight_type: str, per_channel: bool) -> str:
     if not out.exists():
         quantize_dynamic(src, str(out), weight_type=getattr(QuantType, weight_type), per_channel=per_channel)
     return str(out)
-
-
-def rel_rms_error(got: np.ndarray, want: np.ndarray) -> float:
-    rms = float(np.sqrt(np.mean(np.square(want.astype(np.float64))))) or 1.0
-    return float(np.max(np.abs(got.astype(np.float64) - want))) / rms
 
 
 def candidates(files: dict[str, str], threads: int) -> dict[str, Any]:
@@ -85,7 +68,7 @@ def main() -> None:
                          "right after another candidate, 1 a server's back-to-back steady state")
     args = ap.parse_args()
     print(f"CPU: {cpu_model()}; shared bench: {SHARED}; load: {os.getloadavg()[0]:.2f}")
-    src = model_path(args.model)
+    src = common.onnx_path(args.model)
     files = {"fp32": src}
     for wt in args.weight_types.split(","):
         files[wt.lower()] = quantized(src, wt, args.per_channel)
@@ -100,7 +83,7 @@ def main() -> None:
         print(f"  {'shape':>10} " + " ".join(f"{k:>11}" for k in calls) +
               "".join(f" {'ort/ds ' + t:>13} {'err ds':>8} {'err ort':>8}" for t in q))
         for i, shape in enumerate(shapes):
-            feed = feed_for(args.model, shape, i)
+            feed = common.make_inputs(args.model, shape, i)
             ds_ref, ort_ref = calls["ds_fp32"](feed)[0], calls["ort_fp32"](feed)[0]
             errs = {t: (rel_rms_error(calls[f"ds_{t}"](feed)[0], ds_ref),
                         rel_rms_error(calls[f"ort_{t}"](feed)[0], ort_ref)) for t in q}

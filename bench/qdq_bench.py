@@ -23,19 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchutil import SHARED, cpu_model, limit_threads, steady, time_interleaved
-
-
-def model_path(name: str) -> str:
-    import common
-
-    return common.onnx_path(name)
-
-
-def feed_for(name: str, shape: tuple, seed: int) -> dict[str, np.ndarray]:
-    import common
-
-    return common.make_inputs(name, shape, seed)
+from benchutil import SHARED, common, cpu_model, limit_threads, rel_rms_error, steady, time_interleaved
 
 
 def qdq_file(src: str, activation: str, per_channel: bool) -> str:
@@ -58,11 +46,6 @@ def qdq_file(src: str, activation: str, per_channel: bool) -> str:
     quantize_static(src, str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                     activation_type=getattr(QuantType, activation), weight_type=QuantType.QInt8)
     return str(out)
-
-
-def rel_rms_error(got: np.ndarray, want: np.ndarray) -> float:
-    rms = float(np.sqrt(np.mean(np.square(want.astype(np.float64))))) or 1.0
-    return float(np.max(np.abs(got.astype(np.float64) - want))) / rms
 
 
 def _ds_call(exe, names):
@@ -100,7 +83,7 @@ def main() -> None:
     ap.add_argument("--per-channel", action="store_true")
     args = ap.parse_args()
     print(f"CPU: {cpu_model()}; shared bench: {SHARED}; load: {os.getloadavg()[0]:.2f}")
-    src = model_path(args.model)
+    src = common.onnx_path(args.model)
     qdq = qdq_file(src, args.activation, args.per_channel)
     print(f"QDQ file: {qdq}")
     shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
@@ -113,7 +96,7 @@ def main() -> None:
         print(f"  {'shape':>10} " + " ".join(f"{k:>9}" for k in calls) +
               f" {'ort/ds qdq':>11} {'err ds_qdq':>10} {'err ort_qdq':>11} {'err ds_qdyn':>11}")
         for i, shape in enumerate(shapes):
-            feed = feed_for(args.model, shape, i)
+            feed = common.make_inputs(args.model, shape, i)
             ref_ds, ref_ort = calls["ds_fp32"](feed)[0], calls["ort_fp32"](feed)[0]
             errs = (rel_rms_error(calls["ds_qdq"](feed)[0], ref_ds), rel_rms_error(calls["ort_qdq"](feed)[0], ref_ort),
                     rel_rms_error(calls["ds_qdyn"](feed)[0], ref_ds))

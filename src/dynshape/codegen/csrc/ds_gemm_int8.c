@@ -302,6 +302,17 @@ static inline void ds_q8_correct_row(int32_t *acc, int32_t rsum, const ds_q8_act
 }
 
 /* ---- portable --------------------------------------------------------------------------------------------------- */
+/* One row's raw int32 sums against a panel of DS_Q8_NR columns (k in groups of 4, as VPDPBUSD takes them). */
+static inline void ds_q8_dot_row(const uint8_t *ai, const int8_t *panel, int64_t k4, int32_t *acc) {
+    for (int j = 0; j < DS_Q8_NR; j++) acc[j] = 0;
+    for (int64_t p = 0; p < k4; p++) {
+        const int8_t *b = panel + p * DS_Q8_NR * 4;
+        const int32_t a0 = ai[4 * p], a1 = ai[4 * p + 1], a2 = ai[4 * p + 2], a3 = ai[4 * p + 3];
+        for (int j = 0; j < DS_Q8_NR; j++)
+            acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
+    }
+}
+
 void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t q,
                    int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
     const ds_q8_act *a = act;
@@ -311,13 +322,8 @@ void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t l
     const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
     for (int64_t i = i0; i < i1; i++) {
         const uint8_t *ai = a->q + i * a->ldq;
-        int32_t acc[DS_Q8_NR] = {0};
-        for (int64_t p = 0; p < k4; p++) {
-            const int8_t *b = panel + p * DS_Q8_NR * 4;
-            const int32_t a0 = ai[4 * p], a1 = ai[4 * p + 1], a2 = ai[4 * p + 2], a3 = ai[4 * p + 3];
-            for (int j = 0; j < DS_Q8_NR; j++)
-                acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
-        }
+        int32_t acc[DS_Q8_NR];
+        ds_q8_dot_row(ai, panel, k4, acc);
         ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols,
                          a->per_row ? a->rowscale[i] : 1.0f);
     }
@@ -334,13 +340,8 @@ void ds_q8_block_rq_e(const void *act, const void *bp, void *restrict y, int64_t
     const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
     for (int64_t i = i0; i < i1; i++) {
         const uint8_t *ai = a->q + i * a->ldq;
-        int32_t acc[DS_Q8_NR] = {0};
-        for (int64_t p = 0; p < k4; p++) {
-            const int8_t *b = panel + p * DS_Q8_NR * 4;
-            const int32_t a0 = ai[4 * p], a1 = ai[4 * p + 1], a2 = ai[4 * p + 2], a3 = ai[4 * p + 3];
-            for (int j = 0; j < DS_Q8_NR; j++)
-                acc[j] += a0 * b[4 * j] + a1 * b[4 * j + 1] + a2 * b[4 * j + 2] + a3 * b[4 * j + 3];
-        }
+        int32_t acc[DS_Q8_NR];
+        ds_q8_dot_row(ai, panel, k4, acc);
         ds_q8_correct_row(acc, a->rowsum[i], a, wzp + j0, colsum, k, cols);
         ds_q8_requant_row(acc, mult + j0, yzp, is_signed, (uint8_t *)y + i * ldc + j0, cols);
     }
