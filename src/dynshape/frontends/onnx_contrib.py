@@ -30,7 +30,8 @@ def lower_contrib(graph: Graph) -> None:
     for node in graph.nodes:
         for sub in node.subgraphs():
             lower_contrib(sub)
-    graph.nodes = [_rewrite(graph, n) if n.domain == CONTRIB and n.op_type in _RULES else n for n in graph.nodes]
+    graph.nodes = [_RULES[n.op_type](graph, n) if n.domain == CONTRIB and n.op_type in _RULES else n
+                   for n in graph.nodes]
 
 
 def _const(graph: Graph, node: Node, index: int, what: str) -> np.ndarray:
@@ -76,7 +77,3 @@ def _dynamic_quantize_lstm(graph: Graph, node: Node) -> Node:
 
 
 _RULES = {"DynamicQuantizeLSTM": _dynamic_quantize_lstm}
-
-
-def _rewrite(graph: Graph, node: Node) -> Node:
-    return _RULES[node.op_type](graph, node)

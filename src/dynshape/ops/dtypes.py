@@ -54,6 +54,12 @@ def is_int(dtype: np.dtype) -> bool:
     return True
 
 
+def exact_int_limit(dtype: np.dtype) -> int:
+    """2**p for a float type of p significand bits: every integer of magnitude up to it is exact in the type
+    (sizes held in floats: ops/elementwise's quotients, a float Range over a size)."""
+    return 2 ** (int(ml_dtypes.finfo(dtype).nmant) + 1)
+
+
 def is_low_float(dtype: np.dtype) -> bool:
     """ml_dtypes floats (bfloat16, float8, float4, ...): numpy has few kernels for them."""
     return np.dtype(dtype).kind == "V" and is_float(dtype)

@@ -65,11 +65,6 @@ class _Quotient:
         return f"({self.num})/{self.den}"
 
 
-def _float_bits(dtype: np.dtype) -> int:
-    """Significand bits of a float type (integers up to 2**bits are exact in it)."""
-    return int(ml_dtypes.finfo(dtype).nmant) + 1
-
-
 def _integral(fn: Callable[[Any, int], Any], numeric: Callable[[float], int]) -> Fn:
     """The value function of Ceil / Floor / a Cast to an integer type: dims stay, quotients become dims."""
 
@@ -497,7 +492,7 @@ def _assume_exact_in_float(ctx: InferCtx, value: np.ndarray | None, dtype: np.dt
     for a quotient): assume it, so larger inputs run on a build specialised to their shape."""
     if value is None or value.dtype != object or not dt.is_float(dtype):
         return
-    top = 2 ** _float_bits(dtype) - (1 if below else 0)
+    top = dt.exact_int_limit(dtype) - (1 if below else 0)
     for v in value.reshape(-1):
         e = v.num if isinstance(v, _Quotient) else v
         if is_expr(e):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from dynshape.ir.infer import InferCtx
@@ -170,7 +169,7 @@ def _range_infer(ctx: InferCtx) -> list:
         if any(v is None for v in integral) or integral[2] == 0:
             return [out_type(dtype, (ctx.fresh("range"),))]
         start, limit, delta = integral
-        top = 2 ** (int(ml_dtypes.finfo(dtype).nmant) + 1) - 1
+        top = dt.exact_int_limit(dtype) - 1
         ctx.assume(limit - start <= top, f"the Range span {limit - start} is exact in {np.dtype(dtype)}")
         ctx.assume(start - limit <= top, f"the Range span {start - limit} is exact in {np.dtype(dtype)}")
     if is_static(delta) and delta == 0:
