@@ -60,6 +60,7 @@ class Layout(enum.Enum):
     ELEMENTWISE = "elementwise"  # same values on permuted operands: Transposes sink through it
     AXIS = "axis"  # Concat, Split, Softmax: sinks with its `axis` permuted
     REDUCE = "reduce"  # a reduction: sinks with its axes permuted
+    ORDER_FREE = "order_free"  # reads every element of input 0 and nothing of their order: reads either layout
 
 
 class Movement(enum.Enum):

@@ -6,6 +6,7 @@ from dynshape.ops import (  # noqa: F401
     control,
     conv,
     dynquant,
+    dynquant_conv,
     elementwise,
     image,
     indexing,

@@ -181,9 +181,10 @@ def _dynamic_quantize_ref(inputs: list, attrs: dict) -> list:
     x = inputs[0].astype(F32)
     lo = min(float(x.min(initial=0.0)), 0.0)
     hi = max(float(x.max(initial=0.0)), 0.0)
+    if hi == lo:  # all zeros (or empty): onnxruntime's scale 1 and zero point 0 (the spec's formula divides by 0),
+        # so what a bias is divided by stays finite (ops/dynquant_conv.py); onnx's own reference takes 1 / 255
+        return [np.zeros(x.shape, U8), np.array(1.0, F32), np.array(0, U8)]
     scale = np.float32((np.float32(hi) - np.float32(lo)) / np.float32(255))
-    if scale == 0:  # all zeros (or empty): any zero point reproduces x; ONNX runtimes pick 0
-        return [np.zeros(x.shape, U8), np.array(scale, F32), np.array(0, U8)]
     zp = np.clip(np.rint(np.float32(0) - np.float32(lo) / scale), 0, 255)
     y = np.clip(np.rint(x / scale) + zp, 0, 255).astype(U8)
     return [y, np.array(scale, F32), np.array(zp, U8)]

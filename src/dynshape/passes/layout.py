@@ -160,7 +160,9 @@ def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
         if moved is None:
             place(n)
             continue
-        new, perm = moved
+        new, perm, pre = moved
+        for m in pre:  # views of small operands in the other layout (`_vector_view`)
+            place(m)
         new = renamed(new)  # its operands may be the inputs of Transposes cancelled above
         for x in new.inputs:  # the other layout of an operand, computed by a Transpose later in the schedule
             early = later.get(x) if x not in prod else None
@@ -209,8 +211,13 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
     """(n on the un-permuted operands, the perm) when n can move above its Transposes (the constants it needs are
     added to `rw`). `transposed`: (value, perm) -> the Transpose output that already holds it in that order."""
     layout = _layout(n)
+    if layout is Layout.ORDER_FREE:  # a function of the elements alone: read them where they lie, no Transpose
+        x = n.inputs[0] if n.inputs else ""
+        p = _perm(prod[x]) if x in prod else None
+        return None if p is None else (dataclasses.replace(n, inputs=[prod[x].inputs[0], *n.inputs[1:]]), (), [])
     if layout not in _SINKABLE or not n.inputs or not all(o for o in n.outputs):
         return None
+    pre: list[Node] = []
     perm = None
     for k in _data_inputs(n):
         x = n.inputs[k]
@@ -241,7 +248,14 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
             inputs[k] = moved
             continue
         c = consts.get(x)
-        if c is None or c.ndim > r:
+        if c is None:
+            view = _vector_view(x, types.get(x), inv, rw, types)
+            if view is None:
+                return None
+            pre.append(view)
+            inputs[k] = view.outputs[0]
+            continue
+        if c.ndim > r:
             return None
         name = rw.fresh(x, types)
         moved = np.ascontiguousarray(np.transpose(c.reshape((1,) * (r - c.ndim) + c.shape), inv))
@@ -277,7 +291,24 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
             return None
     # a reduction dropping its axes whose kept axes come out in their original order: its result is the
     # original one, no Transpose back (perm ())
-    return dataclasses.replace(n, inputs=inputs, attrs=attrs), (() if flat else perm)
+    return dataclasses.replace(n, inputs=inputs, attrs=attrs), (() if flat else perm), pre
+
+
+def _vector_view(x: str, t: object, inv: list[int], rw: Rewrite, types: dict) -> Node | None:
+    """A Reshape giving computed operand `x` the permuted layout when at most one of its axes is longer than 1 (a
+    per-channel vector computed per call, such as a bias rounded under a per-call scale): its elements keep their
+    order, so the Reshape is a view, not a copy. None for any other operand."""
+    r = len(inv)
+    if not isinstance(t, TensorType) or len(t.shape) > r or not all(isinstance(d, int) for d in t.shape) \
+            or sum(d != 1 for d in t.shape) > 1:
+        return None
+    full = (1,) * (r - len(t.shape)) + tuple(t.shape)
+    shape = np.array([full[i] for i in inv], np.int64)
+    sname, name = rw.fresh(f"{x}_shape", types), rw.fresh(x, types)
+    rw.consts[sname] = shape
+    rw.types[sname] = types[sname] = TensorType(shape.dtype, shape.shape, shape)
+    rw.types[name] = types[name] = TensorType(t.dtype, tuple(int(d) for d in shape))
+    return Node("Reshape", "", f"{name}__view", {}, [x, sname], [name])
 
 
 def _flat_reduce_keeps_order(n: Node, perm: list[int], consts: dict) -> bool:

@@ -46,6 +46,7 @@ from dynshape.passes.fold import drop_identities, fold_batchnorm
 from dynshape.passes.fusion import fuse
 from dynshape.passes.items import Item, Single
 from dynshape.passes.layout import channels_last
+from dynshape.passes.qconv import float_conv_integer
 from dynshape.passes.qdq import fuse_qlinear
 from dynshape.passes.quant import fuse_dynamic_quant
 from dynshape.passes.symbolic import SymbolicValues, live_nodes, specialized, symbolic_values
@@ -171,7 +172,8 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     live = eliminate_common(live, outputs)
     types = dict(graph.types)
     added: dict[str, np.ndarray] = {}
-    for enabled, rewrite in ((options.fuse and options.packed_gemm, fuse_dynamic_quant),
+    for enabled, rewrite in ((options.fuse, float_conv_integer),
+                             (options.fuse and options.packed_gemm, fuse_dynamic_quant),
                              (options.fuse and options.packed_gemm, fuse_qlinear),
                              (options.fuse, drop_identities),
                              (options.fuse and options.fold_batchnorm, fold_batchnorm),

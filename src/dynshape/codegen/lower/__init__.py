@@ -17,6 +17,7 @@ from dynshape.codegen.lower import (  # noqa: F401
     movement,
     pool,
     product,
+    qconv,
     qproduct,
     resize,
     softmax,
