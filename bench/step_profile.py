@@ -75,6 +75,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--ort", action="store_true", help="also onnxruntime's per-node profile")
+    ap.add_argument("--file", default=None,
+                    help="profile this ONNX file with the model's feed (e.g. a rewritten copy of a corpus model)")
     ap.add_argument("--in-order", action="store_true",
                     help="time each step once per call, in the call's order (caches as the call leaves them), "
                          "instead of --reps times back to back")
@@ -99,6 +101,7 @@ def main() -> None:
         if args.shape not in labels:
             raise SystemExit(f"{zm.name}: probes are {labels}")
         feed, path, dims, name = zm.make_feed(labels.index(args.shape)), zm.path(), None, zm.name
+    path = args.file or path
     exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
     limit_threads(args.threads)  # compiling loaded dynshape's OpenMP runtime: limit it too
     whole = median_time(lambda: exe.run(feed), args.reps)

@@ -11,8 +11,9 @@ PERFORMANCE_HINT LATENCY; the file's own dynamic dims, nothing reshaped). Per pr
 onnxruntime first (max |diff| / max |onnxruntime|, the error relative to the output's magnitude;
 integer outputs exactly), then the three timed in interleaved rounds in balanced orders with settle pauses,
 medians (benchutil.time_interleaved). Prints the CPU, ms per runtime, ort/dyn and ov/dyn (> 1: dynshape
-faster), and the nodes dynshape runs outside compiled kernels per call (the generic build's `uncompiled`
-entries whose `how` is not "native", by op; for an executable without `.generic`, one build per rank-fixing
+faster), and the nodes dynshape runs outside compiled kernels on every call (the generic build's `uncompiled`
+entries whose `how` is not "native" and that `explain` says run every call, by op: not views, not steps run
+once per shape; for an executable without `.generic`, one build per rank-fixing
 length or per branch value, the build that served the probe); then geometric means. A model that fails in one
 runtime prints the error and goes on with the others. Timings on the shared 2-core machine are noisy: compare
 ratios from one run.
@@ -141,15 +142,15 @@ def _serving_executable(exe: Any, feed: Feed) -> Any:
 
 
 def outside_kernels(exe: Any, feed: Feed) -> dict[str, int] | None:
-    """Nodes per call outside compiled kernels, by op (None: the executable does not say)."""
+    """Nodes run outside compiled kernels on every call, by op (None: the executable does not say). Nodes that run
+    once per shape (they read only constants and the shape) or never (views of their input's buffer) cost
+    nothing per call and are not counted: `explain_build` says which is which."""
     e = _serving_executable(exe, feed)
-    if e is None:
+    if e is None or not hasattr(e, "explain_build"):
         return None
-    try:
-        unc = e.generic.build.uncompiled
-    except AttributeError:
-        return None
-    return dict(collections.Counter(u.op for u in unc if getattr(u, "how", "") != "native").most_common())
+    unc = e.explain_build()["uncompiled"]
+    return dict(collections.Counter(u["op"] for u in unc
+                                    if u["runs"] != "native" and u["when"] == "every call").most_common())
 
 
 def fmt_ops(ops: dict[str, int] | None) -> str:
