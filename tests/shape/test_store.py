@@ -82,3 +82,19 @@ def test_broadcast_never_assumes_a_symbol_is_one():
     k = ds.sym("k", min=1, max=8)  # could be 1 at run time, but is not assumed so
     with pytest.raises(ds.ShapeError):
         ds.broadcast_shapes((k,), (5,))
+
+
+def test_a_dim_meets_its_clamp_at_zero():
+    """e and max(0, e) are the same dim of two existing tensors (a dim is >= 0): no check, no broadcast."""
+    from dynshape.passes.values import broadcast_pattern
+    from dynshape.sym import max_
+
+    n = ds.sym("n", min=0)
+    e = n // 5 - 1  # negative for n < 5: max(0, e) does not simplify away
+    clamped = max_(0, e)
+    assert clamped != e
+    assert ds.broadcast_shapes((e, 3), (clamped, 3)) == (e, 3)
+    assert ds.broadcast_shapes((clamped, 3), (e, 1)) == (e, 3)
+    assert broadcast_pattern((clamped, 3), (e, 3)) == (True, True)
+    with pytest.raises(ds.ShapeError):
+        ds.broadcast_shapes((e,), (max_(0, n // 5 - 2),))  # another expression: still not provably equal

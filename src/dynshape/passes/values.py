@@ -10,6 +10,7 @@ from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node
 from dynshape.ir.opdef import Movement
 from dynshape.ir.types import TensorType
+from dynshape.shape.broadcast import same_dim
 
 
 def is_view(n: Node) -> bool:
@@ -73,7 +74,7 @@ def broadcast_pattern(shape: tuple, out: tuple) -> tuple | None:
         e = shape[k - pad]
         if isinstance(e, int) and e == 1 and not (isinstance(d, int) and d == 1):
             pattern.append(False)
-        elif e == d:
+        elif same_dim(e, d):
             pattern.append(True)
         else:
             return None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from dynshape.errors import ShapeError
 from dynshape.sym import Expr, eq, prove, sym
+from dynshape.sym.expr import OpAtom
 
 _anon = itertools.count()
 
@@ -22,6 +23,26 @@ def any_dim(min: int = 1, max: int | None = None) -> Expr:
 
 def _is_one(d) -> bool:
     return d == 1 if isinstance(d, int) else prove(eq(d, 1)) is True
+
+
+def unclamped(d: int | Expr) -> int | Expr:
+    """`d` without an outer max(0, e): what a Slice's length max(0, n - 1) becomes where it meets e."""
+    if isinstance(d, Expr) and d.is_atom():
+        a = d.atom()
+        if isinstance(a, OpAtom) and a.op == "max" and len(a.args) == 2:
+            x, y = a.args
+            if isinstance(y, int) and y == 0:
+                return x
+            if isinstance(x, int) and x == 0:
+                return y
+    return d
+
+
+def same_dim(a: int | Expr, b: int | Expr) -> bool:
+    """Whether two dims of existing tensors are equal: the same expression, or e and max(0, e), which agree
+    since a tensor's dim is >= 0 (wav2vec2's positional conv, sliced by one, added to its input: without
+    this the Add's operands were not provably the same shape and it ran in numpy)."""
+    return a == b or unclamped(a) == unclamped(b)
 
 
 def broadcast_shapes(*shapes: tuple, unify: Callable | None = None) -> tuple:
@@ -41,7 +62,8 @@ def broadcast_shapes(*shapes: tuple, unify: Callable | None = None) -> tuple:
             if isinstance(res, int) and res == 1:
                 res = d
                 continue
-            if res == d:
+            if same_dim(res, d):
+                res = unclamped(res)
                 continue
             if isinstance(res, int) and isinstance(d, int):
                 raise ShapeError(f"cannot broadcast shapes {_fmt(shapes)}: axis {axis - rank} has {res} and {d}")

@@ -109,9 +109,64 @@ def _softplus(x: kir.Expr) -> kir.Expr:
                    _call("log1pf", _call("ds_expf", kir.Un("-", _call("fabsf", x)))))
 
 
-expr_rule("Add", lambda n, a, g: kir.Bin("+", a[0], a[1]))
-expr_rule("Sub", lambda n, a, g: kir.Bin("-", a[0], a[1]))
-expr_rule("Mul", lambda n, a, g: kir.Bin("*", a[0], a[1]))
+def _dtype(x: str, graph: Graph) -> str | None:
+    t = graph.types.get(x)
+    return np.dtype(t.dtype).name if getattr(t, "dtype", None) is not None else None
+
+
+_WRAP = {kir.I64: "uint64", kir.I32: "uint32"}  # the unsigned type an integer sum or product is computed in
+
+
+def _arith(op: str) -> Build:
+    """float32 as is; int64/int32 through the unsigned type and back, so an overflow wraps as numpy's does
+    (signed overflow is undefined in C, and gcc assumes it never happens)."""
+    def build(node: Node, a: list[kir.Expr], graph: Graph) -> kir.Expr:
+        t = _dtype(node.outputs[0], graph)
+        if t not in _WRAP:
+            return kir.Bin(op, a[0], a[1])
+        u = _WRAP[t]
+        return kir.Cast(kir.Bin(op, kir.Cast(a[0], u), kir.Cast(a[1], u)), t)
+    return build
+
+
+def _arith_accepts(node: Node, graph: Graph) -> str | None:
+    """float32, or every operand and the result the same int64 / int32 (int64 position ids: roberta)."""
+    types = {_dtype(x, graph) for x in (*node.inputs, *node.outputs)}
+    if len(types) == 1 and types <= set(_WRAP):
+        return None
+    return float32_only(node, graph)
+
+
+_NUMERIC = (kir.F32, kir.I64, kir.I32)
+
+
+def _compare_accepts(kinds: tuple[str, ...]) -> Accepts:
+    """Operands of one dtype among `kinds`, the result bool."""
+    def accepts(node: Node, graph: Graph) -> str | None:
+        types = {_dtype(x, graph) for x in node.inputs}
+        if len(types) != 1 or not types <= set(kinds):
+            return f"operands {sorted(map(str, types))}, the kernel compares one of {', '.join(kinds)}"
+        return None if _dtype(node.outputs[0], graph) == kir.BOOL else "the result is not bool"
+    return accepts
+
+
+def _bool_accepts(node: Node, graph: Graph) -> str | None:
+    ok = all(_dtype(x, graph) == kir.BOOL for x in (*node.inputs, *node.outputs))
+    return None if ok else "not every operand is bool"
+
+
+expr_rule("Add", _arith("+"), _arith_accepts)
+expr_rule("Sub", _arith("-"), _arith_accepts)
+expr_rule("Mul", _arith("*"), _arith_accepts)
+# comparisons as C's: IEEE, so a NaN compares false (unequal) as in numpy; the result is 0 or 1, numpy's bool byte
+for _op, _c in (("Equal", "=="), ("Less", "<"), ("Greater", ">"), ("LessOrEqual", "<="), ("GreaterOrEqual", ">=")):
+    expr_rule(_op, lambda n, a, g, c=_c: kir.Bin(c, a[0], a[1]),
+              _compare_accepts((*_NUMERIC, kir.BOOL) if _op == "Equal" else _NUMERIC))
+# logical ops read any nonzero byte as true and write 0 or 1
+expr_rule("And", lambda n, a, g: kir.Bin("&&", a[0], a[1]), _bool_accepts)
+expr_rule("Or", lambda n, a, g: kir.Bin("||", a[0], a[1]), _bool_accepts)
+expr_rule("Xor", lambda n, a, g: kir.Bin("!=", kir.Un("!", a[0]), kir.Un("!", a[1])), _bool_accepts)
+expr_rule("Not", lambda n, a, g: kir.Un("!", a[0]), _bool_accepts)
 expr_rule("Div", _div)
 expr_rule("Pow", _pow, _pow_accepts)
 expr_rule("Where", lambda n, a, g: kir.Select(a[0], a[1], a[2]), _where_accepts)

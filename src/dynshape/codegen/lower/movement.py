@@ -6,7 +6,7 @@ strided copy in C
 checks its indices and takes into the planned buffer; GatherND whose indices are fixed for the key (built from
 shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take. Concat copies each
 input's rows into place (one C call for all of them). A constant Pad fills its output and copies the input into
-the interior.
+the interior. Split copies each output's view of the input (a strided copy each).
 """
 
 from __future__ import annotations
@@ -218,6 +218,35 @@ def _gather_bind(r: BindRequest) -> list | None:
     return _bind_gather_one(r) if np.ndim(r.ins[1]) == 0 else _bind_gather(r)
 
 
+def _split_accepts(node: Node, graph: Graph) -> str | None:
+    types = [graph.types.get(x) for x in (node.inputs[0], *node.outputs) if x]
+    if any(getattr(t, "shape", None) is None for t in types) or len({np.dtype(t.dtype) for t in types}) != 1:
+        return "outputs of another dtype than the input, or not tensors"
+    return None
+
+
+def _bind_split(r: BindRequest) -> list | None:
+    """The sizes fixed for the key (an attribute, a constant or shape-derived input, or equal parts): the
+    reference's np.split gives each output's view of the planned input, copied in one call each (gpt2's fused
+    QKV projection, yolov8's C2f blocks)."""
+    if not _fixed_params(r) or r.ins[0] is None:
+        return None
+    views = opdef.lookup("Split").reference(list(r.ins), r.attrs)
+    if len(views) != len(r.outs):
+        return None
+    calls: list = []
+    for view, out in zip(views, r.outs):
+        if out is None:
+            continue
+        if not (view.size == 0 or np.shares_memory(view, r.ins[0])):
+            return None
+        made = _copy(view, out, r.keep)
+        if made is None:
+            return None
+        calls += made
+    return calls
+
+
 _PAD_MODES = ("constant", "edge", "reflect", "wrap")
 
 
@@ -280,4 +309,5 @@ register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
 register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind))
 register_lowering("GatherND", "native", NativeRule(_one_output, _bind_gather_nd))
 register_lowering("Slice", "native", NativeRule(_one_output, _bind_slice))
+register_lowering("Split", "native", NativeRule(_split_accepts, _bind_split))
 register_lowering("Pad", "native", NativeRule(_pad_accepts, _bind_pad))

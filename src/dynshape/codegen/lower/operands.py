@@ -16,7 +16,7 @@ import numpy as np
 from dynshape.codegen import kir
 from dynshape.codegen.lowering import Unsupported
 from dynshape.ir.graph import Graph
-from dynshape.passes.values import broadcast_pattern, scalar_const
+from dynshape.passes.values import broadcast_pattern, const_value, scalar_const
 from dynshape.sym import Expr
 
 
@@ -38,7 +38,7 @@ def operands(inputs: tuple[str, ...] | list[str], shape: tuple, graph: Graph, fi
     for x in inputs:
         c = scalar_const(x, graph)
         if c is not None:
-            ops.scalars[x] = kir.Const(c, kir.F32)
+            ops.scalars[x] = literal(const_value(x, graph))
             continue
         pat = broadcast_pattern(tuple(graph.types[x].shape), shape) if shape else (True,)
         if pat is None:
@@ -47,6 +47,17 @@ def operands(inputs: tuple[str, ...] | list[str], shape: tuple, graph: Graph, fi
         ops.patterns.append(pat)
         ops.buffers.append(kir.Buffer(f"i{first_param + len(ops.ptrs) - 1}", dtype_of(graph, x)))
     return ops
+
+
+def literal(c: np.ndarray) -> kir.Const:
+    """A one-element constant as a literal of its own kind: an integer stays an exact int64 literal (as a float
+    literal, `ids == 1.0f` would compare int64 ids converted to float, wrong above 2**24), a bool a 0/1."""
+    v = np.asarray(c).reshape(-1)[0]
+    if c.dtype == np.bool_:
+        return kir.Const(bool(v), kir.BOOL)
+    if c.dtype.kind in "iu":
+        return kir.Const(int(v), kir.I64)
+    return kir.Const(float(v), kir.F32)
 
 
 def levels(patterns: list[tuple], axes: range) -> list[list[int]]:

@@ -55,10 +55,12 @@ def lower_pool(p: Pool, ctx: LowerCtx) -> Lowered:
             raise Unsupported(f"{node.label()} is not a reduction over the map")
         kind, whole = reduced, True
     _check_kind(kind)
-    if not isinstance(x.shape[-1], int) or len(x.shape) not in (3, 4):
-        raise Unsupported("channels must be static, the pool 1-D or 2-D")
+    if len(x.shape) not in (3, 4):
+        raise Unsupported("the pool is not 1-D or 2-D")
     if whole:
         return _global(p, ctx, kind)
+    if not isinstance(x.shape[-1], int):
+        raise Unsupported("channels must be static for a windowed pool")
     return _windowed(p, ctx, kind)
 
 
@@ -79,21 +81,24 @@ def _global(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     pixels = 1
     for d in x_t.shape[1:-1]:
         pixels = pixels * d
-    ext = (x_t.shape[0], pixels)
+    # channels may be symbolic: a layer norm's mean over 120 features of an (N, L, 120) sequence, which the layout
+    # pass reads as (N, 120, L) channels-last (ppocr_rec), reduces 120 "pixels" of L channels
+    ext = (x_t.shape[0], pixels) if isinstance(c, int) else (x_t.shape[0], pixels, c)
     N, HW = kir.Extent(0), kir.Extent(1)
+    c = c if isinstance(c, int) else kir.Extent(2)
     o0, x = kir.Buffer("o0", F32, const=False), kir.Buffer("i0")
     # a mean sums in double: a float32 running sum over a large map drifts (2**19 * 6 equal values: 1.9% low)
     mean = kind is PoolKind.AVERAGE
     acc = kir.Buffer("acc", kir.F64 if mean else F32, const=False)
     task, n, c0, c1, hw, ch, ch2, ch3 = (kir.Var(v) for v in ("task", "n", "c0", "c1", "hw", "c", "c", "c"))
-    blocks = (c + CBLOCK - 1) // CBLOCK
+    blocks = (c + CBLOCK - 1) // CBLOCK if isinstance(c, int) else (c + (CBLOCK - 1)) / CBLOCK  # C's / : c >= 0
     start = kir.Const(0.0, kir.F64) if mean else _f(float("-inf"))
     value = kir.Load(x, (n * HW + hw) * c + ch2)
     reduce = kir.Load(acc, ch2 - c0) + kir.Cast(value, kir.F64) if mean else _max(kir.Load(acc, ch2 - c0), value)
     simd = kir.Omp(simd=True, schedule=None)
     out = kir.Cast(kir.Load(acc, ch3 - c0) / kir.Cast(HW, kir.F64), F32) if mean else kir.Load(acc, ch3 - c0)
     body = (kir.Let(n, task / blocks), kir.Let(c0, (task % blocks) * CBLOCK),
-            kir.Let(c1, kir.Select(c0 + CBLOCK < c, c0 + CBLOCK, _i(c))),
+            kir.Let(c1, kir.Select(c0 + CBLOCK < c, c0 + CBLOCK, kir.i64(c))),
             kir.For(ch, c1, (kir.Store(acc, ch - c0, start),), start=c0, omp=simd),
             kir.For(hw, HW, (kir.For(ch2, c1, (kir.Store(acc, ch2 - c0, reduce),), start=c0, omp=simd),)),
             kir.For(ch3, c1, (kir.Store(o0, n * c + ch3, out),), start=c0, omp=simd))
