@@ -297,8 +297,8 @@ class Executable:
     # ---- background builds of hot keys ---------------------------------------------------------------------
     def _hot(self, key: tuple) -> None:
         """Queue a build for a key that just became hot; returns at once (the call goes on with what exists)."""
-        if key in self._refused or not self.profile_.is_hot(key):
-            return
+        if key in self._refused or key in self._builder.pending or not self.profile_.is_hot(key):
+            return  # (pending: queued already; a loop of calls keeps it waiting, and is_hot costs microseconds)
         p = self.profile_
         self._builder.submit(key, f"hot: {p.count(key)} calls, {p.share(key):.0%} of the last "
                                   f"{min(p.calls, p.window)}", f"built in the background from call {p.calls}",

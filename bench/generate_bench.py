@@ -1,0 +1,105 @@
+"""Greedy generation with a KV cache on the corpus GPT-2 step model (issue 29: "a 64-token greedy generation in
+tokens/s >= 1.3x onnxruntime's"), as a user runs it: the file as exported (`bench/zoo_models.py`'s gpt2_step:
+transformers GPT2LMHeadModel, 2 layers, 4 heads of 32, vocabulary 1000, one token per step with
+past_key_values in and present out), loaded with `ds.load_onnx(path)`, nothing declared.
+
+Each loop starts from a prompt's cache (past length --prompt, random keys and values), then runs --tokens steps:
+logits -> argmax -> the next input_ids, the attention mask one longer, each step's presents fed back as the next
+step's pasts. dynshape writes the presents into two buffers it owns with `out=` (double-buffered: a step reads
+one while it writes the other, as a decode loop does); onnxruntime runs `InferenceSession.run` (its default
+path). Both must pick the same tokens (checked on the first loop). Rounds interleaved, medians, the CPU printed.
+
+    python bench/zoo_models.py --only gpt2_step       # the model, once
+    python bench/generate_bench.py [--threads 1] [--tokens 64] [--prompt 16,512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import dynshape as ds
+from benchutil import cpu_model, limit_threads
+from zoo_models import BY_NAME, GPT2_HEAD_DIM, GPT2_HEADS, GPT2_LAYERS, ort_session
+
+KV = [f"past_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
+
+
+def _present(name: str) -> str:
+    return name.replace("past_", "present_")
+
+
+def generate_dyn(exe, prompt: dict, tokens: int, bufs: list[dict]) -> list[int]:
+    past = {k: prompt[k] for k in KV}
+    ids, p0 = prompt["input_ids"], prompt[KV[0]].shape[2]
+    out_ids = []
+    for i in range(tokens):
+        n = p0 + i + 1
+        out = {_present(k): np.ndarray((1, GPT2_HEADS, n, GPT2_HEAD_DIM), np.float32, buffer=bufs[i % 2][k])
+               for k in KV}
+        r = exe.run({"input_ids": ids, "attention_mask": np.ones((1, n), np.int64), **past}, out=out)
+        nxt = int(np.argmax(r["logits"][0, -1]))
+        out_ids.append(nxt)
+        ids = np.array([[nxt]], np.int64)
+        past = {k: r[_present(k)] for k in KV}
+    return out_ids
+
+
+def generate_ort(sess, names: list[str], prompt: dict, tokens: int) -> list[int]:
+    past = {k: prompt[k] for k in KV}
+    ids, p0 = prompt["input_ids"], prompt[KV[0]].shape[2]
+    out_ids = []
+    for i in range(tokens):
+        n = p0 + i + 1
+        r = dict(zip(names, sess.run(None, {"input_ids": ids, "attention_mask": np.ones((1, n), np.int64), **past})))
+        nxt = int(np.argmax(r["logits"][0, -1]))
+        out_ids.append(nxt)
+        ids = np.array([[nxt]], np.int64)
+        past = {k: r[_present(k)] for k in KV}
+    return out_ids
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompt", default="16,512", help="past lengths the loops start from, comma-separated")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    limit_threads(args.threads)
+    m = BY_NAME["gpt2_step"]
+    path = m.path()
+    exe = ds.compile(ds.load_onnx(path))
+    sess = ort_session(path, args.threads)
+    names = [o.name for o in sess.get_outputs()]
+    limit_threads(args.threads)
+    print(f"CPU: {cpu_model()}; threads {args.threads}; gpt2_step ({GPT2_LAYERS} layers, {GPT2_HEADS} heads of "
+          f"{GPT2_HEAD_DIM}), loaded with ds.load_onnx(path), nothing declared; {args.tokens} tokens per loop")
+    print("| prompt (past) | dynshape tokens/s | onnxruntime tokens/s | dyn / ort |")
+    print("|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for p0 in (int(x) for x in args.prompt.split(",")):
+        prompt = {"input_ids": np.array([[7]], np.int64),
+                  **{k: rng.standard_normal((1, GPT2_HEADS, p0, GPT2_HEAD_DIM)).astype(np.float32) for k in KV}}
+        cap = p0 + args.tokens + 1
+        bufs = [{k: np.empty(GPT2_HEADS * cap * GPT2_HEAD_DIM, np.float32) for k in KV} for _ in range(2)]
+        a, b = generate_dyn(exe, prompt, args.tokens, bufs), generate_ort(sess, names, prompt, args.tokens)
+        if a != b:
+            raise SystemExit(f"prompt {p0}: the two picked different tokens: {a[:8]}... vs {b[:8]}...")
+        times: dict[str, list[float]] = {"dyn": [], "ort": []}
+        for r in range(args.rounds):
+            order = (("dyn", lambda p=prompt, b=bufs: generate_dyn(exe, p, args.tokens, b)),
+                     ("ort", lambda p=prompt: generate_ort(sess, names, p, args.tokens)))
+            for k, f in (order if r % 2 == 0 else order[::-1]):
+                t = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t)
+        tps = {k: args.tokens / statistics.median(v) for k, v in times.items()}
+        print(f"| {p0} | {tps['dyn']:.0f} | {tps['ort']:.0f} | {tps['dyn'] / tps['ort']:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
