@@ -66,6 +66,10 @@ def serve(
     inline_below_us: Annotated[int, typer.Option(min=0, help="Run a call on the event loop's thread when its shape "
                                                              "last ran faster than this (two thread hand-offs cost "
                                                              "more); 0: always the worker threads.")] = 100,
+    reserve_memory: Annotated[bool, typer.Option(
+        help="Reserve at load each instance's arena for the largest call the declared dims admit (--dim bounds "
+             "on every symbol), so memory stays flat under any traffic; off: it grows with the largest call "
+             "served.")] = True,
     max_request_bytes: Annotated[int, typer.Option(min=1, help="Larger request bodies get 413.")] = 64 << 20,
     access_log: Annotated[bool, typer.Option(help="Log one JSON line per inference request.")] = False,
 ) -> None:
@@ -99,6 +103,6 @@ def serve(
                                 default_priority_level=default_priority_level, pad=pads,
                                 inline_below_us=inline_below_us)
         specs.append(ModelSpec(str(path), names[i] if i < len(names) else None, dims=None if path.is_dir() else dims,
-                               instances=instances, batcher=batcher))
+                               instances=instances, batcher=batcher, reserve_memory=reserve_memory))
     serve_forever(specs, ServerConfig(host=host, port=port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,
                                       access_log=access_log), {"strategy": strategy} if strategy else None)

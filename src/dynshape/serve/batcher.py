@@ -83,6 +83,7 @@ class Batcher:
         self.cost = CostModel(work_of(executables[0], signature)) if self.pad is not None else None
         self.levels = max(config.priority_levels, 1)
         self._queues: list[collections.deque[Pending]] = [collections.deque() for _ in range(self.levels)]
+        self.executables = tuple(executables)  # one per instance (their memory and stats, for reports and tests)
         self._free = list(executables)
         self.instances = len(executables)
         self._pool = ThreadPoolExecutor(max_workers=len(executables), thread_name_prefix=f"serve-{name}")

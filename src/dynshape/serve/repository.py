@@ -7,15 +7,20 @@ executable per instance gives each instance its own arena set, so instances neve
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dynshape as ds
+from dynshape.errors import DynshapeError
 from dynshape.serve.batcher import Batcher
 from dynshape.serve.config import ModelSpec
 from dynshape.serve.errors import InferError
 from dynshape.serve.metrics import Metrics
 from dynshape.serve.signature import ModelSignature
+
+log = logging.getLogger("dynshape.serve")
 
 
 @dataclass
@@ -53,11 +58,13 @@ def build_model(spec: ModelSpec, metrics: Metrics, compile_options: dict | None 
     """Load (artefact folder) or compile (ONNX file, ModelProto or Graph) one executable per instance; an
     executable built in this process (anything with `.graph` and `.run`) is served as given, as one instance."""
     src = spec.path
+    name = spec.name
     if hasattr(src, "run") and hasattr(src, "graph"):  # an executable compiled in this process: served as is
         exes, graph, default_name = [src], src.graph, getattr(src.graph, "name", "model")
     elif isinstance(src, (str, Path)) and Path(src).is_dir():
-        exes = [ds.load(src) for _ in range(spec.instances)]
-        graph, default_name = exes[0].graph, Path(src).stem
+        default_name = Path(src).stem
+        exes = _instances(ds.load, src, {}, spec.instances, spec.reserve_memory, name or default_name)
+        graph = exes[0].graph
     else:
         if isinstance(src, (str, Path)):
             graph, default_name = ds.load_onnx(str(src), dims=spec.dims), Path(src).stem
@@ -66,12 +73,40 @@ def build_model(spec: ModelSpec, metrics: Metrics, compile_options: dict | None 
         else:  # an onnx.ModelProto
             graph = ds.load_onnx(src, dims=spec.dims)
             default_name = graph.name or "model"
-        exes = [ds.compile(graph, **(compile_options or {})) for _ in range(spec.instances)]
-    name = spec.name or default_name
+        bounded = all(s.max is not None for s in ModelSignature(graph).symbols.values())
+        exes = _instances(ds.compile, graph, compile_options or {}, spec.instances, spec.reserve_memory and bounded,
+                          name or default_name)
+    name = name or default_name
     sig = ModelSignature(graph)
     batcher = Batcher(name, spec.version, exes, sig, spec.batcher, metrics)
     batcher.calibrate()  # with --pad: padding proven exact and the cost model seeded before the first request
     return ServedModel(name, spec.version, sig, batcher, str(src) if isinstance(src, (str, Path)) else "<in memory>")
+
+
+def _instances(make: Any, src: Any, options: dict, count: int, reserve: bool, name: str) -> list:
+    """`count` executables `make(src, **options)` (ds.compile or ds.load), each reserving its worst-case arena
+    when `reserve` (see ModelSpec.reserve_memory): `preallocate` with one arena, as an instance runs one call at
+    a time (the batcher hands it to one batch at a time). A refusal (a symbol the memory depends on is unbounded,
+    no memory plan) or a reserve the machine cannot give: made again without one, with a warning, so a model the
+    server could serve before is still served (and the other instances are not tried)."""
+    if "preallocate" in options or "memory_budget" in options:  # the caller's memory policy wins
+        reserve = False
+    exes = []
+    for _ in range(count):
+        if reserve:
+            try:
+                exes.append(make(src, **{"preallocate": True, "arenas": 1, **options}))
+                continue
+            except (DynshapeError, MemoryError) as e:
+                log.warning("model %s: no arena reserved at load (%s: %s); memory grows with the largest call "
+                            "served", name, type(e).__name__, str(e)[:300])
+                reserve = False
+        exes.append(make(src, **options))
+    w = exes[0].worst_case_memory() if reserve and hasattr(exes[0], "worst_case_memory") else None
+    if w is not None:
+        log.info("model %s: reserved the worst-case arena per instance, %.1f MiB (%s)", name, (w.reserve or 0) / 2**20,
+                 w.text())
+    return exes
 
 
 class ModelRepository:
