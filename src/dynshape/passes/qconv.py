@@ -23,6 +23,7 @@ from dynshape.ir.graph import Node
 from dynshape.ir.opdef import is_default_domain
 from dynshape.ir.types import TensorType
 from dynshape.passes.layout import Rewrite
+from dynshape.passes.values import dataflow
 
 DOMAIN = "dynshape"
 FLOAT, INT32 = 1, 6  # TensorProto.FLOAT, TensorProto.INT32
@@ -72,12 +73,7 @@ def _conv_integer(ci: Node, producer: dict, types: dict, consts: dict) -> tuple[
 
 def float_conv_integer(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
     """The rewrite described above; every node it does not take is kept as it is, in order."""
-    producer = {o: n for n in nodes for o in n.outputs if o}
-    readers: dict[str, list[Node]] = {}
-    for n in nodes:
-        for x in (*n.inputs, *n.free_names()):
-            if x:
-                readers.setdefault(x, []).append(n)
+    producer, readers = dataflow(nodes)
     found: dict[int, tuple[Node, list[tuple[Node, np.ndarray]]]] = {}
     for n in nodes:
         hit = _conv_integer(n, producer, types, consts)

@@ -26,6 +26,7 @@ from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes.constfold import fold_constant_nodes
 from dynshape.passes.layout import Rewrite
+from dynshape.passes.values import dataflow
 
 DOMAIN = "dynshape"
 FLOAT = 1  # TensorProto.FLOAT
@@ -50,12 +51,7 @@ def as_int8(w: np.ndarray, zp: np.ndarray | None) -> tuple[np.ndarray, np.ndarra
 
 def fuse_dynamic_quant(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
     """The rewrite described above; nodes that match no chain are kept as they are, in order."""
-    producer = {o: n for n in nodes for o in n.outputs if o}
-    readers: dict[str, list[Node]] = {}
-    for n in nodes:
-        for x in (*n.inputs, *n.free_names()):
-            if x:
-                readers.setdefault(x, []).append(n)
+    producer, readers = dataflow(nodes)
 
     def only_reader(name: str) -> Node | None:
         users = readers.get(name, [])

@@ -13,6 +13,18 @@ from dynshape.ir.types import TensorType
 from dynshape.shape.broadcast import same_dim
 
 
+def dataflow(nodes: list[Node]) -> tuple[dict[str, Node], dict[str, list[Node]]]:
+    """(value -> the node that makes it, value -> the nodes that read it, subgraphs' free names included): what a
+    rewrite that matches chains of nodes looks up."""
+    producer = {o: n for n in nodes for o in n.outputs if o}
+    readers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for x in (*n.inputs, *n.free_names()):
+            if x:
+                readers.setdefault(x, []).append(n)
+    return producer, readers
+
+
 def is_view(n: Node) -> bool:
     """Whether n's output is its input's buffer reinterpreted (a plan makes it a view, no copy)."""
     op = opdef.of(n)
