@@ -52,7 +52,7 @@ static inline int64_t dsq_row_floats(int64_t k) { return (3 * dsq_groups(k) + 15
 typedef struct {
     int64_t sh;   /* sum_k H_k */
     int32_t e;    /* max|h| < 2^e */
-    int32_t kind; /* 0: digits hold the row, 1: the row is zero, 2: it holds NaN or infinity */
+    int32_t kind; /* 0: digits hold the row, 1: it is zero (no product to run), 2: it holds NaN or infinity */
 } dsq_row;
 
 /* One batch row of the state into its digits (scratch: dsq_row_floats(k) floats, 64-byte aligned). */
