@@ -49,7 +49,7 @@ OP_CODE = {"LSTM": 0, "GRU": 1, "RNN": 2}
 DIR_CODE = {"forward": 0, "reverse": 1, "bidirectional": 2}
 RNN_ACT_CODE = {"tanh": 0, "relu": 1, "sigmoid": 2}
 DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
-N_ARGS = 19
+N_ARGS = 20
 Q8_MAX_HIDDEN = 65536  # the int8 product's per-digit int32 sums stay below 2^31 up to this depth
 Q8_MODES = ("auto", "native", "portable", "off")
 
@@ -109,7 +109,7 @@ def q8_row_floats(hidden: Any) -> Any:
     return ceil_div(3 * ceil_div(hidden, 4), 16) * 16 + 16
 
 
-def pack_q8_recurrent(r: np.ndarray, scale: Any) -> np.ndarray | str:
+def pack_q8_weights(r: np.ndarray, scale: Any) -> np.ndarray | str:
     """R [dirs, n, k] float32 as ds_rnn_q8.h's packed 8-bit form, or the reason it has none.
 
     `scale` is one value per direction or per direction and row of R; every weight must be exactly
@@ -172,8 +172,9 @@ class RnnKernel:
     hidden: int
     wp: np.ndarray
     rp: np.ndarray
-    rq: np.ndarray | None = None  # R as 8-bit integers (pack_q8_recurrent), used instead of rp
-    portable: bool = False  # rq's product in plain C instead of VPDPBUSD (tests)
+    rq: np.ndarray | None = None  # R as 8-bit integers (pack_q8_weights), used instead of rp
+    wq: np.ndarray | None = None  # W as 8-bit integers (one "direction" of dirs * gates * hidden rows), for wp
+    portable: bool = False  # rq's and wq's products in plain C instead of VPDPBUSD (tests)
 
     @property
     def entry(self) -> int:
@@ -191,8 +192,12 @@ class RnnKernel:
 
     def workspace_floats(self, seq: Any, batch: Any) -> Any:
         nd = self.attrs.num_directions
-        base = workspace_floats(self.op, seq, batch, self.hidden, nd)
-        return base if self.rq is None else base + nd * batch * q8_row_floats(self.hidden)
+        ws = workspace_floats(self.op, seq, batch, self.hidden, nd)
+        if self.rq is not None:
+            ws = ws + nd * batch * q8_row_floats(self.hidden)
+        if self.wq is not None:
+            ws = ws + seq * batch * q8_row_floats(self.input_size)
+        return ws
 
     def args(self, *, x: int, seq: int, batch: int, ws: int, b: int = 0, seq_lens: int = 0, h0: int = 0, c0: int = 0,
              p: int = 0, y: int = 0, y_h: int = 0, y_c: int = 0) -> np.ndarray:
@@ -203,8 +208,9 @@ class RnnKernel:
         0..seq (the kernel clamps them, it cannot raise)."""
         clip = np.inf if self.attrs.clip is None else self.attrs.clip
         rp, rq = (self.rp.ctypes.data, 0) if self.rq is None else (0, self.rq.ctypes.data)
-        return np.array([x, self.wp.ctypes.data, rp, b, seq_lens, h0, c0, p, y, y_h, y_c, ws, seq, batch,
-                         self.input_size, self.hidden, self.flags, _float_bits(clip), rq], dtype=np.int64)
+        wp, wq = (self.wp.ctypes.data, 0) if self.wq is None else (0, self.wq.ctypes.data)
+        return np.array([x, wp, rp, b, seq_lens, h0, c0, p, y, y_h, y_c, ws, seq, batch, self.input_size,
+                         self.hidden, self.flags, _float_bits(clip), rq, wq], dtype=np.int64)
 
     def __call__(self, x: np.ndarray, b: np.ndarray | None = None, seq_lens: np.ndarray | None = None,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None, p: np.ndarray | None = None,
@@ -254,13 +260,15 @@ def _f32(v: np.ndarray, name: str, rank: int) -> np.ndarray:
     return np.ascontiguousarray(v)
 
 
-def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = None, q8: str = "auto") -> RnnKernel:
+def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = None, w_scale: Any = None,
+         q8: str = "auto") -> RnnKernel:
     """Pack a node's W and R for the kernel (once: at bind / compile time); NotSupported says why not.
 
-    With `r_scale` (an LSTM's R is that scale times 8-bit integers: pack_q8_recurrent), `q8` says how its
+    With `r_scale` (an LSTM's R is that scale times 8-bit integers: pack_q8_weights), `q8` says how its
     recurrent product runs: "auto" on the integers where VPDPBUSD runs, else in float; "native" / "portable"
     on the integers (VPDPBUSD / plain C; NotSupported when R has no 8-bit form or, native, the CPU no VNNI);
-    "off" in float."""
+    "off" in float. `w_scale` does the same for W and the input projection (best effort: a W without an
+    8-bit form runs in float)."""
     reason = supported(op, attrs, np.asarray(w).dtype)
     if reason is not None:
         raise NotSupported(reason)
@@ -273,30 +281,41 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = N
     hid = r.shape[2]
     if w.shape[1] != g * hid or r.shape[1] != g * hid or (a.hidden_size is not None and a.hidden_size != hid):
         raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
+    rq, wq = _q8_forms(op, w, r, nd * g * hid, r_scale, w_scale, q8)
+    wp = packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1) if wq is None else []
+    if rq is not None:
+        rp: list = []
+    elif op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
+        rp = [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
+              for m in (r[d, :2 * hid], r[d, 2 * hid:])]
+    else:
+        rp = [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
+    wa, ra = packed_gemm.aligned(len(wp)), packed_gemm.aligned(sum(p.size for p in rp))
+    wa[:] = wp
+    ra[:] = np.concatenate(rp) if rp else []
+    return RnnKernel(op, a, int(w.shape[2]), int(hid), wa, ra, rq, wq, q8 == "portable")
+
+
+def _q8_forms(op: str, w: np.ndarray, r: np.ndarray, rows: int, r_scale: Any, w_scale: Any,
+              q8: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """R's and W's 8-bit forms as bind's `q8` asks (None: that product runs in float)."""
     if q8 not in Q8_MODES:
         raise ValueError(f"q8={q8!r}: one of {Q8_MODES}")
-    rq = None
-    if r_scale is not None and op == "LSTM" and (q8 in ("portable", "native") or (q8 == "auto" and q8_native())):
-        rq = pack_q8_recurrent(r, r_scale)
-        if isinstance(rq, str) and q8 != "auto":
+    if r_scale is None or op != "LSTM" or q8 == "off" or (q8 == "auto" and not q8_native()):
+        return None, None
+    if q8 == "native" and not q8_native():
+        raise NotSupported("LSTM: the 8-bit recurrent product needs AVX512-VNNI (and a compiler targeting it)")
+    rq = pack_q8_weights(r, r_scale)
+    if isinstance(rq, str):
+        if q8 != "auto":
             raise NotSupported(f"LSTM: no 8-bit recurrent product: {rq}")
-        if q8 == "native" and not q8_native():
-            raise NotSupported("LSTM: the 8-bit recurrent product needs AVX512-VNNI (and a compiler targeting it)")
-        rq = None if isinstance(rq, str) else rq
-    parts = [packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1)]
-    if rq is not None:
-        wp = packed_gemm.aligned(parts[0].size)
-        wp[:] = parts[0]
-        return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, packed_gemm.aligned(0), rq, q8 == "portable")
-    if op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
-        parts += [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
-                  for m in (r[d, :2 * hid], r[d, 2 * hid:])]
-    else:
-        parts += [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
-    wp, rp = packed_gemm.aligned(parts[0].size), packed_gemm.aligned(sum(p.size for p in parts[1:]))
-    wp[:] = parts[0]
-    rp[:] = np.concatenate(parts[1:])
-    return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, rp)
+        return None, None
+    if w_scale is None:
+        return rq, None
+    nd = w.shape[0]
+    ws = np.broadcast_to(np.asarray(w_scale, np.float32).reshape(nd, -1), (nd, rows // nd)).reshape(1, rows)
+    wq = pack_q8_weights(w.reshape(1, rows, w.shape[2]), ws)
+    return rq, None if isinstance(wq, str) else wq
 
 
 def _run(op: str, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, seq_lens: np.ndarray | None,
@@ -331,12 +350,13 @@ def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel
     """bind() once per node's weights (shared by every plan, key and variant), while the weights live; an
     `_r_scale` attribute (frontends/onnx_contrib.py) lets an LSTM's recurrent product run on 8-bit R."""
     params = {k: v for k, v in attrs.items() if not k.startswith("_")}
-    r_scale = attrs.get("_r_scale")
-    key = (op, id(w), id(r), repr(sorted(params.items())), None if r_scale is None else tuple(r_scale))
+    r_scale, w_scale = attrs.get("_r_scale"), attrs.get("_w_scale")
+    scales = tuple(None if v is None else tuple(v) for v in (r_scale, w_scale))
+    key = (op, id(w), id(r), repr(sorted(params.items())), scales)
     hit = _bound.get(key)
     if hit is not None and hit[0]() is w and hit[1]() is r:
         return hit[2]
-    k = bind(op, w, r, params, r_scale=r_scale)
+    k = bind(op, w, r, params, r_scale=r_scale, w_scale=w_scale)
     try:
         _bound[key] = (weakref.ref(w), weakref.ref(r), k)
     except TypeError:  # not weak-referenceable: no sharing

@@ -10,9 +10,10 @@ into ops dynshape compiles, so no contrib op needs a kernel of its own.
   `[directions, 4*hidden, input]` float weights. onnxruntime also quantizes the activations to uint8 per
   step; dynshape computes the step in float32 with the dequantized weights, so its results are the float
   LSTM's on those weights (closer to the unquantized model than onnxruntime's, differing from them by
-  onnxruntime's activation rounding). The LSTM carries R's scale as its `_r_scale` attribute: the native
-  kernel recovers R's 8-bit values from it and streams those each step instead of the floats (4x fewer
-  bytes; codegen/rnn_kernel.py), with the same results up to the order of summation.
+  onnxruntime's activation rounding). The LSTM carries R's and W's scales as its `_r_scale` and `_w_scale`
+  attributes: the native kernel recovers their 8-bit values from them and multiplies those (VPDPBUSD, R
+  streamed at a quarter of the bytes each step; codegen/rnn_kernel.py), with the float LSTM's results up to
+  float32 rounding.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _dequantize_lstm_weight(graph: Graph, node: Node, w: int, scale: int, zero: 
 
 
 def _dynamic_quantize_lstm(graph: Graph, node: Node) -> Node:
-    w, _ = _dequantize_lstm_weight(graph, node, 1, 8, 9, "W")
+    w, w_scale = _dequantize_lstm_weight(graph, node, 1, 8, 9, "W")
     r, r_scale = _dequantize_lstm_weight(graph, node, 2, 10, 11, "R")
     names = []
     for tag, arr in (("W", w), ("R", r)):
@@ -76,7 +77,8 @@ def _dynamic_quantize_lstm(graph: Graph, node: Node) -> Node:
     while rest and not rest[-1]:
         rest.pop()
     attrs = {k: v for k, v in node.attrs.items() if k in _LSTM_ATTRS}
-    attrs["_r_scale"] = [float(v) for v in r_scale.reshape(-1)]  # per direction, or per direction and R row
+    attrs["_r_scale"] = [float(v) for v in r_scale.reshape(-1)]  # per direction, or per direction and row
+    attrs["_w_scale"] = [float(v) for v in w_scale.reshape(-1)]
     return Node("LSTM", "", node.name, attrs, [node.inputs[0], *names, *rest], list(node.outputs))
 
 

@@ -40,6 +40,9 @@
                                        layout, direction after direction, 64-byte aligned), used instead of rp;
                                        the workspace then grows by dirs * batch * dsq_row_floats(hidden) floats,
                                        and flags bit 5 runs its portable product (tests)
+     a[19] wq           const uint8*  or 0: W of all directions as 8-bit integers, the same layout with
+                                       W.reshape(dirs*gates*hidden, input) as one direction, used instead of
+                                       wp; the workspace grows by seq * batch * dsq_row_floats(input) floats more
    Outputs past an entry's sequence length are zero; Y_h / Y_c hold its last valid step (zero for length 0). */
 
 #include <math.h>
@@ -262,7 +265,7 @@ typedef struct {
     float clip;
     const float *x, *wp, *rp, *b, *h0, *c0, *p;
     const int32_t *lens;
-    const uint8_t *rq; /* 8-bit R (ds_rnn_q8.h) or 0 */
+    const uint8_t *rq, *wq; /* 8-bit R and W (ds_rnn_q8.h) or 0 */
     int portable;
     float *y, *yh, *yc, *gx, *bias, *rbh, *zeros, *dirws, *q8ws;
 } dsr_layer;
@@ -446,6 +449,7 @@ static void dsr_layer_run(int op, const int64_t *a) {
     L.act[1] = op == DSR_RNN ? (int)(flags >> 10 & 3) : 0;
     L.clip = dsr_from_bits((int32_t)a[17]);
     L.rq = op == DSR_LSTM ? (const uint8_t *)a[18] : 0;
+    L.wq = (const uint8_t *)a[19];
     L.portable = (int)(flags >> 5 & 1);
     L.nd = L.dir == 2 ? 2 : 1;
     L.gates = dsr_gates(op);
@@ -472,7 +476,11 @@ static void dsr_layer_run(int op, const int64_t *a) {
        rows would otherwise pull from L3 once per 60-row block. */
     const int64_t panels = dsr_panels(L.n), block = (DSR_W_BLOCK_BYTES / 128) / (L.in > 0 ? L.in : 1);
     const int64_t step = block < 1 ? 1 : block;
-    for (int64_t q = 0; q < panels; q += step) {
+    if (L.wq) { /* its panel pairs (16 KB each at input 512) stay in L1 while every row passes */
+        float *scratch = L.q8ws + (L.rq ? L.nd * L.batch * dsq_row_floats(hid) : 0);
+        dsq_product(L.x, L.wq, L.gx, L.n, rows, L.n, L.in, scratch, rows * L.n * L.in >= DSR_PAR_MIN, L.portable);
+    }
+    for (int64_t q = 0; q < (L.wq ? 0 : panels); q += step) {
         const int64_t ncols = (q + step < panels ? step * 32 : L.n - q * 32);
         ds_gemm_packed(L.x, L.in, L.wp + q * L.in * 32, L.gx + q * 32, L.n, rows, ncols, L.in);
     }

@@ -16,8 +16,8 @@
    u0 + 2^8 u1 + 2^16 u2. Then, exactly (int32 sums per digit, below 255 * 128 * k < 2^31 for k <= 65536),
        sum_k H_k d[j][k] = A0 + 2^8 A1 + 2^16 A2 - 2^23 colsum_j(q') + z'_j sum_k H_k,   A_i = sum_k u_i q'[j][k]
    combined in double (every term an integer below 2^53, so no rounding) and scaled by s_j 2^(e-22) once.
-   A row of zeros gives zeros; a row holding NaN or infinity gives NaN (the float product would give NaN or
-   +-inf per column; the state is already lost either way).
+   A row of zeros gives zeros; a row holding NaN or infinity runs a scalar float product on the integers (so
+   +-inf and NaN come out per column as the float kernel's would; rare, so slow is fine).
 
    Two ways to run a panel, one layout: VPDPBUSD (where the compiler targets AVX512-VNNI) and plain int32 C
    (every CPU, and the tests' reference for the native one: integer sums, the same epilogue, identical bits).
@@ -102,14 +102,15 @@ static inline void dsq_finish(const int32_t *restrict acc, const double *restric
 }
 
 #if DSQ_NATIVE
-/* Panels q0 .. q1 (at most 2) of one row: per group of 4 k, the three digit words broadcast once against each
-   panel's two 64-byte weight vectors; 12 accumulators. */
-static void dsq_panels_native(const uint8_t *restrict u, int64_t k4, const int8_t *restrict w, int64_t q0,
-                              int64_t q1, int32_t *restrict acc) {
-    const int8_t *p0 = w + q0 * k4 * 128, *p1 = p0 + k4 * 128;
-    const int two = q1 - q0 > 1;
-    __m512i a[12];
-    for (int i = 0; i < 12; i++) a[i] = _mm512_setzero_si512();
+/* Panels q0 .. q0 + two of one row: per group of 4 k, the three digit words broadcast once against each panel's
+   two 64-byte weight vectors; 12 accumulators. `two` is a constant in each caller (a branch in the loop made
+   gcc shuffle the accumulators between registers every group: 1.4x slower). */
+static inline __attribute__((always_inline)) void dsq_kernel(const uint8_t *restrict u, int64_t k4,
+                                                             const int8_t *restrict p0, int32_t *restrict acc,
+                                                             const int two) {
+    const int8_t *p1 = p0 + k4 * 128;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
+    __m512i a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
     for (int64_t g = 0; g < k4; g++) {
         int32_t d0, d1, d2;
         memcpy(&d0, u + 4 * g, 4);
@@ -117,23 +118,30 @@ static void dsq_panels_native(const uint8_t *restrict u, int64_t k4, const int8_
         memcpy(&d2, u + 8 * k4 + 4 * g, 4);
         const __m512i b0 = _mm512_set1_epi32(d0), b1 = _mm512_set1_epi32(d1), b2 = _mm512_set1_epi32(d2);
         const __m512i w0 = _mm512_load_si512(p0 + g * 128), w1 = _mm512_load_si512(p0 + g * 128 + 64);
-        a[0] = _mm512_dpbusd_epi32(a[0], b0, w0);
-        a[1] = _mm512_dpbusd_epi32(a[1], b0, w1);
-        a[2] = _mm512_dpbusd_epi32(a[2], b1, w0);
-        a[3] = _mm512_dpbusd_epi32(a[3], b1, w1);
-        a[4] = _mm512_dpbusd_epi32(a[4], b2, w0);
-        a[5] = _mm512_dpbusd_epi32(a[5], b2, w1);
+        a0 = _mm512_dpbusd_epi32(a0, b0, w0);
+        a1 = _mm512_dpbusd_epi32(a1, b0, w1);
+        a2 = _mm512_dpbusd_epi32(a2, b1, w0);
+        a3 = _mm512_dpbusd_epi32(a3, b1, w1);
+        a4 = _mm512_dpbusd_epi32(a4, b2, w0);
+        a5 = _mm512_dpbusd_epi32(a5, b2, w1);
         if (two) {
             const __m512i v0 = _mm512_load_si512(p1 + g * 128), v1 = _mm512_load_si512(p1 + g * 128 + 64);
-            a[6] = _mm512_dpbusd_epi32(a[6], b0, v0);
-            a[7] = _mm512_dpbusd_epi32(a[7], b0, v1);
-            a[8] = _mm512_dpbusd_epi32(a[8], b1, v0);
-            a[9] = _mm512_dpbusd_epi32(a[9], b1, v1);
-            a[10] = _mm512_dpbusd_epi32(a[10], b2, v0);
-            a[11] = _mm512_dpbusd_epi32(a[11], b2, v1);
+            a6 = _mm512_dpbusd_epi32(a6, b0, v0);
+            a7 = _mm512_dpbusd_epi32(a7, b0, v1);
+            a8 = _mm512_dpbusd_epi32(a8, b1, v0);
+            a9 = _mm512_dpbusd_epi32(a9, b1, v1);
+            a10 = _mm512_dpbusd_epi32(a10, b2, v0);
+            a11 = _mm512_dpbusd_epi32(a11, b2, v1);
         }
     }
-    for (int i = 0; i < (two ? 12 : 6); i++) _mm512_storeu_si512(acc + 16 * i, a[i]);
+    const __m512i all[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+    for (int i = 0; i < (two ? 12 : 6); i++) _mm512_storeu_si512(acc + 16 * i, all[i]);
+}
+
+static void dsq_panels_native(const uint8_t *restrict u, int64_t k4, const int8_t *restrict w, int64_t q0,
+                              int64_t q1, int32_t *restrict acc) {
+    if (q1 - q0 > 1) dsq_kernel(u, k4, w + q0 * k4 * 128, acc, 1);
+    else dsq_kernel(u, k4, w + q0 * k4 * 128, acc, 0);
 }
 #endif
 
@@ -152,19 +160,34 @@ static void dsq_panel_portable(const uint8_t *restrict u, int64_t k4, const int8
         }
 }
 
-/* Panels q0 .. q1 (at most 2) of one batch row into its n-column row of out. */
-static void dsq_row_panels(const float *scratch, const uint8_t *rq, float *out, int64_t n, int64_t k, int64_t q0,
-                           int64_t q1, int portable) {
+/* Columns of a row holding NaN or infinity: s_j * sum_k h_k (q'[j][k] + z'_j) in float, term by term. */
+static void dsq_nonfinite(const float *h, const int8_t *w, const double *zq, const double *sc, float *out,
+                          int64_t n, int64_t k, int64_t q0, int64_t q1) {
+    const int64_t k4 = dsq_groups(k);
+    for (int64_t j = q0 * 32; j < n && j < q1 * 32; j++) {
+        const int8_t *col = w + (j / 32) * k4 * 128 + (j % 32) * 4;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < k; i++) acc += h[i] * (float)(col[(i / 4) * 128 + i % 4] + zq[j]);
+        out[j] = acc * (float)sc[j];
+    }
+}
+
+/* Panels q0 .. q1 (at most 2) of one batch row (h, its digits in scratch) into its n-column row of out. */
+static void dsq_row_panels(const float *h, const float *scratch, const uint8_t *rq, float *out, int64_t n, int64_t k,
+                           int64_t q0, int64_t q1, int portable) {
     const int64_t k4 = dsq_groups(k), np = dsq_panels(n);
     const dsq_row *hd = (const dsq_row *)(scratch + (3 * k4 + 15) / 16 * 16);
-    if (hd->kind) {
-        const float v = hd->kind == 1 ? 0.0f : NAN;
-        for (int64_t j = q0 * 32; j < n && j < q1 * 32; j++) out[j] = v;
+    const int8_t *w = (const int8_t *)rq;
+    const double *c1 = (const double *)(rq + np * k4 * 128), *zq = c1 + np * 32, *sc = zq + np * 32;
+    if (hd->kind == 1) {
+        for (int64_t j = q0 * 32; j < n && j < q1 * 32; j++) out[j] = 0.0f;
+        return;
+    }
+    if (hd->kind == 2) {
+        dsq_nonfinite(h, w, zq, sc, out, n, k, q0, q1);
         return;
     }
     const uint8_t *u = (const uint8_t *)scratch;
-    const int8_t *w = (const int8_t *)rq;
-    const double *c1 = (const double *)(rq + np * k4 * 128), *zq = c1 + np * 32, *sc = zq + np * 32;
     int32_t acc[192];
 #if DSQ_NATIVE
     if (!portable) {
@@ -192,13 +215,13 @@ static void dsq_product(const float *h, const uint8_t *rq, float *out, int64_t l
         #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < pairs; i++)
             for (int64_t b = 0; b < batch; b++)
-                dsq_row_panels(scratch + b * rf, rq, out + b * ldo, n, k, 2 * i, 2 * i + 2 < np ? 2 * i + 2 : np,
-                               portable);
+                dsq_row_panels(h + b * k, scratch + b * rf, rq, out + b * ldo, n, k, 2 * i,
+                               2 * i + 2 < np ? 2 * i + 2 : np, portable);
     } else {
         for (int64_t i = 0; i < pairs; i++)
             for (int64_t b = 0; b < batch; b++)
-                dsq_row_panels(scratch + b * rf, rq, out + b * ldo, n, k, 2 * i, 2 * i + 2 < np ? 2 * i + 2 : np,
-                               portable);
+                dsq_row_panels(h + b * k, scratch + b * rf, rq, out + b * ldo, n, k, 2 * i,
+                               2 * i + 2 < np ? 2 * i + 2 : np, portable);
     }
 }
 
