@@ -99,6 +99,18 @@ def test_hidden_512_batch_1_as_in_ddddocr():
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_layout_1_and_peepholes(mode):
+    """Batch-major X and states (the projection's rows in X's order), input_forget, peepholes and a clip."""
+    feeds, s, ws = _feeds(12, "bidirectional", 5, 3, 23, np.uint8, True, inp=10)
+    rng = np.random.default_rng(4)
+    for name in ("X", "initial_h", "initial_c"):
+        feeds[name] = np.ascontiguousarray(feeds[name].swapaxes(0, 1))
+    feeds["P"] = (rng.standard_normal((2, 3 * 23)) * 0.3).astype(np.float32)
+    attrs = {"direction": "bidirectional", "layout": 1, "input_forget": 1, "clip": 2.5}
+    _check(_run(feeds, attrs, s, mode, ws), _reference(feeds, attrs))
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("magnitude", [0.0, 1e-30, 3e4, 1e30])
 def test_states_of_any_magnitude(mode, magnitude):
     """A row's digits are relative to its largest value: zero, tiny and huge initial states and inputs (at 1e30
