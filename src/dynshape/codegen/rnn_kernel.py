@@ -12,6 +12,13 @@ For the compiler (lowering registry, programs of native calls):
   its arena symbolically);
 - `lstm_f32` / `gru_f32` / `rnn_f32` run one node on numpy arrays (tests, benchmarks).
 The library links against `packed_gemm.library()` (loaded first, symbols global).
+
+An LSTM whose R is 8-bit integers times a scale (what onnxruntime's DynamicQuantizeLSTM ships; the frontend
+dequantizes it and names the scale in the node's `_r_scale` attribute, frontends/onnx_contrib.py) runs its
+recurrent product on those integers (csrc/ds_rnn_q8.h: a quarter of the bytes per step, three VPDPBUSD per 64
+weights): `bind` recovers them from the float R, checking that the scale reproduces every weight exactly, so
+the float R stays the node's meaning and anything else (another scale, a CPU without AVX512-VNNI) runs the
+float kernel.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import packed_gemm
+from dynshape.codegen.bf16 import native_in
 from dynshape.codegen.clib import I64, P, declare
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.errors import ConstraintViolation, DynshapeError
@@ -41,7 +49,9 @@ OP_CODE = {"LSTM": 0, "GRU": 1, "RNN": 2}
 DIR_CODE = {"forward": 0, "reverse": 1, "bidirectional": 2}
 RNN_ACT_CODE = {"tanh": 0, "relu": 1, "sigmoid": 2}
 DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh")}
-N_ARGS = 18
+N_ARGS = 20
+Q8_MAX_HIDDEN = 65536  # the int8 product's per-digit int32 sums stay below 2^31 up to this depth
+Q8_MODES = ("auto", "native", "portable", "off")
 
 class NotSupported(DynshapeError):
     """The native kernel does not implement this node's attributes (the reference still does)."""
@@ -49,8 +59,9 @@ class NotSupported(DynshapeError):
 
 LIBRARY = declare("ds_rnn", "ds_rnn.c", {**{fn: (P,) for fn in ENTRY.values()},
                                           "ds_rnn_workspace": (I64, I64, I64, I64, I64),
-                                          "ds_rnn_activation_f32": (P, P, I64, I64)},
-                  openmp=True, needs=(packed_gemm.LIBRARY,), restypes={"ds_rnn_workspace": ctypes.c_int64})
+                                          "ds_rnn_activation_f32": (P, P, I64, I64), "ds_rnn_q8_native": ()},
+                  openmp=True, needs=(packed_gemm.LIBRARY,),
+                  restypes={"ds_rnn_workspace": ctypes.c_int64, "ds_rnn_q8_native": ctypes.c_int})
 
 
 def library() -> ctypes.CDLL:
@@ -87,6 +98,53 @@ def supported(op: str, attrs: dict, dtype: Any = np.float32) -> str | None:
     return None
 
 
+@functools.cache
+def q8_native() -> bool:
+    """Whether the int8 recurrent product runs VPDPBUSD here (AVX512-VNNI, and the library compiled for it)."""
+    return native_in("avx512_vnni", LIBRARY, "ds_rnn_q8_native")
+
+
+def q8_row_floats(hidden: Any) -> Any:
+    """Scratch floats per batch row and direction of the int8 product (dsq_row_floats in ds_rnn_q8.h)."""
+    return ceil_div(3 * ceil_div(hidden, 4), 16) * 16 + 16
+
+
+def pack_q8_weights(r: np.ndarray, scale: Any) -> np.ndarray | str:
+    """R [dirs, n, k] float32 as ds_rnn_q8.h's packed 8-bit form, or the reason it has none.
+
+    `scale` is one value per direction or per direction and row of R; every weight must be exactly
+    float32(s * d) for an integer d, and each row's d must span at most 255 (true of any 8-bit q - z)."""
+    nd, n, k = r.shape
+    s = np.asarray(scale, np.float32).reshape(-1)
+    if s.size not in (nd, nd * n):
+        return f"R's scale has {s.size} values; R {list(r.shape)} takes {nd} or {nd * n}"
+    s = np.broadcast_to(s.reshape(nd, -1), (nd, n))
+    if k > Q8_MAX_HIDDEN:
+        return f"hidden size {k} > {Q8_MAX_HIDDEN}"
+    if not (np.isfinite(s).all() and (s != 0).all()):
+        return "R's scale has zeros or non-finite values"
+    with np.errstate(all="ignore"):
+        d = np.rint(r / s[..., None])
+    if not np.isfinite(d).all() or not np.array_equal((d * s[..., None]).astype(np.float32), r):
+        return "R is not its scale times integers"
+    lo, hi = d.min(axis=2), d.max(axis=2)
+    if (hi - lo > 255).any():
+        return "a row of R spans more than 256 steps of its scale"
+    z = lo + 128.0  # q' = d - z lies in -128..127
+    q = (d - z[..., None]).astype(np.int8)
+    panels, groups = -(-n // 32), -(-k // 4)
+    qp = np.zeros((nd, panels * 32, groups * 4), np.int8)
+    qp[:, :n, :k] = q
+    body = qp.reshape(nd, panels, 32, groups, 4).transpose(0, 1, 3, 2, 4).reshape(nd, -1)
+    cols = np.zeros((nd, 3, panels * 32), np.float64)
+    cols[:, 0, :n] = 2.0 ** 23 * q.sum(axis=2, dtype=np.int64)
+    cols[:, 1, :n] = z
+    cols[:, 2, :n] = s
+    out = packed_gemm.aligned(nd * (body.shape[1] + cols[0].nbytes), np.uint8)
+    out.reshape(nd, -1)[:] = np.concatenate([body.view(np.uint8), cols.reshape(nd, -1).view(np.uint8)], axis=1)
+    return out
+
+
 def _float_bits(v: float) -> int:
     return struct.unpack("<i", struct.pack("<f", v))[0]
 
@@ -114,6 +172,9 @@ class RnnKernel:
     hidden: int
     wp: np.ndarray
     rp: np.ndarray
+    rq: np.ndarray | None = None  # R as 8-bit integers (pack_q8_weights), used instead of rp
+    wq: np.ndarray | None = None  # W as 8-bit integers (one "direction" of dirs * gates * hidden rows), for wp
+    portable: bool = False  # rq's and wq's products in plain C instead of VPDPBUSD (tests)
 
     @property
     def entry(self) -> int:
@@ -127,10 +188,16 @@ class RnnKernel:
         if self.op == "RNN":
             for d, acts in enumerate(a.acts):
                 f |= RNN_ACT_CODE[acts[0].name] << (8 + 2 * d)
-        return f
+        return f | (self.portable << 5)
 
     def workspace_floats(self, seq: Any, batch: Any) -> Any:
-        return workspace_floats(self.op, seq, batch, self.hidden, self.attrs.num_directions)
+        nd = self.attrs.num_directions
+        ws = workspace_floats(self.op, seq, batch, self.hidden, nd)
+        if self.rq is not None:
+            ws = ws + nd * batch * q8_row_floats(self.hidden)
+        if self.wq is not None:
+            ws = ws + seq * batch * q8_row_floats(self.input_size)
+        return ws
 
     def args(self, *, x: int, seq: int, batch: int, ws: int, b: int = 0, seq_lens: int = 0, h0: int = 0, c0: int = 0,
              p: int = 0, y: int = 0, y_h: int = 0, y_c: int = 0) -> np.ndarray:
@@ -140,8 +207,10 @@ class RnnKernel:
         `ws` needs `workspace_floats(seq, batch)` floats; sequence_lens values must already be known to lie in
         0..seq (the kernel clamps them, it cannot raise)."""
         clip = np.inf if self.attrs.clip is None else self.attrs.clip
-        return np.array([x, self.wp.ctypes.data, self.rp.ctypes.data, b, seq_lens, h0, c0, p, y, y_h, y_c, ws, seq,
-                         batch, self.input_size, self.hidden, self.flags, _float_bits(clip)], dtype=np.int64)
+        rp, rq = (self.rp.ctypes.data, 0) if self.rq is None else (0, self.rq.ctypes.data)
+        wp, wq = (self.wp.ctypes.data, 0) if self.wq is None else (0, self.wq.ctypes.data)
+        return np.array([x, wp, rp, b, seq_lens, h0, c0, p, y, y_h, y_c, ws, seq, batch, self.input_size,
+                         self.hidden, self.flags, _float_bits(clip), rq, wq], dtype=np.int64)
 
     def __call__(self, x: np.ndarray, b: np.ndarray | None = None, seq_lens: np.ndarray | None = None,
                  h0: np.ndarray | None = None, c0: np.ndarray | None = None, p: np.ndarray | None = None,
@@ -191,8 +260,15 @@ def _f32(v: np.ndarray, name: str, rank: int) -> np.ndarray:
     return np.ascontiguousarray(v)
 
 
-def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
-    """Pack a node's W and R for the kernel (once: at bind / compile time); NotSupported says why not."""
+def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = None, w_scale: Any = None,
+         q8: str = "auto") -> RnnKernel:
+    """Pack a node's W and R for the kernel (once: at bind / compile time); NotSupported says why not.
+
+    With `r_scale` (an LSTM's R is that scale times 8-bit integers: pack_q8_weights), `q8` says how its
+    recurrent product runs: "auto" on the integers where VPDPBUSD runs, else in float; "native" / "portable"
+    on the integers (VPDPBUSD / plain C; NotSupported when R has no 8-bit form or, native, the CPU no VNNI);
+    "off" in float. `w_scale` does the same for W and the input projection (best effort: a W without an
+    8-bit form runs in float)."""
     reason = supported(op, attrs, np.asarray(w).dtype)
     if reason is not None:
         raise NotSupported(reason)
@@ -205,16 +281,41 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
     hid = r.shape[2]
     if w.shape[1] != g * hid or r.shape[1] != g * hid or (a.hidden_size is not None and a.hidden_size != hid):
         raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
-    parts = [packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1)]
-    if op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
-        parts += [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
-                  for m in (r[d, :2 * hid], r[d, 2 * hid:])]
+    rq, wq = _q8_forms(op, w, r, nd * g * hid, r_scale, w_scale, q8)
+    wp = packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1) if wq is None else []
+    if rq is not None:
+        rp: list = []
+    elif op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
+        rp = [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
+              for m in (r[d, :2 * hid], r[d, 2 * hid:])]
     else:
-        parts += [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
-    wp, rp = packed_gemm.aligned(parts[0].size), packed_gemm.aligned(sum(p.size for p in parts[1:]))
-    wp[:] = parts[0]
-    rp[:] = np.concatenate(parts[1:])
-    return RnnKernel(op, a, int(w.shape[2]), int(hid), wp, rp)
+        rp = [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
+    wa, ra = packed_gemm.aligned(len(wp)), packed_gemm.aligned(sum(p.size for p in rp))
+    wa[:] = wp
+    ra[:] = np.concatenate(rp) if rp else []
+    return RnnKernel(op, a, int(w.shape[2]), int(hid), wa, ra, rq, wq, q8 == "portable")
+
+
+def _q8_forms(op: str, w: np.ndarray, r: np.ndarray, rows: int, r_scale: Any, w_scale: Any,
+              q8: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """R's and W's 8-bit forms as bind's `q8` asks (None: that product runs in float)."""
+    if q8 not in Q8_MODES:
+        raise ValueError(f"q8={q8!r}: one of {Q8_MODES}")
+    if r_scale is None or op != "LSTM" or q8 == "off" or (q8 == "auto" and not q8_native()):
+        return None, None
+    if q8 == "native" and not q8_native():
+        raise NotSupported("LSTM: the 8-bit recurrent product needs AVX512-VNNI (and a compiler targeting it)")
+    rq = pack_q8_weights(r, r_scale)
+    if isinstance(rq, str):
+        if q8 != "auto":
+            raise NotSupported(f"LSTM: no 8-bit recurrent product: {rq}")
+        return None, None
+    if w_scale is None:
+        return rq, None
+    nd = w.shape[0]
+    ws = np.broadcast_to(np.asarray(w_scale, np.float32).reshape(nd, -1), (nd, rows // nd)).reshape(1, rows)
+    wq = pack_q8_weights(w.reshape(1, rows, w.shape[2]), ws)
+    return rq, None if isinstance(wq, str) else wq
 
 
 def _run(op: str, x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, seq_lens: np.ndarray | None,
@@ -246,12 +347,16 @@ _bound: dict[tuple, tuple] = {}  # (op, id(W), id(R), attrs) -> (weakref W, weak
 
 
 def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
-    """bind() once per node's weights (shared by every plan, key and variant), while the weights live."""
-    key = (op, id(w), id(r), repr(sorted((k, v) for k, v in attrs.items() if not k.startswith("_"))))
+    """bind() once per node's weights (shared by every plan, key and variant), while the weights live; an
+    `_r_scale` attribute (frontends/onnx_contrib.py) lets an LSTM's recurrent product run on 8-bit R."""
+    params = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    r_scale, w_scale = attrs.get("_r_scale"), attrs.get("_w_scale")
+    scales = tuple(None if v is None else tuple(v) for v in (r_scale, w_scale))
+    key = (op, id(w), id(r), repr(sorted(params.items())), scales)
     hit = _bound.get(key)
     if hit is not None and hit[0]() is w and hit[1]() is r:
         return hit[2]
-    k = bind(op, w, r, attrs)
+    k = bind(op, w, r, params, r_scale=r_scale, w_scale=w_scale)
     try:
         _bound[key] = (weakref.ref(w), weakref.ref(r), k)
     except TypeError:  # not weak-referenceable: no sharing
@@ -320,7 +425,7 @@ def _numpy_for(op: str):
             if x.dtype != np.float32 or supported(op, params, x.dtype) is not None:
                 return reference(args, attrs)
             b, lens, h0, c0, p = (list(args[3:]) + [None] * 5)[:5]
-            k = _kernel_for(op, w, r, params)
+            k = _kernel_for(op, w, r, attrs)
             if lens is not None:
                 lens = np.asarray(lens)
                 _check_lens(lens, x.shape[0] if k.attrs.layout == 0 else x.shape[1], op)

@@ -10,7 +10,10 @@ into ops dynshape compiles, so no contrib op needs a kernel of its own.
   `[directions, 4*hidden, input]` float weights. onnxruntime also quantizes the activations to uint8 per
   step; dynshape computes the step in float32 with the dequantized weights, so its results are the float
   LSTM's on those weights (closer to the unquantized model than onnxruntime's, differing from them by
-  onnxruntime's activation rounding).
+  onnxruntime's activation rounding). The LSTM carries R's and W's scales as its `_r_scale` and `_w_scale`
+  attributes: the native kernel recovers their 8-bit values from them and multiplies those (VPDPBUSD, R
+  streamed at a quarter of the bytes each step; codegen/rnn_kernel.py), with the float LSTM's results up to
+  float32 rounding.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ def _const(graph: Graph, node: Node, index: int, what: str) -> np.ndarray:
 
 
 def _dequantize_lstm_weight(graph: Graph, node: Node, w: int, scale: int, zero: int, what: str) -> np.ndarray:
-    """`[D, rows, 4H]` int8/uint8 and per-direction (or per-column) scale/zero -> float `[D, 4H, rows]`."""
+    """`[D, rows, 4H]` int8/uint8 and per-direction (or per-column) scale/zero -> float `[D, 4H, rows]`, and the
+    scale (`[D]` or `[D, 4H]`)."""
     q = _const(graph, node, w, what)
     s = _const(graph, node, scale, f"{what} scale").astype(np.float32)
     z = _const(graph, node, zero, f"{what} zero point")
@@ -56,12 +60,12 @@ def _dequantize_lstm_weight(graph: Graph, node: Node, w: int, scale: int, zero: 
         raise ModelError(f"node {node.name!r} ({CONTRIB}::{node.op_type}): {what} scale {list(s.shape)} and zero "
                          f"point {list(z.shape)} must both be [{d}] or [{d}, {cols}]")
     f = (q.astype(np.float32) - z.astype(np.float32).reshape(shapes[s.shape])) * s.reshape(shapes[s.shape])
-    return np.ascontiguousarray(f.transpose(0, 2, 1))
+    return np.ascontiguousarray(f.transpose(0, 2, 1)), s
 
 
 def _dynamic_quantize_lstm(graph: Graph, node: Node) -> Node:
-    w = _dequantize_lstm_weight(graph, node, 1, 8, 9, "W")
-    r = _dequantize_lstm_weight(graph, node, 2, 10, 11, "R")
+    w, w_scale = _dequantize_lstm_weight(graph, node, 1, 8, 9, "W")
+    r, r_scale = _dequantize_lstm_weight(graph, node, 2, 10, 11, "R")
     names = []
     for tag, arr in (("W", w), ("R", r)):
         name = f"{node.name or node.outputs[0]}__{tag}_dequantized"
@@ -73,6 +77,8 @@ def _dynamic_quantize_lstm(graph: Graph, node: Node) -> Node:
     while rest and not rest[-1]:
         rest.pop()
     attrs = {k: v for k, v in node.attrs.items() if k in _LSTM_ATTRS}
+    attrs["_r_scale"] = [float(v) for v in r_scale.reshape(-1)]  # per direction, or per direction and row
+    attrs["_w_scale"] = [float(v) for v in w_scale.reshape(-1)]
     return Node("LSTM", "", node.name, attrs, [node.inputs[0], *names, *rest], list(node.outputs))
 
 

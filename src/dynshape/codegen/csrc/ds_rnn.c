@@ -36,6 +36,13 @@
                         bit 3 layout 1, bit 4 GRU linear_before_reset, bits 8-9 (10-11) the RNN activation of
                         direction 0 (1): 0 tanh, 1 relu, 2 sigmoid
      a[17] clip         bits of a float: the cell clip threshold (+inf when the node has none)
+     a[18] rq           const uint8*  LSTM only, or 0: R of every direction as 8-bit integers (csrc/ds_rnn_q8.h's
+                                       layout, direction after direction, 64-byte aligned), used instead of rp;
+                                       the workspace then grows by dirs * batch * dsq_row_floats(hidden) floats,
+                                       and flags bit 5 runs its portable product (tests)
+     a[19] wq           const uint8*  or 0: W of all directions as 8-bit integers, the same layout with
+                                       W.reshape(dirs*gates*hidden, input) as one direction, used instead of
+                                       wp; the workspace grows by seq * batch * dsq_row_floats(input) floats more
    Outputs past an entry's sequence length are zero; Y_h / Y_c hold its last valid step (zero for length 0). */
 
 #include <math.h>
@@ -44,6 +51,7 @@
 /* The packed micro-kernel library (csrc/ds_gemm.c), loaded with its symbols global before this library, so its
    entry points resolve at load time. */
 #include "ds_gemm.h"
+#include "ds_rnn_q8.h"
 
 enum { DSR_LSTM = 0, DSR_GRU = 1, DSR_RNN = 2 };
 #define DSR_PAR_MIN (1 << 20)          /* multiply-adds per step below which a step stays on one thread */
@@ -257,7 +265,9 @@ typedef struct {
     float clip;
     const float *x, *wp, *rp, *b, *h0, *c0, *p;
     const int32_t *lens;
-    float *y, *yh, *yc, *gx, *bias, *rbh, *zeros, *dirws;
+    const uint8_t *rq, *wq; /* 8-bit R and W (ds_rnn_q8.h) or 0 */
+    int portable;
+    float *y, *yh, *yc, *gx, *bias, *rbh, *zeros, *dirws, *q8ws;
 } dsr_layer;
 
 /* One direction's step state, for the per-row passes. */
@@ -354,7 +364,7 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
     st.rbh = L->rbh + d * hid;
     st.peep = L->p ? L->p + d * 3 * hid : L->zeros;
     const int64_t rsize = (L->op == DSR_GRU ? dsr_panels(2 * hid) + dsr_panels(hid) : dsr_panels(gh)) * hid * 32;
-    const float *rp = L->rp + d * rsize, *rp_h = rp + dsr_panels(2 * hid) * hid * 32;
+    const float *rp = L->rp ? L->rp + d * rsize : 0, *rp_h = rp ? rp + dsr_panels(2 * hid) * hid * 32 : 0;
     float *S = st.S, *H = st.H, *C = st.C;
     int64_t maxlen = 0;
     for (int64_t b = 0; b < batch; b++) {
@@ -371,7 +381,10 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
     for (int64_t s = 0; s < maxlen; s++) {
         st.s = s;
         if (s + 1 < maxlen) dsr_prefetch_step(L, d, s + 1, st.reverse);
-        if (L->op == DSR_GRU) {
+        if (L->rq) {
+            dsq_product(H, L->rq + d * dsq_dir_bytes(gh, hid), S, gh, batch, gh, hid,
+                        L->q8ws + d * batch * dsq_row_floats(hid), par, L->portable);
+        } else if (L->op == DSR_GRU) {
             dsr_product(H, hid, rp, S, gh, batch, 2 * hid, hid, par);
             if (L->lbr) dsr_product(H, hid, rp_h, S + 2 * hid, gh, batch, hid, hid, par);
         } else {
@@ -435,6 +448,9 @@ static void dsr_layer_run(int op, const int64_t *a) {
     L.act[0] = op == DSR_RNN ? (int)(flags >> 8 & 3) : 0;
     L.act[1] = op == DSR_RNN ? (int)(flags >> 10 & 3) : 0;
     L.clip = dsr_from_bits((int32_t)a[17]);
+    L.rq = op == DSR_LSTM ? (const uint8_t *)a[18] : 0;
+    L.wq = (const uint8_t *)a[19];
+    L.portable = (int)(flags >> 5 & 1);
     L.nd = L.dir == 2 ? 2 : 1;
     L.gates = dsr_gates(op);
     const int64_t hid = L.hid, gh = L.gates * hid, rows = L.seq * L.batch;
@@ -444,6 +460,7 @@ static void dsr_layer_run(int op, const int64_t *a) {
     L.bias = L.dirws + L.nd * dsr_dir_floats(op, L.batch, hid);
     L.rbh = L.bias + dsr_r16(L.nd * gh);
     L.zeros = L.rbh + dsr_r16(L.nd * hid);
+    L.q8ws = L.zeros + dsr_r16(3 * hid);
     for (int64_t j = 0; j < 3 * hid; j++) L.zeros[j] = 0.0f;
     /* Wb + Rb once per call; GRU keeps Rb_h apart (linear_before_reset puts it inside r * (...)) */
     for (int64_t d = 0; d < L.nd; d++) {
@@ -459,7 +476,11 @@ static void dsr_layer_run(int op, const int64_t *a) {
        rows would otherwise pull from L3 once per 60-row block. */
     const int64_t panels = dsr_panels(L.n), block = (DSR_W_BLOCK_BYTES / 128) / (L.in > 0 ? L.in : 1);
     const int64_t step = block < 1 ? 1 : block;
-    for (int64_t q = 0; q < panels; q += step) {
+    if (L.wq) { /* its panel pairs (16 KB each at input 512) stay in L1 while every row passes */
+        float *scratch = L.q8ws + (L.rq ? L.nd * L.batch * dsq_row_floats(hid) : 0);
+        dsq_product(L.x, L.wq, L.gx, L.n, rows, L.n, L.in, scratch, rows * L.n * L.in >= DSR_PAR_MIN, L.portable);
+    }
+    for (int64_t q = 0; q < (L.wq ? 0 : panels); q += step) {
         const int64_t ncols = (q + step < panels ? step * 32 : L.n - q * 32);
         ds_gemm_packed(L.x, L.in, L.wp + q * L.in * 32, L.gx + q * 32, L.n, rows, ncols, L.in);
     }
