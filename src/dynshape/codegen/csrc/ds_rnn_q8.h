@@ -207,7 +207,7 @@ static void dsq_row_panels(const float *h, const float *scratch, const uint8_t *
 
 /* out rows 0..batch (stride ldo) = H (stride k) @ R^T of one direction: the rows' digits first (one pass over
    H), then panel pairs, split over the team when par. */
-static void dsq_product(const float *h, const uint8_t *rq, float *out, int64_t ldo, int64_t batch, int64_t n,
+static inline void dsq_product(const float *h, const uint8_t *rq, float *out, int64_t ldo, int64_t batch, int64_t n,
                         int64_t k, float *scratch, int par, int portable) {
     const int64_t rf = dsq_row_floats(k), pairs = (dsq_panels(n) + 1) / 2, np = dsq_panels(n);
     for (int64_t b = 0; b < batch; b++) dsq_quantize_row(h + b * k, k, scratch + b * rf);
