@@ -19,6 +19,8 @@ from dynshape.ir.graph import Graph, Node
 from dynshape.passes.values import const_value, is_float32, reduction_axes
 
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
+                                                "ds_logsoftmax_f32": (P, P, I64, I64),
+                                                "ds_softmax_mid_f32": (P, P, I64, I64, I64, I64),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
                                                 "ds_reduce_rows_args": (P,),
@@ -92,18 +94,38 @@ def _bind_layernorm(r: BindRequest) -> list | None:
 
 
 def _softmax_accepts(node: Node, graph: Graph) -> str | None:
-    if node.attrs.get("_opset", graph.opset) < 13:
-        return "opset < 13 softmax (flattened 2-D semantics)"
-    return _last_axis(node, graph, -1)
+    """Float32 over any axis: the last one as contiguous rows, another as strided rows (yolov8's DFL softmax over
+    16 bins of (N, 4, 16, A)); below opset 13 the flattened axes from `axis` on, contiguous rows again."""
+    x, y = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    if not (is_float32(x) and is_float32(y)) or not x.shape:
+        return "not float32 of rank >= 1"
+    opset = node.attrs.get("_opset", graph.opset)
+    axis, rank = int(node.attrs.get("axis", -1 if opset >= 13 else 1)), len(x.shape)
+    return None if -rank <= axis < rank else f"axis {axis} is out of range for rank {rank}"
+
+
+def softmax_geometry(shape: tuple[int, ...], attrs: dict, opset: int) -> tuple[int, int, int]:
+    """(outer, n, inner): the softmax reduces over n elements `inner` apart, for each of outer * inner lanes."""
+    rank = len(shape)
+    axis = int(attrs.get("axis", -1 if opset >= 13 else 1)) % rank
+    if opset < 13:  # one softmax over the flattened axes from `axis` on
+        return math.prod(shape[:axis]), math.prod(shape[axis:]), 1
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
 def _bind_softmax(r: BindRequest) -> list | None:
     lib = library()
-    x = r.ins[0]
-    if lib is None or x.ndim == 0 or not x.shape[-1]:
+    x, y = r.ins[0], r.outs[0]
+    if lib is None or y is None or x.ndim == 0 or not x.flags.c_contiguous or not y.flags.c_contiguous:
         return None
-    n = x.shape[-1]
-    return [NativeCall(lib.ds_softmax_f32, (r.addr(x), r.addr(r.outs[0]), x.size // n, n))]
+    outer, n, inner = softmax_geometry(x.shape, r.attrs, r.attrs.get("_opset", 13))
+    log = int(r.node.op_type == "LogSoftmax")
+    if not outer * n * inner:
+        return []
+    if inner == 1:
+        fn = lib.ds_logsoftmax_f32 if log else lib.ds_softmax_f32
+        return [NativeCall(fn, (r.addr(x), r.addr(y), outer, n))]
+    return [NativeCall(lib.ds_softmax_mid_f32, (r.addr(x), r.addr(y), outer, n, inner, log))]
 
 
 def _reduce_suffix(node: Node, rank: int, value) -> int | None:  # noqa: ANN001
@@ -145,7 +167,8 @@ def _bind_reduce(r: BindRequest) -> list | None:
 register_lowering("LayerNormalization", "native", NativeRule(_layernorm_accepts, _bind_layernorm))
 for _op in ("ReduceMean", "ReduceSum"):
     register_lowering(_op, "native", NativeRule(_reduce_accepts, _bind_reduce))
-register_lowering("Softmax", "native", NativeRule(_softmax_accepts, _bind_softmax))
+for _op in ("Softmax", "LogSoftmax"):
+    register_lowering(_op, "native", NativeRule(_softmax_accepts, _bind_softmax))
 
 
 # ---- LRN on channels-last rows (the layout pass wraps it: ChannelsLast(LRN) normalises the last axis) --------
