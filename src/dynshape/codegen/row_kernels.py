@@ -21,6 +21,7 @@ from dynshape.passes.values import const_value, is_float32, reduction_axes
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
                                                 "ds_logsoftmax_f32": (P, P, I64, I64),
                                                 "ds_softmax_mid_f32": (P, P, I64, I64, I64, I64),
+                                                "ds_cumsum_args": (P,),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
                                                 "ds_reduce_rows_args": (P,),
@@ -169,6 +170,44 @@ for _op in ("ReduceMean", "ReduceSum"):
     register_lowering(_op, "native", NativeRule(_reduce_accepts, _bind_reduce))
 for _op in ("Softmax", "LogSoftmax"):
     register_lowering(_op, "native", NativeRule(_softmax_accepts, _bind_softmax))
+
+
+# ---- CumSum: roberta's position ids (mask.cumsum(1) * mask + padding_idx) -------------------------------------
+_CUMSUM_KIND = {"float32": 0, "int32": 1, "int64": 2}
+
+
+def _cumsum_accepts(node: Node, graph: Graph) -> str | None:
+    """float32 / int32 / int64 in and out, the axis a constant (the row kernel's geometry is fixed per key)."""
+    types = {np.dtype(getattr(graph.types.get(x), "dtype", None) or "O").name for x in (node.inputs[0], node.outputs[0])}
+    if len(types) != 1 or not types <= set(_CUMSUM_KIND):
+        return f"dtype {sorted(types)}, the kernel sums float32, int32 or int64"
+    if len(getattr(graph.types.get(node.inputs[0]), "shape", ())) == 0:
+        return "rank 0"
+    a = const_value(node.inputs[1], graph)
+    return None if a is not None and a.size == 1 else "the axis is not a constant"
+
+
+def _bind_cumsum(r: BindRequest) -> list | None:
+    lib = library()
+    x, y = r.ins[0], r.outs[0]
+    a = np.asarray(r.ins[1])
+    if lib is None or y is None or x.ndim == 0 or r.node.inputs[1] not in r.fixed or a.size != 1 \
+            or x.dtype != y.dtype or x.dtype.name not in _CUMSUM_KIND \
+            or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        return None
+    axis = int(a.reshape(-1)[0])
+    if not -x.ndim <= axis < x.ndim:
+        return None  # the reference's path raises its error
+    axis %= x.ndim
+    outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+    if not outer * n * inner:
+        return []
+    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, _CUMSUM_KIND[x.dtype.name],
+                         int(bool(r.attrs.get("exclusive", 0))), int(bool(r.attrs.get("reverse", 0)))])
+    return [NativeCall(lib.ds_cumsum_args, (args,))]
+
+
+register_lowering("CumSum", "native", NativeRule(_cumsum_accepts, _bind_cumsum))
 
 
 # ---- LRN on channels-last rows (the layout pass wraps it: ChannelsLast(LRN) normalises the last axis) --------

@@ -86,6 +86,38 @@ void ds_logsoftmax_f32(const float *restrict x, float *restrict y, int64_t rows,
     }
 }
 
+/* CumSum over the middle axis of (outer, n, inner), in the input's type: kind 0 float32, 1 int32, 2 int64 (the
+   integers through the unsigned type, so an overflow wraps as numpy's does; signed overflow is undefined in C).
+   Row by row, y[i] = y[i - 1] + x[i] over the inner positions at once (they vectorise, and every lane adds in
+   numpy's accumulate order, so float32 sums are bit for bit the reference's). exclusive: y[i] = y[i - 1] +
+   x[i - 1], y[0] = 0 (y[1] = x[0] as is: the reference's shifted inclusive sum, -0.0 kept); reverse: from the end. */
+#define DS_CUMSUM(T, A)                                                                                          \
+    for (int64_t o = 0; o < outer; o++) {                                                                        \
+        const T *xs = (const T *)x + o * n * inner;                                                              \
+        T *ys = (T *)y + o * n * inner;                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                        \
+            const int64_t r = reverse ? n - 1 - i : i, p = i == 0 ? r : reverse ? r + 1 : r - 1;    \
+            T *yr = ys + r * inner;                                                                              \
+            const T *yp = ys + p * inner, *xr = xs + (exclusive ? p : r) * inner;                                \
+            if (i == 0 && exclusive) { for (int64_t j = 0; j < inner; j++) yr[j] = 0; }                          \
+            else if (i == 0 || (i == 1 && exclusive)) { for (int64_t j = 0; j < inner; j++) yr[j] = xr[j]; }     \
+            else {                                                                                               \
+                for (int64_t j = 0; j < inner; j++) yr[j] = (T)((A)yp[j] + (A)xr[j]);                            \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+
+void ds_cumsum(const void *x, void *y, int64_t outer, int64_t n, int64_t inner, int64_t kind, int64_t exclusive,
+               int64_t reverse) {
+    if (kind == 0) { DS_CUMSUM(float, float) }
+    else if (kind == 1) { DS_CUMSUM(int32_t, uint32_t) }
+    else { DS_CUMSUM(int64_t, uint64_t) }
+}
+
+void ds_cumsum_args(const int64_t *a) {
+    ds_cumsum((const void *)a[0], (void *)a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+}
+
 void ds_layernorm_f32(const float *restrict x, const float *restrict scale, const float *restrict bias,
                       float *restrict y, int64_t rows, int64_t n, float eps) {
     #pragma omp parallel for schedule(static) if(rows * n >= 32768)
