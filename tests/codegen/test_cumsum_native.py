@@ -18,7 +18,8 @@ _ONNX = {np.float32: TensorProto.FLOAT, np.int32: TensorProto.INT32, np.int64: T
 
 def _model(dtype, axis: int, rank: int, attrs: dict, axis_dtype=np.int64):
     node = helper.make_node("CumSum", ["x", "axis"], ["y"], **attrs)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", _ONNX[dtype], [f"d{i}" for i in range(rank)])],
+    dims = [f"d{i}" for i in range(rank)]
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", _ONNX[dtype], dims)],
                           [helper.make_tensor_value_info("y", _ONNX[dtype], None)],
                           [numpy_helper.from_array(np.array(axis, axis_dtype), "axis")])
     return ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]))

@@ -178,7 +178,8 @@ _CUMSUM_KIND = {"float32": 0, "int32": 1, "int64": 2}
 
 def _cumsum_accepts(node: Node, graph: Graph) -> str | None:
     """float32 / int32 / int64 in and out, the axis a constant (the row kernel's geometry is fixed per key)."""
-    types = {np.dtype(getattr(graph.types.get(x), "dtype", None) or "O").name for x in (node.inputs[0], node.outputs[0])}
+    ts = [graph.types.get(x) for x in (node.inputs[0], node.outputs[0])]
+    types = {np.dtype(t.dtype).name if getattr(t, "dtype", None) is not None else "none" for t in ts}
     if len(types) != 1 or not types <= set(_CUMSUM_KIND):
         return f"dtype {sorted(types)}, the kernel sums float32, int32 or int64"
     if len(getattr(graph.types.get(node.inputs[0]), "shape", ())) == 0:
