@@ -170,6 +170,47 @@ void ds_concat(const int64_t *a) {
     }
 }
 
+/* GatherElements into a contiguous output shaped like the indices: out[i] = x[i with axis `axis` replaced by
+   idx[i]], a = [rank, axis, itemsize, idx_is_int32, out, x, idx, n, shape[rank] (the indices'), xstride[rank]
+   (the data's, in bytes)]; n = x.shape[axis]. A negative index counts from the end (ONNX); one still outside
+   [0, n) is never read: its element is zeroed and counted, and the count is returned (the caller raises, naming
+   the node). roberta's token-type ids (a buffer expanded to (B, S), gathered at the position ids). */
+int64_t ds_gather_elements(const int64_t *a) {
+    const int64_t rank = a[0], axis = a[1], size = a[2], i32 = a[3], n = a[7];
+    char *out = (char *)a[4];
+    const char *x = (const char *)a[5];
+    const void *idx = (const void *)a[6];
+    const int64_t *shape = a + 8, *xs = a + 8 + rank;
+    int64_t total = 1, ctr[16] = {0}, bad = 0;
+    for (int64_t d = 0; d < rank; d++) total *= shape[d];
+    if (total == 0) return 0;
+    const int64_t last = shape[rank - 1], ls = xs[rank - 1], as = xs[axis];
+    for (int64_t p = 0; p < total; p += last) {
+        const char *base = x;
+        for (int64_t d = 0; d < rank - 1; d++)
+            if (d != axis) base += ctr[d] * xs[d];
+        for (int64_t j = 0; j < last; j++) {
+            int64_t v = i32 ? (int64_t)((const int32_t *)idx)[p + j] : ((const int64_t *)idx)[p + j];
+            v += v < 0 ? n : 0;
+            char *dst = out + (p + j) * size;
+            if (v < 0 || v >= n) { memset(dst, 0, (size_t)size); bad++; continue; }
+            const char *src = base + v * as + (axis == rank - 1 ? 0 : j * ls);
+            switch (size) {
+            case 8: memcpy(dst, src, 8); break;
+            case 4: memcpy(dst, src, 4); break;
+            case 2: memcpy(dst, src, 2); break;
+            case 1: *dst = *src; break;
+            default: memcpy(dst, src, (size_t)size);
+            }
+        }
+        for (int64_t d = rank - 2; d >= 0; d--) {
+            if (++ctr[d] < shape[d]) break;
+            ctr[d] = 0;
+        }
+    }
+    return bad;
+}
+
 /* Each step is called through a type of `nargs` int64 parameters (I below); at most DS_PROGRAM_MAX_ARGS. */
 typedef int64_t I;
 void ds_run_program(const int64_t *p, int64_t n) {
