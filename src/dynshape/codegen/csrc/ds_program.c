@@ -211,6 +211,42 @@ int64_t ds_gather_elements(const int64_t *a) {
     return bad;
 }
 
+/* A float32 Add / Sub / Mul / Div whose operands broadcast in a way only the call's shape decides (ppocr_det's
+   FPN adds an upsampled map of 2 * ceil(H / 32) rows to one of ceil(H / 16): equal, or 1 against 2): the binder
+   computes the broadcast strides from the key's buffers. a = [op (0 + 1 - 2 * 3 /), rank, out, x, y,
+   shape[rank], xstride[rank], ystride[rank]] (in elements; 0 where an operand is broadcast); out is contiguous.
+   IEEE float32 arithmetic, numpy's result bit for bit. */
+#define DS_BIN_LOOP(EXPR)                                                                                        \
+    if (sx == 1 && sy == 1) { _Pragma("omp simd") for (int64_t j = 0; j < last; j++) { const float u = xp[j], v = yp[j]; o[j] = EXPR; } } \
+    else if (sx == 1 && sy == 0) { const float v = yp[0]; _Pragma("omp simd") for (int64_t j = 0; j < last; j++) { const float u = xp[j]; o[j] = EXPR; } } \
+    else if (sx == 0 && sy == 1) { const float u = xp[0]; _Pragma("omp simd") for (int64_t j = 0; j < last; j++) { const float v = yp[j]; o[j] = EXPR; } } \
+    else { for (int64_t j = 0; j < last; j++) { const float u = xp[j * sx], v = yp[j * sy]; o[j] = EXPR; } }
+void ds_binary_f32(const int64_t *a) {
+    const int64_t op = a[0], rank = a[1];
+    float *out = (float *)a[2];
+    const float *x = (const float *)a[3], *y = (const float *)a[4];
+    const int64_t *shape = a + 5, *xs = a + 5 + rank, *ys = a + 5 + 2 * rank;
+    int64_t total = 1, ctr[16] = {0};
+    for (int64_t d = 0; d < rank; d++) total *= shape[d];
+    if (total == 0) return;
+    const int64_t last = shape[rank - 1], sx = xs[rank - 1], sy = ys[rank - 1];
+    for (int64_t p = 0; p < total; p += last) {
+        const float *xp = x, *yp = y;
+        for (int64_t d = 0; d < rank - 1; d++) { xp += ctr[d] * xs[d]; yp += ctr[d] * ys[d]; }
+        float *o = out + p;
+        switch (op) {
+        case 0: DS_BIN_LOOP(u + v) break;
+        case 1: DS_BIN_LOOP(u - v) break;
+        case 2: DS_BIN_LOOP(u * v) break;
+        default: DS_BIN_LOOP(u / v) break;
+        }
+        for (int64_t d = rank - 2; d >= 0; d--) {
+            if (++ctr[d] < shape[d]) break;
+            ctr[d] = 0;
+        }
+    }
+}
+
 /* Each step is called through a type of `nargs` int64 parameters (I below); at most DS_PROGRAM_MAX_ARGS. */
 typedef int64_t I;
 void ds_run_program(const int64_t *p, int64_t n) {
