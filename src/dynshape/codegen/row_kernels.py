@@ -19,6 +19,9 @@ from dynshape.ir.graph import Graph, Node
 from dynshape.passes.values import const_value, is_float32, reduction_axes
 
 LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64),
+                                                "ds_logsoftmax_f32": (P, P, I64, I64),
+                                                "ds_softmax_mid_f32": (P, P, I64, I64, I64, I64),
+                                                "ds_cumsum_args": (P,),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
                                                 "ds_reduce_rows_args": (P,),
@@ -92,18 +95,38 @@ def _bind_layernorm(r: BindRequest) -> list | None:
 
 
 def _softmax_accepts(node: Node, graph: Graph) -> str | None:
-    if node.attrs.get("_opset", graph.opset) < 13:
-        return "opset < 13 softmax (flattened 2-D semantics)"
-    return _last_axis(node, graph, -1)
+    """Float32 over any axis: the last one as contiguous rows, another as strided rows (yolov8's DFL softmax over
+    16 bins of (N, 4, 16, A)); below opset 13 the flattened axes from `axis` on, contiguous rows again."""
+    x, y = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
+    if not (is_float32(x) and is_float32(y)) or not x.shape:
+        return "not float32 of rank >= 1"
+    opset = node.attrs.get("_opset", graph.opset)
+    axis, rank = int(node.attrs.get("axis", -1 if opset >= 13 else 1)), len(x.shape)
+    return None if -rank <= axis < rank else f"axis {axis} is out of range for rank {rank}"
+
+
+def softmax_geometry(shape: tuple[int, ...], attrs: dict, opset: int) -> tuple[int, int, int]:
+    """(outer, n, inner): the softmax reduces over n elements `inner` apart, for each of outer * inner lanes."""
+    rank = len(shape)
+    axis = int(attrs.get("axis", -1 if opset >= 13 else 1)) % rank
+    if opset < 13:  # one softmax over the flattened axes from `axis` on
+        return math.prod(shape[:axis]), math.prod(shape[axis:]), 1
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
 def _bind_softmax(r: BindRequest) -> list | None:
     lib = library()
-    x = r.ins[0]
-    if lib is None or x.ndim == 0 or not x.shape[-1]:
+    x, y = r.ins[0], r.outs[0]
+    if lib is None or y is None or x.ndim == 0 or not x.flags.c_contiguous or not y.flags.c_contiguous:
         return None
-    n = x.shape[-1]
-    return [NativeCall(lib.ds_softmax_f32, (r.addr(x), r.addr(r.outs[0]), x.size // n, n))]
+    outer, n, inner = softmax_geometry(x.shape, r.attrs, r.attrs.get("_opset", 13))
+    log = int(r.node.op_type == "LogSoftmax")
+    if not outer * n * inner:
+        return []
+    if inner == 1:
+        fn = lib.ds_logsoftmax_f32 if log else lib.ds_softmax_f32
+        return [NativeCall(fn, (r.addr(x), r.addr(y), outer, n))]
+    return [NativeCall(lib.ds_softmax_mid_f32, (r.addr(x), r.addr(y), outer, n, inner, log))]
 
 
 def _reduce_suffix(node: Node, rank: int, value) -> int | None:  # noqa: ANN001
@@ -145,7 +168,47 @@ def _bind_reduce(r: BindRequest) -> list | None:
 register_lowering("LayerNormalization", "native", NativeRule(_layernorm_accepts, _bind_layernorm))
 for _op in ("ReduceMean", "ReduceSum"):
     register_lowering(_op, "native", NativeRule(_reduce_accepts, _bind_reduce))
-register_lowering("Softmax", "native", NativeRule(_softmax_accepts, _bind_softmax))
+for _op in ("Softmax", "LogSoftmax"):
+    register_lowering(_op, "native", NativeRule(_softmax_accepts, _bind_softmax))
+
+
+# ---- CumSum: roberta's position ids (mask.cumsum(1) * mask + padding_idx) -------------------------------------
+_CUMSUM_KIND = {"float32": 0, "int32": 1, "int64": 2}
+
+
+def _cumsum_accepts(node: Node, graph: Graph) -> str | None:
+    """float32 / int32 / int64 in and out, the axis a constant (the row kernel's geometry is fixed per key)."""
+    ts = [graph.types.get(x) for x in (node.inputs[0], node.outputs[0])]
+    types = {np.dtype(t.dtype).name if getattr(t, "dtype", None) is not None else "none" for t in ts}
+    if len(types) != 1 or not types <= set(_CUMSUM_KIND):
+        return f"dtype {sorted(types)}, the kernel sums float32, int32 or int64"
+    if len(getattr(graph.types.get(node.inputs[0]), "shape", ())) == 0:
+        return "rank 0"
+    a = const_value(node.inputs[1], graph)
+    return None if a is not None and a.size == 1 else "the axis is not a constant"
+
+
+def _bind_cumsum(r: BindRequest) -> list | None:
+    lib = library()
+    x, y = r.ins[0], r.outs[0]
+    a = np.asarray(r.ins[1])
+    if lib is None or y is None or x.ndim == 0 or r.node.inputs[1] not in r.fixed or a.size != 1 \
+            or x.dtype != y.dtype or x.dtype.name not in _CUMSUM_KIND \
+            or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        return None
+    axis = int(a.reshape(-1)[0])
+    if not -x.ndim <= axis < x.ndim:
+        return None  # the reference's path raises its error
+    axis %= x.ndim
+    outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+    if not outer * n * inner:
+        return []
+    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, _CUMSUM_KIND[x.dtype.name],
+                         int(bool(r.attrs.get("exclusive", 0))), int(bool(r.attrs.get("reverse", 0)))])
+    return [NativeCall(lib.ds_cumsum_args, (args,))]
+
+
+register_lowering("CumSum", "native", NativeRule(_cumsum_accepts, _bind_cumsum))
 
 
 # ---- LRN on channels-last rows (the layout pass wraps it: ChannelsLast(LRN) normalises the last axis) --------

@@ -274,7 +274,9 @@ def _sunk(n: Node, prod: dict, transposed: dict, types: dict, consts: dict, rw: 
                 return None
             attrs["axis"] = r - len(block)
         else:
-            a = int(attrs.get("axis", 1 if n.op_type != "Softmax" else -1))
+            # each op's own default: -1 for (Log)Softmax from opset 13, 0 for Split (Concat requires one); a
+            # LogSoftmax without the attribute was moved to axis perm[1] (the wrong axis)
+            a = int(attrs.get("axis", 0 if n.op_type == "Split" else -1))
             attrs["axis"] = perm[a % r]
         if n.op_type == "Split" and len(inputs) > 1 and inputs[1] and inputs[1] not in consts:
             return None

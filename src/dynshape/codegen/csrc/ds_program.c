@@ -170,6 +170,83 @@ void ds_concat(const int64_t *a) {
     }
 }
 
+/* GatherElements into a contiguous output shaped like the indices: out[i] = x[i with axis `axis` replaced by
+   idx[i]], a = [rank, axis, itemsize, idx_is_int32, out, x, idx, n, shape[rank] (the indices'), xstride[rank]
+   (the data's, in bytes)]; n = x.shape[axis]. A negative index counts from the end (ONNX); one still outside
+   [0, n) is never read: its element is zeroed and counted, and the count is returned (the caller raises, naming
+   the node). roberta's token-type ids (a buffer expanded to (B, S), gathered at the position ids). */
+int64_t ds_gather_elements(const int64_t *a) {
+    const int64_t rank = a[0], axis = a[1], size = a[2], i32 = a[3], n = a[7];
+    char *out = (char *)a[4];
+    const char *x = (const char *)a[5];
+    const void *idx = (const void *)a[6];
+    const int64_t *shape = a + 8, *xs = a + 8 + rank;
+    int64_t total = 1, ctr[16] = {0}, bad = 0;
+    for (int64_t d = 0; d < rank; d++) total *= shape[d];
+    if (total == 0) return 0;
+    const int64_t last = shape[rank - 1], ls = xs[rank - 1], as = xs[axis];
+    for (int64_t p = 0; p < total; p += last) {
+        const char *base = x;
+        for (int64_t d = 0; d < rank - 1; d++)
+            if (d != axis) base += ctr[d] * xs[d];
+        for (int64_t j = 0; j < last; j++) {
+            int64_t v = i32 ? (int64_t)((const int32_t *)idx)[p + j] : ((const int64_t *)idx)[p + j];
+            v += v < 0 ? n : 0;
+            char *dst = out + (p + j) * size;
+            if (v < 0 || v >= n) { memset(dst, 0, (size_t)size); bad++; continue; }
+            const char *src = base + v * as + (axis == rank - 1 ? 0 : j * ls);
+            switch (size) {
+            case 8: memcpy(dst, src, 8); break;
+            case 4: memcpy(dst, src, 4); break;
+            case 2: memcpy(dst, src, 2); break;
+            case 1: *dst = *src; break;
+            default: memcpy(dst, src, (size_t)size);
+            }
+        }
+        for (int64_t d = rank - 2; d >= 0; d--) {
+            if (++ctr[d] < shape[d]) break;
+            ctr[d] = 0;
+        }
+    }
+    return bad;
+}
+
+/* A float32 Add / Sub / Mul / Div whose operands broadcast in a way only the call's shape decides (ppocr_det's
+   FPN adds an upsampled map of 2 * ceil(H / 32) rows to one of ceil(H / 16): equal, or 1 against 2): the binder
+   computes the broadcast strides from the key's buffers. a = [op (0 + 1 - 2 * 3 /), rank, out, x, y,
+   shape[rank], xstride[rank], ystride[rank]] (in elements; 0 where an operand is broadcast); out is contiguous.
+   IEEE float32 arithmetic, numpy's result bit for bit. */
+#define DS_BIN_LOOP(EXPR)                                                                                        \
+    if (sx == 1 && sy == 1) { _Pragma("omp simd") for (int64_t j = 0; j < last; j++) { const float u = xp[j], v = yp[j]; o[j] = EXPR; } } \
+    else if (sx == 1 && sy == 0) { const float v = yp[0]; _Pragma("omp simd") for (int64_t j = 0; j < last; j++) { const float u = xp[j]; o[j] = EXPR; } } \
+    else if (sx == 0 && sy == 1) { const float u = xp[0]; _Pragma("omp simd") for (int64_t j = 0; j < last; j++) { const float v = yp[j]; o[j] = EXPR; } } \
+    else { for (int64_t j = 0; j < last; j++) { const float u = xp[j * sx], v = yp[j * sy]; o[j] = EXPR; } }
+void ds_binary_f32(const int64_t *a) {
+    const int64_t op = a[0], rank = a[1];
+    float *out = (float *)a[2];
+    const float *x = (const float *)a[3], *y = (const float *)a[4];
+    const int64_t *shape = a + 5, *xs = a + 5 + rank, *ys = a + 5 + 2 * rank;
+    int64_t total = 1, ctr[16] = {0};
+    for (int64_t d = 0; d < rank; d++) total *= shape[d];
+    if (total == 0) return;
+    const int64_t last = shape[rank - 1], sx = xs[rank - 1], sy = ys[rank - 1];
+    for (int64_t p = 0; p < total; p += last) {
+        const float *xp = x, *yp = y;
+        for (int64_t d = 0; d < rank - 1; d++) { xp += ctr[d] * xs[d]; yp += ctr[d] * ys[d]; }
+        float *o = out + p;
+        switch (op) {
+        case 0: DS_BIN_LOOP(u + v) break;
+        case 1: DS_BIN_LOOP(u - v) break;
+        case 2: DS_BIN_LOOP(u * v) break;
+        default: DS_BIN_LOOP(u / v) break;
+        }
+        for (int64_t d = rank - 2; d >= 0; d--) {
+            if (++ctr[d] < shape[d]) break;
+            ctr[d] = 0;
+        }
+    }
+}
+
 /* Each step is called through a type of `nargs` int64 parameters (I below); at most DS_PROGRAM_MAX_ARGS. */
 typedef int64_t I;
 void ds_run_program(const int64_t *p, int64_t n) {

@@ -22,6 +22,102 @@ void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, in
     }
 }
 
+/* Softmax / log-softmax over the middle axis of x viewed as (outer, n, inner), inner > 1: yolov8's DFL head takes
+   the softmax over 16 bins of a (N, 4, 16, A) tensor. The row kernel's semantics lane by lane (the maximum skips
+   NaN, exp(x - max) through ds_expf_nonpos, so a NaN or an infinity makes its lane NaN as numpy's does), vectorised
+   over DS_LANES consecutive inner positions at a time: each of the n strided rows is read contiguously. log = 1:
+   (x - max) - log(sum), the reference's log-softmax. */
+#define DS_LANES 64
+void ds_softmax_mid_f32(const float *restrict x, float *restrict y, int64_t outer, int64_t n, int64_t inner,
+                        int64_t log) {
+    const int64_t blocks = (inner + DS_LANES - 1) / DS_LANES;
+    #pragma omp parallel for schedule(static) if(outer * n * inner >= 32768)
+    for (int64_t t = 0; t < outer * blocks; t++) {
+        const int64_t o = t / blocks, j0 = (t % blocks) * DS_LANES;
+        const int64_t w = inner - j0 < DS_LANES ? inner - j0 : DS_LANES;
+        const float *xo = x + o * n * inner + j0;
+        float *yo = y + o * n * inner + j0;
+        float m[DS_LANES], s[DS_LANES];
+        for (int64_t j = 0; j < w; j++) { m[j] = -INFINITY; s[j] = 0.0f; }
+        for (int64_t k = 0; k < n; k++) {
+            const float *xr = xo + k * inner;
+            #pragma omp simd
+            for (int64_t j = 0; j < w; j++) m[j] = xr[j] > m[j] ? xr[j] : m[j];
+        }
+        for (int64_t k = 0; k < n; k++) {
+            const float *xr = xo + k * inner;
+            float *yr = yo + k * inner;
+            #pragma omp simd
+            for (int64_t j = 0; j < w; j++) {
+                const float d = xr[j] - m[j], e = ds_expf_nonpos(d);
+                yr[j] = log ? d : e;
+                s[j] += e;
+            }
+        }
+        for (int64_t j = 0; j < w; j++) s[j] = log ? logf(s[j]) : 1.0f / s[j];
+        for (int64_t k = 0; k < n; k++) {
+            float *yr = yo + k * inner;
+            if (log) {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) yr[j] -= s[j];
+            } else {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) yr[j] *= s[j];
+            }
+        }
+    }
+}
+
+/* Log-softmax over contiguous rows (the last axis): (x - max) - log(sum of exp(x - max)), as the reference. */
+void ds_logsoftmax_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n) {
+    #pragma omp parallel for schedule(static) if(rows * n >= 32768)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        float m = -INFINITY;
+        #pragma omp simd reduction(max:m)
+        for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
+        float s = 0.0f;
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) { const float d = xr[i] - m; yr[i] = d; s += ds_expf_nonpos(d); }
+        const float l = logf(s);
+        #pragma omp simd
+        for (int64_t i = 0; i < n; i++) yr[i] -= l;
+    }
+}
+
+/* CumSum over the middle axis of (outer, n, inner), in the input's type: kind 0 float32, 1 int32, 2 int64 (the
+   integers through the unsigned type, so an overflow wraps as numpy's does; signed overflow is undefined in C).
+   Row by row, y[i] = y[i - 1] + x[i] over the inner positions at once (they vectorise, and every lane adds in
+   numpy's accumulate order, so float32 sums are bit for bit the reference's). exclusive: y[i] = y[i - 1] +
+   x[i - 1], y[0] = 0 (y[1] = x[0] as is: the reference's shifted inclusive sum, -0.0 kept); reverse: from the end. */
+#define DS_CUMSUM(T, A)                                                                                          \
+    for (int64_t o = 0; o < outer; o++) {                                                                        \
+        const T *xs = (const T *)x + o * n * inner;                                                              \
+        T *ys = (T *)y + o * n * inner;                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                                        \
+            const int64_t r = reverse ? n - 1 - i : i, p = i == 0 ? r : reverse ? r + 1 : r - 1;    \
+            T *yr = ys + r * inner;                                                                              \
+            const T *yp = ys + p * inner, *xr = xs + (exclusive ? p : r) * inner;                                \
+            if (i == 0 && exclusive) { for (int64_t j = 0; j < inner; j++) yr[j] = 0; }                          \
+            else if (i == 0 || (i == 1 && exclusive)) { for (int64_t j = 0; j < inner; j++) yr[j] = xr[j]; }     \
+            else {                                                                                               \
+                for (int64_t j = 0; j < inner; j++) yr[j] = (T)((A)yp[j] + (A)xr[j]);                            \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+
+void ds_cumsum(const void *x, void *y, int64_t outer, int64_t n, int64_t inner, int64_t kind, int64_t exclusive,
+               int64_t reverse) {
+    if (kind == 0) { DS_CUMSUM(float, float) }
+    else if (kind == 1) { DS_CUMSUM(int32_t, uint32_t) }
+    else { DS_CUMSUM(int64_t, uint64_t) }
+}
+
+void ds_cumsum_args(const int64_t *a) {
+    ds_cumsum((const void *)a[0], (void *)a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+}
+
 void ds_layernorm_f32(const float *restrict x, const float *restrict scale, const float *restrict bias,
                       float *restrict y, int64_t rows, int64_t n, float eps) {
     #pragma omp parallel for schedule(static) if(rows * n >= 32768)

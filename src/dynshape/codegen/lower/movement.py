@@ -6,7 +6,8 @@ strided copy in C
 checks its indices and takes into the planned buffer; GatherND whose indices are fixed for the key (built from
 shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take. Concat copies each
 input's rows into place (one C call for all of them). A constant Pad fills its output and copies the input into
-the interior. Split copies each output's view of the input (a strided copy each).
+the interior. Split copies each output's view of the input (a strided copy each). GatherElements gathers in C and
+raises, naming the node, when an index was out of range (never read).
 """
 
 from __future__ import annotations
@@ -247,6 +248,43 @@ def _bind_split(r: BindRequest) -> list | None:
     return calls
 
 
+def _gather_elements_accepts(node: Node, graph: Graph) -> str | None:
+    x, idx, y = (graph.types.get(v) for v in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    if any(getattr(t, "shape", None) is None for t in (x, idx, y)) or np.dtype(x.dtype) != np.dtype(y.dtype):
+        return "not tensors of one dtype"
+    if np.dtype(idx.dtype).name not in ("int32", "int64") or np.dtype(x.dtype).name not in _PLAIN:
+        return "indices not int32 / int64, or data of an unusual dtype"
+    return None if 1 <= len(x.shape) <= 16 else "rank 0 or above 16"
+
+
+def _bind_gather_elements(r: BindRequest) -> list | None:
+    """One C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and the call
+    raises with the node's name, as the reference's IndexError would."""
+    lib = program.LIBRARY.try_load()
+    x, idx, out = r.ins[0], r.ins[1], r.outs[0]
+    if lib is None or out is None or x.ndim != idx.ndim or not 1 <= x.ndim <= 16 or out.shape != idx.shape \
+            or not out.flags.c_contiguous or not idx.flags.c_contiguous or idx.dtype.name not in ("int32", "int64"):
+        return None
+    axis = int(r.attrs.get("axis", 0))
+    if not -x.ndim <= axis < x.ndim:
+        return None
+    axis %= x.ndim
+    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+        return None  # the reference's error
+    n = x.shape[axis]
+    desc = r.keep.table([x.ndim, axis, x.itemsize, int(idx.dtype == np.int32), r.addr(out), r.addr(x), r.addr(idx),
+                         n, *idx.shape, *x.strides])
+    fn, label = lib.ds_gather_elements, r.node.label()
+
+    def gather() -> None:
+        bad = fn(desc.addr)  # the table's address, known once the plan is sealed
+        if bad:
+            raise DynshapeError(f"{label}: {bad} of the indices are out of range [-{n}, {n}) for axis {axis} of data "
+                                f"of shape {x.shape}")
+
+    return [gather]
+
+
 _PAD_MODES = ("constant", "edge", "reflect", "wrap")
 
 
@@ -310,4 +348,5 @@ register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind))
 register_lowering("GatherND", "native", NativeRule(_one_output, _bind_gather_nd))
 register_lowering("Slice", "native", NativeRule(_one_output, _bind_slice))
 register_lowering("Split", "native", NativeRule(_split_accepts, _bind_split))
+register_lowering("GatherElements", "native", NativeRule(_gather_elements_accepts, _bind_gather_elements))
 register_lowering("Pad", "native", NativeRule(_pad_accepts, _bind_pad))
