@@ -22,5 +22,6 @@ from dynshape.codegen.lower import (  # noqa: F401
     qconv,
     qproduct,
     resize,
+    rounding,
     softmax,
 )
