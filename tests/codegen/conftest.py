@@ -1,8 +1,11 @@
 """Every codegen test builds into a private disk cache, never the user's ~/.cache/dynshape."""
 
 from collections.abc import Iterator
+from types import ModuleType, SimpleNamespace
 
 import pytest
+
+from dynshape.codegen import program
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -11,3 +14,26 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DYNSHAPE_CACHE_DIR", str(tmp_path_factory.mktemp("dynshape-cache")))
         yield
+
+
+
+@pytest.fixture
+def spy_native(monkeypatch: pytest.MonkeyPatch):
+    """spy(module, entry): the names of `entry` looked up in the program library by `module`'s binders, one per
+    lookup, so a test sees that a native path was bound, not just that the results are right (the reference gives
+    the same values)."""
+
+    def spy(module: ModuleType, entry: str) -> list:
+        got: list = []
+        lib = program.LIBRARY.load()
+
+        class Proxy:
+            def __getattr__(self, name: str):
+                if name == entry:
+                    got.append(name)
+                return getattr(lib, name)
+
+        monkeypatch.setattr(module, "program", SimpleNamespace(LIBRARY=SimpleNamespace(try_load=lambda: Proxy())))
+        return got
+
+    return spy

@@ -5,14 +5,11 @@ that does not broadcast still raises."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import dynshape as ds
-from dynshape.codegen import program
 from dynshape.codegen.lower import binary_native
 from dynshape.errors import DynshapeError
 
@@ -30,18 +27,8 @@ def _model(op: str, xdims: list, ydims: list):
 
 
 @pytest.fixture
-def calls(monkeypatch) -> list:
-    got: list = []
-    lib = program.LIBRARY.load()
-
-    class Proxy:
-        def __getattr__(self, name: str):
-            if name == "ds_binary_f32":
-                got.append(name)
-            return getattr(lib, name)
-
-    monkeypatch.setattr(binary_native, "program", SimpleNamespace(LIBRARY=SimpleNamespace(try_load=lambda: Proxy())))
-    return got
+def calls(spy_native) -> list:
+    return spy_native(binary_native, "ds_binary_f32")
 
 
 @pytest.mark.parametrize("op", list(NP))

@@ -5,14 +5,11 @@ read: the call raises, naming the node."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import dynshape as ds
-from dynshape.codegen import program
 from dynshape.codegen.lower import movement
 from dynshape.errors import DynshapeError
 from dynshape.ir.opdef import lookup
@@ -36,18 +33,8 @@ def _data(dtype, shape):
 
 
 @pytest.fixture
-def calls(monkeypatch) -> list:
-    got: list = []
-    lib = program.LIBRARY.load()
-
-    class Proxy:
-        def __getattr__(self, name: str):
-            if name == "ds_gather_elements":
-                got.append(name)
-            return getattr(lib, name)
-
-    monkeypatch.setattr(movement, "program", SimpleNamespace(LIBRARY=SimpleNamespace(try_load=lambda: Proxy())))
-    return got
+def calls(spy_native) -> list:
+    return spy_native(movement, "ds_gather_elements")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.float16, np.bool_])

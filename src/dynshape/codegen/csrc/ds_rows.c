@@ -6,14 +6,20 @@
 #include "ds_layernorm_row.h"
 
 
+/* The largest of n floats (-inf for n = 0); a NaN is skipped here, and the passes after it propagate it. */
+static inline float ds_row_max(const float *restrict x, int64_t n) {
+    float m = -INFINITY;
+    #pragma omp simd reduction(max:m)
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n) {
     #pragma omp parallel for schedule(static) if(rows * n >= 32768)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
-        float m = -INFINITY;
-        #pragma omp simd reduction(max:m)
-        for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
+        const float m = ds_row_max(xr, n);
         float s = 0.0f;
         #pragma omp simd reduction(+:s)
         for (int64_t i = 0; i < n; i++) { float e = ds_expf_nonpos(xr[i] - m); yr[i] = e; s += e; }
@@ -74,9 +80,7 @@ void ds_logsoftmax_f32(const float *restrict x, float *restrict y, int64_t rows,
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
-        float m = -INFINITY;
-        #pragma omp simd reduction(max:m)
-        for (int64_t i = 0; i < n; i++) m = xr[i] > m ? xr[i] : m;
+        const float m = ds_row_max(xr, n);
         float s = 0.0f;
         #pragma omp simd reduction(+:s)
         for (int64_t i = 0; i < n; i++) { const float d = xr[i] - m; yr[i] = d; s += ds_expf_nonpos(d); }
