@@ -37,3 +37,21 @@ def spy_native(monkeypatch: pytest.MonkeyPatch):
         return got
 
     return spy
+
+
+@pytest.fixture
+def spy_row_kernels(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The names of the row-kernel entry points (codegen/row_kernels.py) the binds take, in order; none when every
+    bind fell back to numpy."""
+    from dynshape.codegen import row_kernels
+
+    used: list = []
+    lib = row_kernels.library()
+
+    class Proxy:
+        def __getattr__(self, name: str):
+            used.append(name)
+            return getattr(lib, name)
+
+    monkeypatch.setattr(row_kernels, "library", lambda: Proxy())
+    return used

@@ -10,7 +10,6 @@ import pytest
 from onnx import TensorProto, helper
 
 import dynshape as ds
-from dynshape.codegen import row_kernels
 from dynshape.ir.opdef import lookup
 
 RNG = np.random.default_rng(11)
@@ -22,20 +21,6 @@ def _model(op: str, axis: int | None, opset: int, rank: int):
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     return ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]))
-
-
-def _spy(monkeypatch) -> list[str]:
-    """The names of the row-kernel entry points the binds take (none when a bind fell back to numpy)."""
-    used: list[str] = []
-    lib = row_kernels.library()
-
-    class Proxy:
-        def __getattr__(self, name: str):
-            used.append(name)
-            return getattr(lib, name)
-
-    monkeypatch.setattr(row_kernels, "library", lambda: Proxy())
-    return used
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> None:
@@ -60,8 +45,8 @@ CASES = [  # op, axis, opset, shapes seen by one build, the entry point
 
 
 @pytest.mark.parametrize("op,axis,opset,shapes,entry", CASES)
-def test_softmax_over_any_axis_is_native(monkeypatch, op, axis, opset, shapes, entry):
-    used = _spy(monkeypatch)
+def test_softmax_over_any_axis_is_native(spy_row_kernels, op, axis, opset, shapes, entry):
+    used = spy_row_kernels
     exe = ds.compile(_model(op, axis, opset, len(shapes[0])))
     assert not [u for u in exe.explain_build()["uncompiled"] if u["runs"] != "native"]
     attrs = {"_opset": opset, **({} if axis is None else {"axis": axis})}
@@ -74,8 +59,8 @@ def test_softmax_over_any_axis_is_native(monkeypatch, op, axis, opset, shapes, e
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
-def test_nan_and_infinite_lanes_as_the_reference(monkeypatch, op, axis):
-    used = _spy(monkeypatch)
+def test_nan_and_infinite_lanes_as_the_reference(spy_row_kernels, op, axis):
+    used = spy_row_kernels
     exe = ds.compile(_model(op, axis, 13, 3))
     assert [s.how for s in exe.generic.steps] == ["native"]
     x = RNG.standard_normal((16, 16, 70)).astype(np.float32)
