@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from benchutil import SHARED, common, cpu_model, limit_threads, rel_rms_error, steady, time_interleaved
+from ort_util import ort_session
 
 SHAPES = {"bert_small": [(1, 16), (1, 128), (8, 128), (1, 512)], "mlp": [(1,), (7,), (64,), (256,)]}
 
 
 def candidates(path: str, threads: int) -> tuple[dict[str, Any], list[str]]:
-    import onnxruntime as ort
     import openvino as ov
 
     import dynshape as ds
@@ -48,9 +48,7 @@ def candidates(path: str, threads: int) -> tuple[dict[str, Any], list[str]]:
             print(f"  OpenVINO default INFERENCE_PRECISION_HINT: {hint}")
         req, outs = compiled.create_infer_request(), list(compiled.outputs)
         calls[label] = (lambda r, o: lambda feed: (lambda res: [res[x] for x in o])(r.infer(feed)))(req, outs)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    sess = ort_session(path, threads)
     calls["ort"] = lambda feed: sess.run(names, feed)
     return calls, names
 

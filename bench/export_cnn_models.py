@@ -36,6 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+import ort_util
 from cnn_models import BUILDERS, SPECS, Spec
 from light_models import LIGHT_SPECS, make_symbolic
 
@@ -126,20 +127,9 @@ def normalise_dims(path: str, spec: Spec) -> None:
 
 # ---- checks ---------------------------------------------------------------------------------------------
 def ort_session(path_or_bytes: str | bytes, threads: int = 1, profile_prefix: str | None = None) -> Any:
-    """onnxruntime as the benchmarks run it (all graph optimisations, sequential); with `profile_prefix`, its
-    per-node profile on (bench/step_profile.py)."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 4  # a failing export's check raises; onnxruntime's own log line is noise beside it
-    if profile_prefix is not None:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
+    """onnxruntime as the benchmarks run it (ort_util.ort_session), its log at fatal only: a failing export's check
+    raises, and onnxruntime's own log line is noise beside it."""
+    return ort_util.ort_session(path_or_bytes, threads, profile_prefix, log_level=4)
 
 
 def _max_diff(got: list[np.ndarray], want: list[np.ndarray]) -> tuple[float, bool]:

@@ -23,7 +23,8 @@ import numpy as np
 
 import dynshape as ds
 from benchutil import cpu_model, limit_threads
-from zoo_models import BY_NAME, GPT2_HEAD_DIM, GPT2_HEADS, GPT2_LAYERS, ort_session
+from ort_util import ort_session
+from zoo_models import BY_NAME, GPT2_HEAD_DIM, GPT2_HEADS, GPT2_LAYERS
 
 KV = [f"past_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchutil import SHARED, common, cpu_model, limit_threads, rel_rms_error, steady, time_interleaved
+from ort_util import ort_session
 
 WEIGHT_TYPES = ("QInt8", "QUInt8")
 
@@ -36,8 +37,6 @@ def quantized(src: str, weight_type: str, per_channel: bool) -> str:
 
 
 def candidates(files: dict[str, str], threads: int) -> dict[str, Any]:
-    import onnxruntime as ort
-
     import dynshape as ds
 
     calls: dict[str, Any] = {}
@@ -48,9 +47,7 @@ def candidates(files: dict[str, str], threads: int) -> dict[str, Any]:
         call = (lambda e, nm: lambda feed: (lambda out: [out[n] for n in nm])(e.run(feed)))(exe, names)
         call.exe = exe  # type: ignore[attr-defined]
         calls[f"ds_{tag}"] = call
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, threads)
         calls[f"ort_{tag}"] = (lambda s, nm: lambda feed: s.run(nm, feed))(sess, names)
     return calls
 

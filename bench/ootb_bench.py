@@ -31,16 +31,13 @@ from onnx import numpy_helper as N
 
 import dynshape as ds
 from benchutil import cpu_model, limit_threads, time_interleaved
+from ort_util import ort_session
 
 F = TP.FLOAT
 
 
 def _ort(path: str, threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    s = ort_session(path, threads)
     return lambda feed: s.run(None, feed)
 
 

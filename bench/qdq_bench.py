@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from benchutil import SHARED, common, cpu_model, limit_threads, rel_rms_error, steady, time_interleaved
+from ort_util import ort_session
 
 
 def qdq_file(src: str, activation: str, per_channel: bool) -> str:
@@ -57,16 +58,12 @@ def _ds_call(exe, names):
 
 
 def candidates(src: str, qdq: str, threads: int) -> dict:
-    import onnxruntime as ort
-
     import dynshape as ds
 
     names = [v.name for v in ds.load_onnx(src).outputs]
     calls = {"ds_qdq": _ds_call(ds.compile(ds.load_onnx(qdq), precision="int8"), names)}
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     for tag, path in (("qdq", qdq), ("fp32", src)):
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, threads)
         calls[f"ort_{tag}"] = (lambda s: lambda feed: s.run(names, feed))(sess)
     calls["ds_qdyn"] = _ds_call(ds.compile(ds.quantize_dynamic(ds.load_onnx(src))), names)
     calls["ds_fp32"] = _ds_call(ds.compile(ds.load_onnx(src)), names)

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from ort_util import ort_session
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -848,18 +850,6 @@ BY_NAME = {m.name: m for m in CORPUS}
 
 
 # ---- building -------------------------------------------------------------------------------------------
-def ort_session(path: str, threads: int = 1) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-
-
 def describe(m: ZooModel) -> dict[str, Any]:
     """Op histogram, opset, inputs as declared in the file, and onnxruntime's ms per probe at 1 thread."""
     import onnx
