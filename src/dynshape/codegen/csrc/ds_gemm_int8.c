@@ -247,6 +247,24 @@ static inline const int32_t *ds_q8_colsums(const void *bp, int64_t n, int64_t k)
     return (const int32_t *)((const int8_t *)bp + panels * k4 * DS_Q8_NR * 4);
 }
 
+/* Panel q of the packed weights: its bytes, its columns' sums, its first column and how many columns it has (32,
+   or fewer for the last), and k in groups of 4. Every block entry point reads the layout through this one place. */
+typedef struct {
+    const int8_t *panel;
+    const int32_t *colsum;
+    int64_t k4, j0, cols;
+} ds_q8_panel_at;
+
+static inline ds_q8_panel_at ds_q8_panel(const void *bp, int64_t q, int64_t n, int64_t k) {
+    ds_q8_panel_at p;
+    p.k4 = (k + 3) / 4;
+    p.j0 = q * DS_Q8_NR;
+    p.cols = n - p.j0 < DS_Q8_NR ? n - p.j0 : DS_Q8_NR;
+    p.panel = (const int8_t *)bp + q * p.k4 * DS_Q8_NR * 4;
+    p.colsum = ds_q8_colsums(bp, n, k) + p.j0;
+    return p;
+}
+
 /* One row's 32 (or fewer: cols) sums finished: corrected by the zero points (in int32, wrapping as MatMulInteger's
    int32 result does: unsigned arithmetic), cast to float32 and multiplied by scale * wscale[j] (per-token: by
    wscale[j], then by the row's scale rs). */
@@ -316,15 +334,12 @@ static inline void ds_q8_dot_row(const uint8_t *ai, const int8_t *panel, int64_t
 void ds_q8_block_e(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1, int64_t q,
                    int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
     const ds_q8_act *a = act;
-    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
-    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
-    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
-    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
     for (int64_t i = i0; i < i1; i++) {
         const uint8_t *ai = a->q + i * a->ldq;
         int32_t acc[DS_Q8_NR];
-        ds_q8_dot_row(ai, panel, k4, acc);
-        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + j0, wscale + j0, colsum, k, c + i * ldc + j0, cols,
+        ds_q8_dot_row(ai, p.panel, p.k4, acc);
+        ds_q8_finish_row(acc, a->rowsum[i], a, wzp + p.j0, wscale + p.j0, p.colsum, k, c + i * ldc + p.j0, p.cols,
                          a->per_row ? a->rowscale[i] : 1.0f);
     }
 }
@@ -334,16 +349,13 @@ void ds_q8_block_rq_e(const void *act, const void *bp, void *restrict y, int64_t
                       int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
                       int32_t yzp, int32_t is_signed) {
     const ds_q8_act *a = act;
-    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
-    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
-    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
-    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
     for (int64_t i = i0; i < i1; i++) {
         const uint8_t *ai = a->q + i * a->ldq;
         int32_t acc[DS_Q8_NR];
-        ds_q8_dot_row(ai, panel, k4, acc);
-        ds_q8_correct_row(acc, a->rowsum[i], a, wzp + j0, colsum, k, cols);
-        ds_q8_requant_row(acc, mult + j0, yzp, is_signed, (uint8_t *)y + i * ldc + j0, cols);
+        ds_q8_dot_row(ai, p.panel, p.k4, acc);
+        ds_q8_correct_row(acc, a->rowsum[i], a, wzp + p.j0, p.colsum, k, p.cols);
+        ds_q8_requant_row(acc, mult + p.j0, yzp, is_signed, (uint8_t *)y + i * ldc + p.j0, p.cols);
     }
 }
 
@@ -405,9 +417,9 @@ static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a,
 /* A panel's per-column terms (ds_q8_cols) for the activations `a`. */
 static inline void ds_q8_panel_cols(const ds_q8_act *a, const void *bp, int64_t q, int64_t n, int64_t k,
                                     const int32_t *restrict wzp, const float *restrict wscale, ds_q8_cols *cv) {
-    const int64_t j0 = q * DS_Q8_NR;
-    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
-    const int32_t *colsum = ds_q8_colsums(bp, n, k) + j0;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
+    const int64_t j0 = p.j0, cols = p.cols;
+    const int32_t *colsum = p.colsum;
     cv->m[0] = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
     cv->m[1] = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
     const __m512i za = _mm512_set1_epi32(a->zp), kza = _mm512_set1_epi32((int32_t)((uint32_t)k * (uint32_t)a->zp));
@@ -423,11 +435,12 @@ static inline void ds_q8_panel_cols(const ds_q8_act *a, const void *bp, int64_t 
 static void ds_q8_block_native(const ds_q8_act *a, const void *bp, float *restrict c, int64_t ldc, int64_t i0,
                                int64_t i1, int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp,
                                const float *restrict wscale) {
-    const int64_t k4 = (k + 3) / 4;
-    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
+    const int64_t k4 = p.k4;
+    const int8_t *panel = p.panel;
     ds_q8_cols cv;
     ds_q8_panel_cols(a, bp, q, n, k, wzp, wscale, &cv);
-    float *cj = c + q * DS_Q8_NR;
+    float *cj = c + p.j0;
     int64_t i = i0;
     for (; i + DS_Q8_MR <= i1; i += DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, cj + i * ldc, ldc, &cv, 0);
     if (i + 8 <= i1) {
@@ -445,9 +458,9 @@ static void ds_q8_block_native(const ds_q8_act *a, const void *bp, float *restri
 static void ds_q8_block_rq_native(const ds_q8_act *a, const void *bp, void *restrict y, int64_t ldc, int64_t i0,
                                   int64_t i1, int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp,
                                   const float *restrict mult, int32_t yzp, int32_t is_signed) {
-    const int64_t k4 = (k + 3) / 4, j0 = q * DS_Q8_NR;
-    const int64_t cols = n - j0 < DS_Q8_NR ? n - j0 : DS_Q8_NR;
-    const int8_t *panel = (const int8_t *)bp + q * k4 * DS_Q8_NR * 4;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
+    const int64_t k4 = p.k4, j0 = p.j0, cols = p.cols;
+    const int8_t *panel = p.panel;
     ds_q8_cols cv;
     ds_q8_panel_cols(a, bp, q, n, k, wzp, NULL, &cv);
     int32_t tile[DS_Q8_MR * DS_Q8_NR] __attribute__((aligned(64)));
