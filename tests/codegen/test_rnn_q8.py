@@ -205,3 +205,43 @@ def test_a_loaded_dynamic_quantize_lstm_runs_on_its_8_bit_r(tmp_path, monkeypatc
     attrs = {"direction": "bidirectional", "hidden_size": 19}
     want = _reference({"X": x, "W": w, "R": r, "B": b}, attrs)
     _check(tuple(got[n] for n in ("y", "y_h", "y_c")), want)
+
+
+def test_a_saved_graph_keeps_the_8_bit_weights_and_explain_says_so(tmp_path, monkeypatch):
+    """ds.save of a Graph writes it as ONNX: the LSTM's weight scales must survive (node metadata), else the
+    reloaded artefact silently runs the float LSTM; explain names the 8-bit products."""
+    from dynshape.cli.explain_cmd import report
+
+    path = str(tmp_path / "q.onnx")
+    _dq_lstm_model(path, 19, 7, np.int8, False)
+    graph = ds.load_onnx(path)
+    want_attrs = {k: graph.nodes[0].attrs[k] for k in ("_r_scale", "_w_scale")}
+    x = np.random.default_rng(3).standard_normal((5, 1, 7)).astype(np.float32)
+    want = ds.compile(graph).run({"x": x})
+    packed = []
+    real = rk.pack_q8_weights
+    monkeypatch.setattr(rk, "pack_q8_weights", lambda *a: packed.append(real(*a)) or packed[-1])
+    ds.save(graph, tmp_path / "art")
+    loaded = ds.load(tmp_path / "art")
+    lstm = next(n for n in loaded.graph.nodes if n.op_type == "LSTM")
+    assert {k: lstm.attrs.get(k) for k in want_attrs} == want_attrs
+    got = loaded.run({"x": x})
+    for n in ("y", "y_h", "y_c"):
+        np.testing.assert_array_equal(got[n], want[n])
+    steps = report(loaded, tmp_path, "test")["library_steps"]
+    if rk.q8_native():
+        assert packed and not any(isinstance(p, str) for p in packed)
+        assert any(k.startswith("LSTM (native: W and R products on 8-bit weights") for k in steps), steps
+    else:
+        assert not any("8-bit" in k for k in steps), steps
+
+
+def test_malformed_persisted_metadata_is_refused_by_name(tmp_path):
+    path = str(tmp_path / "q.onnx")
+    _dq_lstm_model(path, 4, 3, np.int8, False)
+    m = onnx.load(path)
+    m.graph.node[0].metadata_props.add(key="dynshape:_r_scale", value="[1.0, NaN]")
+    bad = str(tmp_path / "bad.onnx")
+    onnx.save(m, bad)
+    with pytest.raises(ds.ModelError, match="qlstm.*dynshape:_r_scale"):
+        ds.load_onnx(bad)

@@ -95,6 +95,12 @@ def binding(exe: Any) -> tuple[dict[str, dict], list[dict]]:
     return bound, guards
 
 
+def _precision(step: NodeStep, graph: Any) -> str:
+    """", on 8-bit weights..." for a native step that does not compute in plain float32 (NativeRule.describe)."""
+    said = step.native.describe(step.node, graph) if step.how == "native" and step.native is not None else None
+    return f": {said}" if said else ""
+
+
 def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
     """The whole explanation as plain data (what --json prints)."""
     graph = exe.graph
@@ -110,7 +116,9 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
                 "inputs": [str(x) for x in s.inputs], "outputs": list(s.outputs), "shares_code_with": s.shared_with,
                 "method": s.method}
                for i, s in enumerate(kernel_steps(exe), 1)]
-    lowered = Counter(f"{s.node.op_type} ({s.how})" for s in exe.generic.steps if isinstance(s, NodeStep))
+    built_graph = exe.generic.build.graph
+    lowered = Counter(f"{s.node.op_type} ({s.how}{_precision(s, built_graph)})"
+                      for s in exe.generic.steps if isinstance(s, NodeStep))
     built = exe.explain_build()
     mem = graph.memory_bound()
     return {

@@ -161,8 +161,11 @@ class NativeRule:
     by explain); `bind(request)`: zero-argument calls filling the outputs, or None when this key's shapes are
     not covered (the step then runs its numpy path into the planned buffers). `strided(node)`: whether bind
     takes an output that is a slice of a wider channels-last buffer (a Concat's, read from its strides), so the
-    plan may point the node at its columns of a Concat (runtime/concat_joins.py)."""
+    plan may point the node at its columns of a Concat (runtime/concat_joins.py). `describe(node, graph)`: what
+    the native step computes in other than plain float32 (an LSTM on 8-bit weights), or None; explain prints it,
+    so a user sees which steps do not run in the precision they asked for."""
 
     accepts: Callable[[Node, Graph], str | None]
     bind: Callable[[BindRequest], list[Callable[[], None]] | None]
     strided: Callable[[Node], bool] = lambda node: False
+    describe: Callable[[Node, Graph], str | None] = lambda node, graph: None

@@ -381,6 +381,22 @@ def _accepts(node: Node, graph: Graph) -> str | None:
     return None
 
 
+def _describe(node: Node, graph: Graph) -> str | None:
+    """Which of the node's products run on 8-bit weights (what explain prints): only those bind could pack
+    exactly, on a CPU with VPDPBUSD; the rest run in float32."""
+    if "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
+        return None
+    w, r = (const_value(x, graph) for x in node.inputs[1:3])
+    try:
+        k = _kernel_for(node.op_type, np.asarray(w, np.float32), np.asarray(r, np.float32), node.attrs)
+    except NotSupported:
+        return None
+    int8 = [name for name, q in (("W", k.wq), ("R", k.rq)) if q is not None]
+    if not int8:
+        return "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI here)"
+    return f"{' and '.join(int8)} products on 8-bit weights (VPDPBUSD, exact int32 sums)"
+
+
 def _check_lens(lens: np.ndarray, seq: int, label: str) -> None:
     if lens.size and (lens.min() < 0 or lens.max() > seq):
         raise ConstraintViolation(f"{label}: sequence_lens must lie in 0..{seq} (the sequence length), got "
@@ -439,5 +455,5 @@ def _numpy_for(op: str):
 
 
 for _op in ENTRY:
-    register_lowering(_op, "native", NativeRule(_accepts, _bind_native))
+    register_lowering(_op, "native", NativeRule(_accepts, _bind_native, describe=_describe))
     register_lowering(_op, "numpy", _numpy_for(_op))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import collections
 import heapq
+import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -38,7 +40,7 @@ from dynshape.frontends.onnx_checks import (
     load_external_data,
     node_schema,
 )
-from dynshape.frontends.onnx_contrib import lower_contrib
+from dynshape.frontends.onnx_contrib import PERSISTED_ATTRS, PERSISTED_PREFIX, lower_contrib
 from dynshape.frontends.onnx_fastread import read_direct
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node, Value
@@ -134,6 +136,28 @@ def _short(e: BaseException) -> str:
 
 
 # ---- symbols -------------------------------------------------------------------------------------------
+def _persisted(p: onnx.NodeProto, label: str) -> dict[str, list[float]]:
+    """The private attributes a dynshape save wrote as node metadata (onnx_contrib.PERSISTED_ATTRS): lists of
+    finite floats; anything else under that prefix is refused by name, never half-read."""
+    got: dict[str, list[float]] = {}
+    for m in p.metadata_props:
+        if not m.key.startswith(PERSISTED_PREFIX):
+            continue
+        k = m.key[len(PERSISTED_PREFIX):]
+        try:
+            v = json.loads(m.value) if k in PERSISTED_ATTRS else None
+            ok = isinstance(v, list) and bool(v) and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ModelError(f"{label}: metadata {m.key!r} is not a dynshape attribute this version reads "
+                             f"(known: {', '.join(PERSISTED_PREFIX + a for a in PERSISTED_ATTRS)}, "
+                             "each a JSON list of finite numbers)")
+        got[k] = [float(x) for x in v]
+    return got
+
+
 class _Symbols:
     """dim_param name -> symbol, honouring the user's `dims` declarations."""
 
@@ -321,6 +345,7 @@ class _Converter:
             missing = sorted(k for k, spec in schema.attributes.items() if spec.required and k not in attrs)
             if missing:
                 raise ModelError(f"{label}: missing required attribute(s) {', '.join(map(repr, missing))}")
+        attrs.update(_persisted(p, label))
         return Node(p.op_type, domain, name, attrs, list(p.input), list(p.output))
 
     def _attr(self, a: AttributeProto, label: str, schema: Any, visible: set) -> Any:

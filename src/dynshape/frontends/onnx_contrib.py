@@ -82,4 +82,10 @@ def _dynamic_quantize_lstm(graph: Graph, node: Node) -> Node:
     return Node("LSTM", "", node.name, attrs, [node.inputs[0], *names, *rest], list(node.outputs))
 
 
+# The private attributes a saved model must keep: the LSTM's weight scales (without them a reloaded artefact runs
+# the float LSTM). frontends/onnx_export.py writes them as node metadata ("dynshape:<name>", JSON) and
+# frontends/onnx.py reads them back; every other private attribute is recomputed on load.
+PERSISTED_ATTRS = ("_r_scale", "_w_scale")
+PERSISTED_PREFIX = "dynshape:"
+
 _RULES = {"DynamicQuantizeLSTM": _dynamic_quantize_lstm}

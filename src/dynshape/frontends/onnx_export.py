@@ -14,11 +14,13 @@ stores them beside the model, a bare `to_onnx` drops them.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
 from dynshape.errors import ModelError
+from dynshape.frontends.onnx_contrib import PERSISTED_ATTRS, PERSISTED_PREFIX
 from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
 from dynshape.sym import is_expr
@@ -92,7 +94,11 @@ def _node(n: Node) -> Any:
             v = [_graph_proto(x, top=False) for x in v]
         attrs[k] = v
     try:
-        return helper.make_node(n.op_type, list(n.inputs), list(n.outputs), name=n.name, domain=n.domain or None,
-                                **attrs)
+        proto = helper.make_node(n.op_type, list(n.inputs), list(n.outputs), name=n.name, domain=n.domain or None,
+                                 **attrs)
     except Exception as e:
         raise ModelError(f"{n.label()}: cannot write its attributes as ONNX ({e})") from None
+    for k in PERSISTED_ATTRS:
+        if k in n.attrs:
+            proto.metadata_props.add(key=PERSISTED_PREFIX + k, value=json.dumps([float(v) for v in n.attrs[k]]))
+    return proto
