@@ -59,6 +59,8 @@ CONVS = [  # (ci, co, k, attrs)
     # depthwise in C: a masked channel tail (40 = 16 + 16 + 8), chunks of 128 channels, stride and dilation
     (40, 40, (3, 3), {"group": 40, "pads": [1, 1, 1, 1]}), (200, 200, (5, 5), {"group": 200, "pads": [2, 2, 2, 2]}),
     (32, 32, (3, 3), {"group": 32, "strides": [2, 2], "dilations": [2, 2], "pads": [2, 1, 2, 1]}),
+    # stride 1 and 3, 5 or 7 columns: the sliding blocks (ds_dw_slide; the 75-column probe gives them interiors)
+    (24, 24, (7, 7), {"group": 24, "pads": [3, 3, 3, 3]}),
     # depthwise of 1, 2, 4 or 8 channels at stride 1 as flat runs of pixels (ds_dw_flat), and at stride 2 the loops
     (8, 8, (3, 3), {"group": 8, "pads": [1, 1, 1, 1]}), (4, 4, (5, 5), {"group": 4, "pads": [2, 4, 2, 4],
                                                                           "dilations": [1, 2]}),
@@ -76,8 +78,9 @@ def test_conv2d_with_bias_and_activation(ci, co, k, attrs):
     b = RNG.standard_normal(co).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs), helper.make_node("HardSwish", ["c"], ["y"])]
     exe = _check(_model(nodes, ["n", ci, "h", "w"], {"w": w, "b": b}), {"n": (1, 3), "h": (1, 40), "w": (1, 80)},
-                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3), *([(1, ci, 4, 75)] if ci <= 8 else [])],
-                 winograd=False)  # 75 columns: whole 64-float runs of the few-channel depthwise
+                 [(1, ci, 9, 11), (2, ci, 16, 5), (1, ci, 3, 3),
+                  *([(1, ci, 4, 75)] if ci <= 8 or groups == ci else [])],
+                 winograd=False)  # 75 columns: whole 64-float runs of the few-channel depthwise, sliding blocks
     assert not any("ds_wino_f2" in s.source for s in exe.generic.steps if isinstance(s, KernelStep))
     assert not exe.explain_build()["uncompiled"]
 

@@ -57,6 +57,64 @@ DS_DW_BLOCK(8)
 DS_DW_BLOCK(4)
 DS_DW_BLOCK(1)
 
+/* Eight interior pixels from wo, every channel block, for a stride SWc and KWc columns known when compiled
+   (undilated): per kernel row each input column the eight read is loaded once, (8 - 1) * SWc + KWc loads, and
+   feeds every accumulator that reads it, where DS_DW_BLOCK loads each tap of each pixel (8 * KWc loads: the
+   block was load-bound at one 512-bit load per cycle, 0.33 ns per output value on Zen 4 against onnxruntime's
+   0.2). The taps reach each accumulator in the same order (kernel row, then column), so the sums are the
+   same bit for bit. */
+static inline __attribute__((always_inline)) void ds_dw_slide(
+    const int64_t *geo, const float *restrict xn, const float *restrict w, ds_v16 b0, float *restrict y,
+    int64_t ih0, int64_t kh0, int64_t kh1, int64_t wo, int64_t c0, int64_t nl, const int SWc, const int KWc) {
+    GEO_LOCALS;
+    (void)CG; (void)OH; (void)OW; (void)KH; (void)KW; (void)H; (void)PT; (void)SH; (void)SW; (void)DW;
+    const int64_t act = geo[DS_CONV_ACT];
+    ds_v16 d[8];
+    for (int i = 0; i < 8; i++) d[i] = b0;
+    for (int64_t kh = kh0; kh < kh1; kh++) {
+        const float *xr = xn + ((ih0 + kh * DH) * W + wo * SWc - PL) * C + c0;
+        ds_v16 wv[KWc];
+        for (int kw = 0; kw < KWc; kw++) wv[kw] = ds_load16(w + (kh * KWc + kw) * C + c0, nl);
+#pragma GCC unroll 64
+        for (int j = 0; j < 7 * SWc + KWc; j++) {
+            const ds_v16 xv = ds_load16(xr + j * C, nl);
+#pragma GCC unroll 16
+            for (int kw = 0; kw < KWc; kw++)
+                if ((j - kw) % SWc == 0 && j - kw >= 0 && (j - kw) / SWc < 8) d[(j - kw) / SWc] += xv * wv[kw];
+        }
+    }
+    for (int i = 0; i < 8; i++) ds_store16(y + (wo + i) * LDY + c0, ds_act(d[i], act), nl);
+}
+
+/* DS_DW_BLOCK(8) by ds_dw_slide for stride 1, kernels 3, 5 or 7 wide, undilated (on Zen 4: 5x5 17% faster, 3x3
+   2%; stride 2 gained nothing, so it keeps DS_DW_BLOCK): the full channel blocks with a constant lane count (no
+   masks), then the tail. */
+#define DS_DW_SLIDE(S, K)                                                                                    \
+    static void ds_dw_slide_##S##_##K(const int64_t *geo, const float *restrict xn, const float *restrict w, \
+                                      const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0,\
+                                      int64_t kh1, int64_t wo, int64_t cb, int64_t ce) {                   \
+        int64_t c0 = cb;                                                                                    \
+        for (; c0 + 16 <= ce; c0 += 16)                                                                     \
+            ds_dw_slide(geo, xn, w, bias ? ds_ld16(bias + c0) : (ds_v16){0}, y, ih0, kh0, kh1, wo, c0, 16,   \
+                        S, K);                                                                              \
+        if (c0 < ce)                                                                                        \
+            ds_dw_slide(geo, xn, w, bias ? ds_load16(bias + c0, ce - c0) : (ds_v16){0}, y, ih0, kh0, kh1, wo, \
+                        c0, ce - c0, S, K);                                                                 \
+    }
+DS_DW_SLIDE(1, 3)
+DS_DW_SLIDE(1, 5)
+DS_DW_SLIDE(1, 7)
+
+typedef void (*ds_dw_block_fn)(const int64_t *, const float *restrict, const float *restrict, const float *restrict,
+                               float *restrict, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+static ds_dw_block_fn ds_dw_slider(const int64_t *geo) {
+    GEO_LOCALS;
+    (void)H; (void)W; (void)C; (void)KH; (void)SH; (void)DH; (void)PT; (void)PL; (void)CG; (void)LDY;
+    if (DW != 1 || SW != 1) return 0;
+    return KW == 3 ? ds_dw_slide_1_3 : KW == 5 ? ds_dw_slide_1_5 : KW == 7 ? ds_dw_slide_1_7 : 0;
+}
+
 /* One border pixel: each tap checked against the input's columns. */
 static void ds_dw_border(const int64_t *geo, const float *restrict xn, const float *restrict w,
                          const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0, int64_t kh1,
@@ -139,13 +197,15 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
     if (lo > hi) lo = hi;
     const float *xn = x + n * H * W * C;
     if (ds_dw_flat(geo, xn, w, bias, y, ih0, kh0, kh1, lo, hi)) return;
+    const ds_dw_block_fn slide = ds_dw_slider(geo);
     /* chunks of DS_DW_CHUNK channels: a chunk's weights (KH * KW * 128 floats) stay in L1 over the row's pixel
        blocks, and within a block the chunk's input pixels are read contiguously */
     for (int64_t cb = 0; cb < C; cb += DS_DW_CHUNK) {
         const int64_t ce = C - cb < DS_DW_CHUNK ? C : cb + DS_DW_CHUNK;
         for (int64_t o = 0; o < lo; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, cb, ce);
         int64_t wo = lo;
-        for (; wo + 8 <= hi; wo += 8) ds_dw_block8(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
+        const ds_dw_block_fn block8 = slide ? slide : ds_dw_block8;
+        for (; wo + 8 <= hi; wo += 8) block8(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
         for (; wo + 4 <= hi; wo += 4) ds_dw_block4(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
         for (; wo < hi; wo++) ds_dw_block1(geo, xn, w, bias, y, ih0, kh0, kh1, wo, cb, ce);
         for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, cb, ce);
