@@ -173,7 +173,8 @@ def test_an_epilogue_that_reads_the_products_own_input():
     assert_f32_close(exe.run({"x": x})["y"], np.maximum(x @ w + x, 0), rtol=2e-5, scale=2e-6)
 
 
-@pytest.mark.parametrize("shape,trans", [((300, 333), False), ((333, 300), True), ((64, 1100), True)])
+@pytest.mark.parametrize("shape,trans", [((300, 333), False), ((333, 300), True), ((64, 1100), True),
+                                         ((144, 16), True), ((40, 70), True), ((5, 3), True)])  # 16 x 16 blocks, tails
 def test_pack_b_in_c_equals_the_numpy_packing(shape, trans, monkeypatch):
     from dynshape.codegen import packed_gemm
 

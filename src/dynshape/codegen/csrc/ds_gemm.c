@@ -14,6 +14,7 @@
 
 #include "ds_gemm.h"
 #include "ds_layernorm_row.h"
+#include "ds_softmax_row.h"
 
 #ifndef DS_ROW_BLOCK
 #define DS_ROW_BLOCK 60 /* rows per block: a multiple of every micro-tile height */
@@ -175,39 +176,98 @@ void ds_gemm_panel(const float *restrict a, int64_t lda, const float *restrict p
 #define DS_PAR_PACK_FLOATS (1 << 22)
 
 /* B (k x n, row stride ldb) into panels of 32 columns, zero padded: the layout pack_b makes, at run time. */
-void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
-    #pragma omp parallel for schedule(static) if(n * k >= DS_PAR_PACK_FLOATS)
-    for (int64_t q = 0; q < (n + 31) / 32; q++) {
-        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
-        float *dst = bp + q * k * 32;
-        for (int64_t p = 0; p < k; p++) {
-            const float *src = b + p * ldb + q * 32;
-            int64_t j = 0;
-            for (; j < nc; j++) dst[p * 32 + j] = src[j];
-            for (; j < 32; j++) dst[p * 32 + j] = 0.0f;
-        }
+static void ds_pack_panel(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp, int64_t q) {
+    const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+    float *dst = bp + q * k * 32;
+    for (int64_t p = 0; p < k; p++) {
+        const float *src = b + p * ldb + q * 32;
+        int64_t j = 0;
+        for (; j < nc; j++) dst[p * 32 + j] = src[j];
+        for (; j < 32; j++) dst[p * 32 + j] = 0.0f;
     }
+}
+
+/* Below DS_PAR_PACK_FLOATS the panels are packed without an OpenMP region: attention packs per batch matrix from
+   inside its own parallel loop, where even an `if(0)` region costs a nested team's setup (0.2 us a call). */
+void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
+    const int64_t panels = (n + 31) / 32;
+    if (n * k < DS_PAR_PACK_FLOATS) {
+        for (int64_t q = 0; q < panels; q++) ds_pack_panel(b, ldb, k, n, bp, q);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int64_t q = 0; q < panels; q++) ds_pack_panel(b, ldb, k, n, bp, q);
 }
 
 /* The same panels for B = transpose(A), A n x k with row stride lda (a Gemm's transB weights, attention's K as
    the model stores it): blocks of 64 rows of a panel at a time, so the block being written (8 KB) stays in L1
    while each of the panel's 32 source rows contributes its 64 contiguous floats. */
-void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
-    #pragma omp parallel for schedule(static) if(n * k >= DS_PAR_PACK_FLOATS)
-    for (int64_t q = 0; q < (n + 31) / 32; q++) {
-        const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
-        float *dst = bp + q * k * 32;
-        for (int64_t p0 = 0; p0 < k; p0 += 64) {
-            const int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
-            int64_t j = 0;
-            for (; j < nc; j++) {
-                const float *src = a + (q * 32 + j) * lda;
-                for (int64_t p = p0; p < p1; p++) dst[p * 32 + j] = src[p];
-            }
-            for (; j < 32; j++)
-                for (int64_t p = p0; p < p1; p++) dst[p * 32 + j] = 0.0f;
-        }
+#ifdef __AVX512F__
+/* out[l] = column l of the 16 x 16 block at src (rows lda floats apart): four rounds of shuffles in registers. */
+static inline void ds_transpose16(const float *restrict src, int64_t lda, __m512 out[16]) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lda);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = (__m512)_mm512_unpacklo_pd((__m512d)t[i], (__m512d)t[i + 2]);
+        r[i + 1] = (__m512)_mm512_unpackhi_pd((__m512d)t[i], (__m512d)t[i + 2]);
+        r[i + 2] = (__m512)_mm512_unpacklo_pd((__m512d)t[i + 1], (__m512d)t[i + 3]);
+        r[i + 3] = (__m512)_mm512_unpackhi_pd((__m512d)t[i + 1], (__m512d)t[i + 3]);
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        out[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        out[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+}
+#endif
+
+static void ds_pack_panel_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp,
+                            int64_t q) {
+    const int64_t nc = n - q * 32 < 32 ? n - q * 32 : 32;
+    float *dst = bp + q * k * 32;
+    for (int64_t p0 = 0; p0 < k; p0 += 64) {
+        const int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
+        int64_t j = 0;
+#ifdef __AVX512F__
+        /* 16 x 16 blocks transposed in registers (attention packs K per call: mobilevit's 144 x 16 took 1.4 us
+           element by element, a tenth of its products), the rest element by element */
+        for (; j + 16 <= nc; j += 16) {
+            int64_t p = p0;
+            for (; p + 16 <= p1; p += 16) {
+                __m512 o[16];
+                ds_transpose16(a + (q * 32 + j) * lda + p, lda, o);
+                for (int l = 0; l < 16; l++) _mm512_storeu_ps(dst + (p + l) * 32 + j, o[l]);
+            }
+            for (; p < p1; p++)
+                for (int64_t i = 0; i < 16; i++) dst[p * 32 + j + i] = a[(q * 32 + j + i) * lda + p];
+        }
+#endif
+        for (; j < nc; j++) {
+            const float *src = a + (q * 32 + j) * lda;
+            for (int64_t p = p0; p < p1; p++) dst[p * 32 + j] = src[p];
+        }
+        if (nc < 32) /* the columns past n: zeros, each row's run at once */
+            for (int64_t p = p0; p < p1; p++)
+                for (int64_t jj = nc; jj < 32; jj++) dst[p * 32 + jj] = 0.0f;
+    }
+}
+
+void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
+    const int64_t panels = (n + 31) / 32;
+    if (n * k < DS_PAR_PACK_FLOATS) { /* no OpenMP region: see ds_pack_panels */
+        for (int64_t q = 0; q < panels; q++) ds_pack_panel_t(a, lda, k, n, bp, q);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int64_t q = 0; q < panels; q++) ds_pack_panel_t(a, lda, k, n, bp, q);
 }
 
 /* A convolution's weights w (co, cig, taps) (taps = KH * KW, OIHW order as ONNX stores them), each output channel
@@ -378,21 +438,30 @@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, con
    the work: a decoder step at 2,048 past tokens spent its time packing. These read K's and V's rows where they lie.
    ds_dot_rows: out[j] = q . k[j] (k's rows of d floats), four keys at a time; ds_axpy_rows: o = sum_j p[j] v[j]
    (v's rows of dv floats), sixteen columns at a time in registers. */
+/* A softmax row's second pass for generated kernels (ds_softmax_row.h says why it is not generated). */
+float ds_softmax_exp_sum(float *restrict row, int64_t n, float mx) { return ds_softmax_exp_row(row, n, mx); }
+
 void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, int64_t d, float *restrict out) {
+    /* vector accumulators summed as trees (ds_tree_sum16): `omp simd reduction` ended each dot product with its
+       16 lanes added one by one, 64 dependent scalar adds per four keys; d's tail masked, never read past */
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
         const float *k0 = k + j * d, *k1 = k0 + d, *k2 = k1 + d, *k3 = k2 + d;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-        #pragma omp simd reduction(+:s0, s1, s2, s3)
-        for (int64_t p = 0; p < d; p++) { s0 += q[p] * k0[p]; s1 += q[p] * k1[p]; s2 += q[p] * k2[p]; s3 += q[p] * k3[p]; }
-        out[j] = s0; out[j + 1] = s1; out[j + 2] = s2; out[j + 3] = s3;
+        ds_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+        for (int64_t p = 0; p < d; p += 16) {
+            const int64_t m = d - p;
+            const ds_v16 qv = ds_load16(q + p, m);
+            s0 += qv * ds_load16(k0 + p, m); s1 += qv * ds_load16(k1 + p, m);
+            s2 += qv * ds_load16(k2 + p, m); s3 += qv * ds_load16(k3 + p, m);
+        }
+        out[j] = ds_tree_sum16(s0); out[j + 1] = ds_tree_sum16(s1);
+        out[j + 2] = ds_tree_sum16(s2); out[j + 3] = ds_tree_sum16(s3);
     }
     for (; j < n; j++) {
         const float *kj = k + j * d;
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t p = 0; p < d; p++) s += q[p] * kj[p];
-        out[j] = s;
+        ds_v16 s = {0};
+        for (int64_t p = 0; p < d; p += 16) s += ds_load16(q + p, d - p) * ds_load16(kj + p, d - p);
+        out[j] = ds_tree_sum16(s);
     }
 }
 

@@ -77,6 +77,20 @@ static inline ds_v16 ds_mld16(const float *p, ds_cmask m) { return ds_load16(p, 
 static inline void ds_mst16(float *p, ds_v16 v, ds_cmask m) { if (m > 0) ds_store16(p, v, m); }
 #endif
 
+/* The sum of 16 lanes as a tree, in four dependent steps: an `omp simd reduction(+:)` ends in gcc with the lanes
+   added one after another from the stack (fifteen dependent adds). */
+static inline float ds_tree_sum16(ds_v16 v) {
+#ifdef __AVX512F__
+    return _mm512_reduce_add_ps((__m512)v);
+#else
+    float s[16];
+    for (int l = 0; l < 16; l++) s[l] = v[l];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) s[l] += s[l + w];
+    return s[0];
+#endif
+}
+
 /* Rows of a micro-tile written out as named registers (DS_ROWSn(M) expands M(0) .. M(n-1)), so the compiler
    sees straight-line code, not an array it might keep in memory. */
 #define DS_ROWS1(M) M(0)

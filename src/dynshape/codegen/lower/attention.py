@@ -20,6 +20,9 @@ from dynshape.passes.items import Attention
 
 I64 = kir.I64
 DECODE_ROWS = 4  # query rows up to which K and V are read unpacked (a decoder step's one; a prefill's are many)
+# V widths read in place by the S @ V product: exactly one panel's 16 (ds_gemm_rows' narrow path) or 32 columns,
+# so no row is read past its end (a width between would read into the next row, and past V's last)
+V_IN_PLACE = (16, NR)
 
 
 def _i(x: int) -> kir.Const:
@@ -94,7 +97,8 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     defer = deferrable(sm, g)
     rel = kir.Bin("-", m, m0)
     softmax_passes(sm, g, per_row, "c", N, row, load, {at.scores.outputs[0]: lambda c: kir.Load(row, c)},
-                   lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])], (scale, rel) if defer else None)
+                   lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])], (scale, rel) if defer else None,
+                   native_exp=ctx.options.fast_math)
     # O as (batch, heads, seq, d), or with its Transpose folded as (batch, seq, heads, d): row stride heads * d
     if folded:
         L1 = L[1]
@@ -116,7 +120,13 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
                               kir.Addr(sb), N, _i(0), kir.Bin("-", m1, m0), q, N, K, *q_args),)),
         kir.For(m, m1, tuple(per_row), start=m0)]
     q2 = kir.Var("q")
-    block.append(kir.For(q2, DP, (_call(tile_fn, kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
+    # V of 16 or 32 columns is one panel as it lies (rows DV floats apart): the product reads it in place, where
+    # packing it cost more than the product at small head dims (mobilevit's 144 x 16: 1.4 us of 2.8)
+    v_in_place = not low and isinstance(dv, int) and dv in V_IN_PLACE
+    v_at = kir.Addr(vb, _mul(b, N, DV))
+    block.append(_call("ds_gemm_panel", kir.Addr(sb), N, v_at, DV, o_at, ldc, _i(0), kir.Bin("-", m1, m0), DV, N)
+                 if v_in_place else
+                 kir.For(q2, DP, (_call(tile_fn, kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
                                         kir.Bin("-", m1, m0), q2, DV, N, *s_args),)))
     if defer:  # rows of O times their softmax scale
         mm, jj = kir.Var("m"), kir.Var("j")
@@ -128,7 +138,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
                     omp=kir.Omp(simd=True, schedule=None))), start=m0))
     pack_k = (_call(pack_kt, kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
               _call(pack_kn, kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
-    packed = (pack_k, _call(pack_kn, kir.Addr(vb, _mul(b, N, DV)), DV, N, DV, kir.Addr(vp)),
+    packed = (pack_k, *(() if v_in_place else (_call(pack_kn, v_at, DV, N, DV, kir.Addr(vp)),)),
               kir.For(m0, M, tuple(block), step=_i(ROW_BLOCK)))
     # decode: a few query rows read K's and V's rows where they lie (packing them would be most of the work)
     q_row = kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m), K))
@@ -146,7 +156,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
-    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _mul(N, DP, _i(NR))),
+    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _i(1) if v_in_place else _mul(N, DP, _i(NR))),
                             kir.Alloc(sb, _mul(_i(ROW_BLOCK), N)), kir.Array(scale, ROW_BLOCK), batch,
                             kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
     kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body), ctx.symbols)

@@ -40,10 +40,12 @@ def _f(x: float) -> kir.Const:
 def softmax_passes(sm: Softmax, graph: Graph, body: list[kir.Stmt], hint: str, extent: kir.Expr,
                    row: kir.Buffer, load: Load, first: First,
                    store: Callable[[kir.Var, dict[str, kir.Expr]], list[kir.Stmt]],
-                   defer: tuple[kir.Buffer, kir.Expr] | None = None) -> None:
+                   defer: tuple[kir.Buffer, kir.Expr] | None = None, native_exp: bool = False) -> None:
     """The passes over `row` (index < `extent`), appended to `body`. `first` seeds the first pass's operands;
     `store(index, env)` gives the last pass's stores. `defer` = (buffer, index): receives the row's scale
-    instead of the third pass (the caller scales the product of this row instead; see `deferrable`)."""
+    instead of the third pass (the caller scales the product of this row instead; see `deferrable`).
+    `native_exp`: the exp-and-sum pass is the packed-GEMM library's ds_softmax_exp_sum (csrc/ds_softmax_row.h:
+    masked tail, lanes summed as a tree) instead of a generated loop; the kernel must need "packed_gemm"."""
     x, y = sm.node.inputs[0], sm.node.outputs[0]
     mx, s, inv = kir.Var("mx", kir.F32), kir.Var("s", kir.F32), kir.Var("inv", kir.F32)
     # pass 1: the producer group, into the row, and its maximum
@@ -59,11 +61,14 @@ def softmax_passes(sm: Softmax, graph: Graph, body: list[kir.Stmt], hint: str, e
     # pass 2: exp and sum
     v = kir.Var(hint)
     e = kir.Var("e", kir.F32)
-    body += [kir.Decl(s, _f(0.0)),
-             kir.For(v, extent, (kir.Let(e, kir.Call("ds_expf_nonpos", (kir.Bin("-", kir.Load(row, v), mx),))),
-                                 kir.Store(row, v, e), kir.Assign(s, kir.Bin("+", s, e))),
-                     omp=kir.Omp(simd=True, schedule=None, reduction=("+", s))),
-             kir.Let(inv, kir.Bin("/", _f(1.0), s))]
+    if native_exp:
+        body.append(kir.Decl(s, kir.Call("ds_softmax_exp_sum", (kir.Addr(row), extent, mx), kir.F32)))
+    else:
+        body += [kir.Decl(s, _f(0.0)),
+                 kir.For(v, extent, (kir.Let(e, kir.Call("ds_expf_nonpos", (kir.Bin("-", kir.Load(row, v), mx),))),
+                                     kir.Store(row, v, e), kir.Assign(s, kir.Bin("+", s, e))),
+                         omp=kir.Omp(simd=True, schedule=None, reduction=("+", s)))]
+    body.append(kir.Let(inv, kir.Bin("/", _f(1.0), s)))
     if defer is not None:
         buf, at = defer
         if sm.post is not None:  # the NaN clean-up: a row with a NaN is all NaN, hence all zeros after it
@@ -134,7 +139,8 @@ def lower_softmax(sm: Softmax, ctx: LowerCtx) -> Lowered:
     def store(r: kir.Var, env: dict[str, kir.Expr]) -> list[kir.Stmt]:
         return [kir.Store(buf, kir.Bin("+", ob, r), env[o]) for buf, o in zip(outs, sm.outputs)]
 
-    softmax_passes(sm, g, rows, "r", L[n - 1], row, load, {}, store)
+    native_exp = ctx.options.fast_math
+    softmax_passes(sm, g, rows, "r", L[n - 1], row, load, {}, store, native_exp=native_exp)
     nest: kir.Stmt | None = None
     for i in reversed(range(n - 1)):
         stmts = tuple(rows) if nest is None else (nest,)
@@ -146,7 +152,7 @@ def lower_softmax(sm: Softmax, ctx: LowerCtx) -> Lowered:
     else:  # one row: nothing to share out
         body += region
     kernel = kir.Kernel(ctx.name, tuple(ext), tuple(outs), tuple(ops.buffers), tuple(body), ctx.symbols)
-    return Lowered(kernel, sm.outputs, tuple(ops.ptrs))
+    return Lowered(kernel, sm.outputs, tuple(ops.ptrs), needs=("packed_gemm",) if native_exp else ())
 
 
 register_lowering("softmax", "kernel", lower_softmax)
