@@ -156,7 +156,8 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
-    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, _i(1) if v_in_place else _mul(N, DP, _i(NR))),
+    vp_floats = _i(1) if v_in_place else _mul(N, DP, _i(NR))
+    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, vp_floats),
                             kir.Alloc(sb, _mul(_i(ROW_BLOCK), N)), kir.Array(scale, ROW_BLOCK), batch,
                             kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
     kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body), ctx.symbols)
