@@ -37,6 +37,7 @@ from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import InputSpec, make_binder
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
+from dynshape.runtime.loop_bodies import Bodies
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
@@ -71,6 +72,9 @@ class Executable:
     def __init__(self, graph: Graph, specialize: list | None = None, options: Options | None = None):
         self.notes: list[str] = []  # what was skipped or dropped, and why (shown by explain)
         self.options = opts = options or Options(strategy="generic")
+        # Loop / Scan bodies: each compiled once (a generic executable of its own), kept for every build
+        body_opts = opts.replace(strategy="generic", profile=None, preallocate=False)
+        self._bodies = Bodies(lambda g: Executable(g, None, body_opts))
         tune_allocator(opts.tune_malloc)
         self._cache = cache_dir()
         clib.warm(EVERY_BUILD_HELPERS, self._cache)
@@ -199,7 +203,7 @@ class Executable:
 
     def _variant(self, key: tuple | None, guard: Any, narrow: dict | None = None) -> Variant:
         """Build one variant: the generic build (key None), a bucket's (`narrow`) or a static one."""
-        b = build(self.graph, self.symbols, self.options, key, narrow, parallel=not in_builder())
+        b = build(self.graph, self.symbols, self.options, key, narrow, parallel=not in_builder(), bodies=self._bodies)
         planner = Planner(b, self.symbols, self.options) if self.options.planned and plannable(b, self.symbols) \
             else None
         return Variant(b, guard, planner)
@@ -532,6 +536,9 @@ class Executable:
                         for s in b.steps if isinstance(s, KernelStep)],
             "uncompiled": [{"node": u.label, "op": u.op, "runs": u.how, "why": u.why, "when": when(u.label)}
                            for u in b.uncompiled],
+            # Loop / Scan nodes: whether each body runs compiled (called per iteration) or interpreted, and why
+            "bodies": [{"node": u.label, "op": u.op, "body": u.body.partition(":")[0],
+                        "why": u.body.partition(": ")[2]} for u in b.uncompiled if u.body],
             # branches written straight into their columns of a Concat, which then runs no step
             "concat_slices": [{"value": x, "into": j.into, "columns": [j.col, j.col + b.graph.types[x].shape[-1]]}
                               for x, j in (pl.joins.items() if pl is not None else ())],
