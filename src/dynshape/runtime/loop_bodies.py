@@ -61,16 +61,17 @@ class CompiledBody:
         feed = dict(zip(self.outer, outer))
         feed[names[1]] = np.array(True)  # an iteration runs only while the condition holds
         scans: list[list] = [[] for _ in range(len(outs_named) - 1 - n)]
-        run, carried_names, i = self.exe.run, names[2:], 0
-        while go and (trips is None or i < trips):
-            feed[names[0]] = np.array(i, np.int64)
-            feed.update(zip(carried_names, carried))
-            res = run(feed)
-            go = bool(_scalar(res[outs_named[0]], "condition"))
-            carried = [res[x] for x in outs_named[1:1 + n]]
-            for k, x in enumerate(outs_named[1 + n:]):
-                scans[k].append(res[x])
-            i += 1
+        carried_names, scan_names, i = names[2:], outs_named[1 + n:], 0
+        with self.exe.held() as run:
+            while go and (trips is None or i < trips):
+                feed[names[0]] = np.array(i, np.int64)
+                feed.update(zip(carried_names, carried))
+                res = run(feed)
+                go = bool(_scalar(res[outs_named[0]], "condition"))
+                carried = [res[x] for x in outs_named[1:1 + n]]
+                for k, x in enumerate(scan_names):
+                    scans[k].append(res[x])
+                i += 1
         if scans and not i:
             feed[names[0]] = np.array(0, np.int64)
             feed.update(zip(carried_names, carried))
@@ -90,14 +91,14 @@ class CompiledBody:
         feed = dict(zip(self.outer, outer))
         state_names, slice_names = names[:ns], names[ns:]
         ys: list[list] = [[] for _ in range(len(outs_named) - ns)]
-        run = self.exe.run
-        for i in range(steps):
-            feed.update(zip(state_names, state))
-            feed.update((x, np.asarray(a[i])) for x, a in zip(slice_names, xs))  # a 1-D input: 0-d slices
-            res = run(feed)
-            state = [res[x] for x in outs_named[:ns]]
-            for j, x in enumerate(outs_named[ns:]):
-                ys[j].append(res[x])
+        with self.exe.held() as run:
+            for i in range(steps):
+                feed.update(zip(state_names, state))
+                feed.update((x, np.asarray(a[i])) for x, a in zip(slice_names, xs))  # a 1-D input: 0-d slices
+                res = run(feed)
+                state = [res[x] for x in outs_named[:ns]]
+                for j, x in enumerate(outs_named[ns:]):
+                    ys[j].append(res[x])
         if not steps:
             feed.update(zip(state_names, state))
             feed.update((x, np.zeros(a.shape[1:], a.dtype)) for x, a in zip(slice_names, xs))
