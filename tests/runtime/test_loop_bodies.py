@@ -166,3 +166,17 @@ def test_a_body_that_cannot_compile_is_interpreted_and_explain_says_why() -> Non
     assert out.shape == (4,) and np.all((out >= 0) & (out <= 3))  # three draws in [0, 1) added
     off = ds.compile(ds.load_onnx(_rnn_loop()), compile_bodies=False).explain_build()["bodies"]
     assert off == [{"node": "node 'rnn' (Loop)", "op": "Loop", "body": "interpreted", "why": "compile_bodies=False"}]
+
+
+def test_dynshape_explain_says_how_each_body_runs(tmp_path) -> None:
+    import onnx
+    from typer.testing import CliRunner
+
+    from dynshape.cli.main import app
+
+    path = tmp_path / "rnn.onnx"
+    onnx.save(_rnn_loop(), str(path))
+    r = CliRunner().invoke(app, ["explain", str(path)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "Loop / Scan bodies (1) node 'rnn' (Loop): body compiled (body compiled once (" in text
