@@ -40,7 +40,7 @@ class CompiledBody:
     """A node's body compiled: `run(args)` runs the whole Loop / Scan node (its inputs, then the outer values
     the body reads, in `outer` order) and returns its outputs; `why` says what it is, for explain."""
 
-    def __init__(self, node: Node, opset: int, exe: Any, outer: tuple[str, ...]):
+    def __init__(self, node: Node, exe: Any, outer: tuple[str, ...]):
         self.node, self.exe, self.outer = node, exe, outer
         body = node.attrs["body"]
         self.names = [v.name for v in body.inputs]
@@ -142,8 +142,7 @@ class Bodies:
             return why
         outer = _outer(node, graph)
         body = node.attrs["body"]
-        key = (node.name, node.op_type, id(body) if not body.types else None,
-               tuple(str(body.types.get(v.name)) for v in body.inputs),
+        key = (node.name, node.op_type, tuple(str(body.types.get(v.name)) for v in body.inputs),
                tuple((x, str(graph.types.get(x))) for x in outer))
         with self._lock:
             got = self._cache.get(key)
@@ -164,7 +163,7 @@ class Bodies:
             exe = self._make(g)
         except Exception as e:  # noqa: BLE001 - the compiler refused the body: interpret it
             return f"the compiler refused its body ({_first_line(e)})"
-        return CompiledBody(node, graph.opset, exe, tuple(v.name for v in g.inputs[len(node.attrs['body'].inputs):]))
+        return CompiledBody(node, exe, tuple(v.name for v in g.inputs[len(node.attrs["body"].inputs):]))
 
 
 def refusal(node: Node, graph: Graph) -> str:
