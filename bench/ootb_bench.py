@@ -12,7 +12,11 @@ onnxruntime in one process (interleaved rounds, medians, the CPU printed):
 - simd: small elementwise kernels (a GELU at 16..4096 elements), where the thread-threshold clause used to
   switch SIMD off.
 
-    python bench/ootb_bench.py [--threads 1] [--quick] [--only vad,kv,simd]
+- loop: an RNN written as a Loop (a 32x32 MatMul + Tanh body, 16 and 64 iterations) and a Scan cumulative op,
+  the bodies compiled (called per iteration) against the same executable with them interpreted
+  (`compile_bodies=False`) and onnxruntime.
+
+    python bench/ootb_bench.py [--threads 1] [--quick] [--only vad,kv,simd,loop]
 """
 
 from __future__ import annotations
@@ -217,6 +221,65 @@ def bench_simd(tmp: str, threads: int, budget: float) -> None:
         print(f"| {n} | {1e6 * t['dyn']:.2f} | {1e6 * t['ort']:.2f} | {t['ort'] / t['dyn']:.2f} |")
 
 
+# ---- Loop / Scan bodies -----------------------------------------------------------------------------------------
+def rnn_loop_model(hidden: int = 32, seed: int = 0) -> onnx.ModelProto:
+    """An RNN written as a Loop: h = tanh(h @ W + xs[i]) for M iterations (M fed), every h a scan output."""
+    w = (np.random.default_rng(seed).standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    vi = H.make_tensor_value_info
+    body = H.make_graph([H.make_node("Gather", ["xs", "i"], ["x_t"], axis=0),
+                         H.make_node("MatMul", ["h_in", "W"], ["hw"]), H.make_node("Add", ["hw", "x_t"], ["pre"]),
+                         H.make_node("Tanh", ["pre"], ["h_out"]), H.make_node("Identity", ["cond_in"], ["cond_out"]),
+                         H.make_node("Identity", ["h_out"], ["y"])],
+                        "body", [vi("i", TP.INT64, []), vi("cond_in", TP.BOOL, []), vi("h_in", F, None)],
+                        [vi("cond_out", TP.BOOL, []), vi("h_out", F, None), vi("y", F, None)])
+    g = H.make_graph([H.make_node("Loop", ["M", "", "h0"], ["h", "ys"], body=body)], "rnn_loop",
+                     [vi("M", TP.INT64, []), vi("h0", F, ["batch", hidden]), vi("xs", F, ["steps", "batch", hidden])],
+                     [vi("h", F, None), vi("ys", F, None)], [N.from_array(w, "W")])
+    return H.make_model(g, opset_imports=[H.make_opsetid("", 17)])
+
+
+def cumulative_scan_model() -> onnx.ModelProto:
+    """A Scan-based cumulative op: s = s * decay + x_t along axis 1 of (batch, steps, width), every s a scan output."""
+    vi = H.make_tensor_value_info
+    body = H.make_graph([H.make_node("Mul", ["s_in", "decay"], ["sd"]), H.make_node("Add", ["sd", "x_t"], ["s_out"]),
+                         H.make_node("Identity", ["s_out"], ["y_t"])],
+                        "body", [vi("s_in", F, None), vi("x_t", F, None)], [vi("s_out", F, None), vi("y_t", F, None)])
+    g = H.make_graph([H.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1,
+                                  scan_input_axes=[1], scan_output_axes=[1])], "cum_scan",
+                     [vi("s0", F, ["batch", "width"]), vi("x", F, ["batch", "steps", "width"])],
+                     [vi("s", F, None), vi("ys", F, None)], [N.from_array(np.array(0.9, np.float32), "decay")])
+    return H.make_model(g, opset_imports=[H.make_opsetid("", 17)])
+
+
+def bench_loop(tmp: str, threads: int, budget: float) -> None:
+    rng = np.random.default_rng(0)
+    cases = [("rnn", rnn_loop_model(), lambda b, t: {
+        "M": np.array(t, np.int64), "h0": rng.standard_normal((b, 32)).astype(np.float32),
+        "xs": rng.standard_normal((t, b, 32)).astype(np.float32)}),
+             ("scan", cumulative_scan_model(), lambda b, t: {
+        "s0": np.zeros((b, 64), np.float32), "x": rng.standard_normal((b, t, 64)).astype(np.float32)})]
+    print("\nloop (an RNN as a Loop: h = tanh(h @ W[32x32] + x_t); a Scan cumulative op s = 0.9 s + x_t over 64 "
+          "wide rows): us per call; 'interpreted' is the same executable with compile_bodies=False")
+    print("| model, batch, steps | dynshape | interpreted | onnxruntime | interp/dyn | ort/dyn |")
+    print("|---|---|---|---|---|---|")
+    for name, model, make in cases:
+        path = os.path.join(tmp, f"{name}.onnx")
+        onnx.save(model, path)
+        exe = ds.compile(ds.load_onnx(path))
+        old = ds.compile(ds.load_onnx(path), compile_bodies=False)
+        assert [b["body"] for b in exe.explain_build()["bodies"]] == ["compiled"]
+        ort = _ort(path, threads)
+        for b, t in ((1, 16), (4, 16), (4, 64)):
+            feed = make(b, t)
+            ref = ort(feed)
+            for got in (exe.run(feed), old.run(feed)):
+                err = max(float(np.abs(got[v.name] - r).max()) for v, r in zip(exe.graph.outputs, ref))
+                assert err < 1e-4, f"{name} b={b} t={t}: max error {err}"
+            tm = time_interleaved({"dyn": exe.run, "old": old.run, "ort": ort}, feed, budget)
+            print(f"| {name}, {b}, {t} | {1e6 * tm['dyn']:.1f} | {1e6 * tm['old']:.1f} | {1e6 * tm['ort']:.1f} | "
+                  f"{tm['old'] / tm['dyn']:.2f} | {tm['ort'] / tm['dyn']:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
@@ -228,7 +291,7 @@ def main() -> None:
     print(f"CPU: {cpu_model()}; threads {args.threads}; every model loaded with ds.load_onnx(path), nothing declared")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
-            {"vad": bench_vad, "kv": bench_kv, "simd": bench_simd}[name](tmp, args.threads, budget)
+            {"vad": bench_vad, "kv": bench_kv, "simd": bench_simd, "loop": bench_loop}[name](tmp, args.threads, budget)
             limit_threads(args.threads)
 
 

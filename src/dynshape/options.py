@@ -139,6 +139,8 @@ class Options:
                                   "axes tensors fed at run time): past it a call with a new length is refused", 16)
     max_branch_variants: int = _run("cap on builds per executable for If conditions decided by a small input's "
                                     "value (a sample rate): one build per value, past it a new value is refused", 8)
+    compile_bodies: bool = _run("Loop / Scan bodies compiled once and called per iteration (False: the interpreter "
+                                "runs them op by op, the baseline)", True, "DYNSHAPE_COMPILE_BODIES")
     buckets: tuple | None = _run("range buckets, e.g. ({'seq': (65, 128)}, {'batch': 1})")
     memory_budget: int | str | None = _run("refuse shapes whose arena exceeds this (bytes or '2GiB')")
     over_budget: str = _run("error: refuse at compile time; refuse_calls: refuse each call that needs more", "error")

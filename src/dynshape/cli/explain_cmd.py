@@ -130,6 +130,7 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
         "kernels": kernels,
         "library_steps": dict(sorted(lowered.items())),
         "uncompiled": built["uncompiled"],
+        "bodies": built["bodies"],
         "concat_slices": built["concat_slices"],
         "builds": built["builds"],
         "folded": built["folded"],
@@ -184,6 +185,10 @@ def _print(data: dict[str, Any]) -> None:
     head(f"nodes without a compiled kernel ({len(data['uncompiled'])})")
     for u in data["uncompiled"]:
         line(f"{u['node']}: runs its {u['runs']}, {u['when']}", u["why"])
+    if data["bodies"]:
+        head(f"Loop / Scan bodies ({len(data['bodies'])})")
+        for b in data["bodies"]:
+            line(f"{b['node']}: body {b['body']}", b["why"])
     head("options (explicit ones marked; 'build' options are part of the kernels' cache key)")
     for o in data["options"]:
         mark = "" if o["origin"] == "default" else f" [{o['origin']}]"

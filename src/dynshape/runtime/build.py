@@ -115,23 +115,28 @@ class NodeStep:
     how: str
     why: str
     native: NativeRule | None = None
+    # Loop / Scan: how the body runs ("compiled: ..." or "interpreted: why"); a compiled body takes the enclosing
+    # values it reads as extra inputs (after the node's own), so the step needs no scope
+    body: str = ""
 
     @property
     def op(self) -> str:
         return self.node.op_type
 
     def run(self, args: list, scope: Scope) -> list:
-        if self.node.subgraphs():
+        if self.scoped:
             return self.fn(args, {**self.attrs, "_scope": scope.values, "_env": scope.env})
         return self.fn(args)
 
     @property
     def scoped(self) -> bool:
         """Runs bodies (If / Loop / Scan) that read the enclosing values: only the interpreter can run it."""
-        return bool(self.node.subgraphs())
+        return bool(self.node.subgraphs()) and not self.body.startswith("compiled")
 
 
 Step = KernelStep | NodeStep
+# (node, graph) -> an object with `run(args) -> outputs`, `outer` (extra input names) and `why`; or why not (str)
+BodyHook = Callable[[Node, Graph], Any]
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class Uncompiled:
     op: str
     how: str
     why: str
+    body: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,8 +168,10 @@ class Build:
 
 
 def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | None = None,
-          narrow: Mapping[str, Any] | None = None, parallel: bool = True) -> Build:
-    """The generic build (key None), a bucket's (`narrow`: name -> int or narrower symbol) or a static one."""
+          narrow: Mapping[str, Any] | None = None, parallel: bool = True, bodies: BodyHook | None = None) -> Build:
+    """The generic build (key None), a bucket's (`narrow`: name -> int or narrower symbol) or a static one.
+    `bodies(node, graph)`: a Loop / Scan node's compiled body (a `run(args)` taking the node's inputs then the
+    enclosing values in its `outer`, and a `why`), or why it is interpreted; None: every body is interpreted."""
     consts = graph.constants()
     symvals = symbolic_values(graph, symbols)
     known = set(consts) | symvals.names
@@ -194,7 +202,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     rewritten = dataclasses.replace(graph, types=types, initializers={**graph.initializers, **added})
     spec = hoist.with_types(specialized(rewritten, mapping) if mapping else rewritten, hoisted)
     if options.fuse:
-        steps, uncompiled, nk = _fused_steps(live, known, spec, symbols, options, parallel)
+        steps, uncompiled, nk = _fused_steps(live, known, spec, symbols, options, parallel, bodies)
     else:
         steps = [_node_step(n, spec, options, "fuse=False") for n in live]
         uncompiled, nk = [_uncompiled(s) for s in steps if s.how != "native"], 0
@@ -208,7 +216,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
 
 
 def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symbol], options: Options,
-                 parallel: bool) -> tuple[list[Step], list[Uncompiled], int]:
+                 parallel: bool, bodies: BodyHook | None = None) -> tuple[list[Step], list[Uncompiled], int]:
     items = fuse(live, g, known, options, fusible)
     key_names_ = tuple(s.name for s in symbols)
     # a compound item whose lowering declines (a ConvChain) runs as its parts, each lowered on its own
@@ -224,7 +232,7 @@ def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symb
             if lk is not None:
                 steps.append(_kernel_step(part, lk, compiled[lk.kernel.name], g, symbols))
             else:
-                steps += [_node_step(n, g, options, why) for n in part.nodes]
+                steps += [_node_step(n, g, options, why, bodies) for n in part.nodes]
     uncompiled = [_uncompiled(s) for s in steps if isinstance(s, NodeStep) and s.how != "native"]
     return steps, uncompiled, len(kernels)
 
@@ -256,10 +264,20 @@ def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol
                       lk.row_stride, lk.scratch_bytes, lk.method)
 
 
-def _node_step(n: Node, g: Graph, options: Options, why: str) -> NodeStep:
-    """How one node runs: native when its rule accepts it, else its numpy lowering, else its reference."""
+def _node_step(n: Node, g: Graph, options: Options, why: str, bodies: BodyHook | None = None) -> NodeStep:
+    """How one node runs: native when its rule accepts it, else its numpy lowering, else its reference; a Loop /
+    Scan with its body compiled (`bodies`) calls it per iteration."""
     attrs = {**n.attrs, "_opset": g.opset, "_num_outputs": len(n.outputs)}
     op = opdef.require(n.op_type, n.domain, n.label())
+    body = ""
+    if n.op_type in ("Loop", "Scan") and opdef.is_default_domain(n):
+        made = ("compile_bodies=False" if not options.compile_bodies else "fuse=False" if not options.fuse
+                else "no body compiler" if bodies is None else bodies(n, g))
+        if not isinstance(made, str):
+            reason = why or f"no kernel lowering for {n.op_type}"
+            return NodeStep(n.label(), n.name, n, attrs, (*n.inputs, *made.outer), tuple(n.outputs), made.run,
+                            "compiled body", reason, body=f"compiled: {made.why}")
+        body = f"interpreted: {made}"
     native = get_lowering(n.op_type, "native", n.domain)
     declined = native.rule.accepts(n, g) if native is not None and _tensors(n, g) else "no native lowering"
     fast = get_lowering(n.op_type, "numpy", n.domain)
@@ -273,7 +291,7 @@ def _node_step(n: Node, g: Graph, options: Options, why: str) -> NodeStep:
                         native.rule)
     if native is not None:
         reason += f"; native lowering declined: {declined}"
-    return NodeStep(n.label(), n.name, n, attrs, tuple(n.inputs), tuple(n.outputs), fn, how, reason)
+    return NodeStep(n.label(), n.name, n, attrs, tuple(n.inputs), tuple(n.outputs), fn, how, reason, body=body)
 
 
 def _tensors(n: Node, g: Graph) -> bool:
@@ -281,4 +299,4 @@ def _tensors(n: Node, g: Graph) -> bool:
 
 
 def _uncompiled(s: NodeStep) -> Uncompiled:
-    return Uncompiled(s.label, s.node.op_type, s.how, s.why)
+    return Uncompiled(s.label, s.node.op_type, s.how, s.why, s.body)

@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import InputSpec, make_binder
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
+from dynshape.runtime.loop_bodies import Bodies
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
@@ -71,6 +72,9 @@ class Executable:
     def __init__(self, graph: Graph, specialize: list | None = None, options: Options | None = None):
         self.notes: list[str] = []  # what was skipped or dropped, and why (shown by explain)
         self.options = opts = options or Options(strategy="generic")
+        # Loop / Scan bodies: each compiled once (a generic executable of its own), kept for every build
+        body_opts = opts.replace(strategy="generic", profile=None, preallocate=False)
+        self._bodies = Bodies(lambda g: Executable(g, None, body_opts))
         tune_allocator(opts.tune_malloc)
         self._cache = cache_dir()
         clib.warm(EVERY_BUILD_HELPERS, self._cache)
@@ -199,7 +203,7 @@ class Executable:
 
     def _variant(self, key: tuple | None, guard: Any, narrow: dict | None = None) -> Variant:
         """Build one variant: the generic build (key None), a bucket's (`narrow`) or a static one."""
-        b = build(self.graph, self.symbols, self.options, key, narrow, parallel=not in_builder())
+        b = build(self.graph, self.symbols, self.options, key, narrow, parallel=not in_builder(), bodies=self._bodies)
         planner = Planner(b, self.symbols, self.options) if self.options.planned and plannable(b, self.symbols) \
             else None
         return Variant(b, guard, planner)
@@ -367,6 +371,40 @@ class Executable:
         self._account(variant, t0, t1)
         return res
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[Callable[[dict], dict[str, np.ndarray]]]:
+        """`run` for many calls in a row (a Loop body, once per iteration): one arena held for all of them and the
+        plan of the last key kept, so a call is the binder's checks and the plan's run. Why: `run`'s per-call
+        bookkeeping (arena pool, plan cache, profile, stats) cost about a third of a small body's iteration.
+        Calls made this way are not counted in `stats`; a call the planned path does not serve goes to `run`."""
+        pool, table, binder, breaks = self._pool, self.table, self.binder, self._breaks
+        try:
+            arena = pool.free.pop()
+        except IndexError:
+            arena = pool.take()
+        last: list = [None, None, None]  # key, its plan, the arena buffer it is bound to
+
+        def call(feed: dict) -> dict[str, np.ndarray]:
+            arrays, key = binder(feed)
+            if key == last[0] and last[2] is arena.buf:
+                return last[1].run(arrays)
+            if arena is None or (breaks is not None and breaks(key)):
+                return self.run(feed)
+            variant = table.exact.get(key) or table.default or table.pick(key)
+            if variant.planner is None:
+                return self.run(feed)
+            plan = arena.plans.get((variant.uid, key)) or self._plan(variant, key, arena)
+            last[:] = key, plan, arena.buf
+            return plan.run(arrays)
+
+        try:
+            yield call
+        finally:
+            if arena is not None:
+                pool.free.append(arena)
+                if pool.waiting:
+                    pool.wake()
+
     def _interpret(self, variant: Variant, key: tuple, arrays: list) -> dict[str, np.ndarray]:
         """The unplanned path: every step allocates its outputs (the interpreter shared with graph.run)."""
         b = variant.build
@@ -532,6 +570,9 @@ class Executable:
                         for s in b.steps if isinstance(s, KernelStep)],
             "uncompiled": [{"node": u.label, "op": u.op, "runs": u.how, "why": u.why, "when": when(u.label)}
                            for u in b.uncompiled],
+            # Loop / Scan nodes: whether each body runs compiled (called per iteration) or interpreted, and why
+            "bodies": [{"node": u.label, "op": u.op, "body": u.body.partition(":")[0],
+                        "why": u.body.partition(": ")[2]} for u in b.uncompiled if u.body],
             # branches written straight into their columns of a Concat, which then runs no step
             "concat_slices": [{"value": x, "into": j.into, "columns": [j.col, j.col + b.graph.types[x].shape[-1]]}
                               for x, j in (pl.joins.items() if pl is not None else ())],

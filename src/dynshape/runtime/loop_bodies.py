@@ -1,0 +1,241 @@
+"""Loop and Scan bodies compiled once per executable and called per iteration, instead of interpreted.
+
+Why: a `Loop` / `Scan` node runs its body graph once per iteration. Run by the reference executor, every
+iteration re-checks every body value's type, walks a ChainMap scope and calls each op's numpy reference (an
+RNN written as a Loop: tens of microseconds per op, per iteration, per call). Here the body becomes a graph of
+its own (its inputs: the iteration number, the condition and the carried values for a Loop, the carried values
+and the scan slices for a Scan, then every name it reads from the enclosing graphs; the enclosing constants
+become its initializers), inferred with the body's symbolic types (dims that change per iteration are symbols
+already: `ops.control` makes them fresh), and compiled by dynshape's own compiler once: one build serves every
+iteration and every call, at every shape. The step then calls it once per iteration; the loop itself (trip
+count, condition, concatenating the scan outputs, axes and directions) stays the few lines below, exactly the
+ONNX semantics of `ops.control`'s references.
+
+A body that cannot compile stays on the interpreter, and the step says why (`explain`): a rank that depends
+on values, sequence / optional values, a random op (its draws must differ per iteration and per call), Scan
+before opset 9 (batch semantics), or anything the compiler refuses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dynshape.ir.graph import Graph, Node, Value
+from dynshape.ir.infer import infer_graph
+from dynshape.ir.opdef import is_default_domain, lookup
+from dynshape.ir.specialize import clone_structure
+from dynshape.ir.types import TensorType
+from dynshape.sym import Expr, Symbol, sym
+
+__all__ = ["BODY_OPS", "Bodies", "CompiledBody"]
+
+BODY_OPS = ("Loop", "Scan")
+
+
+class CompiledBody:
+    """A node's body compiled: `run(args)` runs the whole Loop / Scan node (its inputs, then the outer values
+    the body reads, in `outer` order) and returns its outputs; `why` says what it is, for explain."""
+
+    def __init__(self, node: Node, exe: Any, outer: tuple[str, ...]):
+        self.node, self.exe, self.outer = node, exe, outer
+        body = node.attrs["body"]
+        self.names = [v.name for v in body.inputs]
+        self.out_names = [v.name for v in body.outputs]
+        self.kernels = len(exe.explain_build().get("kernels", []))
+        self.symbols = [s.name for s in exe.symbols]
+        self.run = self._loop if node.op_type == "Loop" else self._scan
+        self.why = (f"body compiled once ({self.kernels} kernel{'s' if self.kernels != 1 else ''}), called once "
+                    "per iteration")
+
+    # ---- Loop ------------------------------------------------------------------------------------------------
+    def _loop(self, args: list) -> list:
+        names, outs_named = self.names, self.out_names
+        n = len(names) - 2
+        m, cond, carried, outer = args[0], args[1], list(args[2:2 + n]), args[2 + n:]
+        trips = None if m is None else int(_scalar(m, "trip count M"))
+        go = True if cond is None else bool(_scalar(cond, "condition"))
+        feed = dict(zip(self.outer, outer))
+        feed[names[1]] = np.array(True)  # an iteration runs only while the condition holds
+        scans: list[list] = [[] for _ in range(len(outs_named) - 1 - n)]
+        carried_names, scan_names, i = names[2:], outs_named[1 + n:], 0
+        with self.exe.held() as run:
+            while go and (trips is None or i < trips):
+                feed[names[0]] = np.array(i, np.int64)
+                feed.update(zip(carried_names, carried))
+                res = run(feed)
+                go = bool(_scalar(res[outs_named[0]], "condition"))
+                carried = [res[x] for x in outs_named[1:1 + n]]
+                for k, x in enumerate(scan_names):
+                    scans[k].append(res[x])
+                i += 1
+        if scans and not i:
+            feed[names[0]] = np.array(0, np.int64)
+            feed.update(zip(carried_names, carried))
+        return carried + [self._stack(s, 1 + n + k, feed) for k, s in enumerate(scans)]
+
+    # ---- Scan (opset 9 and later) ------------------------------------------------------------------------------
+    def _scan(self, args: list) -> list:
+        attrs, names, outs_named = self.node.attrs, self.names, self.out_names
+        k = attrs["num_scan_inputs"]
+        ns = len(names) - k
+        state, xs, outer = list(args[:ns]), args[ns:ns + k], args[ns + k:]
+        in_axes = attrs.get("scan_input_axes", [0] * k)
+        in_dirs = attrs.get("scan_input_directions", [0] * k)
+        xs = [np.moveaxis(x, a % x.ndim, 0)[::-1] if d else np.moveaxis(x, a % x.ndim, 0)
+              for x, a, d in zip(xs, in_axes, in_dirs)]
+        steps = xs[0].shape[0] if xs else 0
+        feed = dict(zip(self.outer, outer))
+        state_names, slice_names = names[:ns], names[ns:]
+        ys: list[list] = [[] for _ in range(len(outs_named) - ns)]
+        with self.exe.held() as run:
+            for i in range(steps):
+                feed.update(zip(state_names, state))
+                feed.update((x, np.asarray(a[i])) for x, a in zip(slice_names, xs))  # a 1-D input: 0-d slices
+                res = run(feed)
+                state = [res[x] for x in outs_named[:ns]]
+                for j, x in enumerate(outs_named[ns:]):
+                    ys[j].append(res[x])
+        if not steps:
+            feed.update(zip(state_names, state))
+            feed.update((x, np.zeros(a.shape[1:], a.dtype)) for x, a in zip(slice_names, xs))
+        out_axes = attrs.get("scan_output_axes", [0] * len(ys))
+        out_dirs = attrs.get("scan_output_directions", [0] * len(ys))
+        res_out = []
+        for j, items in enumerate(ys):
+            y = self._stack(items[::-1] if out_dirs[j] else items, ns + j, feed)
+            res_out.append(np.moveaxis(y, 0, out_axes[j] % y.ndim))
+        return state + res_out
+
+    def _stack(self, items: list, index: int, feed: dict) -> np.ndarray:
+        """The scan output: the items stacked, or (no iteration) an empty tensor of the body output's shape at
+        the symbols the loop's first inputs bind (a dim they do not determine is 0, as the reference makes it)."""
+        if items:
+            return np.stack(items)
+        t = self.exe.graph.types[self.out_names[index]]
+        try:
+            env = dict(zip(self.symbols, self.exe.binder(feed)[1]))
+        except Exception:  # noqa: BLE001 - inputs the body would refuse: no iteration ran, so nothing refuses them
+            env = {}
+        shape = [d if isinstance(d, int) else d.evaluate(env) if d.free_symbols <= env.keys() else 0
+                 for d in t.shape]
+        return np.zeros((0, *shape), t.dtype)
+
+
+class Bodies:
+    """One per executable: each Loop / Scan body compiled on first build, kept for every later build whose body
+    and outer types are the same (static variants built later reuse it). `make(graph)`: the compiler (an
+    executable serving every shape)."""
+
+    def __init__(self, make: Callable[[Graph], Any]):
+        self._make = make
+        self._cache: dict[tuple, CompiledBody | str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, node: Node, graph: Graph) -> CompiledBody | str:
+        """The node's compiled body, or why its body stays on the interpreter."""
+        why = refusal(node, graph)
+        if why:
+            return why
+        outer = _outer(node, graph)
+        body = node.attrs["body"]
+        key = (node.name, node.op_type, tuple(str(body.types.get(v.name)) for v in body.inputs),
+               tuple((x, str(graph.types.get(x))) for x in outer))
+        with self._lock:
+            got = self._cache.get(key)
+            if got is None:
+                got = self._cache[key] = self._compile(node, graph, outer)
+            return got
+
+    def _compile(self, node: Node, graph: Graph, outer: tuple[str, ...]) -> CompiledBody | str:
+        try:
+            g = body_graph(node, graph, outer)
+        except Exception as e:  # noqa: BLE001 - inference of the body on its own failed: interpret it
+            return f"its body does not infer on its own ({_first_line(e)})"
+        if g.rank_symbols or g.dynamic:
+            return f"a rank in its body depends on values ({g.dynamic or ', '.join(g.rank_symbols)})"
+        if not all(isinstance(g.types.get(v.name), TensorType) for v in (*g.inputs, *g.outputs)):
+            return "its body takes or gives sequence / optional values"
+        try:
+            exe = self._make(g)
+        except Exception as e:  # noqa: BLE001 - the compiler refused the body: interpret it
+            return f"the compiler refused its body ({_first_line(e)})"
+        return CompiledBody(node, exe, tuple(v.name for v in g.inputs[len(node.attrs["body"].inputs):]))
+
+
+def refusal(node: Node, graph: Graph) -> str:
+    """Why this Loop / Scan node's body cannot be compiled on its own, or '' when it may be."""
+    if not is_default_domain(node) or node.op_type not in BODY_OPS:
+        return f"{node.op_type} has no body to compile"
+    if node.op_type == "Scan" and graph.opset < 9:
+        return "Scan before opset 9 (a batch axis, sequence_lens)"
+    body = node.attrs.get("body")
+    if not isinstance(body, Graph) or not body.types:
+        return "its body has no inferred types (a rank depends on values)"
+    ins = [body.types.get(v.name) for v in body.inputs]
+    if not all(isinstance(t, TensorType) for t in ins):
+        return "its carried / scanned values are sequences or optionals"
+    if any(not isinstance(graph.types.get(x), TensorType) for x in node.free_names()):
+        return "its body reads sequence / optional values of the enclosing graph"
+    if _random(body):
+        return "its body draws random numbers (each iteration and call must draw anew)"
+    return ""
+
+
+def _random(g: Graph) -> bool:
+    for n in g.nodes:
+        op = lookup(n.op_type, n.domain)
+        if (op is not None and op.random) or any(_random(s) for s in n.subgraphs()):
+            return True
+    return False
+
+
+def _outer(node: Node, graph: Graph) -> tuple[str, ...]:
+    """The enclosing values the body reads that are not constants: extra inputs of the compiled body."""
+    consts = graph.constants()
+    return tuple(x for x in sorted(node.free_names()) if x not in consts)
+
+
+def body_graph(node: Node, graph: Graph, outer: tuple[str, ...]) -> Graph:
+    """The node's body as a graph of its own, inferred: the body's inputs typed as inference saw them across
+    iterations (data-dependent sizes renamed to plain symbols), then the outer values in `outer`; the constants
+    of the enclosing graph it reads become initializers."""
+    body = node.attrs["body"]
+    rename: dict[str, Expr] = {}
+    prefix = "".join(c if c.isalnum() else "_" for c in (node.name or node.op_type))
+
+    def fix(t: TensorType, name: str) -> TensorType:
+        shape = []
+        for axis, d in enumerate(t.shape):
+            if isinstance(d, Expr) and any(s.startswith("?") for s in d.free_symbols):
+                if d.is_atom() and isinstance(d.atom(), Symbol):
+                    d = rename.setdefault(d.atom().name, sym(f"{prefix}_{len(rename)}", min=0))
+                else:  # a size derived from a fresh one: a symbol of its own
+                    d = sym(f"{prefix}_{name}_{axis}", min=0)
+            shape.append(d)
+        return TensorType(t.dtype, tuple(shape))
+
+    consts = graph.constants()
+    g = clone_structure(body)
+    g.name = f"{graph.name or 'graph'}/{node.name or node.op_type} body"
+    g.inputs = [Value.of(v.name, fix(body.types[v.name], v.name)) for v in body.inputs]
+    g.inputs += [Value.of(x, fix(graph.types[x], x)) for x in outer]
+    reads = node.free_names()
+    g.initializers.update({x: consts[x] for x in sorted(reads) if x in consts and x not in g.initializers})
+    g.outputs = [Value(v.name, v.dtype, None, v.kind) for v in body.outputs]
+    g.opset_imports = dict(graph.opset_imports)
+    return infer_graph(g)
+
+
+def _scalar(x: Any, what: str) -> Any:
+    a = np.asarray(x)
+    if a.size != 1:
+        raise ValueError(f"the {what} must be a scalar (one element), got shape {a.shape}")
+    return a.reshape(-1)[0]
+
+
+def _first_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
