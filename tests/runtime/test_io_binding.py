@@ -175,3 +175,39 @@ def test_large_outputs_are_written_into_fresh_arrays_without_a_copy():
         written = {a for p in plans for a in (p.out_current or [])}
         # the programs wrote the last call's large outputs where they lie: no copy out of the arena
         assert (second["present_k"].ctypes.data in written) == big
+
+
+def test_an_input_overlapping_an_out_array_is_copied_before_the_kernels_write():
+    """A decode loop may keep past and present in one buffer (past a view of its start, out= the longer view):
+    read where it lies, the Concat writing present_k would overwrite past_k's later heads before reading them.
+    Such an input is copied into the arena for that call; the next call without the overlap reads in place."""
+    g = _decoder_step()
+    fast, copying = ds.compile(g, strategy="generic"), ds.compile(g, strategy="generic", inputs_in_place=False)
+    rng = np.random.default_rng(4)
+    past = 8
+    buf = np.empty(2 * 4 * (past + 1) * 16, np.float32)
+    for rows in (0, 5):  # at the start of present_k's bytes, and 5 rows of 16 floats into them
+        past_k = np.ndarray((2, 4, past, 16), np.float32, buffer=buf, offset=rows * 16 * 4)
+        past_k[...] = rng.standard_normal(past_k.shape)
+        feed = {"x": rng.standard_normal((2, 1, 64)).astype(np.float32), "past_k": past_k,
+                "past_v": rng.standard_normal((2, 4, past, 16)).astype(np.float32)}
+        want = copying.run({k: v.copy() for k, v in feed.items()})
+        got = fast.run(feed, out={"present_k": np.ndarray((2, 4, past + 1, 16), np.float32, buffer=buf)})
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+    assert np.shares_memory(past_k, got["present_k"])
+    feed["past_k"] = past_k.copy()  # no overlap now: read where it lies again
+    fast.run(feed, out={"present_k": np.empty((2, 4, past + 1, 16), np.float32)})
+    (plan,) = [p for a in fast.arenas for p in a.plans.values()]
+    assert feed["past_k"].ctypes.data in plan.current
+
+
+def test_array_addresses_are_read_as_numpy_reports_them():
+    """`pointers.address` (the struct read that replaces a.ctypes.data on the request path) agrees with numpy on
+    owning arrays, views at offsets, transposes, 0-d and foreign buffers."""
+    from dynshape.runtime.pointers import address
+
+    base = np.arange(120, dtype=np.float64).reshape(10, 12)
+    for a in (base, base[3:, 2:], base.T, base[::2], np.array(3.0), base[4, 5:].view(np.uint8),
+              np.frombuffer(bytearray(64), np.int32)[3:]):
+        assert address(a) == a.ctypes.data

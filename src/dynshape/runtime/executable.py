@@ -57,6 +57,8 @@ class Stats:
     builds: int = 0
 
 
+_now = time.perf_counter  # the request path's clock, one global lookup
+
 # every build calls these (program runner, row kernels, BLAS bridge): warmed while the graph's kernels compile
 EVERY_BUILD_HELPERS = ("program", "row_kernels", "gemm_openblas", "gemm_mkl")
 
@@ -330,7 +332,7 @@ class Executable:
         """Run one call. `out` (io-binding, as onnxruntime's IOBinding): output name -> a C-contiguous array of
         this call's shape and dtype, filled in place and returned (a decode loop keeps its KV cache in buffers it
         owns); each is checked before anything runs. Outputs not named come back as new arrays."""
-        t0 = LAST_REQUEST[0] = time.perf_counter()  # (the background builder yields while requests come)
+        t0 = LAST_REQUEST[0] = _now()  # (the background builder yields while requests come)
         try:
             arrays, key = self.binder(feed)
         except ConstraintViolation:
@@ -346,7 +348,7 @@ class Executable:
         if self.profile_.observe(key) and self._auto and key not in table.exact:
             self._hot(key)
         variant = table.exact.get(key) or table.default or table.pick(key)
-        t1 = time.perf_counter()
+        t1 = _now()
         if variant.planner is not None:
             pool = self._pool
             try:
@@ -361,7 +363,14 @@ class Executable:
                     pool.free.append(arena)
                     if pool.waiting:
                         pool.wake()
-                self._account(variant, t0, t1)
+                # the accounting of _account, inline (a method call is ~0.1 us of a ~5 us call)
+                st = self.stats_
+                st.calls += 1
+                st.bind_s += t1 - t0
+                end = LAST_REQUEST[0] = _now()
+                st.run_s += end - t1
+                variant.hits += 1
+                variant.last_call = st.calls
                 return res
         if out:  # names, dtypes and layout before the unplanned steps run; shapes once they are known
             types = self.graph.types
@@ -442,7 +451,7 @@ class Executable:
         st = self.stats_
         st.calls += 1
         st.bind_s += t1 - t0
-        end = LAST_REQUEST[0] = time.perf_counter()
+        end = LAST_REQUEST[0] = _now()
         st.run_s += end - t1
         variant.hits += 1
         variant.last_call = st.calls

@@ -17,6 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from dynshape.passes.values import is_view
 from dynshape.runtime.arenas import aligned_bytes, own_pages
 from dynshape.runtime.build import Build, KernelStep, NodeStep
 from dynshape.runtime.concat_joins import concat_joins
+from dynshape.runtime.pointers import address
 from dynshape.sym import Expr, Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
@@ -73,36 +75,49 @@ class BoundPlan:
     labels: list[str]  # per call: the node(s) it runs, for error messages
     nbytes: int = 0  # memory of the values computed once for this key (outside the arena)
     input_names: tuple = ()  # the graph's input names, in `inputs` order (for error messages)
-    # inputs read where they lie: (input index, dtype, arena address, [(program words, positions)]) each
+    # inputs read where they lie: (input index, dtype, arena address, bytes, [(program words, positions)]) each
     in_place: tuple = ()
     current: list | None = None  # per in_place entry: the address its programs hold now
-    # outputs written straight into an out= array: (name, dtype, arena address, places) each, and their addresses
+    # outputs written straight into an out= array: (name, arena address, bytes, places) each, and their addresses
     out_place: tuple = ()
     out_current: list | None = None
     # the large writable outputs, (name, shape, dtype), of at least IN_PLACE_BYTES: without out=, the call writes
     # them into new arrays and returns those (no copy out of the arena; smaller ones are copied, which costs less
     # than patching the programs). Why: a decoder step at past 2048 copied 4 MiB of KV out per call (0.2 ms).
     fresh: tuple = ()
+    want: dict | None = None  # output name -> (shape, dtype): what an out= array must be (made by __post_init__)
+    copy_in: tuple = ()  # (input index, arena view) of every input the calls read from the arena
+    # `calls` as run: a NativeCall as a partial of its C function (no Python frame per call: ~0.1 us each)
+    runs: tuple = ()
+
+    def __post_init__(self) -> None:
+        self.want = {name: (tuple(v.shape), v.dtype) for name, v in self.outputs}
+        self.copy_in = tuple((k, v) for k, v in enumerate(self.inputs) if v is not None)
+        self.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in self.calls)
 
     def run(self, arrays: list, out: dict | None = None) -> dict:
         """Copy the inputs in (any strides), run the bound calls, copy the outputs out: into the caller's arrays
         for the names in `out` (checked before anything runs), into new arrays for the others. A failure names the
-        node that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error."""
+        node that failed (or the input / output being copied): a ConstraintViolation, never a bare numpy error.
+
+        The fixed cost per call is kept to plain comparisons (a decode loop's step is ~30 us of kernels): the
+        out= check is inline when every array fits (`check_out` words the refusal otherwise), addresses come
+        from `pointers.address`, programs are patched only when an address changed since the plan's last call."""
         if out:
-            check_out(out, {name: (v.shape, v.dtype) for name, v in self.outputs})
+            if not self._fits(out):
+                check_out(out, self.want)  # refuses by name; an array it admits (a subclass) goes on
         elif self.fresh:
             out = {name: np.empty(shape, dtype) for name, shape, dtype in self.fresh}
-        skip = self._read_in_place(arrays) if self.in_place else ()
-        written = self._write_in_place(out) if self.out_place else ()
+        skip, written = self._place(arrays, out) if self.in_place or self.out_place else ((), ())
         try:
-            for k, (view, a) in enumerate(zip(self.inputs, arrays)):
-                if view is not None and k not in skip:
-                    view[...] = a
+            for k, view in self.copy_in:
+                if k not in skip:
+                    view[...] = arrays[k]
         except Exception as e:  # the binder checked shapes and dtypes: report, do not crash
             raise self._input_error(arrays, e) from e
         i = 0
         try:
-            for call in self.calls:
+            for call in self.runs:
                 call()
                 i += 1
         except DynshapeError as e:
@@ -114,49 +129,73 @@ class BoundPlan:
         try:
             if out:
                 return {name: out[name] if name in written else _into(out[name], v) if name in out
-                        else np.array(v, copy=True) for name, v in self.outputs}
-            return {name: np.array(v, copy=True) for name, v in self.outputs}
+                        else v.copy() for name, v in self.outputs}
+            return {name: v.copy() for name, v in self.outputs}
         except MemoryError as e:
             need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
             raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
                                 "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
                 from e
 
+    def _fits(self, out: Any) -> bool:
+        """Whether `out` passes `check_out` for this plan, in plain comparisons (False: let check_out decide)."""
+        if type(out) is not dict:
+            return False
+        want = self.want
+        for name, a in out.items():
+            w = want.get(name)
+            if w is None or type(a) is not np.ndarray or a.shape != w[0] or (a.dtype is not w[1] and a.dtype != w[1]):
+                return False
+            f = a.flags
+            if not (f.c_contiguous and f.writeable):
+                return False
+        return True
 
-    def _read_in_place(self, arrays: list) -> set:
-        """Point the programs at the caller's arrays for the inputs that can be read where they lie (C-contiguous,
-        aligned, the input's dtype: no copy into the arena), at the arena slot for the others (copied as usual).
-        The arena is held by one call at a time, so patching its plan's programs is this call's alone."""
-        skip = set()
-        current = self.current
-        for j, (k, dtype, slot, places) in enumerate(self.in_place):
-            a = arrays[k]
-            if type(a) is np.ndarray and a.dtype == dtype and a.flags.c_contiguous and a.flags.aligned:
-                at = a.ctypes.data
-                skip.add(k)
-            else:
-                at = slot
-            if current[j] != at:
-                _patch(places, at)
-                current[j] = at
-        return skip
-
-    def _write_in_place(self, out: dict | None) -> set:
-        """Point the programs at the caller's out= arrays (checked: this call's shape and dtype, C-contiguous) for
-        the outputs that can be written where they lie, at the arena slot for the others."""
+    def _place(self, arrays: list, out: dict | None) -> tuple[set, set]:
+        """Point the programs at the caller's arrays: the out= arrays (checked: this call's shape and dtype,
+        C-contiguous) of the outputs that can be written where they lie, and the inputs that can be read where
+        they lie (C-contiguous, aligned, the input's dtype: no copy into the arena); at the arena slot for the
+        others. An input whose bytes overlap an out= array written in place is copied as usual (a decode loop
+        passing the past and the present KV in one buffer): read in place, the kernels would overwrite it
+        while reading it. The arena is held by one call at a time, so patching its plan's programs is this
+        call's alone. (input indices read in place, output names written in place)"""
         written = set()
+        spans = []  # (start, end) of the out= arrays written in place
         current = self.out_current
-        for j, (name, _, slot, places) in enumerate(self.out_place):
+        j = 0
+        for name, slot, size, places in self.out_place:
             a = out.get(name) if out else None
             if a is not None and a.flags.aligned:
-                at = a.ctypes.data
+                at = address(a)
                 written.add(name)
+                spans.append((at, at + size))
             else:
                 at = slot
             if current[j] != at:
                 _patch(places, at)
                 current[j] = at
-        return written
+            j += 1
+        skip = set()
+        current = self.current
+        j = 0
+        for k, dtype, slot, size, places in self.in_place:
+            a = arrays[k]
+            at = slot
+            if type(a) is np.ndarray and (a.dtype is dtype or a.dtype == dtype):
+                f = a.flags
+                if f.c_contiguous and f.aligned:
+                    at = address(a)
+                    for lo, hi in spans:
+                        if at < hi and lo < at + size:
+                            at = slot
+                            break
+                    else:
+                        skip.add(k)
+            if current[j] != at:
+                _patch(places, at)
+                current[j] = at
+            j += 1
+        return skip, written
 
     def _input_error(self, arrays: list, e: Exception) -> ConstraintViolation:
         """Which input could not be copied into the arena, and why (off the request path)."""
@@ -192,7 +231,7 @@ def _patch(places: list, at: int) -> None:
 def _patch_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls: list,
                   programs: list[np.ndarray]) -> tuple:
     """Where each in-place value's arena address stands in this plan's programs and int64 tables: (key, dtype, slot,
-    places) per (key, value name) given. Its slot is its own for the whole call (the planner extends its
+    bytes, places) per (key, value name) given. Its slot is its own for the whole call (the planner extends its
     lifetime), so a word equal to it is that value or a view of it. A value is left to be copied as usual (no
     entry) when a call outside the programs takes an address in its slot, or when any word points inside the slot
     but not at its start: a native binder's derived address (a Split's second half, a Slice's offset, a strided
@@ -217,7 +256,7 @@ def _patch_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, cal
             places.append((words, np.flatnonzero(exact)))
         else:
             if places:
-                out.append((key, dtypes[x], slot, places))
+                out.append((key, dtypes[x], slot, nbytes[x], places))
     return tuple(out)
 
 
@@ -597,13 +636,14 @@ class Planner:
         nbytes = {x: math.prod(shapes[x]) * dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
         in_place = _patch_places([(names.index(x), x) for x in self.in_place if x not in copied], at, nbytes, dtypes,
                                  calls, words)
-        out_place = _patch_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes, calls,
-                                  words)
+        out_place = tuple((x, slot, size, places) for x, _, slot, size, places in
+                          _patch_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes,
+                                        calls, words))
         writable = {p[0] for p in out_place}
         fresh = tuple((name, v.shape, v.dtype) for name, v in outputs
                       if name in writable and v.nbytes >= IN_PLACE_BYTES)
         return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
-                         [p[2] for p in in_place], out_place, [p[2] for p in out_place], fresh)
+                         [p[2] for p in in_place], out_place, [p[1] for p in out_place], fresh)
 
     def _bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
                    scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
