@@ -4,6 +4,7 @@
    cache. The row length is a runtime argument, so one build serves every shape. */
 #include "ds_prelude.h"
 #include "ds_layernorm_row.h"
+#include "ds_softmax_row.h"
 
 
 /* The largest of n floats (-inf for n = 0); a NaN is skipped here, and the passes after it propagate it. */
@@ -20,10 +21,8 @@ void ds_softmax_f32(const float *restrict x, float *restrict y, int64_t rows, in
         const float *xr = x + r * n;
         float *yr = y + r * n;
         const float m = ds_row_max(xr, n);
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t i = 0; i < n; i++) { float e = ds_expf_nonpos(xr[i] - m); yr[i] = e; s += e; }
-        const float inv = 1.0f / s;
+        const float inv = 1.0f / ds_softmax_exp_to(xr, yr, n, m);
+        #pragma omp simd
         for (int64_t i = 0; i < n; i++) yr[i] *= inv;
     }
 }

@@ -1,4 +1,5 @@
-/* A softmax row's exp-and-sum pass, for the attention and softmax kernels (ds_gemm.c exports it).
+/* A softmax row's exp-and-sum pass, for the attention and softmax kernels (ds_gemm.c exports it) and the native
+   Softmax (ds_rows.c).
 
    The generated pass was `#pragma omp simd reduction(+:s)` over the row: gcc ends such a reduction with its 16
    lanes added one after another from the stack (16 dependent scalar adds, ~50 cycles a row), and a row whose
@@ -45,30 +46,32 @@ static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
 }
 #endif
 
-/* row[i] = exp(row[i] - mx) for i < n; returns the sum of the results. A NaN or an infinity in the row makes the
-   sum NaN (or inf - inf), as the generated pass's did: the caller's NaN clean-up reads it. */
-static inline float ds_softmax_exp_row(float *restrict row, int64_t n, float mx) {
+/* y[i] = exp(x[i] - mx) for i < n (y may be x: in place); returns the sum of the results. A NaN or an infinity in
+   the row makes the sum NaN (or inf - inf), as the generated pass's did: the caller's NaN clean-up reads it. */
+static inline float ds_softmax_exp_to(const float *x, float *y, int64_t n, float mx) {
     ds_v16 a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        const ds_v16 e0 = ds_expf_nonpos16(ds_ld16(row + i) - mx), e1 = ds_expf_nonpos16(ds_ld16(row + i + 16) - mx);
-        ds_st16(row + i, e0);
-        ds_st16(row + i + 16, e1);
+        const ds_v16 e0 = ds_expf_nonpos16(ds_ld16(x + i) - mx), e1 = ds_expf_nonpos16(ds_ld16(x + i + 16) - mx);
+        ds_st16(y + i, e0);
+        ds_st16(y + i + 16, e1);
         a0 += e0;
         a1 += e1;
     }
     for (; i < n; i += 16) {
         const int64_t m = n - i;
         const ds_cmask k = ds_cmask16(m);
-        ds_v16 e = ds_expf_nonpos16(ds_mld16(row + i, k) - mx);
+        ds_v16 e = ds_expf_nonpos16(ds_mld16(x + i, k) - mx);
 #ifdef __AVX512F__
         e = (ds_v16)_mm512_maskz_mov_ps(k, (__m512)e); /* the lanes past the row (loaded as 0) add nothing */
 #else
         for (int l = (int)(m < 16 ? m : 16); l < 16; l++) e[l] = 0.0f;
 #endif
-        ds_mst16(row + i, e, k);
+        ds_mst16(y + i, e, k);
         a0 += e;
     }
     return ds_tree_sum16(a0 + a1);
 }
+
+static inline float ds_softmax_exp_row(float *row, int64_t n, float mx) { return ds_softmax_exp_to(row, row, n, mx); }
 #endif
