@@ -207,6 +207,27 @@ def test_convolutions_match_rounded_reference(precision: str, ci: int, co: int, 
     assert any(m.startswith("implicit GEMM on packed weights; bf16") for m in methods)
 
 
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_a_silu_after_a_bf16_convolution_is_applied(precision: str) -> None:
+    """Conv + Mul(c, Sigmoid(c)) finished in the conv's C: the bf16 tiles' finish applies the SiLU too (a finish
+    that knew only Relu and HardSwish would return the conv unactivated)."""
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((48, 16, 1, 1)) * 0.2).astype(np.float32)
+    x = rng.standard_normal((2, 16, 9, 9)).astype(np.float32)
+
+    def model(weights: np.ndarray) -> onnx.ModelProto:
+        nodes = [helper.make_node("Conv", ["x", "W"], ["c"]), helper.make_node("Sigmoid", ["c"], ["s"]),
+                 helper.make_node("Mul", ["c", "s"], ["y"])]
+        x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16, "h", "w"])
+        y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        graph = helper.make_graph(nodes, "silu", [x_info], [y_info], [numpy_helper.from_array(weights, "W")])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    want = ds.compile(ds.load_onnx(model(bf16.rounded(w)))).run({"x": bf16.rounded(x)})["y"]
+    got = ds.compile(ds.load_onnx(model(w)), precision=precision).run({"x": x})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 @pytest.mark.parametrize("k,n", [(64, 128), (7, 37), (33, 1), (130, 65)])
 def test_run_time_packers_equal_the_scalar_reference(k: int, n: int) -> None:
     """Attention's per-call packers (vectorised where the native path is compiled) write exactly what the scalar

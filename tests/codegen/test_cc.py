@@ -186,3 +186,26 @@ def test_unwritable_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     monkeypatch.setenv("DYNSHAPE_CACHE_DIR", str(blocker))
     with pytest.raises(cc.CompileError, match="DYNSHAPE_CACHE_DIR"):
         cc.compile_c(_src(), "x")
+
+
+def test_a_build_into_another_directory_copies_the_default_caches_checked_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An artefact's save builds into its own libs/ (a pinned directory): an entry of the same name (the same key)
+    in the default cache is copied, not compiled again; a damaged one is compiled, never copied."""
+    src = _src("seed")
+    home = cc.build_shared(src, "seed")  # the default cache (the suite's DYNSHAPE_CACHE_DIR)
+    builds = []
+    real = cc._build_in
+    monkeypatch.setattr(cc, "_build_in", lambda *a: builds.append(a[-2]) or real(*a))
+    with cc.pinned_cache_dir(tmp_path / "art"):
+        copied = cc.build_shared(src, "seed")
+    assert not builds and copied.parent.parent == tmp_path / "art" and copied.name == home.name
+    assert copied.read_bytes() == home.read_bytes() and copied.with_suffix(".c").read_text() == src
+    assert Path(str(copied) + ".sha256").read_text() == Path(str(home) + ".sha256").read_text()
+    assert not [p for p in copied.parent.iterdir() if p.name.startswith(".tmp-")]
+    data = bytearray(home.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    home.write_bytes(bytes(data))  # the default entry no longer matches its sidecar
+    with cc.pinned_cache_dir(tmp_path / "art2"):
+        rebuilt = cc.build_shared(src, "seed")
+    assert builds == [rebuilt] and rebuilt.read_bytes() != bytes(data)

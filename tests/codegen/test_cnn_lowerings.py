@@ -93,6 +93,18 @@ FINISHED = [(16, 48, (1, 1), {}), (3, 64, (7, 7), {"strides": [2, 2], "pads": [3
             (8, 8, (3, 3), {"group": 8, "pads": [1, 1, 1, 1]})]
 
 
+def _act_nodes(act: str, x: str, y: str) -> list:
+    """One activation node, or SiLU as exporters write it: Mul(x, Sigmoid(x))."""
+    if act == "SiLU":
+        return [helper.make_node("Sigmoid", [x], [f"{y}_sig"]), helper.make_node("Mul", [x, f"{y}_sig"], [y])]
+    return [helper.make_node(act, [x], [y])]
+
+
+# SiLU on the paths that apply it: implicit-GEMM tiles (1x1, 3x3), Winograd, depthwise rows (16-channel blocks,
+# a masked tail, stride 2) and the few-channel flat runs
+SILU_CASES = [FINISHED[i] for i in (0, 2, 6, 7, 8)]
+
+
 @pytest.mark.parametrize("ci,co,k,attrs", FINISHED, ids=[str(i) for i in range(len(FINISHED))])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("winograd", [True, False])
@@ -101,11 +113,23 @@ def test_conv_tiles_add_the_bias_and_apply_the_activation_in_registers(ci, co, k
     """Conv (+ bias) + Relu or HardSwish: the tiles (Winograd's output transform, the depthwise rows) finish the
     values before storing them, no epilogue pass (conv_bias_in_tiles); the same values as the reference and as
     the option off, masked column tails included, and a NaN input stays NaN through the activation."""
+    _finish_in_tiles_case(ci, co, k, attrs, bias, winograd, act)
+
+
+@pytest.mark.parametrize("ci,co,k,attrs", SILU_CASES, ids=[str(i) for i in range(len(SILU_CASES))])
+@pytest.mark.parametrize("winograd", [True, False])
+def test_conv_tiles_apply_silu_in_registers(ci, co, k, attrs, winograd):
+    """Conv + bias + Mul(c, Sigmoid(c)): finished by the conv's C (the vector logistic of csrc/ds_vmath.h),
+    within float32's reach of the reference, NaN kept."""
+    _finish_in_tiles_case(ci, co, k, attrs, True, winograd, "SiLU")
+
+
+def _finish_in_tiles_case(ci, co, k, attrs, bias, winograd, act):
     groups = attrs.get("group", 1)
     w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
     inits = {"w": w, **({"b": RNG.standard_normal(co).astype(np.float32)} if bias else {})}
     nodes = [helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["c"], **attrs),
-             helper.make_node(act, ["c"], ["y"])]
+             *_act_nodes(act, "c", "y")]
     model, dims = _model(nodes, ["n", ci, "h", "w"], inits, opset=19), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}
     g = ds.load_onnx(model, dims=dims)
     on, off = ds.compile(g, winograd=winograd), ds.compile(g, winograd=winograd, conv_bias_in_tiles=False)
@@ -479,16 +503,17 @@ def _pw_dw(cin, cexp, k, s, act1, act2, dil=1):
     w2 = (RNG.standard_normal((cexp, 1, k, k)) * 0.3).astype(np.float32)
     inits = {"w1": w1, "b1": RNG.standard_normal(cexp).astype(np.float32), "w2": w2,
              "b2": RNG.standard_normal(cexp).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), helper.make_node(act1, ["c1"], ["a1"]),
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]), *_act_nodes(act1, "c1", "a1"),
              helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], group=cexp, strides=[s, s],
                               pads=[k // 2 * dil] * 4, dilations=[dil, dil]),
-             helper.make_node(act2, ["c2"], ["y"])]
+             *_act_nodes(act2, "c2", "y")]
     return _model(nodes, ["n", cin, "h", "w"], inits)
 
 
 @pytest.mark.parametrize("cin,cexp,k,s,act1,act2,dil", [
     (8, 32, 3, 2, "Relu", "Relu", 1), (16, 40, 3, 1, "HardSwish", "Relu", 1), (16, 40, 5, 2, "Relu", "HardSwish", 1),
-    (8, 8, 3, 1, "Relu", "Relu", 1), (24, 72, 3, 1, "Relu", "Sigmoid", 2), (16, 100, 5, 1, "Relu", "Relu", 1)])
+    (8, 8, 3, 1, "Relu", "Relu", 1), (24, 72, 3, 1, "Relu", "Sigmoid", 2), (16, 100, 5, 1, "Relu", "Relu", 1),
+    (16, 40, 3, 1, "SiLU", "SiLU", 1)])
 def test_a_1x1_conv_into_a_depthwise_one_runs_as_one_kernel(cin, cexp, k, s, act1, act2, dil):
     """A MobileNet block's expansion and depthwise conv: one kernel (the expanded rows computed a chunk at a time
     into scratch), over maps of one row to more rows than a chunk holds, the depthwise's epilogue (a sigmoid:

@@ -189,7 +189,22 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     return Match(make(epi), at, absorbed, alone) if epi is not None else alone
 
 
-FINISHING_ACTS = ("Relu", "HardSwish")  # the activations conv tiles apply in registers (codegen/lower/conv.py)
+FINISHING_ACTS = ("Relu", "HardSwish", "SiLU")  # the activations conv tiles apply in registers (codegen/lower/conv.py)
+
+
+def finishing_act(group: tuple | list, y: str) -> str | None:
+    """Which of FINISHING_ACTS an epilogue group is, applied to the conv's output `y` and ending the group: one
+    Relu or HardSwish of y, or SiLU written as Sigmoid(y) then Mul of y and it (either order); else None."""
+    if not group or any(not is_default_domain(n) for n in group):
+        return None
+    if len(group) == 1 and group[0].op_type in ("Relu", "HardSwish") and list(group[0].inputs) == [y]:
+        return group[0].op_type
+    if len(group) == 2:
+        sig, mul = group
+        if sig.op_type == "Sigmoid" and list(sig.inputs) == [y] and mul.op_type == "Mul" \
+                and sorted(mul.inputs) == sorted([y, sig.outputs[0]]) and y != sig.outputs[0]:
+            return "SiLU"
+    return None
 
 
 def _conv_geometry(item: Conv, s: Schedule) -> tuple[np.ndarray, dict] | None:
@@ -203,15 +218,14 @@ def _conv_geometry(item: Conv, s: Schedule) -> tuple[np.ndarray, dict] | None:
 
 
 def _finishes_in_tiles(item: Conv, s: Schedule) -> bool:
-    """The conv's epilogue is nothing or one Relu / HardSwish of it, its bias (if any) a constant vector: what
+    """The conv's epilogue is nothing or one of FINISHING_ACTS of it, its bias (if any) a constant vector: what
     the conv tiles apply in registers, so the conv writes finished values wherever it writes."""
     node = item.node
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     if bias is not None and const_value(bias, s.graph) is None:
         return False
     group = item.epilogue.group if item.epilogue else ()
-    return not group or (len(group) == 1 and group[0].op_type in FINISHING_ACTS and is_default_domain(group[0])
-                         and list(group[0].inputs) == [node.outputs[0]])
+    return not group or finishing_act(group, node.outputs[0]) is not None
 
 
 def match_pw_dw(s: Schedule, i: int, item: Item) -> Match | None:

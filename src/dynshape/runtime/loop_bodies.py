@@ -215,6 +215,11 @@ def body_graph(node: Node, graph: Graph, outer: tuple[str, ...]) -> Graph:
                     d = rename.setdefault(d.atom().name, sym(f"{prefix}_{len(rename)}", min=0))
                 else:  # a size derived from a fresh one: a symbol of its own
                     d = sym(f"{prefix}_{name}_{axis}", min=0)
+            elif isinstance(d, Expr) and not (d.is_atom() and isinstance(d.atom(), Symbol)):
+                # a size derived from the enclosing graph's symbols (d2 // 4): the body's binder could not solve
+                # for d2 from it (the linear-attention functions' Scans), so it is a symbol of its own; inference
+                # of the body then checks what it needs of it
+                d = sym(f"{prefix}_{name}_{axis}", min=0)
             shape.append(d)
         return TensorType(t.dtype, tuple(shape))
 

@@ -22,7 +22,7 @@ enum {
                                                (0: the conv's own, G * panels * K * 32) */
     DS_CONV_GEO
 };
-enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH };
+enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH, DS_ACT_SILU };
 
 #define DS_CONV_ROWS 60 /* output pixels per block: a multiple of every micro-tile height */
 

@@ -30,7 +30,7 @@ static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16
 #define DS_DW_CHUNK 128
 #define DS_DW_ACC(i) ds_v16 d##i = b0;
 #define DS_DW_FMA(i) d##i += ds_load16(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
-#define DS_DW_STORE(i) ds_store16(y + (wo + (i)) * LDY + c0, ds_act(d##i, act), nl);
+#define DS_DW_STORE(i) ds_store16(y + (wo + (i)) * LDY + c0, ds_act_light(d##i, act), nl);
 /* NP interior pixels from wo, every channel block: taps unchecked. */
 #define DS_DW_BLOCK(NP)                                                                                     \
     static void ds_dw_block##NP(const int64_t *geo, const float *restrict xn, const float *restrict w,      \
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) void ds_dw_slide(
                 if ((j - kw) % SWc == 0 && j - kw >= 0 && (j - kw) / SWc < 8) d[(j - kw) / SWc] += xv * wv[kw];
         }
     }
-    for (int i = 0; i < 8; i++) ds_store16(y + (wo + i) * LDY + c0, ds_act(d[i], act), nl);
+    for (int i = 0; i < 8; i++) ds_store16(y + (wo + i) * LDY + c0, ds_act_light(d[i], act), nl);
 }
 
 /* DS_DW_BLOCK(8) by ds_dw_slide for stride 1, kernels 3, 5 or 7 wide, undilated (on Zen 4: 5x5 17% faster, 3x3
@@ -131,7 +131,7 @@ static void ds_dw_border(const int64_t *geo, const float *restrict xn, const flo
                 if ((uint64_t)iw < (uint64_t)W) acc += ds_load16(xr + iw * C, nl) * ds_load16(w + (kh * KW + kw) * C + c0, nl);
             }
         }
-        ds_store16(y + o * LDY + c0, ds_act(acc, geo[DS_CONV_ACT]), nl);
+        ds_store16(y + o * LDY + c0, ds_act_light(acc, geo[DS_CONV_ACT]), nl);
     }
 }
 
@@ -166,8 +166,8 @@ static int ds_dw_flat(const int64_t *geo, const float *restrict xn, const float 
                 a3 += ds_ld16(xp + 48) * wv;
             }
         }
-        ds_st16(y + f, ds_act(a0, act)); ds_st16(y + f + 16, ds_act(a1, act));
-        ds_st16(y + f + 32, ds_act(a2, act)); ds_st16(y + f + 48, ds_act(a3, act));
+        ds_st16(y + f, ds_act_light(a0, act)); ds_st16(y + f + 16, ds_act_light(a1, act));
+        ds_st16(y + f + 32, ds_act_light(a2, act)); ds_st16(y + f + 48, ds_act_light(a3, act));
     }
     for (; f < f1; f += 16) { /* the last vectors, the very last masked: never past the interior's end */
         const int64_t nl = f1 - f < 16 ? f1 - f : 16;
@@ -176,14 +176,43 @@ static int ds_dw_flat(const int64_t *geo, const float *restrict xn, const float 
             const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
             for (int64_t kw = 0; kw < KW; kw++) a0 += ds_load16(xr + kw * DW * C, nl) * wt[kh * KW + kw];
         }
-        ds_store16(y + f, ds_act(a0, act), nl);
+        ds_store16(y + f, ds_act_light(a0, act), nl);
     }
     for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
     return 1;
 }
 
+static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const float *restrict w,
+                              const float *restrict bias, float *restrict y, int64_t n, int64_t ho);
+
+/* SiLU over a finished output row (OW pixels of C channels, LDY floats apart), out of the blocks' loops (see
+   ds_act in ds_conv_common.h). */
+static __attribute__((noinline)) void ds_silu_pixels(float *restrict y, int64_t pixels, int64_t c, int64_t ldy) {
+    for (int64_t o = 0; o < pixels; o++)
+        for (int64_t c0 = 0; c0 < c; c0 += 16) {
+            float *p = y + o * ldy + c0;
+            const ds_cmask m = ds_cmask16(c - c0);
+            const ds_v16 v = ds_mld16(p, m);
+            ds_mst16(p, v * ds_sigmoid16(v), m);
+        }
+}
+
 void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *restrict w,
                    const float *restrict bias, float *restrict y, int64_t n, int64_t ho) {
+    if (geo[DS_CONV_ACT] != DS_ACT_SILU) {
+        ds_dwconv_row_act(geo, x, w, bias, y, n, ho);
+        return;
+    }
+    int64_t plain[DS_CONV_GEO];
+    for (int i = 0; i < DS_CONV_GEO; i++) plain[i] = geo[i];
+    plain[DS_CONV_ACT] = DS_ACT_NONE;
+    ds_dwconv_row_act(plain, x, w, bias, y, n, ho);
+    ds_silu_pixels(y, geo[DS_CONV_OW], geo[DS_CONV_C], geo[DS_CONV_LDY]);
+}
+
+/* ds_dwconv_row for the activations applied in the blocks' stores (none, Relu, HardSwish). */
+static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const float *restrict w,
+                              const float *restrict bias, float *restrict y, int64_t n, int64_t ho) {
     GEO_LOCALS;
     (void)CG; (void)LDY;
     const int64_t ih0 = ho * SH - PT;

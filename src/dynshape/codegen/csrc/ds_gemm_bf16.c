@@ -24,6 +24,7 @@
 #include "ds_conv.h"
 #include "ds_gemm.h"
 #include "ds_gemm_bf16.h"
+#include "ds_prelude.h"
 #include "ds_simd.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -352,7 +353,8 @@ static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t row
                 t = t < 0.0f ? 0.0f : t;
                 t = t > 1.0f ? 1.0f : t;
                 v = v * t;
-            }
+            } else if (act == DS_ACT_SILU)
+                v = v * ds_sigmoidf(v);
             o[j] = v;
         }
     }

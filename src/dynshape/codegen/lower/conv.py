@@ -24,7 +24,7 @@ from dynshape.codegen.packed_gemm import NR
 from dynshape.ir.opdef import is_default_domain
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Conv, ConvChain
-from dynshape.passes.rules import FINISHING_ACTS
+from dynshape.passes.rules import FINISHING_ACTS, finishing_act
 from dynshape.passes.values import const_value, row_pattern
 from dynshape.sym import eq, prove, sym
 
@@ -179,10 +179,10 @@ def winograd_fits(geo: dict) -> bool:
         and geo["C"] >= 16 and geo["OC"] >= 16
 
 
-ACT_NONE, ACT_RELU, ACT_HARDSWISH = 0, 1, 2  # csrc/ds_conv.h's DS_ACT_*
-# an epilogue of just one of these: applied in the C (the order of passes/rules.py's FINISHING_ACTS, which the
+ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU = 0, 1, 2, 3  # csrc/ds_conv.h's DS_ACT_*
+# an epilogue that is just one of these: applied in the C (the order of passes/rules.py's FINISHING_ACTS, which the
 # 1x1 -> depthwise rule checks)
-_ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH), strict=True))
+_ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH, ACT_SILU), strict=True))
 
 
 def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None
@@ -215,8 +215,9 @@ def _bias_operand(node, ops) -> tuple[str | None, bool]:
 def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tuple[str | None, int, str | None]:
     """What the conv's C applies in registers before storing (csrc/ds_conv.c's DS_FIN_ROWS), so that the generated
     epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
-    exactly one Relu or HardSwish of the conv's output, or with `residual` (the implicit-GEMM tiles) exactly
-    Add(conv, R) or Add(conv, R) then Relu, R a float32 map like the output: R's operand). (None, ACT_NONE,
+    exactly one of FINISHING_ACTS of the conv's output (rules.finishing_act), or with `residual` (the
+    implicit-GEMM tiles) exactly Add(conv, R) or Add(conv, R) then Relu, R a float32 map like the output: R's
+    operand). (None, ACT_NONE,
     None) where the option is off or none of these holds."""
     if not ctx.options.conv_bias_in_tiles:
         return None, ACT_NONE, None
@@ -228,8 +229,9 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     if len(cv.outputs) != 1 or not group or any(not is_default_domain(n) for n in group):
         return bias, ACT_NONE, None
     last = group[-1].outputs[0] == cv.outputs[0]
-    if len(group) == 1 and last and list(group[0].inputs) == [node.outputs[0]]:
-        return bias, _ACTS.get(group[0].op_type, ACT_NONE), None
+    act = finishing_act(group, node.outputs[0])
+    if act is not None and last:
+        return bias, _ACTS[act], None
     add = group[0]
     if not (residual and add.op_type == "Add" and len(add.inputs) == 2 and node.outputs[0] in add.inputs):
         return bias, ACT_NONE, None

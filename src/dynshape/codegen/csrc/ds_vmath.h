@@ -1,0 +1,64 @@
+/* 16-lane exp and logistic for the C libraries (softmax rows, conv tiles' SiLU), on ds_simd.h's vectors.
+
+   ds_prelude.h's scalar forms are what generated kernels vectorise; these compute the same reduction and
+   polynomial (ds_exp_poly, step by step with the same fused multiply-adds) but, with AVX-512, end in VSCALEFPS for
+   the 2^n: one instruction where the portable form takes four (convert, add the bias, shift, multiply) and two
+   selects for its range. Every result that is a normal float is the same; below 2^-126 VSCALEFPS rounds to the
+   subnormal where the portable form flushes to zero (a difference under 1.2e-38). The logistic divides by
+   VRCP14PS and one Newton step (relative error ~2^-28: within an ulp of the quotient, which is not always the
+   rounded one), where a 512-bit VDIVPS would take most of the time of a SiLU on Zen 4. Without AVX-512, lane by
+   lane through the scalar forms. */
+#ifndef DS_VMATH_H
+#define DS_VMATH_H
+#include <stdint.h>
+
+#include "ds_prelude.h"
+#include "ds_simd.h"
+
+#ifdef __AVX512F__
+/* exp(x) for x in [-104, 88.7] (callers clamp; a NaN passes through as NaN). */
+static inline __m512 ds_exp_scalef16(__m512 x) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ds_expf_nonpos: x clamped at -104 (2^-150: zero); MAXPS returns its second operand for a NaN, so NaN stays. */
+static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
+    return (ds_v16)ds_exp_scalef16(_mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+}
+
+/* 1 / (1 + e^-x): e^-x on -x clamped to [-104, 88] (1 / (1 + e^88) ~ 6e-39 below x = -88, where the exact value
+   is smaller still; 1 above x = 104), NaN kept by the operand order of MINPS / MAXPS. */
+static inline ds_v16 ds_sigmoid16(ds_v16 x) {
+    const __m512 t = _mm512_min_ps(_mm512_set1_ps(88.0f),
+                                   _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_sub_ps(_mm512_setzero_ps(), (__m512)x)));
+    const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), ds_exp_scalef16(t));
+    const __m512 r = _mm512_rcp14_ps(d);
+    return (ds_v16)_mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
+}
+#else
+static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
+    ds_v16 y;
+    #pragma omp simd
+    for (int l = 0; l < 16; l++) y[l] = ds_expf_nonpos(x[l]);
+    return y;
+}
+
+static inline ds_v16 ds_sigmoid16(ds_v16 x) {
+    ds_v16 y;
+    #pragma omp simd
+    for (int l = 0; l < 16; l++) y[l] = ds_sigmoidf(x[l]);
+    return y;
+}
+#endif
+#endif
