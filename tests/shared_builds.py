@@ -6,9 +6,10 @@ every artefact it saves (`save` compiles every native helper into the artefact's
 cores each time). `install(store)` wraps `cc._build_in`, the step of `cc._compile` that runs the compiler: a
 library whose cache entry name (its sha256 key over source, flags, link arguments, compiler path and version, CPU
 and csrc/) is in the store is copied from there, the bytes the compiler would write, published by the same code
-path (`_compile`'s lock, stale clean-up and entry checks run as before). A compiler failure is never stored; a
-test that swaps `_compile`, or sets CC to a wrapper of its own (a new compiler path: a new key), still sees every
-compile. Imported by name (tests/ has no packages): tests/conftest.py installs it for the session.
+path (`_compile`'s lock, stale clean-up and entry checks run as before). A damaged entry is compiled again, a
+compiler failure is never stored, and a test that swaps `_compile` or sets CC to a wrapper of its own (a new
+compiler path: a new key) still sees every compile. Imported by name (tests/ has no packages): tests/conftest.py
+installs it for the session.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def install(store: str | os.PathLike) -> Callable[[], None]:
 
     def build_in(source, name, flags, link, cc_argv, dest: Path, work: Path) -> None:
         kept = store / dest.name
-        if _stored(kept):
+        if _stored(kept) and not dest.exists():  # an entry there failed its checks: compile it again, as asked
             try:
                 _publish(kept, dest)
                 _publish(Path(str(kept) + ".sha256"), Path(str(dest) + ".sha256"))
