@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sysconfig
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,15 +15,32 @@ from dynshape.codegen import cc
 
 FILES = sorted(p.name for p in cc.CSRC.iterdir() if p.suffix == ".c")
 STRICT = ["-Wall", "-Wextra", "-Werror"]
+EXTRAS = {"omp": ["-fopenmp"], "libm": ["-DDS_LIBM_MATH", "-fopenmp"]}
 
 
-@pytest.mark.parametrize("name", FILES)
-@pytest.mark.parametrize("extra", [["-fopenmp"], ["-DDS_LIBM_MATH", "-fopenmp"]], ids=["omp", "libm"])
-def test_static_c_compiles_with_warnings_as_errors(name: str, extra: list, tmp_path: Path) -> None:
+def _strict_compile(name: str, extra: list, out: Path) -> subprocess.CompletedProcess:
     argv = [*cc.find_compiler(), *cc.DEFAULT_FLAGS, *STRICT, *extra, f"-I{cc.CSRC}"]
     if name == "ds_trampoline.c":
         argv.append(f"-I{sysconfig.get_paths()['include']}")
-    proc = subprocess.run([*argv, str(cc.CSRC / name), "-o", str(tmp_path / "x.so")], capture_output=True, text=True)
+    return subprocess.run([*argv, str(cc.CSRC / name), "-o", str(out)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def strict_builds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The selected (variant, file) compiles started at once on two threads, in test order, each test waiting
+    for its own: the -O3 compiles take ~25 s one after another and pytest runs on one core, so the second core
+    would sit idle."""
+    tmp = tmp_path_factory.mktemp("strict")
+    wanted = [(it.callspec.params["variant"], it.callspec.params["name"]) for it in request.session.items
+              if getattr(it, "originalname", None) == "test_static_c_compiles_with_warnings_as_errors"]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {(v, n): pool.submit(_strict_compile, n, EXTRAS[v], tmp / f"{v}-{n}.so") for v, n in wanted}
+
+
+@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("variant", list(EXTRAS))
+def test_static_c_compiles_with_warnings_as_errors(name: str, variant: str, strict_builds: dict) -> None:
+    proc = strict_builds[variant, name].result()
     assert proc.returncode == 0, proc.stderr
 
 

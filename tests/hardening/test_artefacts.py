@@ -175,13 +175,19 @@ def test_concurrent_swaps_into_one_out_always_leave_a_whole_artefact(built, tmp_
     assert artifact.load(out).run({"x": X})["y"].shape == (3, 3)
 
 
-def test_two_processes_saving_to_one_out_both_succeed(tmp_path):
+def test_two_processes_saving_to_one_out_both_succeed(tmp_path, build_store):
     out = tmp_path / "two.ds"
+    # the children copy the libraries this session built (tests/shared_builds.py) rather than compile every
+    # native helper four times over (~60 s on 2 cores): what is tested is the two saves' swaps into one OUT
     script = f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(0, {str(Path(__file__).parents[1])!r})
         from test_artefacts import _model
         from dynshape.compiler import artifact
+        if {str(build_store) if build_store else ""!r}:
+            import shared_builds
+            shared_builds.install({str(build_store)!r})
         for _ in range(2):
             artifact.save(_model(), {str(out)!r}, dims={{"batch": (1, 8)}})
     """
