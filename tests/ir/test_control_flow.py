@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import dynshape as ds
+from control_flow_models import BOOL, F32, I64, vi
+from control_flow_models import model as make_model
 from dynshape.frontends.onnx import load_onnx
 
 ort = pytest.importorskip("onnxruntime")
-F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-
-
-def _vi(name: str, elem: int, shape: list | None) -> object:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes: list, inputs: list, outputs: list, inits: list = ()) -> object:
-    m = helper.make_model(helper.make_graph(nodes, "cf", inputs, outputs, list(inits)),
-                          opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    return m
 
 
 def _check_vs_ort(model: object, feed: dict) -> dict:
@@ -34,17 +24,17 @@ def _check_vs_ort(model: object, feed: dict) -> dict:
 
 def _if_model(cond_const: bool | None = None) -> object:
     then = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
-                             "then", [], [_vi("a", F32, None), _vi("b", F32, None)])
+                             "then", [], [vi("a", F32, None), vi("b", F32, None)])
     other = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["a2"], axis=0),
                                helper.make_node("Abs", ["x"], ["b2"])],
-                              "else", [], [_vi("a2", F32, None), _vi("b2", F32, None)])
+                              "else", [], [vi("a2", F32, None), vi("b2", F32, None)])
     nodes = [helper.make_node("If", ["c"], ["a_out", "b_out"], name="branch", then_branch=then, else_branch=other)]
-    inits, inputs = [], [_vi("x", F32, ["n", 4])]
+    inits, inputs = [], [vi("x", F32, ["n", 4])]
     if cond_const is None:
-        inputs.insert(0, _vi("c", BOOL, []))
+        inputs.insert(0, vi("c", BOOL, []))
     else:
         inits.append(helper.make_tensor("c", BOOL, [], [cond_const]))
-    return _model(nodes, inputs, [_vi("a_out", F32, None), _vi("b_out", F32, None)], inits)
+    return make_model(nodes, inputs, [vi("a_out", F32, None), vi("b_out", F32, None)], inits)
 
 
 def test_if_keeps_dims_equal_in_both_branches_and_freshens_the_rest() -> None:
@@ -75,17 +65,17 @@ def _loop_model(trips: int | None) -> object:
          helper.make_node("Concat", ["grow_in", "x"], ["grow_out"], axis=0),
          helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
          helper.make_node("Mul", ["acc_out", "x"], ["scan_out"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("grow_in", F32, None), _vi("acc_in", F32, None)],
-        [_vi("cond_out", BOOL, []), _vi("grow_out", F32, None), _vi("acc_out", F32, None),
-         _vi("scan_out", F32, None)])
-    inputs = [_vi("x", F32, ["n"]), _vi("grow0", F32, ["g"])]
+        "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("grow_in", F32, None), vi("acc_in", F32, None)],
+        [vi("cond_out", BOOL, []), vi("grow_out", F32, None), vi("acc_out", F32, None),
+         vi("scan_out", F32, None)])
+    inputs = [vi("x", F32, ["n"]), vi("grow0", F32, ["g"])]
     inits = []
     if trips is None:
-        inputs.insert(0, _vi("M", I64, []))
+        inputs.insert(0, vi("M", I64, []))
     else:
         inits.append(helper.make_tensor("M", I64, [], [trips]))
     nodes = [helper.make_node("Loop", ["M", "", "grow0", "x"], ["grow", "acc", "scan"], name="loop", body=body)]
-    return _model(nodes, inputs, [_vi("grow", F32, None), _vi("acc", F32, None), _vi("scan", F32, None)], inits)
+    return make_model(nodes, inputs, [vi("grow", F32, None), vi("acc", F32, None), vi("scan", F32, None)], inits)
 
 
 def test_loop_carried_dims_that_change_become_fresh_and_fixed_ones_stay() -> None:
@@ -121,11 +111,11 @@ def test_loop_runs_like_onnxruntime(trips: int, n: int, g: int) -> None:
 def test_scan_cumulative_sum_matches_onnxruntime() -> None:
     body = helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
                               helper.make_node("Identity", ["s_out"], ["y_t"])],
-                             "body", [_vi("s_in", F32, None), _vi("x_t", F32, None)],
-                             [_vi("s_out", F32, None), _vi("y_t", F32, None)])
+                             "body", [vi("s_in", F32, None), vi("x_t", F32, None)],
+                             [vi("s_out", F32, None), vi("y_t", F32, None)])
     nodes = [helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], name="scan", body=body, num_scan_inputs=1)]
-    model = _model(nodes, [_vi("s0", F32, ["k"]), _vi("xs", F32, ["T", "k"])],
-                   [_vi("s", F32, None), _vi("ys", F32, None)])
+    model = make_model(nodes, [vi("s0", F32, ["k"]), vi("xs", F32, ["T", "k"])],
+                   [vi("s", F32, None), vi("ys", F32, None)])
     g = load_onnx(model)
     T, k = g.signature.symbols["T"], g.signature.symbols["k"]
     assert g.outputs[0].shape == (k,) and g.outputs[1].shape == (T, k)
