@@ -115,6 +115,21 @@ class BoundPlan:
                     view[...] = arrays[k]
         except Exception as e:  # the binder checked shapes and dtypes: report, do not crash
             raise self._input_error(arrays, e) from e
+        self.execute()
+        try:
+            if out:
+                return {name: out[name] if name in written else _into(out[name], v) if name in out
+                        else v.copy() for name, v in self.outputs}
+            return {name: v.copy() for name, v in self.outputs}
+        except MemoryError as e:
+            need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
+            raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
+                                "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
+                from e
+
+    def execute(self) -> None:
+        """Run the bound calls on what the arena (and the patched addresses) hold now. A failure names the node
+        that failed: a ConstraintViolation, never a bare numpy error."""
         i = 0
         try:
             for call in self.runs:
@@ -126,16 +141,21 @@ class BoundPlan:
             raise ConstraintViolation(f"{self.labels[i]}: {e}") from e
         except Exception as e:  # data-dependent failures (an index out of range): name the node
             raise ConstraintViolation(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
-        try:
-            if out:
-                return {name: out[name] if name in written else _into(out[name], v) if name in out
-                        else v.copy() for name, v in self.outputs}
-            return {name: v.copy() for name, v in self.outputs}
-        except MemoryError as e:
-            need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
-            raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
-                                "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
-                from e
+
+    def to_slots(self, kept: frozenset | set = frozenset()) -> None:
+        """Point the programs at this plan's own arena slots: every output, and every input but those indexed in
+        `kept` (read where the last `run`'s arrays lie, which the caller keeps alive and unchanged). For a caller
+        that writes inputs into the `inputs` views, calls `execute` and reads the `outputs` views itself: a
+        Loop body's iterations (loop_bodies.py), whose carried values never leave the arena. The next `run`
+        patches whatever it needs again (it compares the addresses the programs hold)."""
+        for j, (_, slot, _, places) in enumerate(self.out_place):
+            if self.out_current[j] != slot:
+                _patch(places, slot)
+                self.out_current[j] = slot
+        for j, (k, _, slot, _, places) in enumerate(self.in_place):
+            if k not in kept and self.current[j] != slot:
+                _patch(places, slot)
+                self.current[j] = slot
 
     def _fits(self, out: Any) -> bool:
         """Whether `out` passes `check_out` for this plan, in plain comparisons (False: let check_out decide)."""
@@ -372,6 +392,10 @@ class Planner:
         self.out_place = self._writable_in_place()
         for x in self.in_place:  # its slot is its own to the end: no later buffer shares its address
             last[x] = end
+        if options.inputs_kept:  # every input's, too (a Loop body: see BoundPlan.to_slots)
+            for x in inputs:
+                if self.base.get(x) == x:
+                    last[x] = end
         for x in self.out_place:  # and an output's from the start
             first[x] = -1
         self.buffers = [x for x in self.values if self.base[x] == x]
