@@ -206,16 +206,16 @@ def _settling_loop() -> object:
 
 
 def test_a_loop_whose_carried_shape_settles_runs_checked_then_lean(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Iterations whose carried rows grow run the checked path; once a carried output has its input's shape the
-    rest run lean (on the bound plan); scan rows past the first allocation grow; every output is the caller's
-    own array (a later call does not overwrite it); the body's input slots are never reused by its values (the
-    lean iterations do not copy the outer values in again)."""
+    """Iterations whose carried rows change run the checked path; from the first whose carried inputs have its
+    outputs' shapes on, the rest run lean (on its bound plan); scan rows past the first allocation grow; every
+    output is the caller's own array (a later call does not overwrite it); the body's input slots are never
+    reused by its values (the lean iterations do not copy the outer values in again)."""
     import dynshape.runtime.body_iterations as iterations
 
     lean = []
     real = iterations._lean
-    monkeypatch.setattr(iterations, "_lean", lambda plan, roles, copies, i, *a: lean.append(i) or
-                        real(plan, roles, copies, i, *a))
+    monkeypatch.setattr(iterations, "_lean", lambda plan, roles, arrays, i, *a: lean.append(i) or
+                        real(plan, roles, arrays, i, *a))
     rng = np.random.default_rng(4)
 
     def feed(limit: int, n: int, g: int) -> dict:
@@ -227,7 +227,7 @@ def test_a_loop_whose_carried_shape_settles_runs_checked_then_lean(monkeypatch: 
     # 40 iterations (scan rows grown 16 -> 32 -> 64); 2 (never settled); 7 from 4 rows
     feeds = [feed(40, 5, 0), feed(2, 3, 1), feed(7, 4, 4)]
     exe = _check(_settling_loop(), feeds, monkeypatch, evaluator=False)
-    assert lean == [4, 2]  # carried rows 0 -> 1 -> 2 -> 3 -> 3: lean from iteration 4; 4 -> 3 -> 3: from 2
+    assert lean == [3, 1]  # carried rows 0 -> 1 -> 2 -> 3 -> 3: lean from iteration 3; 4 -> 3 -> 3: from 1
     first = exe.run(feeds[0])
     kept = {k: v.copy() for k, v in first.items()}
     exe.run(feeds[2])

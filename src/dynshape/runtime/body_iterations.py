@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dynshape.runtime.plan import BoundPlan
+from dynshape.runtime.pointers import address
 
 __all__ = ["Roles", "Stacks", "iterate", "scalar"]
 
@@ -59,16 +60,23 @@ class Stacks:
         self.last = [None if not r else rows - 1 for r in reverse]  # (reverse only with a known count)
         self.bufs: list[np.ndarray | None] = [None] * len(names)
 
-    def put(self, i: int, items: list) -> None:
-        """Row i of every output (the checked path: the first row fixes each output's row shape and dtype)."""
+    def ready(self, items: list, i: int) -> None:
+        """Rows for items like these from iteration i on: the first fix each output's row shape and dtype; a
+        later iteration's must have that shape."""
         for j, y in enumerate(items):
-            y = np.asarray(y)
             b = self.bufs[j]
             if b is None:
-                b = self.bufs[j] = np.empty((self.cap, *y.shape), y.dtype)
+                self.bufs[j] = np.empty((self.cap, *y.shape), y.dtype)
             elif b.shape[1:] != y.shape:
                 raise ValueError(f"scan output {self.names[j]!r} has shape {y.shape} at iteration {i} but "
                                  f"{b.shape[1:]} before: every iteration's must agree")
+
+    def put(self, i: int, items: list) -> None:
+        """Row i of every output (the checked path)."""
+        items = [np.asarray(y) for y in items]
+        self.ready(items, i)
+        for j, y in enumerate(items):
+            b = self.bufs[j]
             if i >= b.shape[0]:
                 self.grow()
                 b = self.bufs[j]
@@ -91,11 +99,50 @@ class Stacks:
         return b if b.shape[0] == n else b[:n].copy()
 
 
+class Lean:
+    """A plan's views as the lean iterations use them (made once per plan, kept by the body for its next call):
+    the carried values' input slots and output views, the copies that carry them from one iteration to the
+    next (None: an output view overlaps another carried input's slot, so they cannot be copied one by one),
+    the iteration number's slot, the scan slices' slots, the condition and the scan outputs."""
+
+    __slots__ = ("plan", "dst", "src", "copies", "counter", "slices", "cond", "ys")
+
+    def __init__(self, plan: BoundPlan, roles: Roles):
+        views, outs = plan.inputs, dict(plan.outputs)
+        self.plan = plan
+        self.dst = [views[k] for k in roles.carried_in]
+        self.src = [outs[x] for x in roles.carried_out]
+        self.copies: list | None = []
+        for d, s in zip(self.dst, self.src):
+            if d is None or _same(d, s):
+                continue  # the body does not read it / passes it through
+            if any(o is not None and np.may_share_memory(s, o) for o in self.dst):
+                self.copies = None
+                break
+            self.copies.append((d, s))
+        self.counter = None if roles.counter is None else views[roles.counter]
+        self.slices = [views[k] for k in roles.slices_in]
+        self.cond = None if roles.cond_out is None else outs[roles.cond_out]
+        self.ys = [outs[x] for x in roles.ys_out]
+
+    def settled(self, arrays: list, roles: Roles) -> bool:
+        """Whether these inputs' next iterations all run on this plan: every carried input has its output's
+        shape and dtype (then so does every later one: the plan fixes the outputs)."""
+        if self.copies is None:
+            return False
+        for k, s in zip(roles.carried_in, self.src):
+            a = arrays[k]
+            if np.shape(a) != s.shape or getattr(a, "dtype", None) != s.dtype:
+                return False
+        return True
+
+
 def iterate(bind: Callable, run: Callable, roles: Roles, feed: dict, carried: list, slices: list,
-            limit: int | None, ys: Stacks) -> tuple[list, int]:
+            limit: int | None, ys: Stacks, memo: list) -> tuple[list, int]:
     """Run the iterations: `bind` is `Executable.held()`'s, `run` the executable's general call. `feed` holds the
     values every iteration shares (the outer values; a Loop's condition); `limit` the trip count (None: until the
-    condition says stop). Returns the final carried values and the number of iterations run."""
+    condition says stop); `memo` the body's last `Lean` (one item). Returns the final carried values and the
+    number of iterations run."""
     names = roles.names
     carried_names = [names[k] for k in roles.carried_in]
     slice_names = [names[k] for k in roles.slices_in]
@@ -107,62 +154,39 @@ def iterate(bind: Callable, run: Callable, roles: Roles, feed: dict, carried: li
         if counter is not None:
             feed[counter] = np.array(i, np.int64)
         feed.update((x, np.asarray(a[i])) for x, a in zip(slice_names, slices))  # a 1-D input: 0-d slices
-        arrays, plan = bind(feed)
+        arrays, plan = bind(feed)  # every check of the inputs
+        if plan is not None:
+            lean = memo[0]
+            if lean is None or lean.plan is not plan:
+                lean = memo[0] = Lean(plan, roles)
+            if lean.settled(arrays, roles):
+                return _lean(lean, roles, arrays, i, stop, slices, ys)
         res = plan.run(arrays) if plan is not None else run(feed)
         if roles.cond_out is not None:
             go = bool(scalar(res[roles.cond_out], "condition"))
         carried = [res[x] for x in roles.carried_out]
         ys.put(i, [res[x] for x in roles.ys_out])
         i += 1
-        if plan is not None and go and i < stop:
-            copies = _settled(plan, roles, arrays, carried)
-            if copies is not None:
-                return _lean(plan, roles, copies, i, stop, carried, slices, ys)
     return carried, i
 
 
-def _settled(plan: BoundPlan, roles: Roles, arrays: list, carried: list) -> list | None:
-    """The (input slot, output view) copies that carry the values from one iteration to the next in this plan,
-    or None when the next iteration needs the checked path: a carried value whose shape or dtype differs from the
-    input it feeds (another key), or an output view that overlaps another carried input's slot (the copies
-    would clobber it). A pass-through (the output is the input's slot) needs no copy."""
-    views, outs = plan.inputs, dict(plan.outputs)
-    for k, c in zip(roles.carried_in, carried):
-        a = arrays[k]
-        if np.shape(a) != c.shape or getattr(a, "dtype", None) != c.dtype:
-            return None
-    dst = [views[k] for k in roles.carried_in]
-    copies = []
-    for d, x in zip(dst, roles.carried_out):
-        s = outs[x]
-        if d is None or _same(d, s):
-            continue  # the body does not read it / passes it through
-        if any(o is not None and np.may_share_memory(s, o) for o in dst):
-            return None
-        copies.append((d, s))
-    return copies
-
-
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
-            and a.strides == b.strides and a.dtype == b.dtype)
+    return address(a) == address(b) and a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
 
 
-def _lean(plan: BoundPlan, roles: Roles, copies: list, i: int, stop: int, carried: list, slices: list,
-          ys: Stacks) -> tuple[list, int]:
-    """The iterations from i on, each on the same plan: write what changes into its slots, execute, read."""
-    views, outs = plan.inputs, dict(plan.outputs)
-    plan.to_slots(roles.kept)
-    for k, c in zip(roles.carried_in, carried):  # the checked iteration's results (copies out of the arena)
-        if views[k] is not None:
-            views[k][...] = c
-    counter = None if roles.counter is None else views[roles.counter]
-    sl = [(views[k], a) for k, a in zip(roles.slices_in, slices) if views[k] is not None]
-    cond = None if roles.cond_out is None else outs[roles.cond_out]
-    src = [outs[x] for x in roles.carried_out]
-    ysrc = [outs[x] for x in roles.ys_out]
+def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: list, ys: Stacks) -> tuple[list, int]:
+    """The iterations from i on, on one plan whose inputs `arrays` (checked) settle: write what changes into its
+    slots, execute, read; the shared inputs loaded once."""
+    plan = lean.plan
+    plan.load(arrays, roles.kept)
+    for k, d in zip(roles.carried_in, lean.dst):
+        if d is not None:
+            d[...] = arrays[k]
+    counter, cond, copies, src, ysrc = lean.counter, lean.cond, lean.copies, lean.src, lean.ys
+    sl = [(v, a) for v, a in zip(lean.slices, slices) if v is not None]
+    ys.ready(ysrc, i)
     grows = ys.rows is None or ys.rows > ys.cap
-    rows = [(y, b, last) for y, b, last in zip(ysrc, ys.bufs, ys.last)]
+    rows = list(zip(ysrc, ys.bufs, ys.last))
     execute = plan.execute
     while True:
         if counter is not None:
@@ -177,7 +201,7 @@ def _lean(plan: BoundPlan, roles: Roles, copies: list, i: int, stop: int, carrie
             break
         if grows and i >= ys.cap:
             ys.grow()
-            rows = [(y, b, last) for y, b, last in zip(ysrc, ys.bufs, ys.last)]
+            rows = list(zip(ysrc, ys.bufs, ys.last))
         for d, s in copies:
             d[...] = s
     return [np.array(s, copy=True) for s in src], i  # the arena is the executable's: the caller's own arrays

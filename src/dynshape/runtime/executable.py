@@ -387,7 +387,7 @@ class Executable:
         this key in the held arena, to `plan.run(arrays)`; plan None: the planned path does not serve this call
         (no arena free, an empty / assumption-breaking key, an unplanned build), `run(feed)` does. Why: `run`'s
         per-call bookkeeping (arena pool, plan cache, profile, stats) cost about a third of a small body's
-        iteration, and a caller holding the plan may drive it itself (`BoundPlan.to_slots`). Calls made this
+        iteration, and a caller holding the plan may drive it itself (`BoundPlan.load`). Calls made this
         way are not counted in `stats`."""
         pool, table, binder, breaks = self._pool, self.table, self.binder, self._breaks
         try:

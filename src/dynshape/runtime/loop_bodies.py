@@ -50,6 +50,7 @@ class CompiledBody:
         self.symbols = [s.name for s in exe.symbols]
         self.run = self._loop if node.op_type == "Loop" else self._scan
         self.roles = _roles(node, self.names, self.out_names, self.outer)
+        self.memo: list = [None]  # the last plan's Lean (body_iterations.py): made once per plan
         self.why = (f"body compiled once ({self.kernels} kernel{'s' if self.kernels != 1 else ''}), called once "
                     "per iteration")
 
@@ -66,7 +67,7 @@ class CompiledBody:
         steps = 0
         if go and (trips is None or trips > 0):
             with self.exe.held() as bind:
-                carried, steps = iterate(bind, self.exe.run, self.roles, feed, carried, [], trips, ys)
+                carried, steps = iterate(bind, self.exe.run, self.roles, feed, carried, [], trips, ys, self.memo)
         if not steps:
             feed[names[0]] = np.array(0, np.int64)
             feed.update(zip(names[2:], carried))
@@ -91,7 +92,7 @@ class CompiledBody:
         ys = Stacks(self.roles.ys_out, steps, [bool(d) for d in out_dirs], exact=True)
         if steps:
             with self.exe.held() as bind:
-                state, _ = iterate(bind, self.exe.run, self.roles, feed, state, xs, steps, ys)
+                state, _ = iterate(bind, self.exe.run, self.roles, feed, state, xs, steps, ys, self.memo)
         else:
             feed.update(zip(names[:ns], state))
             feed.update((x, np.zeros(a.shape[1:], a.dtype)) for x, a in zip(names[ns:], xs))
