@@ -3,16 +3,17 @@
 Why: called through the executable's general path, a small body's iteration cost ~11 us against ~4 us of
 kernels: the binder's checks, copying every input into the arena (the outer values and, for a Loop reading the
 whole sequence, all of it, every iteration), re-pointing inputs read in place, copying every output out, then
-the loop's own feed dicts, slices and a final np.stack. Yet once an iteration's carried outputs have the shapes
-and dtypes of its carried inputs, the next iteration's key, checks and plan are the same, and so are every later
-one's (the plan fixes the outputs' shapes). From there on an iteration writes only what changes into the plan's
-input slots (the iteration number, the scan slices, the carried values copied from the last iteration's output
-slots: they never leave the arena), runs the bound calls, and copies the scan outputs straight into their rows of
-one preallocated output. The outer values stay in their slots for the whole loop: the body is built with
-`inputs_kept`, so no value of the body reuses an input's slot.
+the loop's own feed dicts, slices and a final np.stack. Yet once an iteration's (checked) carried inputs have the
+shapes and dtypes of the carried outputs its plan gives, the next iteration's key, checks and plan are the same,
+and so are every later one's (the plan fixes the outputs' shapes). From that iteration on, each writes only what
+changes into the plan's input slots (the iteration number, the scan slices, the carried values copied from the
+last iteration's output slots: they never leave the arena), runs the bound calls, and copies the scan outputs
+straight into their rows of one preallocated output; the shared inputs are loaded once (`BoundPlan.load`) and
+stay in their slots for the whole loop: the body is built with `inputs_kept`, so no value of the body reuses an
+input's slot.
 
-The first iteration, and every one whose carried shapes change (a value growing per iteration), goes through
-the checked path: binder, plan for its key, `plan.run`. A plan whose carried output may overlap another carried
+Every iteration before that (a carried value that changes shape: growing, or first narrowed) goes through the
+checked path: binder, plan for its key, `plan.run`. A plan whose carried output may overlap another carried
 input's slot (a body that swaps two values through views) stays on the checked path, as does a call served
 without a plan.
 """
@@ -184,6 +185,8 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
             d[...] = arrays[k]
     counter, cond, copies, src, ysrc = lean.counter, lean.cond, lean.copies, lean.src, lean.ys
     sl = [(v, a) for v, a in zip(lean.slices, slices) if v is not None]
+    if cond is not None:
+        scalar(cond, "condition")  # one element (the plan fixes its shape: checked once)
     ys.ready(ysrc, i)
     grows = ys.rows is None or ys.rows > ys.cap
     rows = list(zip(ysrc, ys.bufs, ys.last))

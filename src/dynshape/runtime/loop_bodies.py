@@ -82,8 +82,7 @@ class CompiledBody:
         state, xs, outer = list(args[:ns]), args[ns:ns + k], args[ns + k:]
         in_axes = attrs.get("scan_input_axes", [0] * k)
         in_dirs = attrs.get("scan_input_directions", [0] * k)
-        xs = [np.moveaxis(x, a % x.ndim, 0)[::-1] if d else np.moveaxis(x, a % x.ndim, 0)
-              for x, a, d in zip(xs, in_axes, in_dirs)]
+        xs = [_to_front(x, a, d) for x, a, d in zip(xs, in_axes, in_dirs)]
         steps = xs[0].shape[0] if xs else 0
         nys = len(self.roles.ys_out)
         out_axes = attrs.get("scan_output_axes", [0] * nys)
@@ -99,7 +98,7 @@ class CompiledBody:
         res_out = []
         for j in range(nys):
             y = ys.result(j, steps) if steps else self._empty(ns + j, feed)
-            res_out.append(np.moveaxis(y, 0, out_axes[j] % y.ndim))
+            res_out.append(np.moveaxis(y, 0, out_axes[j] % y.ndim) if out_axes[j] % y.ndim else y)
         return state + res_out
 
     def _empty(self, index: int, feed: dict) -> np.ndarray:
@@ -218,6 +217,13 @@ def body_graph(node: Node, graph: Graph, outer: tuple[str, ...]) -> Graph:
     g.outputs = [Value(v.name, v.dtype, None, v.kind) for v in body.outputs]
     g.opset_imports = dict(graph.opset_imports)
     return infer_graph(g)
+
+
+def _to_front(x: Any, axis: int, reverse: int) -> np.ndarray:
+    """A scan input with its scanned axis first (a view; np.moveaxis costs ~1.5 us even for axis 0), reversed."""
+    x = np.asarray(x)
+    x = np.moveaxis(x, axis % x.ndim, 0) if axis % x.ndim else x
+    return x[::-1] if reverse else x
 
 
 def _roles(node: Node, names: list[str], out_names: list[str], outer: tuple[str, ...]) -> Roles:
