@@ -150,6 +150,9 @@ class Options:
                            "a new shape takes 0.1-1 ms)", 256)
     inputs_in_place: bool = _run("large inputs that only generated kernels read are read where the caller's array "
                                  "lies, not copied into the arena", True, "DYNSHAPE_INPUTS_IN_PLACE")
+    inputs_kept: bool = _run("every input's arena slot is its own for the whole call (no later value reuses it): "
+                             "a Loop / Scan body's values that do not change per iteration are copied in once per "
+                             "loop, not once per iteration", False)
     tune_malloc: bool = _run("keep freed memory mapped for reuse (glibc mallopt, process-wide)", True,
                              "DYNSHAPE_TUNE_MALLOC")
     cache_dir: str | None = _run("build cache directory (default ~/.cache/dynshape)", None, "DYNSHAPE_CACHE_DIR")

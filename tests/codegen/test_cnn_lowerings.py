@@ -414,6 +414,26 @@ def test_slice_select_and_constant_pad_are_copies_bound_per_key():
     assert _fallbacks(exe, RNG.standard_normal((2, 3, 5, 8)).astype(np.float32)) == []
 
 
+def test_gather_of_one_index_fed_at_run_time_picks_and_checks_it():
+    """A scalar index fed per call (a Loop body's xs[i]) is bound as a pick of that row, read when the call runs:
+    every admissible index (negative ones count from the end) gives numpy's rows; one out of range is refused
+    naming the node."""
+    from dynshape.errors import ConstraintViolation
+
+    g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], name="pick", axis=1)], "pick",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b", 3]),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    exe = ds.compile(ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])))
+    assert not exe.explain_build()["uncompiled"]
+    x = RNG.standard_normal((2, 5, 3)).astype(np.float32)
+    for i in (0, 3, 4, -1, -5):
+        np.testing.assert_array_equal(exe.run({"x": x, "i": np.array(i, np.int64)})["y"], x[:, i])
+    for i in (5, -6):
+        with pytest.raises(ConstraintViolation, match="pick"):
+            exe.run({"x": x, "i": np.array(i, np.int64)})
+
+
 def test_global_average_pool_of_a_large_constant_map_is_that_constant():
     """The mean sums in double: float32 one element after another drifted 1.9% low over 2**19 * 6 values (found
     by `python bench/fuzz_models.py --seed 3 --case 2535`)."""

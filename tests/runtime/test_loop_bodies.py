@@ -180,3 +180,77 @@ def test_dynshape_explain_says_how_each_body_runs(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     assert "Loop / Scan bodies (1) node 'rnn' (Loop): body compiled (body compiled once (" in text
+
+
+def _settling_loop() -> object:
+    """A carried value that grows by a row per iteration up to 3 rows, then keeps its shape (Slice of a Concat);
+    no trip count: the condition (i + 1 < limit) stops it; an accumulator and a scan output read it."""
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for v, n in
+              (([0], "zero"), ([3], "three"), ([0], "ax0"), (1, "one"))]
+    consts.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
+    body = helper.make_graph(
+        [helper.make_node("Concat", ["c_in", "x"], ["cat"], axis=0),
+         helper.make_node("Slice", ["cat", "zero", "three", "ax0"], ["c_out"]),
+         helper.make_node("ReduceSum", ["c_out", "ax0"], ["s"], keepdims=0),
+         helper.make_node("Mul", ["acc_in", "half"], ["acc_half"]),
+         helper.make_node("Add", ["acc_half", "s"], ["acc_out"]),
+         helper.make_node("Mul", ["s", "half"], ["y"]),
+         helper.make_node("Add", ["i", "one"], ["i1"]),
+         helper.make_node("Less", ["i1", "limit"], ["cond_out"])],
+        "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("c_in", F32, None), _vi("acc_in", F32, None)],
+        [_vi("cond_out", BOOL, []), _vi("c_out", F32, None), _vi("acc_out", F32, None), _vi("y", F32, None)], consts)
+    nodes = [helper.make_node("Loop", ["", "go", "c0", "acc0"], ["c", "acc", "ys"], name="settle", body=body)]
+    return _model(nodes, [_vi("go", BOOL, []), _vi("limit", I64, []), _vi("x", F32, [1, "n"]),
+                          _vi("c0", F32, ["g", "n"]), _vi("acc0", F32, ["n"])],
+                  [_vi("c", F32, None), _vi("acc", F32, None), _vi("ys", F32, None)])
+
+
+def test_a_loop_whose_carried_shape_settles_runs_checked_then_lean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Iterations whose carried rows change run the checked path; from the first whose carried inputs have its
+    outputs' shapes on, the rest run lean (on its bound plan); scan rows past the first allocation grow; every
+    output is the caller's own array (a later call does not overwrite it); the body's input slots are never
+    reused by its values (the lean iterations do not copy the outer values in again)."""
+    import dynshape.runtime.body_iterations as iterations
+
+    lean = []
+    real = iterations._lean
+    monkeypatch.setattr(iterations, "_lean", lambda plan, roles, arrays, i, *a: lean.append(i) or
+                        real(plan, roles, arrays, i, *a))
+    rng = np.random.default_rng(4)
+
+    def feed(limit: int, n: int, g: int) -> dict:
+        return {"go": np.array(True), "limit": np.array(limit, np.int64),
+                "x": rng.standard_normal((1, n)).astype(np.float32),
+                "c0": rng.standard_normal((g, n)).astype(np.float32),
+                "acc0": rng.standard_normal(n).astype(np.float32)}
+
+    # 40 iterations (scan rows grown 16 -> 32 -> 64); 2 (never settled); 7 from 4 rows
+    feeds = [feed(40, 5, 0), feed(2, 3, 1), feed(7, 4, 4)]
+    exe = _check(_settling_loop(), feeds, monkeypatch, evaluator=False)
+    assert lean == [3, 1]  # carried rows 0 -> 1 -> 2 -> 3 -> 3: lean from iteration 3; 4 -> 3 -> 3: from 1
+    first = exe.run(feeds[0])
+    kept = {k: v.copy() for k, v in first.items()}
+    exe.run(feeds[2])
+    exe.run(feeds[0] | {"x": np.ones((1, 5), np.float32)})
+    for k, v in kept.items():
+        np.testing.assert_array_equal(first[k], v, err_msg=k)
+    (body,) = [b for b in exe._bodies._cache.values() if not isinstance(b, str)]
+    pl = body.exe.generic.planner
+    for v in body.exe.graph.inputs:  # every input's lifetime overlaps every other buffer's: no slot shared
+        assert set(pl.overlaps[v.name]) == set(pl.buffers) - {v.name}, v.name
+
+
+def test_a_scan_swapping_its_state_through_views_stays_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body whose carried outputs are views of the other carried input (a swap): copying one into its slot
+    would clobber the other, so its iterations stay on the checked path and the values come out right."""
+    body = helper.make_graph([helper.make_node("Identity", ["b_in"], ["a_out"]),
+                              helper.make_node("Identity", ["a_in"], ["b_out"]),
+                              helper.make_node("Add", ["a_in", "x_t"], ["y_t"])],
+                             "body", [_vi("a_in", F32, None), _vi("b_in", F32, None), _vi("x_t", F32, None)],
+                             [_vi("a_out", F32, None), _vi("b_out", F32, None), _vi("y_t", F32, None)])
+    nodes = [helper.make_node("Scan", ["a0", "b0", "x"], ["a", "b", "ys"], name="swap", body=body, num_scan_inputs=1)]
+    model = _model(nodes, [_vi("a0", F32, ["k"]), _vi("b0", F32, ["k"]), _vi("x", F32, ["T", "k"])],
+                   [_vi("a", F32, None), _vi("b", F32, None), _vi("ys", F32, None)])
+    rng = np.random.default_rng(5)
+    _check(model, [{"a0": rng.standard_normal(3).astype(np.float32), "b0": rng.standard_normal(3).astype(np.float32),
+                    "x": rng.standard_normal((5, 3)).astype(np.float32)}], monkeypatch)

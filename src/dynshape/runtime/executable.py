@@ -75,7 +75,7 @@ class Executable:
         self.notes: list[str] = []  # what was skipped or dropped, and why (shown by explain)
         self.options = opts = options or Options(strategy="generic")
         # Loop / Scan bodies: each compiled once (a generic executable of its own), kept for every build
-        body_opts = opts.replace(strategy="generic", profile=None, preallocate=False)
+        body_opts = opts.replace(strategy="generic", profile=None, preallocate=False, inputs_kept=True)
         self._bodies = Bodies(lambda g: Executable(g, None, body_opts))
         tune_allocator(opts.tune_malloc)
         self._cache = cache_dir()
@@ -381,11 +381,14 @@ class Executable:
         return res
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[Callable[[dict], dict[str, np.ndarray]]]:
-        """`run` for many calls in a row (a Loop body, once per iteration): one arena held for all of them and the
-        plan of the last key kept, so a call is the binder's checks and the plan's run. Why: `run`'s per-call
-        bookkeeping (arena pool, plan cache, profile, stats) cost about a third of a small body's iteration.
-        Calls made this way are not counted in `stats`; a call the planned path does not serve goes to `run`."""
+    def held(self) -> Iterator[Callable[[dict], tuple[list, BoundPlan | None]]]:
+        """For many calls in a row (a Loop body, once per iteration): one arena held for all of them and the plan
+        of the last key kept. Yields `bind(feed) -> (arrays, plan)`: the binder's checks, then the plan serving
+        this key in the held arena, to `plan.run(arrays)`; plan None: the planned path does not serve this call
+        (no arena free, an empty / assumption-breaking key, an unplanned build), `run(feed)` does. Why: `run`'s
+        per-call bookkeeping (arena pool, plan cache, profile, stats) cost about a third of a small body's
+        iteration, and a caller holding the plan may drive it itself (`BoundPlan.load`). Calls made this
+        way are not counted in `stats`."""
         pool, table, binder, breaks = self._pool, self.table, self.binder, self._breaks
         try:
             arena = pool.free.pop()
@@ -393,21 +396,21 @@ class Executable:
             arena = pool.take()
         last: list = [None, None, None]  # key, its plan, the arena buffer it is bound to
 
-        def call(feed: dict) -> dict[str, np.ndarray]:
+        def bind(feed: dict) -> tuple[list, BoundPlan | None]:
             arrays, key = binder(feed)
             if key == last[0] and last[2] is arena.buf:
-                return last[1].run(arrays)
+                return arrays, last[1]
             if arena is None or (breaks is not None and breaks(key)):
-                return self.run(feed)
+                return arrays, None
             variant = table.exact.get(key) or table.default or table.pick(key)
             if variant.planner is None:
-                return self.run(feed)
+                return arrays, None
             plan = arena.plans.get((variant.uid, key)) or self._plan(variant, key, arena)
             last[:] = key, plan, arena.buf
-            return plan.run(arrays)
+            return arrays, plan
 
         try:
-            yield call
+            yield bind
         finally:
             if arena is not None:
                 pool.free.append(arena)

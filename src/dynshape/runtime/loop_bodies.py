@@ -29,6 +29,7 @@ from dynshape.ir.infer import infer_graph
 from dynshape.ir.opdef import is_default_domain, lookup
 from dynshape.ir.specialize import clone_structure
 from dynshape.ir.types import TensorType
+from dynshape.runtime.body_iterations import Roles, Stacks, iterate, scalar
 from dynshape.sym import Expr, Symbol, sym
 
 __all__ = ["BODY_OPS", "Bodies", "CompiledBody"]
@@ -48,73 +49,61 @@ class CompiledBody:
         self.kernels = len(exe.explain_build().get("kernels", []))
         self.symbols = [s.name for s in exe.symbols]
         self.run = self._loop if node.op_type == "Loop" else self._scan
+        self.roles = _roles(node, self.names, self.out_names, self.outer)
+        self.memo: list = [None]  # the last plan's Lean (body_iterations.py): made once per plan
         self.why = (f"body compiled once ({self.kernels} kernel{'s' if self.kernels != 1 else ''}), called once "
                     "per iteration")
 
     # ---- Loop ------------------------------------------------------------------------------------------------
     def _loop(self, args: list) -> list:
-        names, outs_named = self.names, self.out_names
+        names = self.names
         n = len(names) - 2
         m, cond, carried, outer = args[0], args[1], list(args[2:2 + n]), args[2 + n:]
-        trips = None if m is None else int(_scalar(m, "trip count M"))
-        go = True if cond is None else bool(_scalar(cond, "condition"))
+        trips = None if m is None else int(scalar(m, "trip count M"))
+        go = True if cond is None else bool(scalar(cond, "condition"))
         feed = dict(zip(self.outer, outer))
         feed[names[1]] = np.array(True)  # an iteration runs only while the condition holds
-        scans: list[list] = [[] for _ in range(len(outs_named) - 1 - n)]
-        carried_names, scan_names, i = names[2:], outs_named[1 + n:], 0
-        with self.exe.held() as run:
-            while go and (trips is None or i < trips):
-                feed[names[0]] = np.array(i, np.int64)
-                feed.update(zip(carried_names, carried))
-                res = run(feed)
-                go = bool(_scalar(res[outs_named[0]], "condition"))
-                carried = [res[x] for x in outs_named[1:1 + n]]
-                for k, x in enumerate(scan_names):
-                    scans[k].append(res[x])
-                i += 1
-        if scans and not i:
+        ys = Stacks(self.roles.ys_out, trips, [False] * len(self.roles.ys_out))
+        steps = 0
+        if go and (trips is None or trips > 0):
+            with self.exe.held() as bind:
+                carried, steps = iterate(bind, self.exe.run, self.roles, feed, carried, [], trips, ys, self.memo)
+        if not steps:
             feed[names[0]] = np.array(0, np.int64)
-            feed.update(zip(carried_names, carried))
-        return carried + [self._stack(s, 1 + n + k, feed) for k, s in enumerate(scans)]
+            feed.update(zip(names[2:], carried))
+        return carried + [ys.result(j, steps) if steps else self._empty(1 + n + j, feed)
+                          for j in range(len(self.roles.ys_out))]
 
     # ---- Scan (opset 9 and later) ------------------------------------------------------------------------------
     def _scan(self, args: list) -> list:
-        attrs, names, outs_named = self.node.attrs, self.names, self.out_names
+        attrs, names = self.node.attrs, self.names
         k = attrs["num_scan_inputs"]
         ns = len(names) - k
         state, xs, outer = list(args[:ns]), args[ns:ns + k], args[ns + k:]
         in_axes = attrs.get("scan_input_axes", [0] * k)
         in_dirs = attrs.get("scan_input_directions", [0] * k)
-        xs = [np.moveaxis(x, a % x.ndim, 0)[::-1] if d else np.moveaxis(x, a % x.ndim, 0)
-              for x, a, d in zip(xs, in_axes, in_dirs)]
+        xs = [_to_front(x, a, d) for x, a, d in zip(xs, in_axes, in_dirs)]
         steps = xs[0].shape[0] if xs else 0
+        nys = len(self.roles.ys_out)
+        out_axes = attrs.get("scan_output_axes", [0] * nys)
+        out_dirs = attrs.get("scan_output_directions", [0] * nys)
         feed = dict(zip(self.outer, outer))
-        state_names, slice_names = names[:ns], names[ns:]
-        ys: list[list] = [[] for _ in range(len(outs_named) - ns)]
-        with self.exe.held() as run:
-            for i in range(steps):
-                feed.update(zip(state_names, state))
-                feed.update((x, np.asarray(a[i])) for x, a in zip(slice_names, xs))  # a 1-D input: 0-d slices
-                res = run(feed)
-                state = [res[x] for x in outs_named[:ns]]
-                for j, x in enumerate(outs_named[ns:]):
-                    ys[j].append(res[x])
-        if not steps:
-            feed.update(zip(state_names, state))
-            feed.update((x, np.zeros(a.shape[1:], a.dtype)) for x, a in zip(slice_names, xs))
-        out_axes = attrs.get("scan_output_axes", [0] * len(ys))
-        out_dirs = attrs.get("scan_output_directions", [0] * len(ys))
+        ys = Stacks(self.roles.ys_out, steps, [bool(d) for d in out_dirs], exact=True)
+        if steps:
+            with self.exe.held() as bind:
+                state, _ = iterate(bind, self.exe.run, self.roles, feed, state, xs, steps, ys, self.memo)
+        else:
+            feed.update(zip(names[:ns], state))
+            feed.update((x, np.zeros(a.shape[1:], a.dtype)) for x, a in zip(names[ns:], xs))
         res_out = []
-        for j, items in enumerate(ys):
-            y = self._stack(items[::-1] if out_dirs[j] else items, ns + j, feed)
-            res_out.append(np.moveaxis(y, 0, out_axes[j] % y.ndim))
+        for j in range(nys):
+            y = ys.result(j, steps) if steps else self._empty(ns + j, feed)
+            res_out.append(np.moveaxis(y, 0, out_axes[j] % y.ndim) if out_axes[j] % y.ndim else y)
         return state + res_out
 
-    def _stack(self, items: list, index: int, feed: dict) -> np.ndarray:
-        """The scan output: the items stacked, or (no iteration) an empty tensor of the body output's shape at
-        the symbols the loop's first inputs bind (a dim they do not determine is 0, as the reference makes it)."""
-        if items:
-            return np.stack(items)
+    def _empty(self, index: int, feed: dict) -> np.ndarray:
+        """A scan output when no iteration ran: an empty tensor of the body output's shape at the symbols the
+        loop's first inputs bind (a dim they do not determine is 0, as the reference makes it)."""
         t = self.exe.graph.types[self.out_names[index]]
         try:
             env = dict(zip(self.symbols, self.exe.binder(feed)[1]))
@@ -235,11 +224,24 @@ def body_graph(node: Node, graph: Graph, outer: tuple[str, ...]) -> Graph:
     return infer_graph(g)
 
 
-def _scalar(x: Any, what: str) -> Any:
-    a = np.asarray(x)
-    if a.size != 1:
-        raise ValueError(f"the {what} must be a scalar (one element), got shape {a.shape}")
-    return a.reshape(-1)[0]
+def _to_front(x: Any, axis: int, reverse: int) -> np.ndarray:
+    """A scan input with its scanned axis first (a view; np.moveaxis costs ~1.5 us even for axis 0), reversed."""
+    x = np.asarray(x)
+    x = np.moveaxis(x, axis % x.ndim, 0) if axis % x.ndim else x
+    return x[::-1] if reverse else x
+
+
+def _roles(node: Node, names: list[str], out_names: list[str], outer: tuple[str, ...]) -> Roles:
+    """What each input and output of the compiled body is to the loop (its inputs: the body's, then `outer`)."""
+    everything = tuple(names) + outer
+    kept = range(len(names), len(everything))
+    if node.op_type == "Loop":
+        n = len(names) - 2
+        return Roles(everything, 0, tuple(range(2, 2 + n)), tuple(out_names[1:1 + n]), (), out_names[0],
+                     tuple(out_names[1 + n:]), frozenset((1, *kept)))
+    ns = len(names) - node.attrs["num_scan_inputs"]
+    return Roles(everything, None, tuple(range(ns)), tuple(out_names[:ns]), tuple(range(ns, len(names))), None,
+                 tuple(out_names[ns:]), frozenset(kept))
 
 
 def _first_line(e: Exception) -> str:

@@ -115,6 +115,21 @@ class BoundPlan:
                     view[...] = arrays[k]
         except Exception as e:  # the binder checked shapes and dtypes: report, do not crash
             raise self._input_error(arrays, e) from e
+        self.execute()
+        try:
+            if out:
+                return {name: out[name] if name in written else _into(out[name], v) if name in out
+                        else v.copy() for name, v in self.outputs}
+            return {name: v.copy() for name, v in self.outputs}
+        except MemoryError as e:
+            need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
+            raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
+                                "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
+                from e
+
+    def execute(self) -> None:
+        """Run the bound calls on what the arena (and the patched addresses) hold now. A failure names the node
+        that failed: a ConstraintViolation, never a bare numpy error."""
         i = 0
         try:
             for call in self.runs:
@@ -126,16 +141,21 @@ class BoundPlan:
             raise ConstraintViolation(f"{self.labels[i]}: {e}") from e
         except Exception as e:  # data-dependent failures (an index out of range): name the node
             raise ConstraintViolation(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
+
+    def load(self, arrays: list, kept: frozenset) -> None:
+        """Make the plan read the inputs indexed in `kept` from `arrays` (where they lie, or copied into their
+        slots, as `run` does), and every other input and every output from / into its own arena slot, without
+        running anything: for a caller that then writes the other inputs into the `inputs` views itself, calls
+        `execute` and reads the `outputs` views, many times (a Loop body's iterations, body_iterations.py:
+        the `kept` arrays must stay alive and unchanged meanwhile). The next `run` patches whatever it needs
+        again (it compares the addresses the programs hold)."""
+        skip, _ = self._place(arrays, None, kept) if self.in_place or self.out_place else ((), ())
         try:
-            if out:
-                return {name: out[name] if name in written else _into(out[name], v) if name in out
-                        else v.copy() for name, v in self.outputs}
-            return {name: v.copy() for name, v in self.outputs}
-        except MemoryError as e:
-            need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
-            raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
-                                "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
-                from e
+            for k, view in self.copy_in:
+                if k in kept and k not in skip:
+                    view[...] = arrays[k]
+        except Exception as e:  # the binder checked shapes and dtypes: report, do not crash
+            raise self._input_error(arrays, e) from e
 
     def _fits(self, out: Any) -> bool:
         """Whether `out` passes `check_out` for this plan, in plain comparisons (False: let check_out decide)."""
@@ -151,14 +171,15 @@ class BoundPlan:
                 return False
         return True
 
-    def _place(self, arrays: list, out: dict | None) -> tuple[set, set]:
+    def _place(self, arrays: list, out: dict | None, kept: frozenset | None = None) -> tuple[set, set]:
         """Point the programs at the caller's arrays: the out= arrays (checked: this call's shape and dtype,
         C-contiguous) of the outputs that can be written where they lie, and the inputs that can be read where
         they lie (C-contiguous, aligned, the input's dtype: no copy into the arena); at the arena slot for the
         others. An input whose bytes overlap an out= array written in place is copied as usual (a decode loop
         passing the past and the present KV in one buffer): read in place, the kernels would overwrite it
         while reading it. The arena is held by one call at a time, so patching its plan's programs is this
-        call's alone. (input indices read in place, output names written in place)"""
+        call's alone. `kept` (when given): only the inputs it indexes may be read in place. (input indices read
+        in place, output names written in place)"""
         written = set()
         spans = []  # (start, end) of the out= arrays written in place
         current = self.out_current
@@ -181,7 +202,7 @@ class BoundPlan:
         for k, dtype, slot, size, places in self.in_place:
             a = arrays[k]
             at = slot
-            if type(a) is np.ndarray and (a.dtype is dtype or a.dtype == dtype):
+            if type(a) is np.ndarray and (a.dtype is dtype or a.dtype == dtype) and (kept is None or k in kept):
                 f = a.flags
                 if f.c_contiguous and f.aligned:
                     at = address(a)
@@ -372,6 +393,10 @@ class Planner:
         self.out_place = self._writable_in_place()
         for x in self.in_place:  # its slot is its own to the end: no later buffer shares its address
             last[x] = end
+        if options.inputs_kept:  # every input's, too (a Loop body: see BoundPlan.load)
+            for x in inputs:
+                if self.base.get(x) == x:
+                    last[x] = end
         for x in self.out_place:  # and an output's from the start
             first[x] = -1
         self.buffers = [x for x in self.values if self.base[x] == x]

@@ -2,8 +2,9 @@
 
 Transpose, Expand, Cast, Slice and Gather of one index: the source view is fixed for the key, so the call is one
 strided copy in C
-(`ds_copy_strided`, csrc/ds_program.c: it joins the plan's program of native calls) or one np.copyto. Gather
-checks its indices and takes into the planned buffer; GatherND whose indices are fixed for the key (built from
+(`ds_copy_strided`, csrc/ds_program.c: it joins the plan's program of native calls) or one np.copyto; one index
+fed at run time (a Loop body's xs[i]) is checked and its row copied when the call runs. Other Gathers check their
+indices and take into the planned buffer; GatherND whose indices are fixed for the key (built from
 shapes) gets its flat positions computed and bounds-checked once, so the call is one np.take. Concat copies each
 input's rows into place (one C call for all of them). A constant Pad fills its output and copies the input into
 the interior. Split copies each output's view of the input (a strided copy each). GatherElements gathers in C and
@@ -119,8 +120,6 @@ def _gather_accepts(node: Node, graph: Graph) -> str | None:
     x, idx = graph.types.get(node.inputs[0]), graph.types.get(node.inputs[1])
     if not getattr(x, "shape", ()) or np.dtype(idx.dtype).kind not in "iu":
         return "scalar data, or non-integer indices"
-    if not idx.shape and node.inputs[1] not in graph.constants():
-        return "one index known only at run time"
     return _one_output(node, graph)
 
 
@@ -215,8 +214,28 @@ def _bind_gather_one(r: BindRequest) -> list | None:
     return _copy(x[(slice(None),) * axis + (i % x.shape[axis],)], out, r.keep)
 
 
+def _bind_gather_picked(r: BindRequest) -> list | None:
+    """Gather of one index read at run time (a Loop body's xs[i]): the index checked, its view copied. Why not
+    np.take: its checks and dispatch cost ~2.5 us a call, most of a small body's iteration."""
+    x, idx, out = r.ins[0], r.ins[1], r.outs[0]
+    if out is None or x is None or idx is None:
+        return None
+    axis = int(r.attrs.get("axis", 0)) % x.ndim
+    n, lead = x.shape[axis], (slice(None),) * axis
+
+    def pick() -> None:
+        i = int(idx)
+        if not -n <= i < n:
+            np.take(x, idx, axis=axis)  # raises the out-of-range error, names the index
+        out[...] = x[(*lead, i)]
+
+    return [pick]
+
+
 def _gather_bind(r: BindRequest) -> list | None:
-    return _bind_gather_one(r) if np.ndim(r.ins[1]) == 0 else _bind_gather(r)
+    if np.ndim(r.ins[1]) == 0:
+        return _bind_gather_one(r) if _fixed_params(r) else _bind_gather_picked(r)
+    return _bind_gather(r)
 
 
 def _split_accepts(node: Node, graph: Graph) -> str | None:
