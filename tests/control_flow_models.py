@@ -18,3 +18,16 @@ def model(nodes: list, inputs: list, outputs: list, inits: list = (), name: str 
                           opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     return m
+
+
+def grow_body() -> object:
+    """A Loop body whose carried value grows each iteration (Concat with the outer x), an accumulator (acc + x)
+    and a scan output (acc * x): a carried dim that changes per iteration, an outer read, a scan output."""
+    return helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Concat", ["grow_in", "x"], ["grow_out"], axis=0),
+         helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
+         helper.make_node("Mul", ["acc_out", "x"], ["scan_out"])],
+        "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("grow_in", F32, None), vi("acc_in", F32, None)],
+        [vi("cond_out", BOOL, []), vi("grow_out", F32, None), vi("acc_out", F32, None),
+         vi("scan_out", F32, None)])

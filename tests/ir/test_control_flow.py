@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import dynshape as ds
-from control_flow_models import BOOL, F32, I64, vi
+from control_flow_models import BOOL, F32, I64, grow_body, vi
 from control_flow_models import model as make_model
 from dynshape.frontends.onnx import load_onnx
 
@@ -60,14 +60,7 @@ def test_if_runs_like_onnxruntime(cond: bool) -> None:
 
 
 def _loop_model(trips: int | None) -> object:
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Concat", ["grow_in", "x"], ["grow_out"], axis=0),
-         helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
-         helper.make_node("Mul", ["acc_out", "x"], ["scan_out"])],
-        "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("grow_in", F32, None), vi("acc_in", F32, None)],
-        [vi("cond_out", BOOL, []), vi("grow_out", F32, None), vi("acc_out", F32, None),
-         vi("scan_out", F32, None)])
+    body = grow_body()
     inputs = [vi("x", F32, ["n"]), vi("grow0", F32, ["g"])]
     inits = []
     if trips is None:

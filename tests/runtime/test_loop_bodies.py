@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import dynshape as ds
 import dynshape.ir.execute
+from control_flow_models import BOOL, F32, I64, grow_body, vi
+from control_flow_models import model as make_model
 from tolerance import assert_f32_close
 
 ort = pytest.importorskip("onnxruntime")
-F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
-
-
-def _vi(name: str, elem: int, shape: list | None) -> object:
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _model(nodes: list, inputs: list, outputs: list, inits: list = ()) -> object:
-    m = helper.make_model(helper.make_graph(nodes, "loops", inputs, outputs, list(inits)),
-                          opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 8
-    return m
 
 
 def _rnn_loop(h: int = 8) -> object:
@@ -40,29 +30,22 @@ def _rnn_loop(h: int = 8) -> object:
          helper.make_node("Add", ["i", "one"], ["i1"]),
          helper.make_node("Less", ["i1", "limit"], ["cond_out"]),
          helper.make_node("Identity", ["h_out"], ["y"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("h_in", F32, None)],
-        [_vi("cond_out", BOOL, []), _vi("h_out", F32, None), _vi("y", F32, None)],
+        "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("h_in", F32, None)],
+        [vi("cond_out", BOOL, []), vi("h_out", F32, None), vi("y", F32, None)],
         [numpy_helper.from_array(np.array(1, np.int64), "one")])
     nodes = [helper.make_node("Loop", ["M", "", "h0"], ["h_final", "ys"], name="rnn", body=body)]
-    return _model(nodes, [_vi("M", I64, []), _vi("limit", I64, []), _vi("h0", F32, ["n", h]),
-                          _vi("xs", F32, ["t", "n", h])],
-                  [_vi("h_final", F32, None), _vi("ys", F32, None)], [numpy_helper.from_array(w, "W")])
+    return make_model(nodes, [vi("M", I64, []), vi("limit", I64, []), vi("h0", F32, ["n", h]),
+                          vi("xs", F32, ["t", "n", h])],
+                  [vi("h_final", F32, None), vi("ys", F32, None)], [numpy_helper.from_array(w, "W")])
 
 
 def _grow_loop() -> object:
     """A carried value that grows each iteration (Concat with the outer input x), an accumulator, a scan output."""
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-         helper.make_node("Concat", ["grow_in", "x"], ["grow_out"], axis=0),
-         helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
-         helper.make_node("Mul", ["acc_out", "x"], ["scan_out"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("grow_in", F32, None), _vi("acc_in", F32, None)],
-        [_vi("cond_out", BOOL, []), _vi("grow_out", F32, None), _vi("acc_out", F32, None),
-         _vi("scan_out", F32, None)])
+    body = grow_body()
     nodes = [helper.make_node("Loop", ["M", "c", "grow0", "x"], ["grow", "acc", "scan"], name="grow", body=body)]
-    return _model(nodes, [_vi("M", I64, []), _vi("c", BOOL, []), _vi("x", F32, [1, "n"]),
-                          _vi("grow0", F32, ["g", "n"])],
-                  [_vi("grow", F32, None), _vi("acc", F32, None), _vi("scan", F32, None)])
+    return make_model(nodes, [vi("M", I64, []), vi("c", BOOL, []), vi("x", F32, [1, "n"]),
+                          vi("grow0", F32, ["g", "n"])],
+                  [vi("grow", F32, None), vi("acc", F32, None), vi("scan", F32, None)])
 
 
 def _scan(general: bool) -> object:
@@ -72,16 +55,16 @@ def _scan(general: bool) -> object:
                               helper.make_node("Mul", ["s1", "b_t"], ["s_out"]),
                               helper.make_node("Mul", ["s_out", "scale"], ["y_t"]),
                               helper.make_node("Neg", ["s_out"], ["z_t"])],
-                             "body", [_vi("s_in", F32, None), _vi("a_t", F32, None), _vi("b_t", F32, None)],
-                             [_vi("s_out", F32, None), _vi("y_t", F32, None), _vi("z_t", F32, None)])
+                             "body", [vi("s_in", F32, None), vi("a_t", F32, None), vi("b_t", F32, None)],
+                             [vi("s_out", F32, None), vi("y_t", F32, None), vi("z_t", F32, None)])
     g = int(general)
     nodes = [helper.make_node("Scan", ["s0", "a", "b"], ["s", "ys", "zs"], name="cum", body=body, num_scan_inputs=2,
                               scan_input_axes=[g, 0], scan_input_directions=[g, 0], scan_output_axes=[g, 0],
                               scan_output_directions=[g, 0])]
     a = ["b", "T", "k"] if general else ["T", "b", "k"]
-    return _model(nodes, [_vi("s0", F32, ["b", "k"]), _vi("a", F32, a), _vi("b", F32, ["T", "b", "k"]),
-                          _vi("scale", F32, ["k"])],
-                  [_vi("s", F32, None), _vi("ys", F32, None), _vi("zs", F32, None)])
+    return make_model(nodes, [vi("s0", F32, ["b", "k"]), vi("a", F32, a), vi("b", F32, ["T", "b", "k"]),
+                          vi("scale", F32, ["k"])],
+                  [vi("s", F32, None), vi("ys", F32, None), vi("zs", F32, None)])
 
 
 def _check(model: object, feeds: list[dict], no_interpreter: pytest.MonkeyPatch,
@@ -155,10 +138,10 @@ def test_a_body_that_cannot_compile_is_interpreted_and_explain_says_why() -> Non
     body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
                               helper.make_node("RandomUniformLike", ["acc_in"], ["r"], seed=1.0),
                               helper.make_node("Add", ["acc_in", "r"], ["acc_out"])],
-                             "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("acc_in", F32, None)],
-                             [_vi("cond_out", BOOL, []), _vi("acc_out", F32, None)])
-    model = _model([helper.make_node("Loop", ["M", "", "a0"], ["acc"], name="noisy", body=body)],
-                   [_vi("M", I64, []), _vi("a0", F32, ["n"])], [_vi("acc", F32, None)])
+                             "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("acc_in", F32, None)],
+                             [vi("cond_out", BOOL, []), vi("acc_out", F32, None)])
+    model = make_model([helper.make_node("Loop", ["M", "", "a0"], ["acc"], name="noisy", body=body)],
+                   [vi("M", I64, []), vi("a0", F32, ["n"])], [vi("acc", F32, None)])
     exe = ds.compile(ds.load_onnx(model))
     (b,) = exe.explain_build()["bodies"]
     assert b["body"] == "interpreted" and "random" in b["why"]
@@ -197,12 +180,12 @@ def _settling_loop() -> object:
          helper.make_node("Mul", ["s", "half"], ["y"]),
          helper.make_node("Add", ["i", "one"], ["i1"]),
          helper.make_node("Less", ["i1", "limit"], ["cond_out"])],
-        "body", [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("c_in", F32, None), _vi("acc_in", F32, None)],
-        [_vi("cond_out", BOOL, []), _vi("c_out", F32, None), _vi("acc_out", F32, None), _vi("y", F32, None)], consts)
+        "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("c_in", F32, None), vi("acc_in", F32, None)],
+        [vi("cond_out", BOOL, []), vi("c_out", F32, None), vi("acc_out", F32, None), vi("y", F32, None)], consts)
     nodes = [helper.make_node("Loop", ["", "go", "c0", "acc0"], ["c", "acc", "ys"], name="settle", body=body)]
-    return _model(nodes, [_vi("go", BOOL, []), _vi("limit", I64, []), _vi("x", F32, [1, "n"]),
-                          _vi("c0", F32, ["g", "n"]), _vi("acc0", F32, ["n"])],
-                  [_vi("c", F32, None), _vi("acc", F32, None), _vi("ys", F32, None)])
+    return make_model(nodes, [vi("go", BOOL, []), vi("limit", I64, []), vi("x", F32, [1, "n"]),
+                          vi("c0", F32, ["g", "n"]), vi("acc0", F32, ["n"])],
+                  [vi("c", F32, None), vi("acc", F32, None), vi("ys", F32, None)])
 
 
 def test_a_loop_whose_carried_shape_settles_runs_checked_then_lean(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -246,11 +229,11 @@ def test_a_scan_swapping_its_state_through_views_stays_right(monkeypatch: pytest
     body = helper.make_graph([helper.make_node("Identity", ["b_in"], ["a_out"]),
                               helper.make_node("Identity", ["a_in"], ["b_out"]),
                               helper.make_node("Add", ["a_in", "x_t"], ["y_t"])],
-                             "body", [_vi("a_in", F32, None), _vi("b_in", F32, None), _vi("x_t", F32, None)],
-                             [_vi("a_out", F32, None), _vi("b_out", F32, None), _vi("y_t", F32, None)])
+                             "body", [vi("a_in", F32, None), vi("b_in", F32, None), vi("x_t", F32, None)],
+                             [vi("a_out", F32, None), vi("b_out", F32, None), vi("y_t", F32, None)])
     nodes = [helper.make_node("Scan", ["a0", "b0", "x"], ["a", "b", "ys"], name="swap", body=body, num_scan_inputs=1)]
-    model = _model(nodes, [_vi("a0", F32, ["k"]), _vi("b0", F32, ["k"]), _vi("x", F32, ["T", "k"])],
-                   [_vi("a", F32, None), _vi("b", F32, None), _vi("ys", F32, None)])
+    model = make_model(nodes, [vi("a0", F32, ["k"]), vi("b0", F32, ["k"]), vi("x", F32, ["T", "k"])],
+                   [vi("a", F32, None), vi("b", F32, None), vi("ys", F32, None)])
     rng = np.random.default_rng(5)
     _check(model, [{"a0": rng.standard_normal(3).astype(np.float32), "b0": rng.standard_normal(3).astype(np.float32),
                     "x": rng.standard_normal((5, 3)).astype(np.float32)}], monkeypatch)
