@@ -260,6 +260,21 @@ def mkl_threading_layer() -> str:
     return os.environ.get("MKL_THREADING_LAYER", "gnu").lower()
 
 
+#: GOMP_SPINCOUNT given to libgomp when the user sets neither it nor OMP_WAIT_POLICY (see default_openmp_spin)
+OPENMP_SPIN = 30000
+
+
+def default_openmp_spin() -> None:
+    """Give libgomp a spin count before it loads, unless the user chose a wait policy. Why: libgomp spins 300,000
+    iterations at the end of a parallel region, but only 1,000 (then sleeps, waking by futex) once it counts more
+    threads than CPUs, and it counts every team of every calling thread: a second executable, a background
+    build's packing, a server's instances. A decoder step at 2 threads on 2 cores then took 520 us instead of 78
+    (bench/ootb_bench.py --only kv, past 1024; the same with OMP_WAIT_POLICY=active or GOMP_SPINCOUNT=10000). A
+    libgomp loaded before this (torch imported first) keeps its own setting."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(OPENMP_SPIN)
+
+
 def set_thread_count(threads: int) -> None:
     """Ask the OpenMP and BLAS runtimes for `threads` threads (OMP/OpenBLAS/MKL_NUM_THREADS), before they load:
     `dynshape serve --threads`. Written here, with the other environment access (the environment is this

@@ -209,3 +209,21 @@ def test_a_build_into_another_directory_copies_the_default_caches_checked_entry(
     with cc.pinned_cache_dir(tmp_path / "art2"):
         rebuilt = cc.build_shared(src, "seed")
     assert builds == [rebuilt] and rebuilt.read_bytes() != bytes(data)
+
+
+def test_libgomp_gets_a_spin_count_unless_the_user_chose_a_wait_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without it libgomp drops to 1,000 spins then futex sleeps once it counts more threads than CPUs (a second
+    executable's team, a background build's): a 2-thread decoder step 78 -> 520 us (options.default_openmp_spin)."""
+    from dynshape import options
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    options.default_openmp_spin()
+    assert os.environ["GOMP_SPINCOUNT"] == str(options.OPENMP_SPIN)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "7")
+    options.default_openmp_spin()
+    assert os.environ["GOMP_SPINCOUNT"] == "7"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    options.default_openmp_spin()
+    assert "GOMP_SPINCOUNT" not in os.environ

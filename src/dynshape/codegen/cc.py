@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dynshape.errors import DynshapeError
-from dynshape.options import compiler_command, default_cache_dir
+from dynshape.options import compiler_command, default_cache_dir, default_openmp_spin
 
 __all__ = [
     "DEFAULT_FLAGS",
@@ -522,6 +522,7 @@ def compile_c(
                 if not _entry_ok(so):
                     _need_build(source, name, all_flags, link, cc, so)
                 try:
+                    default_openmp_spin()  # before the first library brings libgomp in
                     lib = ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL if share else ctypes.DEFAULT_MODE)
                     break
                 except OSError as e:
