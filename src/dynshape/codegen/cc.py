@@ -349,16 +349,14 @@ def _seed_from_default_cache(dest: Path, source: str) -> bool:
     the bytes the compiler would write. Every save compiled all native helpers from scratch (~7 s of gcc on 2
     cores) though the user's cache held them. The copy is checked against the sidecar before it is published;
     anything amiss (missing, damaged, changed meanwhile) and the caller compiles as before."""
-    home = Path(default_cache_dir())
-    seed = home / dest.parent.name / dest.name
+    seed = Path(default_cache_dir()) / dest.parent.name / dest.name
+    tmp = dest.with_name(f".tmp-seed-{os.getpid()}-{threading.get_ident()}-{dest.name}")
     try:
         if seed.resolve() == dest.resolve() or not _entry_ok(seed):
             return False
         digest = Path(str(seed) + ".sha256").read_text().strip()
-        tmp = dest.with_name(f".tmp-seed-{os.getpid()}-{threading.get_ident()}-{dest.name}")
         shutil.copyfile(seed, tmp)
         if _file_sha256(tmp) != digest:
-            tmp.unlink(missing_ok=True)
             return False
         os.replace(tmp, dest)
         _atomic_write(Path(str(dest) + ".sha256"), (digest + "\n").encode())
@@ -366,6 +364,8 @@ def _seed_from_default_cache(dest: Path, source: str) -> bool:
         return True
     except OSError:
         return False
+    finally:
+        tmp.unlink(missing_ok=True)  # a copy not published (after os.replace there is none)
 
 
 def _clean_stale_files(parent: Path, prefix: str) -> None:

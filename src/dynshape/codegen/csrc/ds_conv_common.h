@@ -26,8 +26,8 @@ static inline ds_v16 ds_min16(float hi, ds_v16 c) {
 }
 #endif
 /* DS_ACT_RELU: max(0, c); DS_ACT_HARDSWISH: c * min(1, max(0, c / 6 + 1 / 2)) (ONNX's, alpha 1/6, beta 1/2);
-   DS_ACT_SILU: c * sigmoid(c) (Mul(x, Sigmoid(x)): EfficientNet, YOLO, MobileViT) */
-/* The activations cheap enough to apply in a store inside loops (Relu, HardSwish; SiLU is not applied here). */
+   DS_ACT_SILU: c * sigmoid(c) (Mul(x, Sigmoid(x)): EfficientNet, YOLO, MobileViT).
+   ds_act_light: the ones cheap enough to apply in a store inside loops (Relu, HardSwish; a SiLU passes through). */
 static inline ds_v16 ds_act_light(ds_v16 c, int64_t act) {
     if (act == DS_ACT_RELU) return ds_max16(0.0f, c);
     if (act == DS_ACT_HARDSWISH) return c * ds_min16(1.0f, ds_max16(0.0f, c * (1.0f / 6.0f) + 0.5f));

@@ -187,16 +187,23 @@ static void ds_pack_panel(const float *restrict b, int64_t ldb, int64_t k, int64
     }
 }
 
-/* Below DS_PAR_PACK_FLOATS the panels are packed without an OpenMP region: attention packs per batch matrix from
+typedef void (*ds_panel_packer)(const float *restrict, int64_t, int64_t, int64_t, float *restrict, int64_t);
+
+/* Every panel by `pack`; below DS_PAR_PACK_FLOATS without an OpenMP region: attention packs per batch matrix from
    inside its own parallel loop, where even an `if(0)` region costs a nested team's setup (0.2 us a call). */
-void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
+static void ds_pack_each(ds_panel_packer pack, const float *restrict src, int64_t ld, int64_t k, int64_t n,
+                         float *restrict bp) {
     const int64_t panels = (n + 31) / 32;
     if (n * k < DS_PAR_PACK_FLOATS) {
-        for (int64_t q = 0; q < panels; q++) ds_pack_panel(b, ldb, k, n, bp, q);
+        for (int64_t q = 0; q < panels; q++) pack(src, ld, k, n, bp, q);
         return;
     }
     #pragma omp parallel for schedule(static)
-    for (int64_t q = 0; q < panels; q++) ds_pack_panel(b, ldb, k, n, bp, q);
+    for (int64_t q = 0; q < panels; q++) pack(src, ld, k, n, bp, q);
+}
+
+void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp) {
+    ds_pack_each(ds_pack_panel, b, ldb, k, n, bp);
 }
 
 /* The same panels for B = transpose(A), A n x k with row stride lda (a Gemm's transB weights, attention's K as
@@ -261,13 +268,7 @@ static void ds_pack_panel_t(const float *restrict a, int64_t lda, int64_t k, int
 }
 
 void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp) {
-    const int64_t panels = (n + 31) / 32;
-    if (n * k < DS_PAR_PACK_FLOATS) { /* no OpenMP region: see ds_pack_panels */
-        for (int64_t q = 0; q < panels; q++) ds_pack_panel_t(a, lda, k, n, bp, q);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t q = 0; q < panels; q++) ds_pack_panel_t(a, lda, k, n, bp, q);
+    ds_pack_each(ds_pack_panel_t, a, lda, k, n, bp);
 }
 
 /* A convolution's weights w (co, cig, taps) (taps = KH * KW, OIHW order as ONNX stores them), each output channel
@@ -433,14 +434,14 @@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, con
     ds_layernorm_row_inline(x, y, scale, bias, n, eps);
 }
 
+/* A softmax row's second pass for generated kernels (ds_softmax_row.h says why it is not generated). */
+float ds_softmax_exp_sum(float *restrict row, int64_t n, float mx) { return ds_softmax_exp_row(row, n, mx); }
+
 /* Attention at decode time: a few query rows against n keys. Packing K and V into panels (as the row blocks of a
    prefill do) reads and writes every key once more than the product itself, and with one query row that is most of
    the work: a decoder step at 2,048 past tokens spent its time packing. These read K's and V's rows where they lie.
    ds_dot_rows: out[j] = q . k[j] (k's rows of d floats), four keys at a time; ds_axpy_rows: o = sum_j p[j] v[j]
    (v's rows of dv floats), sixteen columns at a time in registers. */
-/* A softmax row's second pass for generated kernels (ds_softmax_row.h says why it is not generated). */
-float ds_softmax_exp_sum(float *restrict row, int64_t n, float mx) { return ds_softmax_exp_row(row, n, mx); }
-
 void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, int64_t d, float *restrict out) {
     /* vector accumulators summed as trees (ds_tree_sum16): `omp simd reduction` ended each dot product with its
        16 lanes added one by one, 64 dependent scalar adds per four keys; d's tail masked, never read past */

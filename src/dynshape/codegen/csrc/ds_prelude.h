@@ -27,6 +27,19 @@ static inline int64_t ds_mod(int64_t a, int64_t b) {
 static inline int64_t ds_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t ds_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* exp's constants (Cephes' expf): the scalar form below and the 16-lane one of ds_vmath.h share them, so both
+   compute the same reduction and polynomial. Outside DS_LIBM_MATH: the libraries use ds_vmath.h either way. */
+#define DS_EXP_LOG2E 1.44269504088896341f
+#define DS_EXP_ROUND 12582912.0f /* 1.5 * 2^23: adding and subtracting it rounds to the nearest integer */
+#define DS_EXP_LN2_HI 0.693359375f
+#define DS_EXP_LN2_LO -2.12194440e-4f
+#define DS_EXP_P0 1.9875691500e-4f
+#define DS_EXP_P1 1.3981999507e-3f
+#define DS_EXP_P2 8.3334519073e-3f
+#define DS_EXP_P3 4.1665795894e-2f
+#define DS_EXP_P4 1.6666665459e-1f
+#define DS_EXP_P5 5.0000001201e-1f
+
 #ifndef DS_LIBM_MATH
 /* Coefficients: exp is Cephes' expf polynomial; the erf and tanh polynomials were fitted for dynshape
    (iteratively reweighted least squares toward minimax relative error in float64): erf(x) = x*P(x^2) on
@@ -37,15 +50,15 @@ static inline float ds_bits_to_float(int32_t i) { float f; __builtin_memcpy(&f, 
 
 /* exp(xc) = 2^n * P(r): n = round(xc / ln 2), r = xc - n ln 2 (Cody-Waite, two parts), P Cephes' polynomial. */
 static inline float ds_exp_poly(float xc, float *n) {
-    *n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest integer */
-    float r = xc - *n * 0.693359375f;
-    r = r - *n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    *n = (xc * DS_EXP_LOG2E + DS_EXP_ROUND) - DS_EXP_ROUND; /* round to nearest integer */
+    float r = xc - *n * DS_EXP_LN2_HI;
+    r = r - *n * DS_EXP_LN2_LO;
+    float p = DS_EXP_P0;
+    p = p * r + DS_EXP_P1;
+    p = p * r + DS_EXP_P2;
+    p = p * r + DS_EXP_P3;
+    p = p * r + DS_EXP_P4;
+    p = p * r + DS_EXP_P5;
     return p * (r * r) + r + 1.0f;
 }
 

@@ -1,7 +1,7 @@
 /* 16-lane exp and logistic for the C libraries (softmax rows, conv tiles' SiLU), on ds_simd.h's vectors.
 
    ds_prelude.h's scalar forms are what generated kernels vectorise; these compute the same reduction and
-   polynomial (ds_exp_poly, step by step with the same fused multiply-adds) but, with AVX-512, end in VSCALEFPS for
+   polynomial (ds_exp_poly's, from ds_prelude.h's DS_EXP_* constants, with the same fused multiply-adds) but, with AVX-512, end in VSCALEFPS for
    the 2^n: one instruction where the portable form takes four (convert, add the bias, shift, multiply) and two
    selects for its range. Every result that is a normal float is the same; below 2^-126 VSCALEFPS rounds to the
    subnormal where the portable form flushes to zero (a difference under 1.2e-38). The logistic divides by
@@ -18,16 +18,16 @@
 #ifdef __AVX512F__
 /* exp(x) for x in [-104, 88.7] (callers clamp; a NaN passes through as NaN). */
 static inline __m512 ds_exp_scalef16(__m512 x) {
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic), magic);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 magic = _mm512_set1_ps(DS_EXP_ROUND);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(DS_EXP_LOG2E), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(DS_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P5));
     p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, n);
 }

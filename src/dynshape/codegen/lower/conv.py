@@ -217,8 +217,7 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
     exactly one of FINISHING_ACTS of the conv's output (rules.finishing_act), or with `residual` (the
     implicit-GEMM tiles) exactly Add(conv, R) or Add(conv, R) then Relu, R a float32 map like the output: R's
-    operand). (None, ACT_NONE,
-    None) where the option is off or none of these holds."""
+    operand). (None, ACT_NONE, None) where the option is off or none of these holds."""
     if not ctx.options.conv_bias_in_tiles:
         return None, ACT_NONE, None
     node = cv.node

@@ -59,11 +59,10 @@ def softmax_passes(sm: Softmax, graph: Graph, body: list[kir.Stmt], hint: str, e
     body += [kir.Decl(mx, kir.Const(float("-inf"), kir.F32)),
              kir.For(v, extent, tuple(stmts), omp=kir.Omp(simd=True, schedule=None, reduction=("max", mx)))]
     # pass 2: exp and sum
-    v = kir.Var(hint)
-    e = kir.Var("e", kir.F32)
     if native_exp:
         body.append(kir.Decl(s, kir.Call("ds_softmax_exp_sum", (kir.Addr(row), extent, mx), kir.F32)))
     else:
+        v, e = kir.Var(hint), kir.Var("e", kir.F32)
         body += [kir.Decl(s, _f(0.0)),
                  kir.For(v, extent, (kir.Let(e, kir.Call("ds_expf_nonpos", (kir.Bin("-", kir.Load(row, v), mx),))),
                                      kir.Store(row, v, e), kir.Assign(s, kir.Bin("+", s, e))),
