@@ -30,7 +30,8 @@ from dynshape.sym import eq, prove, sym
 
 I64 = kir.I64
 ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
-MICRO_ROWS = 12  # the widest micro-tile's pixels: blocks made smaller stay a multiple of it
+MICRO_ROWS = 12  # the widest micro-tile's pixels: the fewest a block is made smaller to
+BLOCK_ALIGN = 6  # blocks start at multiples of the two-panel micro-tile's pixels (ds_conv_tile2's 6 x 64)
 MIN_TILES_PER_THREAD = 4
 BLOCK_MAJOR_BYTES = 256 << 10  # packed weights up to this size: tiles in block-major order (see _implicit_gemm)
 
@@ -275,23 +276,30 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     # few pixels by large weights (a classifier's 1x1 conv on the pooled 1x1 map): the threads share the stream
     weights_shared = oc * geo["KH"] * geo["KW"] * cg >= ctx.options.par_min_weights
     par = kir.Const(1, I64) if weights_shared else flops >= ctx.options.par_min_flops
-    # rows per block: ROWS, or fewer where the tiles would not give each thread MIN_TILES_PER_THREAD of them
-    # (SqueezeNet's 1x1 convs on 9x15 maps: 5 blocks of one panel pair, shared 3 / 2 between two threads)
-    per, blocks = kir.Var("BR"), kir.Var("NBLK")
+    # the pixels in NBLK blocks of about ROWS, more where the tiles would not give each thread
+    # MIN_TILES_PER_THREAD of them (SqueezeNet's 1x1 convs on 9x15 maps: 5 blocks of one panel pair, shared 3 / 2
+    # between two threads), as many as a multiple of the threads, and of equal size to a micro-tile: the threads
+    # share the tiles in equal runs, so one that got 60 + 60 pixels while the other got 60 + 16 (a 14x14 map's
+    # 196 in blocks of 60) kept its team waiting: 256 -> 256 1x1 on 14x14 at 2 threads ran 148 us, 122 balanced
+    blocks, b0, bt = kir.Var("NBLK"), kir.Var("NB0"), kir.Var("NBT")
     gp = geo["G"] * pairs
-    want = kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1)) * MIN_TILES_PER_THREAD
-    spread = (pixels * gp + want - 1) / want  # pixels per block that make `want` tiles
-    spread = (spread + (MICRO_ROWS - 1)) / MICRO_ROWS * MICRO_ROWS
-    few = ((pixels + (ROWS - 1)) / ROWS) * gp < want
-    body += [kir.Let(per, kir.Select(few, kir.Select(spread < ROWS, kir.Select(spread > MICRO_ROWS, spread,
-                                                                                 _i(MICRO_ROWS)), _i(ROWS)), _i(ROWS))),
-             kir.Let(blocks, (pixels + per - 1) / per)]
+    threads = kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))
+    want = threads * MIN_TILES_PER_THREAD
+    by_rows = (pixels + (ROWS - 1)) / ROWS
+    by_want = kir.minimum((want + gp - 1) / gp, (pixels + (MICRO_ROWS - 1)) / MICRO_ROWS)
+    body += [kir.Let(b0, kir.Select(by_rows * gp < want, kir.maximum(by_rows, by_want), by_rows)),
+             kir.Let(bt, (b0 + threads - 1) / threads * threads),
+             kir.Let(blocks, kir.Select(bt * BLOCK_ALIGN <= pixels, bt, b0))]
+
+    def bound(b: kir.Expr) -> kir.Expr:
+        """Where block b starts: an equal share of the pixels, down to a multiple of the 6 x 64 micro-tile."""
+        return kir.Select(b < blocks, b * pixels / blocks / BLOCK_ALIGN * BLOCK_ALIGN, pixels)
+
     # bf16: the block's patches gathered and rounded once per call and thread (the epoch), weights in pairs
     low = bf16.active(ctx.options)
     ep = kir.Var("ep")
     tile_fn, low_args = (bf16.conv_call(ctx.options), (ep,)) if low else ("ds_conv_tile2", ())
-    tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, pb * per),
-            kir.Let(p1, kir.Select(p0 + per < pixels, p0 + per, pixels)),
+    tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, bound(pb)), kir.Let(p1, bound(pb + 1)),
             _call(tile_fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
                   p1, gi, q, bias_arg, res_arg, *low_args)]
     col0 = gi * ocg + q * NR
