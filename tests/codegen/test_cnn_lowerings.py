@@ -203,6 +203,24 @@ def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
         assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_conv_pixel_blocks_split_among_threads_cover_every_pixel_once(threads):
+    """The implicit-GEMM conv cuts the pixels into blocks of equal size, as many as a multiple of the threads
+    (conv.py's NBLK and `bound`): every pixel in exactly one block whatever the count, from one pixel (fewer
+    pixels than blocks would want) to a 14x14 map (196: blocks of 48 / 48 / 48 / 52), with an odd panel."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    w = (RNG.standard_normal((200, 16, 3, 3)) * 0.1).astype(np.float32)
+    for k in (1, 3):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4)]
+        model = _model(nodes, ["n", 16, "h", "w"], {"w": w[:, :, :k, :k]})
+        g = ds.load_onnx(model, dims={"n": (1, 3), "h": (1, 64), "w": (1, 64)})
+        exe = ds.compile(g, par_min_flops=1)
+        with threadpoolctl.threadpool_limits(threads, user_api="openmp"):
+            for shape in ((1, 16, 1, 1), (1, 16, 1, 5), (1, 16, 3, 7), (1, 16, 14, 14), (3, 16, 13, 15)):
+                x = RNG.standard_normal(shape).astype(np.float32)
+                assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
+
+
 @pytest.mark.parametrize("k, winograd", [(1, False), (3, False), (3, True)])
 def test_the_geometry_array_fills_every_slot_the_c_reads(k, winograd):
     """The generated kernel's `geo` array has one entry per DS_CONV_* slot of csrc/ds_conv.h, each stored (the C
