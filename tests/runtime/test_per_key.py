@@ -193,3 +193,30 @@ def _owner(a: np.ndarray) -> object:
     while isinstance(a, np.ndarray) and a.base is not None:
         a = a.base
     return a.obj if isinstance(a, memoryview) else a
+
+
+def test_the_plan_cache_counts_its_bytes_as_plans_come_and_go():
+    """PlanCache.held is kept as plans are added, replaced, popped and deleted (it replaced a sum over every
+    cached plan per new plan), and the byte cap drops the oldest plans until the new one fits."""
+    from dynshape.runtime.plan_cache import PlanCache
+
+    class Plan:
+        def __init__(self, n):
+            self.nbytes = n
+
+    c = PlanCache()
+    for k, n in ((1, 10), (2, 20), (3, 30)):
+        c.keep(k, Plan(n), cap_bytes=100)
+    assert c.held == 60
+    c[2] = Plan(5)
+    assert c.held == 45
+    c.pop(1)
+    del c[3]
+    assert c.held == 5 and list(c) == [2]
+    c.keep(4, Plan(60), cap_bytes=100)
+    c.keep(5, Plan(50), cap_bytes=100)  # 5 + 60 + 50 > 100: 2 then 4 go, oldest first
+    assert list(c) == [5] and c.held == 50
+    c.keep(6, Plan(1), cap_bytes=100, cap_plans=1)
+    assert list(c) == [6] and c.held == 1
+    c.clear()
+    assert c.held == 0

@@ -13,17 +13,50 @@ PLANS_PER_ARENA = 256  # the default of Options.plan_cache
 PLAN_BYTES = 64 << 20  # per arena: per-key values (masks, ids) the cached plans hold
 
 
+def _nbytes(plan) -> int:
+    return getattr(plan, "nbytes", 0)
+
+
 class PlanCache(dict):
-    """Insertion-ordered plans by (variant uid, key): reads are plain dict lookups (the request path)."""
+    """Insertion-ordered plans by (variant uid, key): reads are plain dict lookups (the request path). `held`:
+    the per-key bytes of the plans in it, kept as plans come and go (summing them per new plan cost ~10 us with
+    256 cached: a decode loop binds a plan per token)."""
+
+    def __init__(self, plans: dict | None = None) -> None:
+        super().__init__()
+        self.held = 0
+        for slot, plan in (plans or {}).items():
+            self[slot] = plan
+
+    def __setitem__(self, slot: tuple, plan) -> None:
+        old = self.get(slot)
+        if old is not None:
+            self.held -= _nbytes(old)
+        super().__setitem__(slot, plan)
+        self.held += _nbytes(plan)
+
+    def __delitem__(self, slot: tuple) -> None:
+        self.held -= _nbytes(self[slot])
+        super().__delitem__(slot)
+
+    def pop(self, slot: tuple, *default):
+        if slot not in self:
+            return super().pop(slot, *default)
+        plan = super().pop(slot)
+        self.held -= _nbytes(plan)
+        return plan
+
+    def clear(self) -> None:
+        super().clear()
+        self.held = 0
 
     def keep(self, slot: tuple, plan, cap_bytes: int, cap_plans: int = PLANS_PER_ARENA) -> None:
         """Cache a new plan within `cap_plans` plans and `cap_bytes` of per-key values, the oldest going first;
         a plan alone over a cap serves its own call and is not kept."""
         if plan.nbytes > cap_bytes or cap_plans < 1:
             return
-        held = sum(p.nbytes for p in self.values()) + plan.nbytes
-        while self and (len(self) >= cap_plans or held > cap_bytes):
-            held -= self.pop(next(iter(self))).nbytes
+        while self and (len(self) >= cap_plans or self.held + plan.nbytes > cap_bytes):
+            self.pop(next(iter(self)))
         self[slot] = plan
 
     def drop_stale(self, current_bytes: int) -> None:
