@@ -329,3 +329,28 @@ def test_a_head_softmax_stays_apart_where_the_product_is_read_elsewhere():
     x = rng.standard_normal((5, 8)).astype(np.float32)
     t = x @ w
     assert_f32_close(exe.run({"x": x})["y"], _softmax(t) + t, rtol=1e-5, scale=1e-6)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_product_row_blocks_split_among_threads_cover_every_row_once(threads):
+    """With several threads a product's rows are cut into as many blocks as a multiple of the threads, of equal
+    size to 4 rows (product.py's row_blocks / block_rows): every row in exactly one block, plain, with a fused
+    LayerNormalization, and with a fused Softmax, from 1 row to 512 (the balanced split from 24 rows on at 3
+    threads), with an odd last panel."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((48, 72)) * 0.2).astype(np.float32)
+    for tail in ("", "ln", "softmax"):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["u" if tail else "y"])]
+        consts = {"w": w}
+        if tail == "ln":
+            consts["s"] = np.ones(72, np.float32)
+            nodes.append(helper.make_node("LayerNormalization", ["u", "s"], ["y"], axis=-1))
+        elif tail == "softmax":
+            nodes.append(helper.make_node("Softmax", ["u"], ["y"], axis=-1))
+        g = _model(nodes, {"x": ["m", 48]}, consts, "y", {"m": (1, 1024)})
+        exe = ds.compile(g, par_min_flops=1)
+        with threadpoolctl.threadpool_limits(threads, user_api="openmp"):
+            for m in (1, 7, 24, 61, 128, 133, 512):
+                x = rng.standard_normal((m, 48)).astype(np.float32)
+                assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)

@@ -38,21 +38,38 @@ def _call(fn: str, *args: kir.Expr) -> kir.Eval:
     return kir.Eval(kir.Call(fn, tuple(args), "void"))
 
 
-def row_blocks(m: kir.Expr) -> kir.Expr:
-    """The number of row blocks of m rows: blocks of ROW_BLOCK, the last one also takes a short tail."""
+ROW_ALIGN = 4  # balanced row blocks start at multiples of this (every micro-tile height is a multiple of 4)
+
+
+def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr) -> list[kir.Stmt]:
+    """NBLK, the number of row blocks of m rows, and `bal` (see block_rows). On one thread (or `par` false): blocks
+    of ROW_BLOCK, the last one also taking a short tail. On T threads: as many blocks as a multiple of T, of equal
+    size to ROW_ALIGN rows, where each keeps ROW_ALIGN rows or more (`bal` = 1). Why: the threads take equal runs of
+    tiles, so 128 rows in blocks of 60 + 68 left one thread 60 rows while the other did 68, and 512 rows in eight
+    of 60 and one of 32 gave one thread 270 rows and the other 242 (the conv tiles' fix, conv.py's NBLK)."""
+    nb0 = kir.Var("NB0")
     short_tail = kir.Bin("&&", kir.Bin(">", m, _i(ROW_BLOCK)), kir.Bin("<=", kir.Bin("%", m, _i(ROW_BLOCK)),
                                                                         _i(ROW_TAIL)))
-    return kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
-                      kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))
+    threads = kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))
+    nbt = (nb0 + threads - 1) / threads * threads
+    return [kir.Let(nb0, kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
+                                    kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))),
+            kir.Let(bal, kir.Select(kir.Bin("&&", threads > 1, nbt * ROW_ALIGN <= m), _i(1), _i(0))),
+            kir.Let(nblk, kir.Select(bal, nbt, nb0))]
 
 
-def block_rows(nblk: kir.Var, m: kir.Expr) -> tuple[kir.Var, kir.Var, kir.Var, list[kir.Stmt]]:
-    """Row block rb of m rows (NBLK = row_blocks(m) of them): its first and end rows r0, r1 (the last block takes
-    the short tail), as (rb, r0, r1, the statements that set r0 and r1)."""
+def block_rows(nblk: kir.Var, bal: kir.Var, m: kir.Expr) -> tuple[kir.Var, kir.Var, kir.Var, list[kir.Stmt]]:
+    """Row block rb of m rows (`nblk` and `bal` set by row_blocks): its first and end rows r0, r1, as (rb, r0, r1,
+    the statements that set r0 and r1). Blocks of ROW_BLOCK rows, the last taking the short tail; balanced (`bal`):
+    block b starts at b * m / NBLK down to a multiple of ROW_ALIGN, the last ends at m."""
     rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
-    return rb, r0, r1, [kir.Let(r0, kir.Bin("*", rb, _i(ROW_BLOCK))),
+
+    def start(b: kir.Expr) -> kir.Expr:
+        return kir.Select(bal, b * m / nblk / ROW_ALIGN * ROW_ALIGN, b * ROW_BLOCK)
+
+    return rb, r0, r1, [kir.Let(r0, start(rb)),
                         kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), m,
-                                               kir.Bin("+", r0, _i(ROW_BLOCK))))]
+                                               kir.Select(bal, start(rb + 1), r0 + ROW_BLOCK)))]
 
 
 def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
@@ -198,8 +215,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     lets, cols = panel_columns(q, n)
     epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n)
     epilogue = [*lets, *epilogue] if epilogue else []
-    nblk = kir.Var("NBLK")
-    rb, r0, r1, rows_of = block_rows(nblk, L0)
+    nblk, bal = kir.Var("NBLK"), kir.Var("BAL")
+    rb, r0, r1, rows_of = block_rows(nblk, bal, L0)
     if heads:  # rows of one b at a time, straight into their place in (b, heads, s, hd)
         L1 = kir.Extent(1)
         h, d0, nc = kir.Var("h"), kir.Var("d0"), kir.Var("nc")
@@ -231,7 +248,7 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
     if n * k >= ctx.options.par_min_weights:  # few rows, large weights: the threads share the stream
         par = kir.Const(1, I64)
-    lines: list[kir.Stmt] = [kir.Let(nblk, row_blocks(L0))]
+    lines: list[kir.Stmt] = row_blocks(nblk, bal, L0, par)
     if low:
         lines.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
 

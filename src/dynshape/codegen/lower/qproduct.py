@@ -76,8 +76,8 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     as_matmul = Node("MatMul", "", node.name, {}, [x_name, w_name], [y])
     epilogue = epilogue_loop(g, ops, as_matmul, pr.epilogue, pr.outputs[0], o0, at_index, r, j, cols, n)
     epilogue = [*lets, *epilogue] if epilogue else []
-    nblk = kir.Var("NBLK")
-    rb, r0, r1, rows_of = block_rows(nblk, L0)
+    nblk, bal = kir.Var("NBLK"), kir.Var("BAL")
+    rb, r0, r1, rows_of = block_rows(nblk, bal, L0)
     common = (act, kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n), _i(k), kir.Addr(zp), kir.Addr(sc))
     if yz_name is None:
         tile: list[kir.Stmt] = [kir.Eval(kir.Call("ds_q8_block", common, "void"))]
@@ -104,7 +104,7 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
         par = kir.Const(1, I64)
     body: list[kir.Stmt] = [
         kir.Let(act, quantize),
-        kir.Let(nblk, row_blocks(L0)),
+        *row_blocks(nblk, bal, L0, par),
         kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),),
                 omp=kir.Omp(parallel=True, collapse=2, if_=par)),
     ]
