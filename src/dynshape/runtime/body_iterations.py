@@ -27,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.runtime.loop_driver import Driver
 from dynshape.runtime.plan import BoundPlan
 from dynshape.runtime.pointers import address
 
 __all__ = ["Roles", "Stacks", "iterate", "scalar"]
 
 GROW_FROM = 16  # rows of a scan output whose trip count is unknown (or over MAX_ROWS): doubled when full
+CHUNK = 1 << 16  # lean iterations per C call at most (an interrupt waits for the call)
 MAX_ROWS = 4096  # a known trip count up to this preallocates every row (a Loop stopped early copies its rows)
 
 
@@ -106,7 +108,7 @@ class Lean:
     next (None: an output view overlaps another carried input's slot, so they cannot be copied one by one),
     the iteration number's slot, the scan slices' slots, the condition and the scan outputs."""
 
-    __slots__ = ("plan", "dst", "src", "copies", "counter", "slices", "cond", "ys")
+    __slots__ = ("plan", "dst", "src", "copies", "counter", "slices", "cond", "ys", "driver")
 
     def __init__(self, plan: BoundPlan, roles: Roles):
         views, outs = plan.inputs, dict(plan.outputs)
@@ -125,6 +127,7 @@ class Lean:
         self.slices = [views[k] for k in roles.slices_in]
         self.cond = None if roles.cond_out is None else outs[roles.cond_out]
         self.ys = [outs[x] for x in roles.ys_out]
+        self.driver: Driver | None | bool = None  # made on first use; False: a step has no C form
 
     def settled(self, arrays: list, roles: Roles) -> bool:
         """Whether these inputs' next iterations all run on this plan: every carried input has its output's
@@ -189,6 +192,13 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
         scalar(cond, "condition")  # one element (the plan fixes its shape: checked once)
     ys.ready(ysrc, i)
     grows = ys.rows is None or ys.rows > ys.cap
+    while grows and i >= ys.cap:  # the checked iterations filled every row
+        ys.grow()
+    drv = lean.driver
+    if drv is None:
+        drv = lean.driver = Driver.make(lean) or False
+    if drv and drv.point(slices):
+        return _driven(drv, lean, i, stop, ys, grows)
     rows = list(zip(ysrc, ys.bufs, ys.last))
     execute = plan.execute
     while True:
@@ -208,6 +218,22 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
         for d, s in copies:
             d[...] = s
     return [np.array(s, copy=True) for s in src], i  # the arena is the executable's: the caller's own arrays
+
+
+def _driven(drv: Driver, lean: Lean, i: int, stop: int, ys: Stacks, grows: bool) -> tuple[list, int]:
+    """`_lean`'s loop in C (loop_driver.py), in runs of at most CHUNK iterations (an interrupt is seen between
+    them) and up to the rows of the scan outputs when they grow."""
+    cond, first = lean.cond, False
+    while True:
+        if grows and ys.bufs and i >= ys.cap:
+            ys.grow()
+        drv.point_rows(ys.bufs, ys.last)
+        end = min(stop, i + CHUNK, ys.cap if grows and ys.bufs else stop)
+        i = drv.run(i, end, first)
+        if i >= stop or (cond is not None and not cond.item()):
+            break
+        first = True
+    return [np.array(s, copy=True) for s in lean.src], i
 
 
 def scalar(x: Any, what: str) -> Any:
