@@ -31,7 +31,7 @@ from dynshape.runtime.loop_driver import Driver
 from dynshape.runtime.plan import BoundPlan
 from dynshape.runtime.pointers import address
 
-__all__ = ["Roles", "Stacks", "iterate", "scalar"]
+__all__ = ["Roles", "Stacks", "iterate", "own", "scalar"]
 
 GROW_FROM = 16  # rows of a scan output whose trip count is unknown (or over MAX_ROWS): doubled when full
 CHUNK = 1 << 16  # lean iterations per C call at most (an interrupt waits for the call)
@@ -56,12 +56,16 @@ class Stacks:
     """The scan outputs, each written row by row into one preallocated array (rows in reverse for a Scan's
     reverse outputs); the rows grow by doubling when the trip count is not known."""
 
-    def __init__(self, names: tuple[str, ...], rows: int | None, reverse: list[bool], exact: bool = False):
-        """`rows`: the trip count (None: unknown); `exact`: every row will be written (a Scan)."""
+    def __init__(self, names: tuple[str, ...], rows: int | None, reverse: list[bool], exact: bool = False,
+                 into: list | None = None):
+        """`rows`: the trip count (None: unknown); `exact`: every row will be written (a Scan); `into`: per output,
+        an array of `rows` rows (any strides: a view of the node's planned output) to write them into, or None."""
         self.names, self.rows = names, rows
         self.cap = rows if rows is not None and (exact or rows <= MAX_ROWS) else GROW_FROM
         self.last = [None if not r else rows - 1 for r in reverse]  # (reverse only with a known count)
         self.bufs: list[np.ndarray | None] = [None] * len(names)
+        if into is not None and exact:
+            self.bufs = list(into)
 
     def ready(self, items: list, i: int) -> None:
         """Rows for items like these from iteration i on: the first fix each output's row shape and dtype; a
@@ -70,9 +74,9 @@ class Stacks:
             b = self.bufs[j]
             if b is None:
                 self.bufs[j] = np.empty((self.cap, *y.shape), y.dtype)
-            elif b.shape[1:] != y.shape:
-                raise ValueError(f"scan output {self.names[j]!r} has shape {y.shape} at iteration {i} but "
-                                 f"{b.shape[1:]} before: every iteration's must agree")
+            elif b.shape[1:] != y.shape or b.dtype != y.dtype:
+                raise ValueError(f"scan output {self.names[j]!r} is {y.dtype}{list(y.shape)} at iteration {i} but "
+                                 f"{b.dtype}{list(b.shape[1:])} before: every iteration's must agree")
 
     def put(self, i: int, items: list) -> None:
         """Row i of every output (the checked path)."""
@@ -94,12 +98,13 @@ class Stacks:
                 g[:b.shape[0]] = b
                 self.bufs[j] = g
 
-    def result(self, j: int, n: int) -> np.ndarray | None:
-        """Output j after n iterations (None: no row was written); its own array, exactly n rows."""
+    def result(self, j: int, n: int, copy: bool = True) -> np.ndarray | None:
+        """Output j after n iterations (None: no row was written), exactly n rows: its own array, or with `copy`
+        False possibly a view of the rows (for a caller that copies it anyway)."""
         b = self.bufs[j]
         if b is None or not n:
             return None
-        return b if b.shape[0] == n else b[:n].copy()
+        return b if b.shape[0] == n else b[:n].copy() if copy else b[:n]
 
 
 class Lean:
@@ -146,7 +151,8 @@ def iterate(bind: Callable, run: Callable, roles: Roles, feed: dict, carried: li
     """Run the iterations: `bind` is `Executable.held()`'s, `run` the executable's general call. `feed` holds the
     values every iteration shares (the outer values; a Loop's condition); `limit` the trip count (None: until the
     condition says stop); `memo` the body's last `Lean` (one item). Returns the final carried values and the
-    number of iterations run."""
+    number of iterations run; the values may be views of the body's arena, valid only while `bind`'s arena is
+    held: the caller copies them out (`own`) before it lets go."""
     names = roles.names
     carried_names = [names[k] for k in roles.carried_in]
     slice_names = [names[k] for k in roles.slices_in]
@@ -217,7 +223,7 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
             rows = list(zip(ysrc, ys.bufs, ys.last))
         for d, s in copies:
             d[...] = s
-    return [np.array(s, copy=True) for s in src], i  # the arena is the executable's: the caller's own arrays
+    return src, i  # views of the arena: the caller copies them (`own`)
 
 
 def _driven(drv: Driver, lean: Lean, i: int, stop: int, ys: Stacks, grows: bool) -> tuple[list, int]:
@@ -233,7 +239,22 @@ def _driven(drv: Driver, lean: Lean, i: int, stop: int, ys: Stacks, grows: bool)
         if i >= stop or (cond is not None and not cond.item()):
             break
         first = True
-    return [np.array(s, copy=True) for s in lean.src], i
+    return lean.src, i
+
+
+def own(values: list, into: list | None) -> list:
+    """The carried values as the caller's: copied into `into`'s arrays where given (the node's planned outputs),
+    else into new arrays (`iterate`'s may be views of the body's arena)."""
+    if into is None:
+        return [np.array(v, copy=True) for v in values]
+    out = []
+    for v, o in zip(values, into):
+        if o is None:
+            out.append(np.array(v, copy=True))
+        else:
+            o[...] = v
+            out.append(o)
+    return out
 
 
 def scalar(x: Any, what: str) -> Any:

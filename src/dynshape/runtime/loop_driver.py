@@ -43,24 +43,27 @@ class Driver:
     rows (`run`). `keep` holds every array whose address a program word holds."""
 
     def __init__(self, lib: ctypes.CDLL, steps: list[int], nsteps: int, stat: list[int], lean) -> None:
-        copy = program.address(lib.ds_copy_strided)
+        copy, general = program.address(lib.ds_copy_strided), program.address(lib.ds_copy_general)
         self.lib, self.plan = lib, lean.plan
         self.keep: list = []
 
-        def desc_step(desc: np.ndarray) -> list[int]:
+        def desc_step(desc: np.ndarray, fn: int = copy) -> list[int]:
             self.keep.append(desc)
-            return [copy, 1, address(desc)]
+            return [fn, 1, address(desc)]
 
         carry: list[int] = []
         for d, s in lean.copies:
             carry += desc_step(_copy_desc(d, s))
         # scan slices: the descriptor's source (word 3) advances by the input's stride; shape and strides per call
-        self.slices = [(v, np.zeros(4 + 2 * v.ndim, np.int64)) if v is not None else None for v in lean.slices]
-        # scan outputs: the descriptor's destination (word 2), a row of the call's buffer, advances by a row
-        self.row_descs = [np.array([y.ndim, y.itemsize, 0, address(y), *y.shape, *y.strides], np.int64)
+        self.slices = [(v, np.array([v.ndim, v.itemsize, address(v), 0, *v.shape, *v.strides], np.int64))
+                       if v is not None else None for v in lean.slices]
+        self.seen: list = [None] * (len(self.slices) + len(lean.ys))  # (address, strides) last pointed at
+        # scan outputs: the descriptor's destination (word 2), a row of the call's buffer (any strides: a row of
+        # the Scan's own output, whose scan axis may be inner), advances by a row
+        self.row_descs = [np.array([y.ndim, y.itemsize, 0, address(y), *y.shape, *y.strides, *y.strides], np.int64)
                           for y in lean.ys]
         pre = [w for sl in self.slices if sl is not None for w in desc_step(sl[1])]
-        post = [w for desc in self.row_descs for w in desc_step(desc)]
+        post = [w for desc in self.row_descs for w in desc_step(desc, general)]
         body = np.array(pre + steps + post, np.int64)
         carry_words = np.array(carry or [0], np.int64)
         self.stat = np.array(stat or [0], np.int64)
@@ -78,7 +81,6 @@ class Driver:
                               len(carry) // 3, cond, len(stat), address(self.stat), len(adv)]
                              + [w for a in adv for w in a], np.int64)
         self.head_at = address(self.head)
-        self.bufs: list = []  # the row buffers the row descriptors point into (Stacks.bufs at the last `point_rows`)
 
     @staticmethod
     def make(lean) -> Driver | None:
@@ -118,32 +120,36 @@ class Driver:
     def point(self, slices: list) -> bool:
         """Point the slice copies at this call's scan inputs (each's rows along axis 0, any strides); False when
         one cannot be read so (its row shape or dtype differs from its slot's)."""
-        head, j = self.head, self.at_slices
-        for sl, a in zip(self.slices, slices):
+        head, j, seen = self.head, self.at_slices, self.seen
+        for k, (sl, a) in enumerate(zip(self.slices, slices)):
             if sl is None:
                 continue
             v, desc = sl
             if a.shape[1:] != v.shape or a.dtype != v.dtype:
                 return False
-            nd = v.ndim
-            desc[0], desc[1], desc[2] = nd, v.itemsize, address(v)
-            desc[4:4 + nd] = v.shape
-            desc[4 + nd:] = a.strides[1:]
-            head[j + 1], head[j + 2] = address(a), a.strides[0]
+            at = (address(a), a.strides)
+            if seen[k] != at:  # (a planned caller passes the same buffer every call)
+                desc[4 + v.ndim:] = a.strides[1:]
+                head[j + 1], head[j + 2] = at[0], a.strides[0]
+                seen[k] = at
             j += 3
         return True
 
     def point_rows(self, bufs: list, last: list) -> None:
         """Point the row copies at these output buffers (row i, or row last - i for a reversed output)."""
-        head, j = self.head, self.at_rows
-        for b, end in zip(bufs, last):
-            step = b.strides[0]
-            base = address(b)
-            if end is not None:
-                base, step = base + end * step, -step
-            head[j + 1], head[j + 2] = base, step
+        head, j, seen, k = self.head, self.at_rows, self.seen, len(self.slices)
+        for b, end, desc in zip(bufs, last, self.row_descs):
+            at = (address(b), b.strides, end)
+            if seen[k] != at:
+                nd = b.ndim - 1
+                desc[4 + nd:4 + 2 * nd] = b.strides[1:]
+                base, step = at[0], b.strides[0]
+                if end is not None:
+                    base, step = base + end * step, -step
+                head[j + 1], head[j + 2] = base, step
+                seen[k] = at
             j += 3
-        self.bufs = bufs
+            k += 1
 
     def run(self, i: int, stop: int, carry_first: bool) -> int:
         """Iterations i .. stop - 1 (fewer when the condition turns false); the next iteration's number. An

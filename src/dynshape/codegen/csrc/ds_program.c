@@ -276,6 +276,35 @@ void ds_run_program(const int64_t *p, int64_t n) {
     }
 }
 
+/* dst = src, both strided views of one shape: a = [ndim, itemsize, dst, src, shape[ndim], dst strides[ndim], src
+   strides[ndim]] (bytes; ndim <= 16). The loop driver's copy of a scan output into its row of the Scan's output,
+   which is strided when the output axis is not the first (a (batch, steps, width) output's row i is [:, i, :]):
+   the innermost dim one memcpy where both are contiguous in it. */
+void ds_copy_general(const int64_t *a) {
+    const int64_t nd = a[0], size = a[1];
+    char *const dst = (char *)a[2];
+    const char *const src = (const char *)a[3];
+    const int64_t *shape = a + 4, *ds = a + 4 + nd, *ss = a + 4 + 2 * nd;
+    if (nd == 0) { memcpy(dst, src, (size_t)size); return; }
+    for (int64_t d = 0; d < nd; d++)
+        if (shape[d] == 0) return;
+    int64_t idx[16] = {0};
+    const int64_t inner = shape[nd - 1], di = ds[nd - 1], si = ss[nd - 1];
+    for (;;) {
+        char *o = dst;
+        const char *s = src;
+        for (int64_t d = 0; d < nd - 1; d++) { o += idx[d] * ds[d]; s += idx[d] * ss[d]; }
+        if (di == size && si == size) memcpy(o, s, (size_t)(inner * size));
+        else for (int64_t i = 0; i < inner; i++) memcpy(o + i * di, s + i * si, (size_t)size);
+        int64_t d = nd - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
 /* One index of a Gather read at run time (a Loop body's xs[i]), the data C-contiguous seen as (outer, n, inner
    bytes): a = [out, x, idx, idx_is_int32, outer, n, inner, status]. A negative index counts from the end (ONNX);
    one still outside [0, n) copies nothing and sets a[7] (the loop driver below checks it after each iteration
