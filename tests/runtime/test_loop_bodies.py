@@ -286,3 +286,24 @@ def test_an_index_out_of_range_in_a_native_loop_raises_naming_the_node(monkeypat
         exe.run(ok | {"M": np.array(9, np.int64), "xs": ok["xs"][:2]})
     got, ref = exe.run(ok), ort.InferenceSession(_rnn_loop().SerializeToString()).run(None, ok)
     assert_f32_close(got["ys"], ref[1])  # the status word was cleared: the next call runs all its iterations
+
+
+def test_a_scan_input_shorter_than_the_trip_count_is_refused_not_read_past_its_end() -> None:
+    """The native loop reads every scan input's rows up to the trip count (the first input's length): an input
+    with fewer rows (the graph's inference unifies the lengths; the body's own call does not) stays on the Python
+    path, which raises, instead of the C copies reading past its end."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "a_t"], ["s1"]),
+                              helper.make_node("Mul", ["s1", "b_t"], ["s_out"]),
+                              helper.make_node("Identity", ["s_out"], ["y_t"])],
+                             "body", [vi("s_in", F32, None), vi("a_t", F32, None), vi("b_t", F32, None)],
+                             [vi("s_out", F32, None), vi("y_t", F32, None)])
+    model = make_model([helper.make_node("Scan", ["s0", "a", "b"], ["s", "ys"], name="cum", body=body,
+                                         num_scan_inputs=2)],
+                       [vi("s0", F32, ["k"]), vi("a", F32, ["T", "k"]), vi("b", F32, ["T", "k"])],
+                       [vi("s", F32, None), vi("ys", F32, None)])
+    exe = ds.compile(ds.load_onnx(model))
+    ones = np.ones((40, 3), np.float32)
+    assert_f32_close(exe.run({"s0": np.zeros(3, np.float32), "a": ones, "b": ones})["ys"][:, 0], np.arange(1, 41))
+    (compiled,) = [b for b in exe._bodies._cache.values() if not isinstance(b, str)]
+    with pytest.raises(IndexError, match="out of bounds"):
+        compiled.run([np.zeros(3, np.float32), ones, ones[:4]])

@@ -51,6 +51,11 @@ class Roles:
     ys_out: tuple[str, ...]  # the scan outputs
     kept: frozenset  # inputs that keep their value for the whole loop (the outer values, a Loop's condition)
 
+    def __post_init__(self) -> None:  # the names each call's feed takes, once (frozen: set through object)
+        object.__setattr__(self, "feed_names", ([self.names[k] for k in self.carried_in],
+                                                [self.names[k] for k in self.slices_in],
+                                                None if self.counter is None else self.names[self.counter]))
+
 
 class Stacks:
     """The scan outputs, each written row by row into one preallocated array (rows in reverse for a Scan's
@@ -131,6 +136,8 @@ class Lean:
         self.counter = None if roles.counter is None else views[roles.counter]
         self.slices = [views[k] for k in roles.slices_in]
         self.cond = None if roles.cond_out is None else outs[roles.cond_out]
+        if self.cond is not None:
+            scalar(self.cond, "condition")  # one element (the plan fixes its shape: checked once per plan)
         self.ys = [outs[x] for x in roles.ys_out]
         self.driver: Driver | None | bool = None  # made on first use; False: a step has no C form
 
@@ -153,10 +160,7 @@ def iterate(bind: Callable, run: Callable, roles: Roles, feed: dict, carried: li
     condition says stop); `memo` the body's last `Lean` (one item). Returns the final carried values and the
     number of iterations run; the values may be views of the body's arena, valid only while `bind`'s arena is
     held: the caller copies them out (`own`) before it lets go."""
-    names = roles.names
-    carried_names = [names[k] for k in roles.carried_in]
-    slice_names = [names[k] for k in roles.slices_in]
-    counter = None if roles.counter is None else names[roles.counter]
+    carried_names, slice_names, counter = roles.feed_names  # type: ignore[attr-defined]
     stop = sys.maxsize if limit is None else limit
     i, go = 0, True
     while go and i < stop:
@@ -192,10 +196,7 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
     for k, d in zip(roles.carried_in, lean.dst):
         if d is not None:
             d[...] = arrays[k]
-    counter, cond, copies, src, ysrc = lean.counter, lean.cond, lean.copies, lean.src, lean.ys
-    sl = [(v, a) for v, a in zip(lean.slices, slices) if v is not None]
-    if cond is not None:
-        scalar(cond, "condition")  # one element (the plan fixes its shape: checked once)
+    ysrc = lean.ys
     ys.ready(ysrc, i)
     grows = ys.rows is None or ys.rows > ys.cap
     while grows and i >= ys.cap:  # the checked iterations filled every row
@@ -203,8 +204,10 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
     drv = lean.driver
     if drv is None:
         drv = lean.driver = Driver.make(lean) or False
-    if drv and drv.point(slices):
+    if drv and drv.point(slices, stop):
         return _driven(drv, lean, i, stop, ys, grows)
+    counter, cond, copies, src = lean.counter, lean.cond, lean.copies, lean.src
+    sl = [(v, a) for v, a in zip(lean.slices, slices) if v is not None]
     rows = list(zip(ysrc, ys.bufs, ys.last))
     execute = plan.execute
     while True:

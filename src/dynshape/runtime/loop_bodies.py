@@ -18,6 +18,7 @@ before opset 9 (batch semantics), or anything the compiler refuses.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +53,11 @@ class CompiledBody:
         self.run = self._loop if node.op_type == "Loop" else self._scan
         self.roles = _roles(node, self.names, self.out_names, self.outer)
         self.memo: list = [None]  # the last plan's Lean (body_iterations.py): made once per plan
+        if node.op_type == "Scan":  # the attributes with their defaults, once
+            a, k, nys = node.attrs, node.attrs["num_scan_inputs"], len(self.roles.ys_out)
+            self.scan_attrs = (k, a.get("scan_input_axes", [0] * k), a.get("scan_input_directions", [0] * k),
+                               a.get("scan_output_axes", [0] * nys), [bool(d) for d in
+                                                                    a.get("scan_output_directions", [0] * nys)])
         self.why = (f"body compiled once ({self.kernels} kernel{'s' if self.kernels != 1 else ''}), called once "
                     "per iteration")
 
@@ -96,21 +102,16 @@ class CompiledBody:
     # ---- Scan (opset 9 and later) ------------------------------------------------------------------------------
     def _scan(self, args: list, outs: list | None = None) -> list:
         """The Scan's outputs; `outs` (optional): arrays to write them into, per output (None: a new array)."""
-        attrs, names = self.node.attrs, self.names
-        k = attrs["num_scan_inputs"]
+        names = self.names
+        k, in_axes, in_dirs, out_axes, out_dirs = self.scan_attrs
         ns = len(names) - k
+        nys = len(out_axes)
         state, xs, outer = list(args[:ns]), args[ns:ns + k], args[ns + k:]
-        in_axes = attrs.get("scan_input_axes", [0] * k)
-        in_dirs = attrs.get("scan_input_directions", [0] * k)
         xs = [_to_front(x, a, d) for x, a, d in zip(xs, in_axes, in_dirs)]
         steps = xs[0].shape[0] if xs else 0
-        nys = len(self.roles.ys_out)
-        out_axes = attrs.get("scan_output_axes", [0] * nys)
-        out_dirs = attrs.get("scan_output_directions", [0] * nys)
         feed = dict(zip(self.outer, outer))
-        into = None if outs is None else [None if o is None or not o.ndim else _to_front(o, a, 0)
-                                          for o, a in zip(outs[ns:], out_axes)]
-        ys = Stacks(self.roles.ys_out, steps, [bool(d) for d in out_dirs], exact=True, into=into)
+        into = None if outs is None else [_rows(o, a, steps) for o, a in zip(outs[ns:], out_axes)]
+        ys = Stacks(self.roles.ys_out, steps, out_dirs, exact=True, into=into)
         if steps:
             with self.exe.held() as bind:
                 state, _ = iterate(bind, self.exe.run, self.roles, feed, state, xs, steps, ys, self.memo)
@@ -257,14 +258,31 @@ def _to_front(x: Any, axis: int, reverse: int) -> np.ndarray:
     x = np.asarray(x)
     a = axis % x.ndim
     if a:
-        x = x.transpose((a, *range(a), *range(a + 1, x.ndim)))
+        x = x.transpose(_perm(a, x.ndim, True))
     return x[::-1] if reverse else x
+
+
+def _rows(out: np.ndarray | None, axis: int, steps: int) -> np.ndarray | None:
+    """A Scan's planned output with its scan axis first (a view), when it has a row per iteration (else None:
+    the rows go into an array of their own, copied into it at the end)."""
+    if out is None or not out.ndim:
+        return None
+    rows = _to_front(out, axis, 0)
+    return rows if rows.shape[0] == steps else None
 
 
 def _from_front(y: np.ndarray, axis: int) -> np.ndarray:
     """A Scan's stacked output (rows first) with its rows moved to `axis` (a view)."""
     a = axis % y.ndim
-    return y.transpose((*range(1, a + 1), 0, *range(a + 1, y.ndim))) if a else y
+    return y.transpose(_perm(a, y.ndim, False)) if a else y
+
+
+@functools.lru_cache(maxsize=256)
+def _perm(axis: int, ndim: int, to_front: bool) -> tuple[int, ...]:
+    """The transpose moving `axis` first (`to_front`), or moving the first axis to `axis`."""
+    if to_front:
+        return (axis, *range(axis), *range(axis + 1, ndim))
+    return (*range(1, axis + 1), 0, *range(axis + 1, ndim))
 
 
 def _roles(node: Node, names: list[str], out_names: list[str], outer: tuple[str, ...]) -> Roles:

@@ -117,15 +117,16 @@ class Driver:
             return None
         return Driver(lib, steps, n, stat, lean)
 
-    def point(self, slices: list) -> bool:
+    def point(self, slices: list, stop: int) -> bool:
         """Point the slice copies at this call's scan inputs (each's rows along axis 0, any strides); False when
-        one cannot be read so (its row shape or dtype differs from its slot's)."""
+        one cannot be read so (its row shape or dtype differs from its slot's, or it has fewer than `stop` rows:
+        the Python path raises)."""
         head, j, seen = self.head, self.at_slices, self.seen
         for k, (sl, a) in enumerate(zip(self.slices, slices)):
             if sl is None:
                 continue
             v, desc = sl
-            if a.shape[1:] != v.shape or a.dtype != v.dtype:
+            if a.shape[1:] != v.shape or a.dtype != v.dtype or a.shape[0] < stop:
                 return False
             at = (address(a), a.strides)
             if seen[k] != at:  # (a planned caller passes the same buffer every call)
