@@ -12,6 +12,10 @@ straight into their rows of one preallocated output; the shared inputs are loade
 stay in their slots for the whole loop: the body is built with `inputs_kept`, so no value of the body reuses an
 input's slot.
 
+When every step of the plan is native, the lean iterations are one C call (loop_driver.py: ds_run_loop runs the
+body's steps N times with the slice and row copies around them, reading the condition between iterations);
+otherwise the loop below runs them from Python.
+
 Every iteration before that (a carried value that changes shape: growing, or first narrowed) goes through the
 checked path: binder, plan for its key, `plan.run`. A plan whose carried output may overlap another carried
 input's slot (a body that swaps two values through views) stays on the checked path, as does a call served

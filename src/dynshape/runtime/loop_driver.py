@@ -18,6 +18,7 @@ the plan's own (Python) steps, which raise by name.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from dynshape.codegen import program
 from dynshape.codegen.lowering import NativeCall
 from dynshape.errors import ConstraintViolation
 from dynshape.runtime.pointers import address
+
+if TYPE_CHECKING:
+    from dynshape.runtime.body_iterations import Lean
 
 __all__ = ["Driver"]
 
@@ -42,7 +46,7 @@ class Driver:
     """One plan's iterations in C, made once per plan (`make`) and pointed at each call's scan inputs and output
     rows (`run`). `keep` holds every array whose address a program word holds."""
 
-    def __init__(self, lib: ctypes.CDLL, steps: list[int], nsteps: int, stat: list[int], lean) -> None:
+    def __init__(self, lib: ctypes.CDLL, steps: list[int], nsteps: int, stat: list[int], lean: Lean) -> None:
         copy, general = program.address(lib.ds_copy_strided), program.address(lib.ds_copy_general)
         self.lib, self.plan = lib, lean.plan
         self.keep: list = []
@@ -54,7 +58,7 @@ class Driver:
         carry: list[int] = []
         for d, s in lean.copies:
             carry += desc_step(_copy_desc(d, s))
-        # scan slices: the descriptor's source (word 3) advances by the input's stride; shape and strides per call
+        # scan slices: the descriptor's source (word 3) advances by the input's stride (its strides: per call)
         self.slices = [(v, np.array([v.ndim, v.itemsize, address(v), 0, *v.shape, *v.strides], np.int64))
                        if v is not None else None for v in lean.slices]
         self.seen: list = [None] * (len(self.slices) + len(lean.ys))  # (address, strides) last pointed at
@@ -83,7 +87,7 @@ class Driver:
         self.head_at = address(self.head)
 
     @staticmethod
-    def make(lean) -> Driver | None:
+    def make(lean: Lean) -> Driver | None:
         """The driver of this Lean's plan, or None when one of its steps has no C form (or no C compiler)."""
         lib = program.LIBRARY.try_load()
         if lib is None or lean.copies is None:
@@ -111,7 +115,7 @@ class Driver:
         for d, s in lean.copies:
             if _copy_desc(d, s) is None:
                 return None
-        if any(v is not None and (not v.flags.c_contiguous or v.ndim > 15) for v in lean.slices):
+        if any(v is not None and (not v.flags.c_contiguous or v.ndim > 16) for v in lean.slices):
             return None
         if any(y.ndim > 16 for y in lean.ys):
             return None
