@@ -18,9 +18,10 @@ from tolerance import assert_f32_close
 ort = pytest.importorskip("onnxruntime")
 
 
-def _rnn_loop(h: int = 8) -> object:
-    """An RNN as a Loop: h = tanh(h @ W + xs[i]) (W an outer constant, xs an outer input), trip count M fed,
-    the condition computed in the body (i + 1 < limit: stops early), every h a scan output."""
+def _rnn_loop(h: int = 8, trips: bool = True) -> object:
+    """An RNN as a Loop: h = tanh(h @ W + xs[i]) (W an outer constant, xs an outer input), trip count M fed
+    (`trips`; else none: the loop runs while the condition holds), the condition computed in the body
+    (i + 1 < limit: stops early), every h a scan output."""
     w = (np.random.default_rng(0).standard_normal((h, h)) / np.sqrt(h)).astype(np.float32)
     body = helper.make_graph(
         [helper.make_node("Gather", ["xs", "i"], ["x_t"], axis=0),
@@ -33,9 +34,10 @@ def _rnn_loop(h: int = 8) -> object:
         "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("h_in", F32, None)],
         [vi("cond_out", BOOL, []), vi("h_out", F32, None), vi("y", F32, None)],
         [numpy_helper.from_array(np.array(1, np.int64), "one")])
-    nodes = [helper.make_node("Loop", ["M", "", "h0"], ["h_final", "ys"], name="rnn", body=body)]
-    return make_model(nodes, [vi("M", I64, []), vi("limit", I64, []), vi("h0", F32, ["n", h]),
-                          vi("xs", F32, ["t", "n", h])],
+    nodes = [helper.make_node("Loop", ["M", "", "h0"] if trips else ["", "go", "h0"], ["h_final", "ys"], name="rnn",
+                              body=body)]
+    return make_model(nodes, [vi("M" if trips else "go", I64 if trips else BOOL, []), vi("limit", I64, []),
+                              vi("h0", F32, ["n", h]), vi("xs", F32, ["t", "n", h])],
                   [vi("h_final", F32, None), vi("ys", F32, None)], [numpy_helper.from_array(w, "W")])
 
 
@@ -237,3 +239,71 @@ def test_a_scan_swapping_its_state_through_views_stays_right(monkeypatch: pytest
     rng = np.random.default_rng(5)
     _check(model, [{"a0": rng.standard_normal(3).astype(np.float32), "b0": rng.standard_normal(3).astype(np.float32),
                     "x": rng.standard_normal((5, 3)).astype(np.float32)}], monkeypatch)
+
+
+def _count_python_iterations(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Calls of a bound plan's Python loop (`execute`): none while the lean iterations run in ds_run_loop."""
+    from dynshape.runtime.plan import BoundPlan
+
+    calls: list = []
+    real = BoundPlan.execute
+    monkeypatch.setattr(BoundPlan, "execute", lambda plan: calls.append(1) or real(plan))
+    return calls
+
+
+def test_a_loop_stopped_by_its_condition_runs_its_iterations_in_one_native_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No trip count: the condition computed in the body stops it, read between the native iterations (40: the
+    scan rows grown 16 -> 32 -> 64, the native loop resumed after each growth with the carried value copied
+    first; 3; 1). Every iteration runs in ds_run_loop, its Gather of xs[i] in C: the plan's own steps never run."""
+    rng = np.random.default_rng(6)
+
+    def feed(n: int, t: int, limit: int) -> dict:
+        return {"go": np.array(True), "limit": np.array(limit, np.int64),
+                "h0": rng.standard_normal((n, 8)).astype(np.float32),
+                "xs": rng.standard_normal((t, n, 8)).astype(np.float32)}
+
+    feeds = [feed(2, 45, 40), feed(3, 9, 3), feed(1, 2, 1)]
+    exe = _check(_rnn_loop(trips=False), feeds, monkeypatch, evaluator=False)
+    python = _count_python_iterations(monkeypatch)
+    out = exe.run(feeds[0])
+    assert out["ys"].shape == (40, 2, 8) and not python
+
+
+def test_an_index_out_of_range_in_a_native_loop_raises_naming_the_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """xs[i] past xs's rows at iteration 4 of 6: the C Gather stops the native loop and the iteration re-runs
+    on the plan's own steps, which raise naming the node, as the first iterations' path does (M = 9, xs of 2)."""
+    rng = np.random.default_rng(7)
+    exe = ds.compile(ds.load_onnx(_rnn_loop(), default_min=0))
+    ok = {"M": np.array(4, np.int64), "limit": np.array(100, np.int64),
+          "h0": rng.standard_normal((2, 8)).astype(np.float32), "xs": rng.standard_normal((4, 2, 8)).astype(np.float32)}
+    exe.run(ok)
+    python = _count_python_iterations(monkeypatch)
+    with pytest.raises(ds.ConstraintViolation, match=r"Gather.*out of bounds"):
+        exe.run(ok | {"M": np.array(6, np.int64)})
+    assert python == [1]  # the refused iteration only, re-run to raise
+    with pytest.raises(ds.ConstraintViolation, match=r"Gather.*out of bounds"):
+        exe.run(ok | {"M": np.array(9, np.int64), "xs": ok["xs"][:2]})
+    got, ref = exe.run(ok), ort.InferenceSession(_rnn_loop().SerializeToString()).run(None, ok)
+    assert_f32_close(got["ys"], ref[1])  # the status word was cleared: the next call runs all its iterations
+
+
+def test_a_scan_input_shorter_than_the_trip_count_is_refused_not_read_past_its_end() -> None:
+    """The native loop reads every scan input's rows up to the trip count (the first input's length): an input
+    with fewer rows (the graph's inference unifies the lengths; the body's own call does not) stays on the Python
+    path, which raises, instead of the C copies reading past its end."""
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "a_t"], ["s1"]),
+                              helper.make_node("Mul", ["s1", "b_t"], ["s_out"]),
+                              helper.make_node("Identity", ["s_out"], ["y_t"])],
+                             "body", [vi("s_in", F32, None), vi("a_t", F32, None), vi("b_t", F32, None)],
+                             [vi("s_out", F32, None), vi("y_t", F32, None)])
+    model = make_model([helper.make_node("Scan", ["s0", "a", "b"], ["s", "ys"], name="cum", body=body,
+                                         num_scan_inputs=2)],
+                       [vi("s0", F32, ["k"]), vi("a", F32, ["T", "k"]), vi("b", F32, ["T", "k"])],
+                       [vi("s", F32, None), vi("ys", F32, None)])
+    exe = ds.compile(ds.load_onnx(model))
+    ones = np.ones((40, 3), np.float32)
+    assert_f32_close(exe.run({"s0": np.zeros(3, np.float32), "a": ones, "b": ones})["ys"][:, 0], np.arange(1, 41))
+    (compiled,) = [b for b in exe._bodies._cache.values() if not isinstance(b, str)]
+    with pytest.raises(IndexError, match="out of bounds"):
+        compiled.run([np.zeros(3, np.float32), ones, ones[:4]])

@@ -12,6 +12,10 @@ straight into their rows of one preallocated output; the shared inputs are loade
 stay in their slots for the whole loop: the body is built with `inputs_kept`, so no value of the body reuses an
 input's slot.
 
+When every step of the plan is native, the lean iterations are one C call (loop_driver.py: ds_run_loop runs the
+body's steps N times with the slice and row copies around them, reading the condition between iterations);
+otherwise the loop below runs them from Python.
+
 Every iteration before that (a carried value that changes shape: growing, or first narrowed) goes through the
 checked path: binder, plan for its key, `plan.run`. A plan whose carried output may overlap another carried
 input's slot (a body that swaps two values through views) stays on the checked path, as does a call served
@@ -27,12 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.runtime.loop_driver import Driver
 from dynshape.runtime.plan import BoundPlan
 from dynshape.runtime.pointers import address
 
-__all__ = ["Roles", "Stacks", "iterate", "scalar"]
+__all__ = ["Roles", "Stacks", "iterate", "own", "scalar"]
 
 GROW_FROM = 16  # rows of a scan output whose trip count is unknown (or over MAX_ROWS): doubled when full
+CHUNK = 1 << 16  # lean iterations per C call at most (an interrupt waits for the call)
 MAX_ROWS = 4096  # a known trip count up to this preallocates every row (a Loop stopped early copies its rows)
 
 
@@ -49,17 +55,26 @@ class Roles:
     ys_out: tuple[str, ...]  # the scan outputs
     kept: frozenset  # inputs that keep their value for the whole loop (the outer values, a Loop's condition)
 
+    def __post_init__(self) -> None:  # the names each call's feed takes, once (frozen: set through object)
+        object.__setattr__(self, "feed_names", ([self.names[k] for k in self.carried_in],
+                                                [self.names[k] for k in self.slices_in],
+                                                None if self.counter is None else self.names[self.counter]))
+
 
 class Stacks:
     """The scan outputs, each written row by row into one preallocated array (rows in reverse for a Scan's
     reverse outputs); the rows grow by doubling when the trip count is not known."""
 
-    def __init__(self, names: tuple[str, ...], rows: int | None, reverse: list[bool], exact: bool = False):
-        """`rows`: the trip count (None: unknown); `exact`: every row will be written (a Scan)."""
+    def __init__(self, names: tuple[str, ...], rows: int | None, reverse: list[bool], exact: bool = False,
+                 into: list | None = None):
+        """`rows`: the trip count (None: unknown); `exact`: every row will be written (a Scan); `into`: per output,
+        an array of `rows` rows (any strides: a view of the node's planned output) to write them into, or None."""
         self.names, self.rows = names, rows
         self.cap = rows if rows is not None and (exact or rows <= MAX_ROWS) else GROW_FROM
         self.last = [None if not r else rows - 1 for r in reverse]  # (reverse only with a known count)
         self.bufs: list[np.ndarray | None] = [None] * len(names)
+        if into is not None and exact:
+            self.bufs = list(into)
 
     def ready(self, items: list, i: int) -> None:
         """Rows for items like these from iteration i on: the first fix each output's row shape and dtype; a
@@ -68,9 +83,9 @@ class Stacks:
             b = self.bufs[j]
             if b is None:
                 self.bufs[j] = np.empty((self.cap, *y.shape), y.dtype)
-            elif b.shape[1:] != y.shape:
-                raise ValueError(f"scan output {self.names[j]!r} has shape {y.shape} at iteration {i} but "
-                                 f"{b.shape[1:]} before: every iteration's must agree")
+            elif b.shape[1:] != y.shape or b.dtype != y.dtype:
+                raise ValueError(f"scan output {self.names[j]!r} is {y.dtype}{list(y.shape)} at iteration {i} but "
+                                 f"{b.dtype}{list(b.shape[1:])} before: every iteration's must agree")
 
     def put(self, i: int, items: list) -> None:
         """Row i of every output (the checked path)."""
@@ -92,12 +107,13 @@ class Stacks:
                 g[:b.shape[0]] = b
                 self.bufs[j] = g
 
-    def result(self, j: int, n: int) -> np.ndarray | None:
-        """Output j after n iterations (None: no row was written); its own array, exactly n rows."""
+    def result(self, j: int, n: int, copy: bool = True) -> np.ndarray | None:
+        """Output j after n iterations (None: no row was written), exactly n rows: its own array, or with `copy`
+        False possibly a view of the rows (for a caller that copies it anyway)."""
         b = self.bufs[j]
         if b is None or not n:
             return None
-        return b if b.shape[0] == n else b[:n].copy()
+        return b if b.shape[0] == n else b[:n].copy() if copy else b[:n]
 
 
 class Lean:
@@ -106,7 +122,7 @@ class Lean:
     next (None: an output view overlaps another carried input's slot, so they cannot be copied one by one),
     the iteration number's slot, the scan slices' slots, the condition and the scan outputs."""
 
-    __slots__ = ("plan", "dst", "src", "copies", "counter", "slices", "cond", "ys")
+    __slots__ = ("plan", "dst", "src", "copies", "counter", "slices", "cond", "ys", "driver")
 
     def __init__(self, plan: BoundPlan, roles: Roles):
         views, outs = plan.inputs, dict(plan.outputs)
@@ -124,7 +140,10 @@ class Lean:
         self.counter = None if roles.counter is None else views[roles.counter]
         self.slices = [views[k] for k in roles.slices_in]
         self.cond = None if roles.cond_out is None else outs[roles.cond_out]
+        if self.cond is not None:
+            scalar(self.cond, "condition")  # one element (the plan fixes its shape: checked once per plan)
         self.ys = [outs[x] for x in roles.ys_out]
+        self.driver: Driver | None | bool = None  # made on first use; False: a step has no C form
 
     def settled(self, arrays: list, roles: Roles) -> bool:
         """Whether these inputs' next iterations all run on this plan: every carried input has its output's
@@ -143,11 +162,9 @@ def iterate(bind: Callable, run: Callable, roles: Roles, feed: dict, carried: li
     """Run the iterations: `bind` is `Executable.held()`'s, `run` the executable's general call. `feed` holds the
     values every iteration shares (the outer values; a Loop's condition); `limit` the trip count (None: until the
     condition says stop); `memo` the body's last `Lean` (one item). Returns the final carried values and the
-    number of iterations run."""
-    names = roles.names
-    carried_names = [names[k] for k in roles.carried_in]
-    slice_names = [names[k] for k in roles.slices_in]
-    counter = None if roles.counter is None else names[roles.counter]
+    number of iterations run; the values may be views of the body's arena, valid only while `bind`'s arena is
+    held: the caller copies them out (`own`) before it lets go."""
+    carried_names, slice_names, counter = roles.feed_names  # type: ignore[attr-defined]
     stop = sys.maxsize if limit is None else limit
     i, go = 0, True
     while go and i < stop:
@@ -183,12 +200,18 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
     for k, d in zip(roles.carried_in, lean.dst):
         if d is not None:
             d[...] = arrays[k]
-    counter, cond, copies, src, ysrc = lean.counter, lean.cond, lean.copies, lean.src, lean.ys
-    sl = [(v, a) for v, a in zip(lean.slices, slices) if v is not None]
-    if cond is not None:
-        scalar(cond, "condition")  # one element (the plan fixes its shape: checked once)
+    ysrc = lean.ys
     ys.ready(ysrc, i)
     grows = ys.rows is None or ys.rows > ys.cap
+    while grows and i >= ys.cap:  # the checked iterations filled every row
+        ys.grow()
+    drv = lean.driver
+    if drv is None:
+        drv = lean.driver = Driver.make(lean) or False
+    if drv and drv.point(slices, stop):
+        return _driven(drv, lean, i, stop, ys, grows)
+    counter, cond, copies, src = lean.counter, lean.cond, lean.copies, lean.src
+    sl = [(v, a) for v, a in zip(lean.slices, slices) if v is not None]
     rows = list(zip(ysrc, ys.bufs, ys.last))
     execute = plan.execute
     while True:
@@ -207,7 +230,38 @@ def _lean(lean: Lean, roles: Roles, arrays: list, i: int, stop: int, slices: lis
             rows = list(zip(ysrc, ys.bufs, ys.last))
         for d, s in copies:
             d[...] = s
-    return [np.array(s, copy=True) for s in src], i  # the arena is the executable's: the caller's own arrays
+    return src, i  # views of the arena: the caller copies them (`own`)
+
+
+def _driven(drv: Driver, lean: Lean, i: int, stop: int, ys: Stacks, grows: bool) -> tuple[list, int]:
+    """`_lean`'s loop in C (loop_driver.py), in runs of at most CHUNK iterations (an interrupt is seen between
+    them) and up to the rows of the scan outputs when they grow."""
+    cond, first = lean.cond, False
+    while True:
+        if grows and ys.bufs and i >= ys.cap:
+            ys.grow()
+        drv.point_rows(ys.bufs, ys.last)
+        end = min(stop, i + CHUNK, ys.cap if grows and ys.bufs else stop)
+        i = drv.run(i, end, first)
+        if i >= stop or (cond is not None and not cond.item()):
+            break
+        first = True
+    return lean.src, i
+
+
+def own(values: list, into: list | None) -> list:
+    """The carried values as the caller's: copied into `into`'s arrays where given (the node's planned outputs),
+    else into new arrays (`iterate`'s may be views of the body's arena)."""
+    if into is None:
+        return [np.array(v, copy=True) for v in values]
+    out = []
+    for v, o in zip(values, into):
+        if o is None:
+            out.append(np.array(v, copy=True))
+        else:
+            o[...] = v
+            out.append(o)
+    return out
 
 
 def scalar(x: Any, what: str) -> Any:

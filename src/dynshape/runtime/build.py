@@ -275,8 +275,10 @@ def _node_step(n: Node, g: Graph, options: Options, why: str, bodies: BodyHook |
                 else "no body compiler" if bodies is None else bodies(n, g))
         if not isinstance(made, str):
             reason = why or f"no kernel lowering for {n.op_type}"
+            # planned: `made.bind` writes the results straight into the plan's buffers (no copy of each output)
             return NodeStep(n.label(), n.name, n, attrs, (*n.inputs, *made.outer), tuple(n.outputs), made.run,
-                            "compiled body", reason, body=f"compiled: {made.why}")
+                            "compiled body", reason, NativeRule(lambda node, graph: None, made.bind),
+                            body=f"compiled: {made.why}")
         body = f"interpreted: {made}"
     native = get_lowering(n.op_type, "native", n.domain)
     declined = native.rule.accepts(n, g) if native is not None and _tensors(n, g) else "no native lowering"

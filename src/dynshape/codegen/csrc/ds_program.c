@@ -276,6 +276,77 @@ void ds_run_program(const int64_t *p, int64_t n) {
     }
 }
 
+/* dst = src, both strided views of one shape: a = [ndim, itemsize, dst, src, shape[ndim], dst strides[ndim], src
+   strides[ndim]] (bytes; ndim <= 16). The loop driver's copy of a scan output into its row of the Scan's output,
+   which is strided when the output axis is not the first (a (batch, steps, width) output's row i is [:, i, :]):
+   the innermost dim one memcpy where both are contiguous in it. */
+void ds_copy_general(const int64_t *a) {
+    const int64_t nd = a[0], size = a[1];
+    char *const dst = (char *)a[2];
+    const char *const src = (const char *)a[3];
+    const int64_t *shape = a + 4, *ds = a + 4 + nd, *ss = a + 4 + 2 * nd;
+    if (nd == 0) { memcpy(dst, src, (size_t)size); return; }
+    for (int64_t d = 0; d < nd; d++)
+        if (shape[d] == 0) return;
+    int64_t idx[16] = {0};
+    const int64_t inner = shape[nd - 1], di = ds[nd - 1], si = ss[nd - 1];
+    for (;;) {
+        char *o = dst;
+        const char *s = src;
+        for (int64_t d = 0; d < nd - 1; d++) { o += idx[d] * ds[d]; s += idx[d] * ss[d]; }
+        if (di == size && si == size) memcpy(o, s, (size_t)(inner * size));
+        else for (int64_t i = 0; i < inner; i++) memcpy(o + i * di, s + i * si, (size_t)size);
+        int64_t d = nd - 2;
+        for (; d >= 0; d--) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+/* One index of a Gather read at run time (a Loop body's xs[i]), the data C-contiguous seen as (outer, n, inner
+   bytes): a = [out, x, idx, idx_is_int32, outer, n, inner, status]. A negative index counts from the end (ONNX);
+   one still outside [0, n) copies nothing and sets a[7] (the loop driver below checks it after each iteration
+   and the caller re-runs that iteration's Python path, which raises naming the node). */
+void ds_gather_pick(int64_t *a) {
+    char *out = (char *)a[0];
+    const char *x = (const char *)a[1];
+    const int64_t outer = a[4], n = a[5], inner = a[6];
+    int64_t i = a[3] ? (int64_t) * (const int32_t *)a[2] : *(const int64_t *)a[2];
+    i += i < 0 ? n : 0;
+    if (i < 0 || i >= n) { a[7] = 1; return; }
+    for (int64_t o = 0; o < outer; o++) memcpy(out + o * inner, x + (o * n + i) * inner, (size_t)inner);
+}
+
+/* The lean iterations of a compiled Loop / Scan body (runtime/loop_driver.py) in one foreign call, instead of a
+   Python loop of ~1 us an iteration around a body of ~1 us of kernels. d = [body, nbody, carry, ncarry, cond,
+   nstat, stat, nadv, (word, base, delta) x nadv]: for each iteration i in [start, stop): the carried values
+   copied from the last iteration's outputs into their input slots (the program `carry`, ncarry steps; skipped
+   before the first iteration unless carry_first), every advancing word set to base + i * delta (the iteration
+   number's slot, a scan slice's source, a scan output row's destination: in the copy descriptors the program
+   `body` runs around the body's own steps), then `body`. It stops after an iteration whose condition (a bool at
+   `cond`, 0: none) is false or that set one of the nstat status words at `stat` (an index out of range).
+   Returns the number of the next iteration (start + iterations run). */
+int64_t ds_run_loop(const int64_t *d, int64_t start, int64_t stop, int64_t carry_first) {
+    const int64_t *body = (const int64_t *)d[0], *carry = (const int64_t *)d[2];
+    const int64_t nbody = d[1], ncarry = d[3], nstat = d[5], nadv = d[7];
+    const uint8_t *cond = (const uint8_t *)d[4];
+    const int64_t *const *stat = (const int64_t *const *)d[6];
+    const int64_t *adv = d + 8;
+    int64_t i = start;
+    while (i < stop) {
+        if (i > start || carry_first) ds_run_program(carry, ncarry);
+        for (int64_t k = 0; k < nadv; k++) *(int64_t *)adv[3 * k] = adv[3 * k + 1] + i * adv[3 * k + 2];
+        ds_run_program(body, nbody);
+        i++;
+        for (int64_t k = 0; k < nstat; k++)
+            if (*stat[k]) return i;
+        if (cond && !*cond) break;
+    }
+    return i;
+}
+
 /* First-fit placement of a plan's buffers in its arena (runtime/plan.py, Planner.layout): buffers in `order`
    (largest first), each at the lowest offset where it overlaps no placed buffer whose lifetime it shares
    (adjacency in CSR: adj[adj_start[b] .. adj_start[b + 1]]). Returns the arena's size; offset[b] gets each

@@ -229,6 +229,14 @@ def _bind_gather_picked(r: BindRequest) -> list | None:
             np.take(x, idx, axis=axis)  # raises the out-of-range error, names the index
         out[...] = x[(*lead, i)]
 
+    lib = program.LIBRARY.try_load()
+    if (lib is not None and isinstance(idx, np.ndarray) and idx.dtype in (np.int32, np.int64)
+            and x.flags.c_contiguous and out.flags.c_contiguous):
+        # the same step in C, for a loop driver running the body's iterations in one call (runtime/loop_driver.py;
+        # it checks the status word a[7]): `pick` stays the plan's own call, which raises by name
+        table = r.keep.table([r.addr(out), r.addr(x), r.addr(idx), int(idx.dtype == np.int32),
+                              math.prod(x.shape[:axis]), n, math.prod(x.shape[axis + 1:]) * x.itemsize, 0])
+        pick.native = (lib.ds_gather_pick, table)  # type: ignore[attr-defined]
     return [pick]
 
 
