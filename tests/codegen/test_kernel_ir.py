@@ -50,10 +50,15 @@ def test_the_printer_names_types_and_parenthesises():
     src = print_c(kir.Kernel("scale", (ds.sym("m") // 2,), (y,), (x,), body, ("m",)))
     assert src.startswith("void scale(const int64_t *key, float *restrict y, const float *restrict x) {")
     assert "const int64_t L0 = (((key[0]) / 2));" in src  # floor division of a non-negative symbol: plain /
-    # `parallel:` scopes the threshold to the threads: below it the loop still runs on SIMD
-    assert "#pragma omp parallel for simd schedule(static) if(parallel: (L0 >= 64))" in src
-    assert "y[i] = (x[i] * 1e-01f);" in src
-    assert "for (int64_t i_1 = 0; i_1 < n; i_1++) {" in src  # two loop variables hinted "i": unique names
+    # the threshold (and one thread) chooses a branch, not an `if` clause (a false one still set up a one-thread
+    # team, ~300 ns a call); below it the loop still runs on SIMD, without the parallel construct
+    lines = [ln.strip() for ln in src.splitlines()]
+    at = lines.index("if (omp_get_max_threads() > 1 && (L0 >= 64)) {")
+    assert lines[at + 1] == "#pragma omp parallel for simd schedule(static)"
+    assert lines[lines.index("} else {", at) + 1] == "#pragma omp simd"
+    assert not any("if(parallel" in ln for ln in lines)
+    assert "y[i] = (x[i] * 1e-01f);" in src and "y[i_1] = (x[i_1] * 1e-01f);" in src
+    assert "for (int64_t i_2 = 0; i_2 < n; i_2++) {" in src  # loop variables hinted "i": unique names
     lib = cc.compile_c(prelude() + src, "ir_printer_test", symbols=["scale"], openmp=True)
     xs = np.arange(10, dtype=np.float32)
     ys = np.full(10, -1, np.float32)

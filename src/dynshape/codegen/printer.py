@@ -8,6 +8,7 @@ on how a lowering nested its nodes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import numpy as np
@@ -41,6 +42,14 @@ class _Names:
             raise ValueError(f"kernel IR uses {obj!r} before declaring it") from None
 
 
+def _one_thread(o: kir.Omp | None) -> kir.Omp | None:
+    """A loop's annotation on one thread: no team and no work-sharing, its `simd` (and the reduction and
+    collapse that go with it) kept."""
+    if o is None or not o.simd:
+        return None
+    return kir.Omp(simd=True, collapse=o.collapse, schedule=None, reduction=o.reduction)
+
+
 def ctype(dtype: str) -> str:
     return "void *" if dtype == "ptr" else c_type(np.dtype(dtype))
 
@@ -51,6 +60,7 @@ class Printer:
         self.names = _Names()
         self.lines: list[str] = []
         self.extent_names: list[str] = []
+        self.serial = False  # printing a region's one-thread form: its work-shared loops run as plain loops
 
     # ---- expressions -------------------------------------------------------------------------------------
     def expr(self, e: kir.Expr) -> str:
@@ -138,9 +148,15 @@ class Printer:
             value = self.expr(s.value)
             self.emit(f"{ctype(s.buf.dtype)} *{self.names.declare(s.buf, s.buf.hint)} = {value};", depth)
         elif isinstance(s, kir.Region):
-            self.emit("#pragma omp parallel" + (f" if({self.expr(s.if_)})" if s.if_ is not None else ""), depth)
-            self.emit("{", depth)
+            self.emit(f"if ({self.team(s.if_)}) {{", depth)
+            self.emit("#pragma omp parallel", depth + 1)
+            self.emit("{", depth + 1)
+            self.block(s.body, depth + 2)
+            self.emit("}", depth + 1)
+            self.emit("} else {", depth)
+            serial, self.serial = self.serial, True
             self.block(s.body, depth + 1)
+            self.serial = serial
             self.emit("}", depth)
         elif isinstance(s, kir.Alloc):
             t, n = ctype(s.buf.dtype), self.expr(s.count)
@@ -156,10 +172,29 @@ class Printer:
         else:
             raise TypeError(f"not a kernel IR statement: {s!r}")
 
+    def team(self, if_: kir.Expr | None) -> str:
+        """When a parallel construct wakes its team: more than one thread, and its `if_`. Its other branch is the
+        same code without the construct. Why not the `if` clause: a parallel region whose `if` is false still
+        costs ~300 ns a call in libgomp (a one-thread team set up and torn down), against ~5 ns for the branch;
+        a 39-kernel CNN paid it 39 times a call, a decoder step 7 times, and a 1-thread run on every kernel."""
+        many = "omp_get_max_threads() > 1"
+        return many if if_ is None else f"{many} && {self.expr(if_)}"
+
     def loop(self, s: kir.For, depth: int) -> None:
+        o = s.omp
+        if o is not None and o.parallel:
+            self.emit(f"if ({self.team(o.if_)}) {{", depth)
+            self._loop(s, dataclasses.replace(o, if_=None), depth + 1)
+            self.emit("} else {", depth)
+            self._loop(s, _one_thread(o), depth + 1)
+            self.emit("}", depth)
+        else:
+            self._loop(s, _one_thread(o) if self.serial and o is not None and o.shared else o, depth)
+
+    def _loop(self, s: kir.For, omp: kir.Omp | None, depth: int) -> None:
         i = self.names.declare(s.var, s.var.hint)
-        if s.omp is not None:
-            self.emit(self.pragma(s.omp), depth)
+        if omp is not None:
+            self.emit(self.pragma(omp), depth)
         step = f"{i}++" if isinstance(s.step, kir.Const) and s.step.value == 1 else f"{i} += {self.expr(s.step)}"
         self.emit(f"for (int64_t {i} = {self.expr(s.start)}; {i} < {self.expr(s.stop)}; {step}) {{", depth)
         self.block(s.body, depth + 1)
@@ -181,8 +216,9 @@ class Printer:
             op, var = o.reduction
             words.append(f"reduction({op}:{self.names(var)})")
         if o.if_ is not None and o.parallel:
-            # `parallel:` scopes the clause to the parallel construct: under OpenMP 5 a bare `if` on a combined
-            # `parallel for simd` also applies to `simd`, and every loop under the threshold ran scalar
+            # (`team` prints the condition as a branch around the loop; an Omp printed on its own keeps it as a
+            # clause.) `parallel:` scopes the clause to the parallel construct: under OpenMP 5 a bare `if` on a
+            # combined `parallel for simd` also applies to `simd`, and every loop under the threshold ran scalar
             words.append(f"if(parallel: {self.expr(o.if_)})")
         return " ".join(words)
 

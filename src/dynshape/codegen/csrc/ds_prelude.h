@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The printer's branch around each parallel construct asks it (codegen/printer.py: Printer.team); libgomp
+   defines it (every generated kernel links it), as omp.h would declare it. */
+int omp_get_max_threads(void);
+
 /* Python semantics for // and % (floor; the remainder takes the divisor's sign). Division by zero is
    undefined here as in C; the runtime's shape checks rule it out before any kernel runs. */
 static inline int64_t ds_floordiv(int64_t a, int64_t b) {

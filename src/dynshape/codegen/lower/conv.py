@@ -281,9 +281,9 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     # between two threads), as many as a multiple of the threads, and of equal size to a micro-tile: the threads
     # share the tiles in equal runs, so one that got 60 + 60 pixels while the other got 60 + 16 (a 14x14 map's
     # 196 in blocks of 60) kept its team waiting: 256 -> 256 1x1 on 14x14 at 2 threads ran 148 us, 122 balanced
-    blocks, b0, bt = kir.Var("NBLK"), kir.Var("NB0"), kir.Var("NBT")
+    blocks, b0, bt, threads = kir.Var("NBLK"), kir.Var("NB0"), kir.Var("NBT"), kir.Var("NT")
     gp = geo["G"] * pairs
-    threads = kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))
+    body.append(kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))))
     want = threads * MIN_TILES_PER_THREAD
     by_rows = (pixels + (ROWS - 1)) / ROWS
     by_want = kir.minimum((want + gp - 1) / gp, (pixels + (MICRO_ROWS - 1)) / MICRO_ROWS)

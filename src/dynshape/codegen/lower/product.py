@@ -47,12 +47,12 @@ def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr) -> list[
     size to ROW_ALIGN rows, where each keeps ROW_ALIGN rows or more (`bal` = 1). Why: the threads take equal runs of
     tiles, so 128 rows in blocks of 60 + 68 left one thread 60 rows while the other did 68, and 512 rows in eight
     of 60 and one of 32 gave one thread 270 rows and the other 242 (the conv tiles' fix, conv.py's NBLK)."""
-    nb0 = kir.Var("NB0")
+    nb0, threads = kir.Var("NB0"), kir.Var("NT")
     short_tail = kir.Bin("&&", kir.Bin(">", m, _i(ROW_BLOCK)), kir.Bin("<=", kir.Bin("%", m, _i(ROW_BLOCK)),
                                                                         _i(ROW_TAIL)))
-    threads = kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))
     nbt = (nb0 + threads - 1) / threads * threads
-    return [kir.Let(nb0, kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
+    return [kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))),
+            kir.Let(nb0, kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
                                     kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))),
             kir.Let(bal, kir.Select(kir.Bin("&&", threads > 1, nbt * ROW_ALIGN <= m), _i(1), _i(0))),
             kir.Let(nblk, kir.Select(bal, nbt, nb0))]
