@@ -9,6 +9,9 @@ compared with the emulated ones so both paths are checked on one machine.
 
 from __future__ import annotations
 
+import ctypes
+import math
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -18,7 +21,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen import bf16
+from dynshape.codegen import bf16, cc, cgen
 from dynshape.errors import DynshapeError
 from dynshape.models.encoder import build_encoder
 
@@ -267,3 +270,56 @@ def test_winograd_products_in_bf16(ci: int, co: int, h: int) -> None:
         assert 1e-4 * rms < np.abs(outs[precision] - exact).max() <= 0.03 * rms
     if NATIVE:
         assert np.abs(outs["bf16"] - outs["bf16-emulated"]).max() <= 1e-4 * rms
+
+
+def test_bf16_erf_within_two_millionths() -> None:
+    """ds_erff_bf16 (bf16 product epilogues' erf): absolute error < 2e-6 everywhere, sign and NaN kept."""
+    src = cgen.PRELUDE + ("void v(const float *x, float *y, int64_t n) "
+                          "{ for (int64_t i = 0; i < n; i++) y[i] = ds_erff_bf16(x[i]); }\n")
+    lib = cc.compile_c(src, "erf_bf16")
+    mags = np.float32(10.0) ** np.linspace(-30, 2, 40001, dtype=np.float32)
+    x = np.concatenate([np.linspace(-110, 110, 400001, dtype=np.float32), mags, -mags,
+                        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32)])
+    y = np.empty_like(x)
+    lib.v(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.c_int64(x.size))
+    ref = np.vectorize(math.erf, otypes=[np.float64])(x[:-5].astype(np.float64))
+    assert np.abs(y[:-5] - ref).max() < 2e-6
+    assert np.isnan(y[-5]) and y[-4] == 1.0 and y[-3] == -1.0 and y[-2] == 0.0 and np.signbit(y[-1])
+
+
+def _gelu_model(k: int, n: int) -> onnx.ModelProto:
+    """x @ W + B then GELU as exporters write it: v * 0.5 * (1 + erf(v / sqrt 2))."""
+    rng = np.random.default_rng(k + n)
+    inits = [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32) / np.sqrt(k).astype(np.float32),
+                                     "W"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "B"),
+             numpy_helper.from_array(np.array(1.4142135, np.float32), "r2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["v"]),
+             helper.make_node("Div", ["v", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["v", "e1"], ["g"]),
+             helper.make_node("Mul", ["g", "half"], ["y"])]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_gelu_epilogue_takes_the_bf16_erf(precision: str) -> None:
+    """Under bf16 a product's GELU epilogue calls ds_erff_bf16 (float32 keeps ds_erff) and equals GELU of the
+    rounded operands' product: float32 accumulation's error times GELU's slope (< 1.13) plus the erf's 2e-6."""
+    model = _gelu_model(96, 80)
+    exes = {p: ds.compile(ds.load_onnx(model), precision=p) for p in ("fp32", precision)}
+    srcs = {p: "".join(s.source for s in e.generic.steps if getattr(s, "kind", "") == "product")
+            for p, e in exes.items()}
+    assert "ds_erff_bf16(" in srcs[precision] and "ds_erff(" not in srcs[precision]
+    assert "ds_erff(" in srcs["fp32"] and "ds_erff_bf16" not in srcs["fp32"]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = np.random.default_rng(4).standard_normal((70, 96)).astype(np.float32)
+    xr, wr = bf16.rounded(x).astype(np.float64), bf16.rounded(inits["W"]).astype(np.float64)
+    v = xr @ wr + inits["B"]
+    want = v * 0.5 * (1 + np.vectorize(math.erf, otypes=[np.float64])(v / math.sqrt(2)))
+    scale = np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])
+    err = np.abs(exes[precision].run({"x": x})["y"] - want)
+    assert np.all(err <= 1.13 * 4 * 96 * 2.0**-24 * scale + 1e-6 * np.abs(v) + 4e-7 * np.abs(want) + 1e-30)

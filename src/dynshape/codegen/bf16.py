@@ -175,6 +175,14 @@ def conv_call(options: Options) -> str:
     return "ds_conv_tile2_bf16e" if options.precision == "bf16-emulated" else "ds_conv_tile2_bf16"
 
 
+def epilogue_math(options: Options) -> dict[str, str]:
+    """The math functions a product's epilogue swaps under `options` (lower/elementwise.emit_nodes' `fns`): under a
+    bf16 precision erf is ds_erff_bf16 (csrc/ds_prelude.h: absolute error < 2e-6, half the work of ds_erff), as the
+    value it takes carries the bf16 operands' rounding (2^-9 relative) and the next product rounds its result to
+    bf16 again; float32 keeps ds_erff. Emulated and native bf16 swap alike, so they still compute the same."""
+    return {"ds_erff": "ds_erff_bf16"} if active(options) else {}
+
+
 def method(options: Options) -> str:
     """How a bf16 product computes, for explain."""
     how = "VDPBF16PS" if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels"

@@ -10,6 +10,7 @@ blocks for every thread, else after all tiles (a batch-1 request still uses ever
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -57,13 +58,13 @@ def block_rows(nblk: kir.Var, m: kir.Expr) -> tuple[kir.Var, kir.Var, kir.Var, l
 
 def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
                   at_index: kir.Expr, r: kir.Var, j: kir.Var, cols: tuple[kir.Expr, kir.Expr], n: int,
-                  channel: kir.Expr | None = None) -> list[kir.Stmt]:
+                  channel: kir.Expr | None = None, fns: Mapping[str, str] | None = None) -> list[kir.Stmt]:
     """The epilogue of row r (a product row, a convolution's output pixel), columns cols[0] <= j < cols[1], in cache:
     the product's own bias (Gemm's alpha / beta C, a convolution's bias), then the elementwise group, stored
     back where the tile is (`at_buf[at_index]`). Operands are indexed as full rows (`r * n + j`: row-major with
     n columns), row vectors (`channel`, by default `j`: per output channel) or one value. Empty when there is
     nothing to apply. A caller whose j runs over several pixels' values at once (r their first pixel) passes
-    `channel` = j % n."""
+    `channel` = j % n. `fns`: math functions the elementwise group swaps (emit_nodes; bf16.epilogue_math)."""
     acc = kir.Var("acc", kir.F32)
     body: list[kir.Stmt] = [kir.Let(acc, kir.Load(at_buf, at_index))]
     env: dict[str, kir.Expr] = dict(ops.scalars)
@@ -85,7 +86,7 @@ def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None
         value = kir.Bin("+", value, c if beta == 1.0 else kir.Bin("*", kir.Const(beta, kir.F32), c))
     env[node.outputs[0]] = value
     if group:
-        emit_nodes(group.nodes, env, g, body, "")
+        emit_nodes(group.nodes, env, g, body, "", fns)
     out = env[out_name]
     if out is acc:
         return []
@@ -196,7 +197,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     out_name = pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else sm_in if sm is not None \
         else pr.outputs[0]
     lets, cols = panel_columns(q, n)
-    epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n)
+    epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n,
+                             fns=bf16.epilogue_math(ctx.options))
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk = kir.Var("NBLK")
     rb, r0, r1, rows_of = block_rows(nblk, L0)
