@@ -323,3 +323,35 @@ def test_gelu_epilogue_takes_the_bf16_erf(precision: str) -> None:
     scale = np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])
     err = np.abs(exes[precision].run({"x": x})["y"] - want)
     assert np.all(err <= 1.13 * 4 * 96 * 2.0**-24 * scale + 1e-6 * np.abs(v) + 4e-7 * np.abs(want) + 1e-30)
+
+
+def _attention_model(dv: int) -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "m", 32]),
+              helper.make_tensor_value_info("kt", TensorProto.FLOAT, ["b", 2, 32, "n"]),
+              helper.make_tensor_value_info("v", TensorProto.FLOAT, ["b", 2, "n", dv])]
+    g = helper.make_graph(nodes, "att", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_attention_rounds_each_block_of_scores_once(precision: str) -> None:
+    """bf16 attention over several full blocks of query rows and two panels of V: each block's exponentiated scores
+    are rounded once (under an epoch of their own) for both panels, and O equals round(E) @ round(V) / sum(E) of
+    the rounded Q and K (E = exp(S - max), float32 accumulation; a bf16 step of E at most either way)."""
+    exe = ds.compile(ds.load_onnx(_attention_model(64)), precision=precision)
+    (src,) = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "attention"]
+    assert src.count("ds_bf16_epoch()") == 2  # the call's (Q) and a block's (the scores)
+    rng = np.random.default_rng(5)
+    for b, m, n in ((1, 150, 130), (2, 121, 64)):  # 60-row blocks: 60 + 60 + 30 and 60 + 61 (a short tail joined)
+        q, kt = (rng.standard_normal((b, 2, m, 32)) * 0.5).astype(np.float32), rng.standard_normal(
+            (b, 2, 32, n)).astype(np.float32)
+        v = rng.standard_normal((b, 2, n, 64)).astype(np.float32)
+        got = exe.run({"q": q, "kt": kt, "v": v})["y"]
+        s = bf16.rounded(q).astype(np.float64) @ bf16.rounded(kt).astype(np.float64)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        vr, total = bf16.rounded(v).astype(np.float64), e.sum(-1, keepdims=True)
+        want = bf16.rounded(e.astype(np.float32)).astype(np.float64) @ vr / total
+        tol = (2.0**-8 * e @ np.abs(vr) + 1e-5 * np.abs(e) @ np.abs(vr)) / total
+        assert np.all(np.abs(got - want) <= tol), float((np.abs(got - want) / tol).max())
