@@ -183,6 +183,13 @@ def epilogue_math(options: Options) -> dict[str, str]:
     return {"ds_erff": "ds_erff_bf16"} if active(options) else {}
 
 
+def softmax_exp_sum(options: Options) -> str:
+    """The attention softmax's exp-and-sum pass under `options` (lower/softmax.softmax_passes' `exp_sum`): under a
+    bf16 precision, whose product by V rounds every exp to bf16 (2^-9 relative), ds_softmax_exp_sum_bf16 (exps
+    within 4e-6, 9 vector operations where float32's take 14); emulated and native alike."""
+    return "ds_softmax_exp_sum_bf16" if active(options) else "ds_softmax_exp_sum"
+
+
 def method(options: Options) -> str:
     """How a bf16 product computes, for explain."""
     how = "VDPBF16PS" if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels"

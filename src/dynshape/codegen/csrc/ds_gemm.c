@@ -436,6 +436,10 @@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, con
 
 /* A softmax row's second pass for generated kernels (ds_softmax_row.h says why it is not generated). */
 float ds_softmax_exp_sum(float *restrict row, int64_t n, float mx) { return ds_softmax_exp_row(row, n, mx); }
+/* ... with the exps a bf16 attention rounds before its product by V (ds_vmath.h's ds_expf_nonpos16_bf16). */
+float ds_softmax_exp_sum_bf16(float *restrict row, int64_t n, float mx) {
+    return ds_softmax_exp_to_as(row, row, n, mx, 1);
+}
 
 /* Attention at decode time: a few query rows against n keys. Packing K and V into panels (as the row blocks of a
    prefill do) reads and writes every key once more than the product itself, and with one query row that is most of

@@ -98,7 +98,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     rel = kir.Bin("-", m, m0)
     softmax_passes(sm, g, per_row, "c", N, row, load, {at.scores.outputs[0]: lambda c: kir.Load(row, c)},
                    lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])], (scale, rel) if defer else None,
-                   native_exp=ctx.options.fast_math)
+                   native_exp=ctx.options.fast_math, exp_sum=bf16.softmax_exp_sum(ctx.options))
     # O as (batch, heads, seq, d), or with its Transpose folded as (batch, seq, heads, d): row stride heads * d
     if folded:
         L1 = L[1]
