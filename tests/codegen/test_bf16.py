@@ -377,3 +377,39 @@ def test_bf16_softmax_exp_within_four_millionths(isa: str) -> None:
     ref = np.exp(x[:body].astype(np.float64))
     assert (np.abs(y[:body] / ref - 1)).max() < 4e-6
     assert y[body] == 1.0 and np.isnan(y[body + 1]) and y[body + 2] == 0.0 and y[body + 3] == 0.0
+
+
+def _heads_model() -> onnx.ModelProto:
+    """x @ W + B as (b, s, 3 heads, 32) transposed to (b, heads, s, 32): the product writes the heads' layout."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 96)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(96).astype(np.float32), "B"),
+             numpy_helper.from_array(np.array([0, 0, 3, 32], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["v"]),
+             helper.make_node("Reshape", ["v", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    g = helper.make_graph(nodes, "heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_heads_folded_product_blocks_within_each_sequence(precision: str) -> None:
+    """A bf16 product written as (b, heads, s, d) takes its 60-row blocks within each b (no block across two
+    sequences: csrc/ds_gemm_bf16.c's memo of rounded rows then serves every panel): every row computed once, equal
+    to the rounded operands' product over sequences shorter than a block, with a short tail joined (70) or not (61,
+    130) and several b's."""
+    model = _heads_model()
+    exe = ds.compile(ds.load_onnx(model), precision=precision)
+    (src,) = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "product"]
+    assert "BPS" in src and "dst" in src  # the heads' layout, blocks per sequence
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    wr = bf16.rounded(inits["W"]).astype(np.float64)
+    rng = np.random.default_rng(7)
+    for b, s in ((3, 61), (2, 130), (2, 70), (4, 7), (1, 1)):
+        x = rng.standard_normal((b, s, 64)).astype(np.float32)
+        xr = bf16.rounded(x).astype(np.float64)
+        want = (xr @ wr + inits["B"]).reshape(b, s, 3, 32).transpose(0, 2, 1, 3)
+        scale = (np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])).reshape(b, s, 3, 32).transpose(0, 2, 1, 3)
+        got = exe.run({"x": x})["y"]
+        assert got.shape == want.shape and np.all(np.abs(got - want) <= 4 * 64 * 2.0**-24 * scale), (b, s)
