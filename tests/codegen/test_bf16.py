@@ -413,3 +413,34 @@ def test_heads_folded_product_blocks_within_each_sequence(precision: str) -> Non
         scale = (np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])).reshape(b, s, 3, 32).transpose(0, 2, 1, 3)
         got = exe.run({"x": x})["y"]
         assert got.shape == want.shape and np.all(np.abs(got - want) <= 4 * 64 * 2.0**-24 * scale), (b, s)
+
+
+@pytest.mark.parametrize("n", [256, 100, 1])
+def test_tree_layernorm_row_matches_float64(n: int) -> None:
+    """ds_layernorm_row_tree (bf16 products' fused LayerNormalization): float32's accuracy against float64, in place
+    and out, with and without a bias, over a row of whole 32-value steps, one with a tail, one value."""
+    from dynshape.codegen import packed_gemm
+
+    lib = packed_gemm.LIBRARY.load()
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 3 + 5).astype(np.float32)
+    scale, bias = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x64 = x.astype(np.float64)
+    norm = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
+    for with_bias in (True, False):
+        want = norm * scale + (bias if with_bias else 0.0)
+        for in_place in (False, True):
+            y = x.copy() if in_place else np.empty_like(x)
+            src = y if in_place else x
+            lib.ds_layernorm_row_tree(src.ctypes.data, y.ctypes.data, scale.ctypes.data,
+                                      bias.ctypes.data if with_bias else None, n, ctypes.c_float(1e-5))
+            assert np.all(np.abs(y - want) <= 2e-6 * (np.abs(norm * scale) + 1) + 1e-7), (with_bias, in_place)
+
+
+def test_bf16_products_fuse_the_tree_layernorm() -> None:
+    """A product's fused LayerNormalization calls ds_layernorm_row_tree under bf16, ds_layernorm_row in float32."""
+    model = build_encoder(layers=1, hidden=64, heads=4, ffn=128)
+    for precision, fn in (("bf16-emulated", "ds_layernorm_row_tree("), ("fp32", "ds_layernorm_row(")):
+        exe = ds.compile(ds.load_onnx(model), precision=precision)
+        srcs = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "product" and "LayerNorm" in s.name]
+        assert srcs and all(fn in src for src in srcs), precision

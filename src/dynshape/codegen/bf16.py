@@ -190,6 +190,13 @@ def softmax_exp_sum(options: Options) -> str:
     return "ds_softmax_exp_sum_bf16" if active(options) else "ds_softmax_exp_sum"
 
 
+def layernorm_row(options: Options) -> str:
+    """The row normalisation a product's fused LayerNormalization calls under `options`: under a bf16 precision
+    ds_layernorm_row_tree (csrc/ds_gemm.c: its sums tree-added, 2x faster, float32 results a few ulp from
+    ds_layernorm_row's); float32 keeps ds_layernorm_row, bit for bit."""
+    return "ds_layernorm_row_tree" if active(options) else "ds_layernorm_row"
+
+
 def method(options: Options) -> str:
     """How a bf16 product computes, for explain."""
     how = "VDPBF16PS" if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels"

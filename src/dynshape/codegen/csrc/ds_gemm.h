@@ -28,5 +28,7 @@ void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, in
 void ds_axpy_rows(const float *restrict p, const float *restrict v, int64_t n, int64_t dv, float *restrict o);
 void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,
                       int64_t n, float eps);
+void ds_layernorm_row_tree(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                           int64_t n, float eps);
 int omp_get_max_threads(void);
 #endif

@@ -276,11 +276,12 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         bias = kir.Addr(ln_bufs[1]) if len(ln_bufs) > 1 else kir.NULL
         rr = kir.Var("r")
         row_at = kir.Addr(o0, kir.Bin("*", rr, _i(n)))
-        norm = (_call("ds_layernorm_row", row_at, row_at, scale, bias, _i(n), eps),)
+        ln_fn = bf16.layernorm_row(ctx.options)
+        norm = (_call(ln_fn, row_at, row_at, scale, bias, _i(n), eps),)
         per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, _i(panels), tuple(tile)), kir.For(rr, r1, norm, start=r0)),
                             omp=kir.Omp(parallel=True, if_=par))
         rr2 = kir.Var("r")
-        norm2 = (_call("ds_layernorm_row", kir.Addr(o0, kir.Bin("*", rr2, _i(n))),
+        norm2 = (_call(ln_fn, kir.Addr(o0, kir.Bin("*", rr2, _i(n))),
                        kir.Addr(o0, kir.Bin("*", rr2, _i(n))), scale, bias, _i(n), eps),)
         after = kir.Region((tiles(kir.Omp(shared=True, collapse=2)),
                             kir.For(rr2, L0, norm2, omp=kir.Omp(shared=True))), if_=par)
