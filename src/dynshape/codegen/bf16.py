@@ -4,8 +4,11 @@ Why bf16 at all: on CPUs with AVX512-BF16 (AMD Zen 4, Intel Cooper Lake and Sapp
 twice the multiply-adds of a float32 FMA and the weights stream half the bytes; OpenVINO runs bf16 by default
 there. dynshape keeps float32 as its default (exactness is the promise) and makes bf16 an option: the products by
 constant weights (MatMul / Gemm by an initializer, what dominates transformers and MLPs) take bf16 operands with
-float32 accumulation; their epilogues, softmax, normalisations, attention and every other op stay float32, and so
-do graph inputs and outputs.
+float32 accumulation, and so do attention's two products (Q @ K^T, the softmax's exps @ V). Epilogues, softmax,
+normalisations and every other op compute in float32, and graph inputs and outputs stay float32; where a result is
+rounded to bf16 next or carries bf16's error already, a few compute to that need rather than to float32's last bit
+(a product epilogue's erf, the attention softmax's exps, a fused layer norm's sums: epilogue_math, softmax_exp_sum,
+layernorm_row below).
 
 - "bf16": the native kernels; refused at compile time on a CPU (or a compiler) without AVX512-BF16.
 - "bf16-emulated": the same rounding of both operands (nearest even, denormals to zero), multiplied on the float32
