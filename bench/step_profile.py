@@ -2,6 +2,7 @@
 
     python bench/step_profile.py light_resnet50 1x3x224x224 [--threads 1] [--top 25] [--reps 30] [--in-order]
     python bench/step_profile.py text_det 1x3x320x320 --ort      # + onnxruntime's own per-node profile
+    python bench/step_profile.py bert_small 8x128 --precision bf16
 
 The plan is bound with its native steps kept apart (not joined into one C program). By default each step runs
 `--reps` times back to back (hot caches: a lower bound of its share of the real call, where its inputs and
@@ -26,6 +27,7 @@ from collections import defaultdict
 import numpy as np
 
 from benchutil import limit_threads
+from bf16_bench import SHAPES
 
 
 def median_time(fn, reps: int) -> float:
@@ -77,6 +79,7 @@ def main() -> None:
     ap.add_argument("--ort", action="store_true", help="also onnxruntime's per-node profile")
     ap.add_argument("--file", default=None,
                     help="profile this ONNX file with the model's feed (e.g. a rewritten copy of a corpus model)")
+    ap.add_argument("--precision", default="fp32", help="fp32, bf16, bf16-emulated or int8 (ds.compile's precision)")
     ap.add_argument("--in-order", action="store_true",
                     help="time each step once per call, in the call's order (caches as the call leaves them), "
                          "instead of --reps times back to back")
@@ -93,6 +96,11 @@ def main() -> None:
         if env is None:
             raise SystemExit(f"{spec.name}: probes are {[spec.shape_str(e) for e in spec.probes]}")
         feed, path, dims, name = spec.make_inputs(env), onnx_path(spec.name), spec.dims, spec.name
+    elif args.model in SHAPES:  # the shared bench's BERT and MLP (bench/bf16_bench.py's models), as shipped
+        from benchutil import common
+
+        shape = tuple(int(d) for d in args.shape.split("x"))
+        feed, path, dims, name = common.make_inputs(args.model, shape), common.onnx_path(args.model), None, args.model
     else:  # a corpus model (bench/zoo_models.py), loaded as shipped: nothing declared
         from zoo_models import BY_NAME
 
@@ -102,7 +110,7 @@ def main() -> None:
             raise SystemExit(f"{zm.name}: probes are {labels}")
         feed, path, dims, name = zm.make_feed(labels.index(args.shape)), zm.path(), None, zm.name
     path = args.file or path
-    exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
+    exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision)
     limit_threads(args.threads)  # compiling loaded dynshape's OpenMP runtime: limit it too
     whole = median_time(lambda: exe.run(feed), args.reps)
 
@@ -110,7 +118,7 @@ def main() -> None:
 
     # every native step its own call (its tables' addresses resolved, as the program pass would)
     plan_mod._programs = lambda calls, labels, keep, *_, **__: ([resolved(c) for c in calls], labels)
-    exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
+    exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision)
     exe_split.run(feed)
     arena = exe_split._pool.arenas[0]
     plan = next(iter(arena.plans.values()))

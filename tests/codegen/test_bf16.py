@@ -9,6 +9,9 @@ compared with the emulated ones so both paths are checked on one machine.
 
 from __future__ import annotations
 
+import ctypes
+import math
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -18,7 +21,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen import bf16
+from dynshape.codegen import bf16, cc, cgen
 from dynshape.errors import DynshapeError
 from dynshape.models.encoder import build_encoder
 
@@ -267,3 +270,177 @@ def test_winograd_products_in_bf16(ci: int, co: int, h: int) -> None:
         assert 1e-4 * rms < np.abs(outs[precision] - exact).max() <= 0.03 * rms
     if NATIVE:
         assert np.abs(outs["bf16"] - outs["bf16-emulated"]).max() <= 1e-4 * rms
+
+
+def test_bf16_erf_within_two_millionths() -> None:
+    """ds_erff_bf16 (bf16 product epilogues' erf): absolute error < 2e-6 everywhere, sign and NaN kept."""
+    src = cgen.PRELUDE + ("void v(const float *x, float *y, int64_t n) "
+                          "{ for (int64_t i = 0; i < n; i++) y[i] = ds_erff_bf16(x[i]); }\n")
+    lib = cc.compile_c(src, "erf_bf16")
+    mags = np.float32(10.0) ** np.linspace(-30, 2, 40001, dtype=np.float32)
+    x = np.concatenate([np.linspace(-110, 110, 400001, dtype=np.float32), mags, -mags,
+                        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32)])
+    y = np.empty_like(x)
+    lib.v(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.c_int64(x.size))
+    ref = np.vectorize(math.erf, otypes=[np.float64])(x[:-5].astype(np.float64))
+    assert np.abs(y[:-5] - ref).max() < 2e-6
+    assert np.isnan(y[-5]) and y[-4] == 1.0 and y[-3] == -1.0 and y[-2] == 0.0 and np.signbit(y[-1])
+
+
+def _gelu_model(k: int, n: int) -> onnx.ModelProto:
+    """x @ W + B then GELU as exporters write it: v * 0.5 * (1 + erf(v / sqrt 2))."""
+    rng = np.random.default_rng(k + n)
+    inits = [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32) / np.sqrt(k).astype(np.float32),
+                                     "W"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "B"),
+             numpy_helper.from_array(np.array(1.4142135, np.float32), "r2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["v"]),
+             helper.make_node("Div", ["v", "r2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["v", "e1"], ["g"]),
+             helper.make_node("Mul", ["g", "half"], ["y"])]
+    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", n])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_gelu_epilogue_takes_the_bf16_erf(precision: str) -> None:
+    """Under bf16 a product's GELU epilogue calls ds_erff_bf16 (float32 keeps ds_erff) and equals GELU of the
+    rounded operands' product: float32 accumulation's error times GELU's slope (< 1.13) plus the erf's 2e-6."""
+    model = _gelu_model(96, 80)
+    exes = {p: ds.compile(ds.load_onnx(model), precision=p) for p in ("fp32", precision)}
+    srcs = {p: "".join(s.source for s in e.generic.steps if getattr(s, "kind", "") == "product")
+            for p, e in exes.items()}
+    assert "ds_erff_bf16(" in srcs[precision] and "ds_erff(" not in srcs[precision]
+    assert "ds_erff(" in srcs["fp32"] and "ds_erff_bf16" not in srcs["fp32"]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = np.random.default_rng(4).standard_normal((70, 96)).astype(np.float32)
+    xr, wr = bf16.rounded(x).astype(np.float64), bf16.rounded(inits["W"]).astype(np.float64)
+    v = xr @ wr + inits["B"]
+    want = v * 0.5 * (1 + np.vectorize(math.erf, otypes=[np.float64])(v / math.sqrt(2)))
+    scale = np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])
+    err = np.abs(exes[precision].run({"x": x})["y"] - want)
+    assert np.all(err <= 1.13 * 4 * 96 * 2.0**-24 * scale + 1e-6 * np.abs(v) + 4e-7 * np.abs(want) + 1e-30)
+
+
+def _attention_model(dv: int) -> onnx.ModelProto:
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [helper.make_tensor_value_info("q", TensorProto.FLOAT, ["b", 2, "m", 32]),
+              helper.make_tensor_value_info("kt", TensorProto.FLOAT, ["b", 2, 32, "n"]),
+              helper.make_tensor_value_info("v", TensorProto.FLOAT, ["b", 2, "n", dv])]
+    g = helper.make_graph(nodes, "att", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_attention_rounds_each_block_of_scores_once(precision: str) -> None:
+    """bf16 attention over several full blocks of query rows and two panels of V: each block's exponentiated scores
+    are rounded once (under an epoch of their own) for both panels, and O equals round(E) @ round(V) / sum(E) of
+    the rounded Q and K (E = exp(S - max), float32 accumulation; a bf16 step of E at most either way)."""
+    exe = ds.compile(ds.load_onnx(_attention_model(64)), precision=precision)
+    (src,) = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "attention"]
+    assert src.count("ds_bf16_epoch()") == 2  # the call's (Q) and a block's (the scores)
+    assert "ds_softmax_exp_sum_bf16(" in src  # exps to bf16's need
+    (src32,) = [s.source for s in ds.compile(ds.load_onnx(_attention_model(64))).generic.steps
+                if getattr(s, "kind", "") == "attention"]
+    assert "ds_softmax_exp_sum(" in src32 and "_bf16" not in src32 and src32.count("ds_bf16_epoch") == 0
+    rng = np.random.default_rng(5)
+    for b, m, n in ((1, 150, 130), (2, 121, 64)):  # 60-row blocks: 60 + 60 + 30 and 60 + 61 (a short tail joined)
+        q, kt = (rng.standard_normal((b, 2, m, 32)) * 0.5).astype(np.float32), rng.standard_normal(
+            (b, 2, 32, n)).astype(np.float32)
+        v = rng.standard_normal((b, 2, n, 64)).astype(np.float32)
+        got = exe.run({"q": q, "kt": kt, "v": v})["y"]
+        s = bf16.rounded(q).astype(np.float64) @ bf16.rounded(kt).astype(np.float64)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        vr, total = bf16.rounded(v).astype(np.float64), e.sum(-1, keepdims=True)
+        want = bf16.rounded(e.astype(np.float32)).astype(np.float64) @ vr / total
+        tol = (2.0**-8 * e @ np.abs(vr) + 1e-5 * np.abs(e) @ np.abs(vr)) / total
+        assert np.all(np.abs(got - want) <= tol), float((np.abs(got - want) / tol).max())
+
+
+@pytest.mark.parametrize("isa", ["native", "no-avx512"])
+def test_bf16_softmax_exp_within_four_millionths(isa: str) -> None:
+    """ds_expf_nonpos16_bf16 (a bf16 attention's softmax exps), its AVX-512 form and the lane-by-lane one of CPUs
+    without it: relative error < 4e-6 on [-87, 0], exp(0) = 1, NaN kept, 0 far below (and at -inf)."""
+    src = ('#include "ds_vmath.h"\nvoid v(const float *x, float *y, int64_t n) {\n'
+           "  for (int64_t i = 0; i + 16 <= n; i += 16) ds_st16(y + i, ds_expf_nonpos16_bf16(ds_ld16(x + i)));\n}\n")
+    lib = cc.compile_c(src, "exp_bf16", flags=[*cc.DEFAULT_FLAGS, *(("-mno-avx512f",) if isa != "native" else ())])
+    mags = -(np.float32(10.0) ** np.linspace(-30, 1.9, 16000, dtype=np.float32))
+    x = np.concatenate([np.linspace(-87, 0, 400000, dtype=np.float32), mags,
+                        np.array([0.0, np.nan, -np.inf, -200.0] + [0.0] * 12, np.float32)])
+    y = np.empty_like(x)
+    lib.v(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data), ctypes.c_int64(x.size))
+    body = x.size - 16
+    ref = np.exp(x[:body].astype(np.float64))
+    assert (np.abs(y[:body] / ref - 1)).max() < 4e-6
+    assert y[body] == 1.0 and np.isnan(y[body + 1]) and y[body + 2] == 0.0 and y[body + 3] == 0.0
+
+
+def _heads_model() -> onnx.ModelProto:
+    """x @ W + B as (b, s, 3 heads, 32) transposed to (b, heads, s, 32): the product writes the heads' layout."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 96)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(96).astype(np.float32), "B"),
+             numpy_helper.from_array(np.array([0, 0, 3, 32], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "B"], ["v"]),
+             helper.make_node("Reshape", ["v", "shape"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    g = helper.make_graph(nodes, "heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_heads_folded_product_blocks_within_each_sequence(precision: str) -> None:
+    """A bf16 product written as (b, heads, s, d) takes its 60-row blocks within each b (no block across two
+    sequences: csrc/ds_gemm_bf16.c's memo of rounded rows then serves every panel): every row computed once, equal
+    to the rounded operands' product over sequences shorter than a block, with a short tail joined (70) or not (61,
+    130) and several b's."""
+    model = _heads_model()
+    exe = ds.compile(ds.load_onnx(model), precision=precision)
+    (src,) = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "product"]
+    assert "BPS" in src and "dst" in src  # the heads' layout, blocks per sequence
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    wr = bf16.rounded(inits["W"]).astype(np.float64)
+    rng = np.random.default_rng(7)
+    for b, s in ((3, 61), (2, 130), (2, 70), (4, 7), (1, 1)):
+        x = rng.standard_normal((b, s, 64)).astype(np.float32)
+        xr = bf16.rounded(x).astype(np.float64)
+        want = (xr @ wr + inits["B"]).reshape(b, s, 3, 32).transpose(0, 2, 1, 3)
+        scale = (np.abs(xr) @ np.abs(wr) + np.abs(inits["B"])).reshape(b, s, 3, 32).transpose(0, 2, 1, 3)
+        got = exe.run({"x": x})["y"]
+        assert got.shape == want.shape and np.all(np.abs(got - want) <= 4 * 64 * 2.0**-24 * scale), (b, s)
+
+
+@pytest.mark.parametrize("n", [256, 100, 1])
+def test_tree_layernorm_row_matches_float64(n: int) -> None:
+    """ds_layernorm_row_tree (bf16 products' fused LayerNormalization): float32's accuracy against float64, in place
+    and out, with and without a bias, over a row of whole 32-value steps, one with a tail, one value."""
+    from dynshape.codegen import packed_gemm
+
+    lib = packed_gemm.LIBRARY.load()
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 3 + 5).astype(np.float32)
+    scale, bias = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x64 = x.astype(np.float64)
+    norm = (x64 - x64.mean()) / np.sqrt(x64.var() + 1e-5)
+    for with_bias in (True, False):
+        want = norm * scale + (bias if with_bias else 0.0)
+        for in_place in (False, True):
+            y = x.copy() if in_place else np.empty_like(x)
+            src = y if in_place else x
+            lib.ds_layernorm_row_tree(src.ctypes.data, y.ctypes.data, scale.ctypes.data,
+                                      bias.ctypes.data if with_bias else None, n, ctypes.c_float(1e-5))
+            assert np.all(np.abs(y - want) <= 2e-6 * (np.abs(norm * scale) + 1) + 1e-7), (with_bias, in_place)
+
+
+def test_bf16_products_fuse_the_tree_layernorm() -> None:
+    """A product's fused LayerNormalization calls ds_layernorm_row_tree under bf16, ds_layernorm_row in float32."""
+    model = build_encoder(layers=1, hidden=64, heads=4, ffn=128)
+    for precision, fn in (("bf16-emulated", "ds_layernorm_row_tree("), ("fp32", "ds_layernorm_row(")):
+        exe = ds.compile(ds.load_onnx(model), precision=precision)
+        srcs = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "product" and "LayerNorm" in s.name]
+        assert srcs and all(fn in src for src in srcs), precision

@@ -4,8 +4,11 @@ Why bf16 at all: on CPUs with AVX512-BF16 (AMD Zen 4, Intel Cooper Lake and Sapp
 twice the multiply-adds of a float32 FMA and the weights stream half the bytes; OpenVINO runs bf16 by default
 there. dynshape keeps float32 as its default (exactness is the promise) and makes bf16 an option: the products by
 constant weights (MatMul / Gemm by an initializer, what dominates transformers and MLPs) take bf16 operands with
-float32 accumulation; their epilogues, softmax, normalisations, attention and every other op stay float32, and so
-do graph inputs and outputs.
+float32 accumulation, and so do attention's two products (Q @ K^T, the softmax's exps @ V). Epilogues, softmax,
+normalisations and every other op compute in float32, and graph inputs and outputs stay float32; where a result is
+rounded to bf16 next or carries bf16's error already, a few compute to that need rather than to float32's last bit
+(a product epilogue's erf, the attention softmax's exps, a fused layer norm's sums: epilogue_math, softmax_exp_sum,
+layernorm_row below).
 
 - "bf16": the native kernels; refused at compile time on a CPU (or a compiler) without AVX512-BF16.
 - "bf16-emulated": the same rounding of both operands (nearest even, denormals to zero), multiplied on the float32
@@ -173,6 +176,28 @@ def winograd_tile(options: Options) -> tuple[str, int]:
 def conv_call(options: Options) -> str:
     """The convolution tile (two panels) that implicit-GEMM convolutions call under a bf16 precision."""
     return "ds_conv_tile2_bf16e" if options.precision == "bf16-emulated" else "ds_conv_tile2_bf16"
+
+
+def epilogue_math(options: Options) -> dict[str, str]:
+    """The math functions a product's epilogue swaps under `options` (lower/elementwise.emit_nodes' `fns`): under a
+    bf16 precision erf is ds_erff_bf16 (csrc/ds_prelude.h: absolute error < 2e-6, half the work of ds_erff), as the
+    value it takes carries the bf16 operands' rounding (2^-9 relative) and the next product rounds its result to
+    bf16 again; float32 keeps ds_erff. Emulated and native bf16 swap alike, so they still compute the same."""
+    return {"ds_erff": "ds_erff_bf16"} if active(options) else {}
+
+
+def softmax_exp_sum(options: Options) -> str:
+    """The attention softmax's exp-and-sum pass under `options` (lower/softmax.softmax_passes' `exp_sum`): under a
+    bf16 precision, whose product by V rounds every exp to bf16 (2^-9 relative), ds_softmax_exp_sum_bf16 (exps
+    within 4e-6, 9 vector operations where float32's take 14); emulated and native alike."""
+    return "ds_softmax_exp_sum_bf16" if active(options) else "ds_softmax_exp_sum"
+
+
+def layernorm_row(options: Options) -> str:
+    """The row normalisation a product's fused LayerNormalization calls under `options`: under a bf16 precision
+    ds_layernorm_row_tree (csrc/ds_gemm.c: its sums tree-added, 2x faster, float32 results a few ulp from
+    ds_layernorm_row's); float32 keeps ds_layernorm_row, bit for bit."""
+    return "ds_layernorm_row_tree" if active(options) else "ds_layernorm_row"
 
 
 def method(options: Options) -> str:

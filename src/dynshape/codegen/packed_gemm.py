@@ -216,7 +216,8 @@ LIBRARY = declare("packed_gemm", "ds_gemm.c", {
     "ds_gemm_block_nt": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_gemm_packed": (P, I64, P, P, I64, I64, I64, I64),
     "ds_dot_rows": (P, P, I64, I64, P), "ds_axpy_rows": (P, P, I64, I64, P),
-    "ds_layernorm_row": (P, P, P, P, I64, F32)}, openmp=True, share=True,
+    "ds_layernorm_row": (P, P, P, P, I64, F32), "ds_layernorm_row_tree": (P, P, P, P, I64, F32)}, openmp=True,
+    share=True,
     flags=(f"-DDS_ROW_BLOCK={ROW_BLOCK}", f"-DDS_PAR_MIN_FLOPS={PAR_MIN_FLOPS}"))
 
 

@@ -451,8 +451,45 @@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, con
     ds_layernorm_row_inline(x, y, scale, bias, n, eps);
 }
 
+/* ds_layernorm_row with its two sums in two 16-lane accumulators each, added as a tree (ds_tree_sum16): the same
+   two-pass mean and variance, summed in another order, so its float32 results differ from ds_layernorm_row's in
+   the last bits, which precision="bf16" products (the callers) allow. gcc's `omp simd reduction` loops there keep
+   one accumulator (a chain of dependent adds) and end with the lanes added one by one: about 1.3 cycles a value on
+   a 256-wide row on Zen 4, against the product's 8 multiply-adds a value per 256 output columns. Tails (n not a
+   multiple of 32) are summed one by one. x and y may be the same row. */
+void ds_layernorm_row_tree(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                           int64_t n, float eps) {
+    const int64_t n32 = n / 32 * 32;
+    ds_v16 a0 = {0}, a1 = {0};
+    for (int64_t i = 0; i < n32; i += 32) {
+        a0 += ds_ld16(x + i);
+        a1 += ds_ld16(x + i + 16);
+    }
+    float s = ds_tree_sum16(a0 + a1);
+    for (int64_t i = n32; i < n; i++) s += x[i];
+    const float mean = s / (float)n;
+    ds_v16 b0 = {0}, b1 = {0};
+    for (int64_t i = 0; i < n32; i += 32) {
+        const ds_v16 d0 = ds_ld16(x + i) - mean, d1 = ds_ld16(x + i + 16) - mean;
+        b0 += d0 * d0;
+        b1 += d1 * d1;
+    }
+    float v = ds_tree_sum16(b0 + b1);
+    for (int64_t i = n32; i < n; i++) v += (x[i] - mean) * (x[i] - mean);
+    const float rstd = 1.0f / sqrtf(v / (float)n + eps);
+    for (int64_t i = 0; i < n32; i += 16) {
+        const ds_v16 t = (ds_ld16(x + i) - mean) * rstd * ds_ld16(scale + i);
+        ds_st16(y + i, bias ? t + ds_ld16(bias + i) : t);
+    }
+    for (int64_t i = n32; i < n; i++) y[i] = (x[i] - mean) * rstd * scale[i] + (bias ? bias[i] : 0.0f);
+}
+
 /* A softmax row's second pass for generated kernels (ds_softmax_row.h says why it is not generated). */
 float ds_softmax_exp_sum(float *restrict row, int64_t n, float mx) { return ds_softmax_exp_row(row, n, mx); }
+/* ... with the exps a bf16 attention rounds before its product by V (ds_vmath.h's ds_expf_nonpos16_bf16). */
+float ds_softmax_exp_sum_bf16(float *restrict row, int64_t n, float mx) {
+    return ds_softmax_exp_to_as(row, row, n, mx, 1);
+}
 
 /* Attention at decode time: a few query rows against n keys. Packing K and V into panels (as the row blocks of a
    prefill do) reads and writes every key once more than the product itself, and with one query row that is most of

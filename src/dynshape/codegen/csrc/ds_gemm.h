@@ -23,9 +23,12 @@ void ds_gemm_block_nt(const float *restrict a, int64_t lda, const float *restric
 void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict bp, float *restrict c,
                     int64_t ldc, int64_t m, int64_t n, int64_t k);
 float ds_softmax_exp_sum(float *restrict row, int64_t n, float mx);
+float ds_softmax_exp_sum_bf16(float *restrict row, int64_t n, float mx);
 void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, int64_t d, float *restrict out);
 void ds_axpy_rows(const float *restrict p, const float *restrict v, int64_t n, int64_t dv, float *restrict o);
 void ds_layernorm_row(const float *x, float *y, const float *restrict scale, const float *restrict bias,
                       int64_t n, float eps);
+void ds_layernorm_row_tree(const float *x, float *y, const float *restrict scale, const float *restrict bias,
+                           int64_t n, float eps);
 int omp_get_max_threads(void);
 #endif

@@ -119,6 +119,34 @@ static inline float ds_erff(float x) {
     return x != x ? x : y;
 }
 
+/* erf for precision="bf16" product epilogues (BERT's GELU): absolute error < 2e-6 (measured 1.5e-6 against float64
+   over [-7, 7] and down to 1e-30), where the value it takes carries the bf16 operands' rounding (2^-9 relative) and
+   its result is rounded to bf16 again by the next product. One polynomial: erf(t) = t * R(u) for t = min(|x|, 3.6),
+   u = t / 1.8 - 1 in [-1, 1] (R of degree 12, fitted toward minimax absolute error of t * R in float64; erf(3.6) is
+   1 - 3.6e-7), at most 1, sign restored, NaN kept: about half the operations of ds_erff's two polynomials and exp, which
+   made the GELU epilogue a fifth of an FFN product's time on Zen 4 (bert_small, 1 thread). */
+static inline float ds_erff_bf16(float x) {
+    float t = fabsf(x);
+    t = t < 3.6f ? t : 3.6f;
+    const float u = t * 0.555555582f - 1.0f;
+    float p = 0.000312368502f;
+    p = p * u + 0.0141574834f;
+    p = p * u + -0.0310012046f;
+    p = p * u + -0.0256153829f;
+    p = p * u + 0.11982207f;
+    p = p * u + -0.0732778758f;
+    p = p * u + -0.128428355f;
+    p = p * u + 0.265590757f;
+    p = p * u + -0.169350296f;
+    p = p * u + -0.100811057f;
+    p = p * u + 0.362182796f;
+    p = p * u + -0.505297303f;
+    p = p * u + 0.549494088f;
+    p *= t;
+    const float y = copysignf(p < 1.0f ? p : 1.0f, x); /* the fit ends at 1 + 1.1e-6: never above 1 */
+    return x != x ? x : y;
+}
+
 static inline float ds_tanhf(float x) {
     float t = fabsf(x), z = x * x;
     float p = -5.885589e-03f;
@@ -134,6 +162,7 @@ static inline float ds_tanhf(float x) {
 static inline float ds_expf(float x) { return expf(x); }
 static inline float ds_expf_nonpos(float x) { return expf(x); }
 static inline float ds_erff(float x) { return erff(x); }
+static inline float ds_erff_bf16(float x) { return erff(x); }
 static inline float ds_tanhf(float x) { return tanhf(x); }
 static inline float ds_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 #endif

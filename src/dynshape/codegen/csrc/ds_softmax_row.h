@@ -16,11 +16,15 @@
 
 /* y[i] = exp(x[i] - mx) for i < n (y may be x: in place); returns the sum of the results. A NaN or an infinity in
    the row makes the sum NaN (or inf - inf), as the generated pass's did: the caller's NaN clean-up reads it. */
-static inline float ds_softmax_exp_to(const float *x, float *y, int64_t n, float mx) {
+static inline ds_v16 ds_softmax_exp16(ds_v16 x, int bf16) { return bf16 ? ds_expf_nonpos16_bf16(x) : ds_expf_nonpos16(x); }
+
+/* `bf16` (a constant where inlined): the exps are ds_vmath.h's bf16 attention form (relative error < 4e-6). */
+static inline float ds_softmax_exp_to_as(const float *x, float *y, int64_t n, float mx, int bf16) {
     ds_v16 a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        const ds_v16 e0 = ds_expf_nonpos16(ds_ld16(x + i) - mx), e1 = ds_expf_nonpos16(ds_ld16(x + i + 16) - mx);
+        const ds_v16 e0 = ds_softmax_exp16(ds_ld16(x + i) - mx, bf16);
+        const ds_v16 e1 = ds_softmax_exp16(ds_ld16(x + i + 16) - mx, bf16);
         ds_st16(y + i, e0);
         ds_st16(y + i + 16, e1);
         a0 += e0;
@@ -29,7 +33,7 @@ static inline float ds_softmax_exp_to(const float *x, float *y, int64_t n, float
     for (; i < n; i += 16) {
         const int64_t m = n - i;
         const ds_cmask k = ds_cmask16(m);
-        ds_v16 e = ds_expf_nonpos16(ds_mld16(x + i, k) - mx);
+        ds_v16 e = ds_softmax_exp16(ds_mld16(x + i, k) - mx, bf16);
 #ifdef __AVX512F__
         e = (ds_v16)_mm512_maskz_mov_ps(k, (__m512)e); /* the lanes past the row (loaded as 0) add nothing */
 #else
@@ -39,6 +43,10 @@ static inline float ds_softmax_exp_to(const float *x, float *y, int64_t n, float
         a0 += e;
     }
     return ds_tree_sum16(a0 + a1);
+}
+
+static inline float ds_softmax_exp_to(const float *x, float *y, int64_t n, float mx) {
+    return ds_softmax_exp_to_as(x, y, n, mx, 0);
 }
 
 static inline float ds_softmax_exp_row(float *row, int64_t n, float mx) { return ds_softmax_exp_to(row, row, n, mx); }

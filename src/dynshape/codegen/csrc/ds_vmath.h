@@ -15,6 +15,13 @@
 #include "ds_prelude.h"
 #include "ds_simd.h"
 
+/* ds_expf_nonpos16_bf16's constants: ln 2 rounded to float32, and P's coefficients (r, r^2, r^3, r^4). */
+#define DS_EXP_BF16_LN2 0.693147182f
+#define DS_EXP_BF16_P1 0.9999668f
+#define DS_EXP_BF16_P2 0.50003022f
+#define DS_EXP_BF16_P3 0.167875916f
+#define DS_EXP_BF16_P4 0.0415136851f
+
 #ifdef __AVX512F__
 /* exp(x) for x in [-104, 88.7] (callers clamp; a NaN passes through as NaN). */
 static inline __m512 ds_exp_scalef16(__m512 x) {
@@ -37,6 +44,23 @@ static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
     return (ds_v16)ds_exp_scalef16(_mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
 }
 
+/* ds_expf_nonpos16 for a bf16 attention's softmax, where each exp is rounded to bf16 (2^-9 relative) before the
+   product by V: relative error < 4e-6 (measured 3.1e-6 over [-87, 0] against float64), exp(0) = 1 exactly. One
+   reduction constant (ln 2 rounded to float32: n * its error < 2e-6 here) and 1 + r * P(r), P of degree 3 (fitted
+   toward minimax relative error on [-ln 2 / 2, ln 2 / 2]): 9 operations where the float32 form takes 14. */
+static inline ds_v16 ds_expf_nonpos16_bf16(ds_v16 x) {
+    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x);
+    const __m512 magic = _mm512_set1_ps(DS_EXP_ROUND);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(DS_EXP_LOG2E), magic), magic);
+    const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_BF16_LN2), xc);
+    __m512 p = _mm512_set1_ps(DS_EXP_BF16_P4);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return (ds_v16)_mm512_scalef_ps(p, n);
+}
+
 /* 1 / (1 + e^-x): e^-x on -x clamped to [-104, 88] (1 / (1 + e^88) ~ 6e-39 below x = -88, where the exact value
    is smaller still; 1 above x = 104), NaN kept by the operand order of MINPS / MAXPS. */
 static inline ds_v16 ds_sigmoid16(ds_v16 x) {
@@ -51,6 +75,23 @@ static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
     ds_v16 y;
     #pragma omp simd
     for (int l = 0; l < 16; l++) y[l] = ds_expf_nonpos(x[l]);
+    return y;
+}
+
+/* The same polynomial lane by lane, 2^n as ds_expf_nonpos's (results below 2^-126 flushed to zero). */
+static inline ds_v16 ds_expf_nonpos16_bf16(ds_v16 x) {
+    ds_v16 y;
+    #pragma omp simd
+    for (int l = 0; l < 16; l++) {
+        const float xc = x[l] < -87.3f ? -87.3f : x[l];
+        const float n = (xc * DS_EXP_LOG2E + DS_EXP_ROUND) - DS_EXP_ROUND, r = xc - n * DS_EXP_BF16_LN2;
+        const float p = (((DS_EXP_BF16_P4 * r + DS_EXP_BF16_P3) * r + DS_EXP_BF16_P2) * r + DS_EXP_BF16_P1) * r + 1.0f;
+        const int32_t bits = ((int32_t)n + 127) << 23;
+        float scale;
+        __builtin_memcpy(&scale, &bits, 4);
+        const float e = p * scale;
+        y[l] = x[l] != x[l] ? x[l] : (x[l] < -87.3f ? 0.0f : e);
+    }
     return y;
 }
 

@@ -98,7 +98,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     rel = kir.Bin("-", m, m0)
     softmax_passes(sm, g, per_row, "c", N, row, load, {at.scores.outputs[0]: lambda c: kir.Load(row, c)},
                    lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])], (scale, rel) if defer else None,
-                   native_exp=ctx.options.fast_math)
+                   native_exp=ctx.options.fast_math, exp_sum=bf16.softmax_exp_sum(ctx.options))
     # O as (batch, heads, seq, d), or with its Transpose folded as (batch, seq, heads, d): row stride heads * d
     if folded:
         L1 = L[1]
@@ -109,11 +109,12 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
         o_at, ldc = kir.Addr(o0, _mul(kir.Bin("+", _mul(b, M), m0), DV)), DV
     # bf16: K and V packed as bf16 pairs (or rounded float32 panels), Q's rows and the scores rounded as the tiles
     # read them; the epoch lets a thread round a block of Q once for all of K's panels, and the scores, which the
-    # next block overwrites in the same buffer, are rounded afresh each time (epoch 0)
+    # next block overwrites in the same buffer, once for all of V's panels under an epoch of their own per block
+    # (epoch 0, rounding them for every panel, was 2 roundings of every score at a head width of 64)
     pack_kn, pack_kt, tile_fn = bf16.attention_calls(ctx.options)
     low = bf16.active(ctx.options)
-    ep = kir.Var("ep")
-    q_args, s_args = ((ep,), (_i(0),)) if low else ((), ())
+    ep, sep = kir.Var("ep"), kir.Var("sep")
+    q_args, s_args = ((ep,), (sep,)) if low else ((), ())
     block: list[kir.Stmt] = [
         kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, _i(ROW_BLOCK)), M), kir.Bin("+", m0, _i(ROW_BLOCK)), M)),
         kir.For(q, NP, (_call(tile_fn, kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m0), K)), K, kir.Addr(kp),
@@ -124,18 +125,22 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     # packing it cost more than the product at small head dims (mobilevit's 144 x 16: 1.4 us of 2.8)
     v_in_place = not low and isinstance(dv, int) and dv in V_IN_PLACE
     v_at = kir.Addr(vb, _mul(b, N, DV))
+    if low:
+        block.append(kir.Let(sep, kir.Call("ds_bf16_epoch", (), I64)))
     block.append(_call("ds_gemm_panel", kir.Addr(sb), N, v_at, DV, o_at, ldc, _i(0), kir.Bin("-", m1, m0), DV, N)
                  if v_in_place else
                  kir.For(q2, DP, (_call(tile_fn, kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
                                         kir.Bin("-", m1, m0), q2, DV, N, *s_args),)))
+    scaled: list[kir.Stmt] = []
     if defer:  # rows of O times their softmax scale
         mm, jj = kir.Var("m"), kir.Var("j")
         o = kir.Buffer("o", kir.F32, const=False)
         rel2 = kir.Bin("-", mm, m0)
-        block.append(kir.For(mm, m1, (
+        scaled.append(kir.For(mm, m1, (
             kir.Pointer(o, kir.Addr(o0, kir.Bin("+", o_at.offset, _mul(rel2, ldc)))),
             kir.For(jj, DV, (kir.Store(o, jj, kir.Bin("*", kir.Load(o, jj), kir.Load(scale, rel2))),),
                     omp=kir.Omp(simd=True, schedule=None))), start=m0))
+    block += scaled
     pack_k = (_call(pack_kt, kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
               _call(pack_kn, kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
     packed = (pack_k, *(() if v_in_place else (_call(pack_kn, v_at, DV, N, DV, kir.Addr(vp)),)),
@@ -150,7 +155,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
         kir.For(m, m1, (per_row[0], scores, *per_row[1:]), start=m0),
         kir.For(m2, m1, (_call("ds_axpy_rows", kir.Addr(sb, _mul(m2, N)), kir.Addr(vb, _mul(b, N, DV)), N, DV,
                                kir.Addr(o0, kir.Bin("+", o_at.offset, _mul(m2, ldc)))),), start=m0),
-        *block[4:]]  # the rows of O times their softmax scale, when deferred
+        *scaled]  # the rows of O times their softmax scale, when deferred
     batch = kir.For(b, NB, (kir.If(kir.Bin("<=", M, _i(DECODE_ROWS)), tuple(direct), packed),),
                     omp=kir.Omp(shared=True))
     flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))

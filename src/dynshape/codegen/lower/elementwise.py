@@ -13,7 +13,7 @@ onnxruntime do): a vector division costs as much as ten fused multiply-adds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -280,14 +280,32 @@ def fusible(node: Node, graph: Graph) -> bool:
     return rule is not None and rule.rule.accepts(node, graph) is None
 
 
+def renamed_calls(e: kir.Expr, fns: Mapping[str, str]) -> kir.Expr:
+    """`e` with every call to a function named in `fns` calling its replacement instead (same arguments)."""
+    if isinstance(e, kir.Call):
+        return kir.Call(fns.get(e.fn, e.fn), tuple(renamed_calls(a, fns) for a in e.args), e.dtype)
+    if isinstance(e, kir.Bin):
+        return kir.Bin(e.op, renamed_calls(e.a, fns), renamed_calls(e.b, fns))
+    if isinstance(e, kir.Un):
+        return kir.Un(e.op, renamed_calls(e.a, fns))
+    if isinstance(e, kir.Select):
+        return kir.Select(renamed_calls(e.cond, fns), renamed_calls(e.a, fns), renamed_calls(e.b, fns))
+    if isinstance(e, kir.Cast):
+        return kir.Cast(renamed_calls(e.a, fns), e.dtype)
+    return e  # constants, variables, loads: an expression rule calls nothing inside them
+
+
 def emit_nodes(nodes: tuple[Node, ...], env: dict[str, kir.Expr], graph: Graph, body: list[kir.Stmt],
-               tag: str) -> None:
-    """One `const T t = expr;` per node, in order; `env` maps value names to IR expressions (updated)."""
+               tag: str, fns: Mapping[str, str] | None = None) -> None:
+    """One `const T t = expr;` per node, in order; `env` maps value names to IR expressions (updated). `fns`: math
+    functions replaced in every node's expression (a bf16 product's epilogue: codegen/bf16.epilogue_math)."""
     for k, node in enumerate(nodes):
         rule = get_lowering(node.op_type, "expr", node.domain)
         if rule is None:
             raise Unsupported(f"{node.op_type} has no expression rule")
         value = rule.rule.build(node, [env[x] for x in node.inputs], graph)
+        if fns:
+            value = renamed_calls(value, fns)
         var = kir.Var(f"t{tag}{k}", dtype_of(graph, node.outputs[0]))
         body.append(kir.Let(var, value))
         env[node.outputs[0]] = var

@@ -10,6 +10,7 @@ blocks for every thread, else after all tiles (a batch-1 request still uses ever
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,14 @@ def _call(fn: str, *args: kir.Expr) -> kir.Eval:
 ROW_ALIGN = 4  # balanced row blocks start at multiples of this (every micro-tile height is a multiple of 4)
 
 
+def plain_blocks(m: kir.Expr) -> kir.Expr:
+    """The number of blocks of ROW_BLOCK rows in m rows, the last one also taking a short tail."""
+    short_tail = kir.Bin("&&", kir.Bin(">", m, _i(ROW_BLOCK)), kir.Bin("<=", kir.Bin("%", m, _i(ROW_BLOCK)),
+                                                                        _i(ROW_TAIL)))
+    return kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
+                      kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))
+
+
 def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr) -> list[kir.Stmt]:
     """NBLK, the number of row blocks of m rows, and `bal` (see block_rows). On one thread (or `par` false): blocks
     of ROW_BLOCK, the last one also taking a short tail. On T threads: as many blocks as a multiple of T, of equal
@@ -48,12 +57,9 @@ def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr) -> list[
     tiles, so 128 rows in blocks of 60 + 68 left one thread 60 rows while the other did 68, and 512 rows in eight
     of 60 and one of 32 gave one thread 270 rows and the other 242 (the conv tiles' fix, conv.py's NBLK)."""
     nb0, threads = kir.Var("NB0"), kir.Var("NT")
-    short_tail = kir.Bin("&&", kir.Bin(">", m, _i(ROW_BLOCK)), kir.Bin("<=", kir.Bin("%", m, _i(ROW_BLOCK)),
-                                                                        _i(ROW_TAIL)))
     nbt = (nb0 + threads - 1) / threads * threads
     return [kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))),
-            kir.Let(nb0, kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
-                                    kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))),
+            kir.Let(nb0, plain_blocks(m)),
             kir.Let(bal, kir.Select(kir.Bin("&&", threads > 1, nbt * ROW_ALIGN <= m), _i(1), _i(0))),
             kir.Let(nblk, kir.Select(bal, nbt, nb0))]
 
@@ -74,13 +80,13 @@ def block_rows(nblk: kir.Var, bal: kir.Var, m: kir.Expr) -> tuple[kir.Var, kir.V
 
 def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
                   at_index: kir.Expr, r: kir.Var, j: kir.Var, cols: tuple[kir.Expr, kir.Expr], n: int,
-                  channel: kir.Expr | None = None) -> list[kir.Stmt]:
+                  channel: kir.Expr | None = None, fns: Mapping[str, str] | None = None) -> list[kir.Stmt]:
     """The epilogue of row r (a product row, a convolution's output pixel), columns cols[0] <= j < cols[1], in cache:
     the product's own bias (Gemm's alpha / beta C, a convolution's bias), then the elementwise group, stored
     back where the tile is (`at_buf[at_index]`). Operands are indexed as full rows (`r * n + j`: row-major with
     n columns), row vectors (`channel`, by default `j`: per output channel) or one value. Empty when there is
     nothing to apply. A caller whose j runs over several pixels' values at once (r their first pixel) passes
-    `channel` = j % n."""
+    `channel` = j % n. `fns`: math functions the elementwise group swaps (emit_nodes; bf16.epilogue_math)."""
     acc = kir.Var("acc", kir.F32)
     body: list[kir.Stmt] = [kir.Let(acc, kir.Load(at_buf, at_index))]
     env: dict[str, kir.Expr] = dict(ops.scalars)
@@ -102,12 +108,27 @@ def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None
         value = kir.Bin("+", value, c if beta == 1.0 else kir.Bin("*", kir.Const(beta, kir.F32), c))
     env[node.outputs[0]] = value
     if group:
-        emit_nodes(group.nodes, env, g, body, "")
+        emit_nodes(group.nodes, env, g, body, "", fns)
     out = env[out_name]
     if out is acc:
         return []
     return [kir.For(j, cols[1], (*body, kir.Store(at_buf, at_index, out)), start=cols[0],
                     omp=kir.Omp(simd=True, schedule=None))]
+
+
+def seq_blocks(nblk: kir.Var, rb: kir.Var, r0: kir.Var, r1: kir.Var, m: kir.Expr,
+               seq: kir.Expr) -> tuple[list[kir.Stmt], list[kir.Stmt]]:
+    """Row blocks of a heads-folded product's m = batch * seq rows taken within each b (plain_blocks(seq) per b), as
+    (the statements that set NBLK, those that set block rb's r0 and r1). A block across two b's is computed in two
+    parts; a bf16 tile rounds its rows for each part, so the per-thread memo of rounded rows (csrc/ds_gemm_bf16.c)
+    missed on every panel, alternating between them (bert_small at batch 8 x 128: 4% on the QKV products)."""
+    bps, bb, jb = kir.Var("BPS"), kir.Var("bb"), kir.Var("jb")
+    nb = kir.Select(kir.Bin(">", seq, _i(0)), kir.Bin("*", kir.Bin("/", m, seq), bps), _i(0))
+    last = kir.Bin("==", jb, kir.Bin("-", bps, _i(1)))
+    end = kir.Select(last, kir.Bin("*", kir.Bin("+", bb, _i(1)), seq), kir.Bin("+", r0, _i(ROW_BLOCK)))
+    return ([kir.Let(bps, plain_blocks(seq)), kir.Let(nblk, nb)],
+            [kir.Let(bb, kir.Bin("/", rb, bps)), kir.Let(jb, kir.Bin("%", rb, bps)),
+             kir.Let(r0, kir.Bin("+", kir.Bin("*", bb, seq), kir.Bin("*", jb, _i(ROW_BLOCK)))), kir.Let(r1, end)])
 
 
 def panel_columns(q: kir.Var, n: int) -> tuple[list[kir.Stmt], tuple[kir.Expr, kir.Expr]]:
@@ -213,7 +234,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     out_name = pr.folded[0].inputs[0] if pr.folded else ln.inputs[0] if ln is not None else sm_in if sm is not None \
         else pr.outputs[0]
     lets, cols = panel_columns(q, n)
-    epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n)
+    epilogue = epilogue_loop(g, ops, node, pr.epilogue, out_name, at_buf, at_index, r, j, cols, n,
+                             fns=bf16.epilogue_math(ctx.options))
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk, bal = kir.Var("NBLK"), kir.Var("BAL")
     rb, r0, r1, rows_of = block_rows(nblk, bal, L0)
@@ -249,6 +271,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     if n * k >= ctx.options.par_min_weights:  # few rows, large weights: the threads share the stream
         par = kir.Const(1, I64)
     lines: list[kir.Stmt] = row_blocks(nblk, bal, L0, par)
+    if heads and low:  # blocks within each b: see seq_blocks
+        lines, rows_of = seq_blocks(nblk, rb, r0, r1, L0, kir.Extent(1))
     if low:
         lines.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
 
@@ -274,11 +298,12 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         bias = kir.Addr(ln_bufs[1]) if len(ln_bufs) > 1 else kir.NULL
         rr = kir.Var("r")
         row_at = kir.Addr(o0, kir.Bin("*", rr, _i(n)))
-        norm = (_call("ds_layernorm_row", row_at, row_at, scale, bias, _i(n), eps),)
+        ln_fn = bf16.layernorm_row(ctx.options)
+        norm = (_call(ln_fn, row_at, row_at, scale, bias, _i(n), eps),)
         per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, _i(panels), tuple(tile)), kir.For(rr, r1, norm, start=r0)),
                             omp=kir.Omp(parallel=True, if_=par))
         rr2 = kir.Var("r")
-        norm2 = (_call("ds_layernorm_row", kir.Addr(o0, kir.Bin("*", rr2, _i(n))),
+        norm2 = (_call(ln_fn, kir.Addr(o0, kir.Bin("*", rr2, _i(n))),
                        kir.Addr(o0, kir.Bin("*", rr2, _i(n))), scale, bias, _i(n), eps),)
         after = kir.Region((tiles(kir.Omp(shared=True, collapse=2)),
                             kir.For(rr2, L0, norm2, omp=kir.Omp(shared=True))), if_=par)

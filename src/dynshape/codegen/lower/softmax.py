@@ -40,12 +40,14 @@ def _f(x: float) -> kir.Const:
 def softmax_passes(sm: Softmax, graph: Graph, body: list[kir.Stmt], hint: str, extent: kir.Expr,
                    row: kir.Buffer, load: Load, first: First,
                    store: Callable[[kir.Var, dict[str, kir.Expr]], list[kir.Stmt]],
-                   defer: tuple[kir.Buffer, kir.Expr] | None = None, native_exp: bool = False) -> None:
+                   defer: tuple[kir.Buffer, kir.Expr] | None = None, native_exp: bool = False,
+                   exp_sum: str = "ds_softmax_exp_sum") -> None:
     """The passes over `row` (index < `extent`), appended to `body`. `first` seeds the first pass's operands;
     `store(index, env)` gives the last pass's stores. `defer` = (buffer, index): receives the row's scale
     instead of the third pass (the caller scales the product of this row instead; see `deferrable`).
     `native_exp`: the exp-and-sum pass is the packed-GEMM library's ds_softmax_exp_sum (csrc/ds_softmax_row.h:
-    masked tail, lanes summed as a tree) instead of a generated loop; the kernel must need "packed_gemm"."""
+    masked tail, lanes summed as a tree) instead of a generated loop; the kernel must need "packed_gemm". `exp_sum`:
+    that pass's entry (a bf16 attention's: ds_softmax_exp_sum_bf16, whose exps it rounds to bf16 anyway)."""
     x, y = sm.node.inputs[0], sm.node.outputs[0]
     mx, s, inv = kir.Var("mx", kir.F32), kir.Var("s", kir.F32), kir.Var("inv", kir.F32)
     # pass 1: the producer group, into the row, and its maximum
@@ -60,7 +62,7 @@ def softmax_passes(sm: Softmax, graph: Graph, body: list[kir.Stmt], hint: str, e
              kir.For(v, extent, tuple(stmts), omp=kir.Omp(simd=True, schedule=None, reduction=("max", mx)))]
     # pass 2: exp and sum
     if native_exp:
-        body.append(kir.Decl(s, kir.Call("ds_softmax_exp_sum", (kir.Addr(row), extent, mx), kir.F32)))
+        body.append(kir.Decl(s, kir.Call(exp_sum, (kir.Addr(row), extent, mx), kir.F32)))
     else:
         v, e = kir.Var(hint), kir.Var("e", kir.F32)
         body += [kir.Decl(s, _f(0.0)),
