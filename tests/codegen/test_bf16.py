@@ -342,7 +342,9 @@ def test_attention_rounds_each_block_of_scores_once(precision: str) -> None:
     the rounded Q and K (E = exp(S - max), float32 accumulation; a bf16 step of E at most either way)."""
     exe = ds.compile(ds.load_onnx(_attention_model(64)), precision=precision)
     (src,) = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "attention"]
-    assert src.count("ds_bf16_epoch()") == 2  # the call's (Q) and a block's (the scores)
+    # the call's (Q) and a block's (the scores), that block printed twice: in the region for a team of threads
+    # and in its one-thread branch (codegen/printer.py: Printer.team)
+    assert src.count("ds_bf16_epoch()") == 3 and src.count("#pragma omp parallel") == 1
     assert "ds_softmax_exp_sum_bf16(" in src  # exps to bf16's need
     (src32,) = [s.source for s in ds.compile(ds.load_onnx(_attention_model(64))).generic.steps
                 if getattr(s, "kind", "") == "attention"]
