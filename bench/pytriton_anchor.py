@@ -94,15 +94,22 @@ def run_grouped(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
     return results
 
 
-def make_infer(session: Any, batching: bool) -> Callable:
+def make_infer(session: Any, batching: bool, stats: dict[str, int] | None = None) -> Callable:
     """PyTriton's inference callable over one onnxruntime session: a list of requests in, a list of output
-    dicts out (no @batch decorator: run_grouped joins what may be joined and leaves the rest apart)."""
+    dicts out (no @batch decorator: run_grouped joins what may be joined and leaves the rest apart). `stats`
+    counts the batches Triton handed over, their requests, and onnxruntime calls (more calls than batches:
+    Triton joined requests of different shapes)."""
     names = [o.name for o in session.get_outputs()]
 
     def run(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if stats is not None:
+            stats["ort_calls"] += 1
         return dict(zip(names, session.run(names, feed)))
 
     def infer(requests: list) -> list[dict[str, np.ndarray]]:
+        if stats is not None:
+            stats["batches"] += 1
+            stats["requests"] += len(requests)
         return run_grouped(run, [dict(r.data) for r in requests], batching)
 
     return infer
@@ -157,12 +164,15 @@ def main() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    stats = {"batches": 0, "requests": 0, "ort_calls": 0}
     with Triton(config=tconf) as triton:
-        triton.bind(model_name=name, infer_func=[make_infer(s, batching) for s in sessions],
+        triton.bind(model_name=name, infer_func=[make_infer(s, batching, stats) for s in sessions],
                     inputs=inputs, outputs=outputs, config=config, strict=False)
         print(f"serving {name} on http {args.host}:{args.http_port}, grpc {args.host}:{args.grpc_port}, "
               f"metrics {args.host}:{args.metrics_port}", flush=True)
         triton.serve()
+    print(f"callable: {stats['batches']} batches from Triton, {stats['requests']} requests, "
+          f"{stats['ort_calls']} onnxruntime calls", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,3 +58,19 @@ def test_io_spec():
         pa.io_spec([SimpleNamespace(name="y", type="tensor(float)", shape=[1, 64])], True)
     with pytest.raises(ValueError, match="unsupported"):
         pa.io_spec([SimpleNamespace(name="s", type="tensor(string)", shape=["b"])], True)
+
+
+def test_make_infer_counts():
+    class Sess:
+        def get_outputs(self):
+            return [SimpleNamespace(name="y")]
+
+        def run(self, names, feed):
+            return [feed["x"] * 2]
+
+    stats = {"batches": 0, "requests": 0, "ort_calls": 0}
+    infer = pa.make_infer(Sess(), True, stats)
+    reqs = [SimpleNamespace(data={"x": np.ones((n, k), np.float32)}) for n, k in ((1, 3), (2, 3), (1, 4))]
+    out = infer(reqs)
+    assert [o["y"].shape for o in out] == [(1, 3), (2, 3), (1, 4)]
+    assert stats == {"batches": 1, "requests": 3, "ort_calls": 2}
