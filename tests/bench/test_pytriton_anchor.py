@@ -74,3 +74,14 @@ def test_make_infer_counts():
     out = infer(reqs)
     assert [o["y"].shape for o in out] == [(1, 3), (2, 3), (1, 4)]
     assert stats == {"batches": 1, "requests": 3, "ort_calls": 2}
+
+
+def test_serve_bench_reads_triton_counters():
+    """serve_bench's /metrics deltas from Triton's own counter names (no _total suffix, microseconds)."""
+    sb = pytest.importorskip("serve_bench")  # needs ../shared/bench (the stream's module) beside the checkout
+    before = {"nv_inference_exec_count": 10, "nv_inference_count": 30, "nv_inference_request_success": 12,
+              "nv_inference_queue_duration_us": 1000, "nv_inference_compute_infer_duration_us": 5000}
+    after = {"nv_inference_exec_count": 20, "nv_inference_count": 90, "nv_inference_request_success": 32,
+             "nv_inference_queue_duration_us": 41000, "nv_inference_compute_infer_duration_us": 65000}
+    assert sb.server_deltas(before, after) == {"mean_batch_rows": 6.0, "mean_batch_requests": 2.0,
+                                               "queue_ms": 2.0, "compute_ms_per_request": 3.0}
