@@ -213,6 +213,13 @@ def server_deltas(before: dict, after: dict) -> dict:
                                            / d("dynshape_batch_size_requests_count"), 2)
     if d("nv_inference_exec_count_total"):
         out["mean_batch_rows"] = round(d("nv_inference_count_total") / d("nv_inference_exec_count_total"), 2)
+    if d("nv_inference_exec_count"):  # Triton's own counters (no _total suffix, microseconds summed per request)
+        out["mean_batch_rows"] = round(d("nv_inference_count") / d("nv_inference_exec_count"), 2)
+        out["mean_batch_requests"] = round(d("nv_inference_request_success") / d("nv_inference_exec_count"), 2)
+        if d("nv_inference_request_success"):
+            out["queue_ms"] = round(d("nv_inference_queue_duration_us") / d("nv_inference_request_success") / 1e3, 2)
+            out["compute_ms_per_request"] = round(d("nv_inference_compute_infer_duration_us")
+                                                  / d("nv_inference_request_success") / 1e3, 2)  # its call's
     if d("dynshape_padding_waste_ratio_count"):
         out["padding_waste"] = round(d("dynshape_padding_waste_ratio_sum") / d("dynshape_padding_waste_ratio_count"), 3)
     return out
@@ -222,14 +229,15 @@ async def bench(args: argparse.Namespace, url: str, grpc_url: str | None, pid: i
     stream = common.load_stream()["streams"][args.model]
     target = grpc_url if args.protocol == "grpc" else url
     client = Client(args.protocol, target, args.name, args.model, stream)
+    murl = args.metrics_url or url
     try:
         for k in range(min(args.warmup, len(stream))):  # every shape once at low load: variants, arenas, caches
             await client.infer(k)
         rows = []
         for i, rate in enumerate(args.rates):
-            before = scrape(url)
+            before = scrape(murl)
             r = await run_rate(client, rate, args.duration, args.seed + i, args.max_outstanding)
-            r.update(server_deltas(before, scrape(url)))
+            r.update(server_deltas(before, scrape(murl)))
             if pid is not None:
                 r["server_rss_mb"] = round(rss_mb(pid) or 0.0, 1)
             r["meets_slo"] = bool(r["p99"] <= args.slo_ms and r["outcomes"].get("ok", 0) == r["sent"])
@@ -288,17 +296,18 @@ def outcome_counts(url: str) -> dict[str, float]:
     return out
 
 
-async def overload(args: argparse.Namespace, url: str, pid: int | None) -> dict:
+async def overload(args: argparse.Namespace, url: str, grpc_url: str | None, pid: int | None) -> dict:
     """One long run at an offered load past capacity: outcomes (each answer checked against onnxruntime),
     the server's own counts of them, resident memory every second, and the accepted requests' latency."""
     stream = common.load_stream()["streams"][args.model]
-    client = Client(args.protocol, url, args.name, args.model, stream)
+    client = Client(args.protocol, grpc_url if args.protocol == "grpc" else url, args.name, args.model, stream)
+    murl = args.metrics_url or url
     client.expected = reference_outputs(args.model, client.feeds)
     rss: list[tuple[float, float]] = []
     try:
         for k in range(len(stream)):  # every shape once at low load: variants, arenas, caches
             await client.infer(k)
-        before, counts0 = scrape(url), outcome_counts(url)
+        before, counts0 = scrape(murl), outcome_counts(murl)
         t0 = time.perf_counter()
 
         async def sample() -> None:
@@ -309,17 +318,17 @@ async def overload(args: argparse.Namespace, url: str, pid: int | None) -> dict:
         sampler = asyncio.ensure_future(sample())
         row = await run_rate(client, args.overload_rps, args.duration, args.seed, args.max_outstanding)
         sampler.cancel()
-        after = scrape(url)
+        after = scrape(murl)
     finally:
         await client.close()
 
     warm = [m for t, m in rss if t >= args.duration / 6] or [m for _, m in rss]
     row.update(server_deltas(before, after))
-    row["server_counted"] = {k: v - counts0.get(k, 0.0) for k, v in outcome_counts(url).items()}
+    row["server_counted"] = {k: v - counts0.get(k, 0.0) for k, v in outcome_counts(murl).items()}
     row["rss_mb"] = {"first": rss[0][1] if rss else None, "after_warmup": warm[0] if warm else None,
                      "max_after_warmup": max(warm) if warm else None, "last": rss[-1][1] if rss else None}
     row["rss_mb_each_10s"] = [round(m, 1) for t, m in rss[::10]]
-    if warm:
+    if warm and warm[0]:  # an external server (--url): no pid, no memory figures
         row["rss_growth_after_warmup_pct"] = round((max(warm) - warm[0]) / warm[0] * 100, 2)
     return row
 
@@ -487,6 +496,8 @@ def main() -> None:
     ap.add_argument("--name", default=None, help="Model name on the server (default: --model).")
     ap.add_argument("--url", default=None, help="A running server's HTTP host:port (default: start dynshape serve).")
     ap.add_argument("--grpc-url", default=None, help="Its gRPC host:port (with --protocol grpc).")
+    ap.add_argument("--metrics-url", default=None,
+                    help="host:port of the server's /metrics (default: --url; Triton serves it on its own port).")
     ap.add_argument("--protocol", default="http-binary", choices=["http-json", "http-binary", "grpc"])
     ap.add_argument("--rates", default="2,4,8", help="Offered loads, requests/s, comma-separated.")
     ap.add_argument("--duration", type=float, default=10.0, help="Seconds of arrivals per rate.")
@@ -518,7 +529,7 @@ def main() -> None:
         proc, url, grpc_url = start_server(path, args.name, dims, args.server_args, args.protocol == "grpc")
     try:
         if args.overload_rps:
-            row = asyncio.run(overload(args, url, proc.pid if proc is not None else None))
+            row = asyncio.run(overload(args, url, grpc_url, proc.pid if proc is not None else None))
             row.update({"cpu": cpu_model(), "cores": os.cpu_count(), "model": args.model,
                         "protocol": args.protocol, "server_args": args.server_args})
             print(json.dumps(row))
