@@ -70,7 +70,9 @@ def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
     assert all(arena.plans.get(k) is p for k, p in before.items())
     np.testing.assert_array_equal(exe.run({"x": small})["y"], small + np.arange(8, dtype=np.float32).reshape(2, 4))
 
-    class Plan:  # what grow() looks at: the buffer a plan is bound to
+    class Plan:  # what grow() looks at: the buffer a plan is bound to (and the bytes the cache counts)
+        nbytes = 0
+
         def __init__(self, n):
             self.arena = np.empty(n, np.uint8)
 

@@ -176,13 +176,15 @@ class Printer:
         """When a parallel construct wakes its team: more than one thread, and its `if_`. Its other branch is the
         same code without the construct. Why not the `if` clause: a parallel region whose `if` is false still
         costs ~300 ns a call in libgomp (a one-thread team set up and torn down), against ~5 ns for the branch;
-        a 39-kernel CNN paid it 39 times a call, a decoder step 7 times, and a 1-thread run on every kernel."""
+        a 39-kernel CNN paid it 39 times a call, a decoder step 7 times, and a 1-thread run on every kernel. (The
+        branch also keeps `simd` below the threshold, which a bare `if` on a combined `parallel for simd` had
+        switched off under OpenMP 5.)"""
         many = "omp_get_max_threads() > 1"
         return many if if_ is None else f"{many} && {self.expr(if_)}"
 
     def loop(self, s: kir.For, depth: int) -> None:
         o = s.omp
-        if o is not None and o.parallel:
+        if o is not None and o.parallel:  # (pragma() prints no `if` clause: the branch is the condition)
             self.emit(f"if ({self.team(o.if_)}) {{", depth)
             self._loop(s, dataclasses.replace(o, if_=None), depth + 1)
             self.emit("} else {", depth)
@@ -215,11 +217,6 @@ class Printer:
         if o.reduction is not None:
             op, var = o.reduction
             words.append(f"reduction({op}:{self.names(var)})")
-        if o.if_ is not None and o.parallel:
-            # (`team` prints the condition as a branch around the loop; an Omp printed on its own keeps it as a
-            # clause.) `parallel:` scopes the clause to the parallel construct: under OpenMP 5 a bare `if` on a
-            # combined `parallel for simd` also applies to `simd`, and every loop under the threshold ran scalar
-            words.append(f"if(parallel: {self.expr(o.if_)})")
         return " ".join(words)
 
     # ---- the function --------------------------------------------------------------------------------------

@@ -13,10 +13,6 @@ PLANS_PER_ARENA = 256  # the default of Options.plan_cache
 PLAN_BYTES = 64 << 20  # per arena: per-key values (masks, ids) the cached plans hold
 
 
-def _nbytes(plan) -> int:
-    return getattr(plan, "nbytes", 0)
-
-
 class PlanCache(dict):
     """Insertion-ordered plans by (variant uid, key): reads are plain dict lookups (the request path). `held`:
     the per-key bytes of the plans in it, kept as plans come and go (summing them per new plan cost ~10 us with
@@ -31,19 +27,19 @@ class PlanCache(dict):
     def __setitem__(self, slot: tuple, plan) -> None:
         old = self.get(slot)
         if old is not None:
-            self.held -= _nbytes(old)
+            self.held -= old.nbytes
         super().__setitem__(slot, plan)
-        self.held += _nbytes(plan)
+        self.held += plan.nbytes
 
     def __delitem__(self, slot: tuple) -> None:
-        self.held -= _nbytes(self[slot])
+        self.held -= self[slot].nbytes
         super().__delitem__(slot)
 
     def pop(self, slot: tuple, *default):
         if slot not in self:
             return super().pop(slot, *default)
         plan = super().pop(slot)
-        self.held -= _nbytes(plan)
+        self.held -= plan.nbytes
         return plan
 
     def clear(self) -> None:
