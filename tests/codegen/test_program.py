@@ -10,7 +10,7 @@ import pytest
 from dynshape.codegen import program
 from dynshape.codegen.keep import Keep, resolved
 from dynshape.codegen.lowering import NativeCall
-from dynshape.runtime.plan import _programs
+from dynshape.runtime.programs import pack_programs
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_consecutive_native_calls_run_as_one_program(lib):
     seen = []
     calls = [copy_call(a.T, b), copy_call(b.T, c), lambda: seen.append(c.copy()), copy_call(a.T, b)]
     keep.seal()
-    out, labels = _programs([resolved(call) for call in calls], ["t1", "t2", "py", "t3"], keep)
+    out, labels = pack_programs([resolved(call) for call in calls], ["t1", "t2", "py", "t3"], keep)
     assert len(out) == 3 and labels[0] == "t1 .. t2 (2 native steps)" and labels[1:] == ["py", "t3"]
     for call in out:
         call()

@@ -1,0 +1,134 @@
+"""Programs: runs of pre-bound native calls packed into int64 words that one C call executes, and where the words
+of a plan hold an in-place value's address (so a call can point them at the caller's array).
+
+Why apart from plan.py: a plan bound per key (plan.py) and a bucket plan moved between keys in place (rekey.py)
+build and patch the same words.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dynshape.codegen import program
+from dynshape.codegen.keep import Keep, TableRef, resolved
+from dynshape.codegen.lowering import NativeCall
+
+Call = Callable[[], None]
+
+
+def patch(places: list, at: int) -> None:
+    for words, positions in places:
+        words[positions] = at
+
+
+def find_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls: list,
+                programs: list[np.ndarray]) -> tuple:
+    """Where each in-place value's arena address stands in this plan's programs and int64 tables: (key, dtype, slot,
+    bytes, places) per (key, value name) given. Its slot is its own for the whole call (the planner extends its
+    lifetime), so a word equal to it is that value or a view of it. A value is left to be copied as usual (no
+    entry) when a call outside the programs takes an address in its slot, or when any word points inside the slot
+    but not at its start: a native binder's derived address (a Split's second half, a Slice's offset, a strided
+    copy's rows) that a patch of the start would leave pointing into the arena."""
+    if not values or not programs:
+        return ()
+    # one pass over the words in plain Python, each placed among the values' slots by bisection. Why not numpy:
+    # the words are few (a decoder step's 58), and whole-array comparisons per value and program cost ~35 us a
+    # value (141 of the 385 us a new past length spent binding its plan)
+    ranges = sorted((at[x], at[x] + max(1, nbytes[x]), k) for k, (_, x) in enumerate(values))
+    firsts = [r[0] for r in ranges]
+    lo_all, hi_all = ranges[0][0], max(r[1] for r in ranges)
+
+    def owner(w: int) -> int:
+        """The index in `ranges` of the slot holding address w, or -1."""
+        i = bisect.bisect_right(firsts, w) - 1
+        return i if i >= 0 and w < ranges[i][1] else -1
+
+    dropped = set()  # values an outside call addresses, or with a word inside the slot but not at its start
+    for c in calls:
+        if type(c) is NativeCall:
+            for a in c.args:
+                if type(a) is int and lo_all <= a < hi_all and (i := owner(a)) >= 0:
+                    dropped.add(i)
+    found: dict[int, list] = {}  # range index -> [(program index, positions)]
+    for j, words in enumerate(programs):
+        for pos, w in enumerate(words.tolist()):
+            if lo_all <= w < hi_all and (i := owner(w)) >= 0:
+                if w != ranges[i][0]:
+                    dropped.add(i)
+                    continue
+                hits = found.setdefault(i, [])
+                if hits and hits[-1][0] == j:
+                    hits[-1][1].append(pos)
+                else:
+                    hits.append((j, [pos]))
+    slot_of = {k: i for i, (_, _, k) in enumerate(ranges)}
+    out = []
+    for k, (key, x) in enumerate(values):
+        i = slot_of[k]
+        if i in dropped or i not in found:
+            continue
+        places = [(programs[j], np.array(pos, np.intp)) for j, pos in found[i]]
+        out.append((key, dtypes[x], at[x], nbytes[x], places))
+    return tuple(out)
+
+
+def native_words(call: Call, entry: Callable[[Any], int]) -> list[int] | None:
+    """[entry address, nargs, *args] of a call a program can run (a NativeCall of at most MAX_ARGS ints, its
+    tables sealed), else None."""
+    if type(call) is not NativeCall or len(call.args) > program.MAX_ARGS:
+        return None
+    args = [a.addr if type(a) is TableRef else a for a in call.args]
+    if not all(type(a) is int for a in args):
+        return None
+    return [entry(call.fn), len(args), *args]
+
+
+_RUN_LABELS: dict[tuple, str] = {}  # one string per (first, last, count) of a program run, shared by every plan
+
+
+def pack_programs(calls: list[Call], labels: list[str], keep: Keep, entry: Callable[[Any], int] = program.address,
+              programs: list | None = None, min_run: int = 2) -> tuple[list[Call], list[str]]:
+    """Runs of `min_run` (two) or more native calls become one ds_run_program call over an int64 program (tables
+    resolved to their sealed addresses, in the same pass); every other call with its tables resolved. The
+    programs made are appended to `programs` (inputs read in place patch their words)."""
+    lib = program.LIBRARY.try_load()
+    if lib is None:
+        return [resolved(c) for c in calls], labels
+    out: list = []
+    out_labels: list = []
+    run: list = []  # (call, label, program words) of the native calls since the last Python one
+
+    def flush() -> None:
+        if run and len(run) >= min_run:
+            prog = np.array([x for _, _, words in run for x in words], dtype=np.int64)
+            keep.append(prog)
+            if programs is not None:
+                programs.append(prog)
+            ends = (run[0][1], run[-1][1], len(run))
+            label = _RUN_LABELS.get(ends)
+            if label is None:
+                if len(_RUN_LABELS) >= 4096:  # labels of executables since freed: a bound, not a working set
+                    _RUN_LABELS.clear()
+                label = _RUN_LABELS[ends] = "{} .. {} ({} native steps)".format(*ends)
+            out.append(NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))))
+            out_labels.append(label)
+        else:
+            for call, label, _ in run:
+                out.append(resolved(call))
+                out_labels.append(label)
+        run.clear()
+
+    for call, label in zip(calls, labels):
+        words = native_words(call, entry)
+        if words is None:
+            flush()
+            out.append(resolved(call))
+            out_labels.append(label)
+        else:
+            run.append((call, label, words))
+    flush()
+    return out, out_labels
