@@ -148,6 +148,10 @@ class Options:
     arenas: int = _run("arenas in the pool (concurrent planned calls)", 4)
     plan_cache: int = _run("plans cached per arena, oldest dropped first (a plan holds a few KB; making one for "
                            "a new shape takes 0.1-1 ms)", 256)
+    bucket_plans: bool = _run("a shape not seen before is served by its bucket's plan (each symbol rounded up to "
+                              "the end of its quarter octave, laid out for the largest) moved to it in place, "
+                              "cheaper than binding its own plan; its second call binds and caches its own", True,
+                              "DYNSHAPE_BUCKET_PLANS")
     inputs_in_place: bool = _run("large inputs that only generated kernels read are read where the caller's array "
                                  "lies, not copied into the arena", True, "DYNSHAPE_INPUTS_IN_PLACE")
     inputs_kept: bool = _run("every input's arena slot is its own for the whole call (no later value reuses it): "

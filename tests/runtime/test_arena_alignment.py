@@ -22,7 +22,7 @@ def test_planned_activations_are_aligned():
 
     exe = ds.compile(ds.load_onnx(build_mlp()))
     exe.run({"x": np.ones((3, 64), np.float32)})
-    plans = [p for arena in exe.arenas for p in arena.plans.values()]
+    plans = [p for arena in exe.arenas for p in (*arena.plans.values(), *arena.buckets.values())]
     assert plans
     for p in plans:
         for view in p.inputs:

@@ -61,7 +61,7 @@ def test_arena_growth_keeps_earlier_plans_and_caps_stale_buffers():
     from dynshape.runtime.arenas import Arena, grow
     from dynshape.runtime.plan_cache import PlanCache
 
-    exe = ds.compile(_positions_model(), strategy="generic")
+    exe = ds.compile(_positions_model(), strategy="generic", bucket_plans=False)
     small, big = np.zeros((2, 4), np.float32), np.zeros((32, 4), np.float32)
     exe.run({"x": small})
     arena = exe.arenas[0]
@@ -89,7 +89,7 @@ def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
     from dynshape.runtime import memory
 
     monkeypatch.setattr(memory, "PLAN_BYTES", 3 * 32 * 24)  # per key: 8*seq (ids) + 16*seq (embeddings)
-    exe = ds.compile(_positions_model(), strategy="generic")
+    exe = ds.compile(_positions_model(), strategy="generic", bucket_plans=False)
     for seq in (32, 31, 30, 29, 28):
         exe.run({"x": np.zeros((seq, 4), np.float32)})
     plans = exe.arenas[0].plans
@@ -99,7 +99,7 @@ def test_plan_cache_is_capped_by_the_bytes_its_per_key_values_hold(monkeypatch):
 
 def test_the_plan_cache_holds_at_most_plan_cache_plans_an_arena_oldest_first():
     for cap, kept in ((2, [(30,), (29,)]), (0, [])):
-        exe = ds.compile(_positions_model(), strategy="generic", plan_cache=cap, arenas=1)
+        exe = ds.compile(_positions_model(), strategy="generic", plan_cache=cap, arenas=1, bucket_plans=False)
         for seq in (32, 31, 30, 29):
             x = np.full((seq, 4), 1.0, np.float32)
             np.testing.assert_array_equal(exe.run({"x": x})["y"], 1 + np.arange(seq * 4, dtype=np.float32)
@@ -120,9 +120,10 @@ def test_a_per_key_step_that_fails_names_its_node_and_leaves_the_executable_usab
 
 def test_a_memory_budget_also_bounds_the_per_key_values_plans_hold():
     """Per-key values live beside the arena: with a budget they get only what the arena leaves."""
-    free = ds.compile(_positions_model(), strategy="generic")
+    free = ds.compile(_positions_model(), strategy="generic", bucket_plans=False)
     arena = free.worst_case_memory().reserve
-    exe = ds.compile(_positions_model(), strategy="generic", memory_budget=arena + 24 * 20, arenas=1)
+    exe = ds.compile(_positions_model(), strategy="generic", memory_budget=arena + 24 * 20, arenas=1,
+                     bucket_plans=False)
     for seq, cached in [(8, [8]), (12, [8, 12]), (16, [16]), (4, [16, 4]), (32, [16, 4])]:  # 32: over it alone
         x = np.full((seq, 4), 2.0, np.float32)
         want = 2 + np.arange(seq * 4, dtype=np.float32).reshape(seq, 4)
@@ -148,7 +149,7 @@ def test_keys_that_agree_on_a_per_key_step_share_its_result():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], consts)
     g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]),
                   dims={"b": (1, 4), "seq": (1, 32)})
-    exe = ds.compile(g, strategy="generic")
+    exe = ds.compile(g, strategy="generic", bucket_plans=False)
     for b, seq in ((1, 5), (3, 5), (2, 9), (1, 5)):
         x = np.full((b, seq, 4), 0.25, np.float32)
         np.testing.assert_array_equal(exe.run({"x": x})["y"], x + emb[:seq])
@@ -183,7 +184,7 @@ def test_large_per_key_values_live_in_their_own_pages_and_leave_with_their_plan(
     del mapped, owner
     assert held - _rss_bytes() > 12 << 20  # its pages go back to the OS with the last reference
 
-    exe = ds.compile(_positions_model(max_seq=1024, width=64, rows=1024))
+    exe = ds.compile(_positions_model(max_seq=1024, width=64, rows=1024), bucket_plans=False)
     exe.run({"x": np.zeros((1024, 64), np.float32)})
     (plan,) = [p for a in exe._pool.arenas for p in a.plans.values()]
     held = [v for v in plan.keep if isinstance(v, np.ndarray) and v.nbytes >= OWN_PAGES_MIN]

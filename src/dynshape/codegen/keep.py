@@ -25,11 +25,12 @@ TABLE_ALIGN = 8  # every table starts on an int64 boundary
 class TableRef:
     """A table's bytes until its plan is sealed, then its address (`addr`)."""
 
-    __slots__ = ("addr", "data")
+    __slots__ = ("addr", "data", "nbytes")
 
     def __init__(self, data: bytes) -> None:
         self.data: bytes | None = data
         self.addr = 0
+        self.nbytes = len(data)
 
 
 class Keep(list):
@@ -43,6 +44,10 @@ class Keep(list):
         self._pending: list[TableRef] = []
         self._ints: set[int] | None = set() if track_ints else None
         self.int_tables: list[np.ndarray] = []
+
+    @property
+    def track_ints(self) -> bool:
+        return self._ints is not None
 
     def table(self, values: Sequence | np.ndarray, dtype: type | np.dtype = np.int64) -> TableRef:
         """A contiguous copy of `values` (as `dtype`) that lives as long as the plan: a native call takes the

@@ -15,12 +15,14 @@ class Arena:
     """One contiguous buffer and the plans bound to its addresses. `fit`: (planner, offsets, sizes) of the layout
     the buffer was last grown for, whose slots a later key may reuse (see Executable._plan)."""
 
-    __slots__ = ("buf", "fit", "plans")
+    __slots__ = ("buf", "fit", "plans", "buckets", "seen")
 
     def __init__(self, nbytes: int):
         self.buf = aligned_bytes(nbytes)
         self.plans = PlanCache()
         self.fit: tuple | None = None
+        self.buckets: dict = {}  # (variant uid, bucket) -> its bucket plan (runtime/rekey.py)
+        self.seen: dict = {}  # (variant uid, key) served by a bucket plan once: a second call binds its own
 
 
 ARENA_ALIGN = 64

@@ -212,6 +212,9 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     fixed.update(zip(wanted, packs))
     if key is not None:
         fixed.update({k: v for k, v in symvals(key).items() if k in needed})
+    if key is None:  # per key, only what the steps and outputs read
+        symvals = symbolic_values(graph, symbols, only=needed | outputs | {x for s in steps for x in s.inputs
+                                                                             if isinstance(x, str)})
     return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)
 
 

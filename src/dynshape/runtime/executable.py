@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import clib
+from dynshape.codegen import clib, program
 from dynshape.codegen.bf16 import check_precision
 from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
@@ -42,6 +42,7 @@ from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
+from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_of, rekey
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
 from dynshape.runtime.variants import Variant, VariantTable
 from dynshape.sym import Cond, sym
@@ -442,9 +443,14 @@ class Executable:
         return None
 
     def _plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan:
-        """Lay out and bind this key's plan in the arena the caller holds (refused first if over budget)."""
+        """Lay out and bind this key's plan in the arena the caller holds (refused first if over budget); a key
+        not seen in this arena before is served by its bucket's plan where one can be (`_bucket_plan`)."""
         pl = variant.planner
         w = variant.worst
+        if self.options.bucket_plans and not self.options.inputs_kept:
+            plan = self._bucket_plan(variant, key, arena)
+            if plan is not None:
+                return plan
         if w is not None and w.monotone and w.reserve <= arena.buf.size:  # bounded: the max-key offsets fit all
             shapes, offsets, total = dict(zip(pl.values, pl.shapes(key))), w.offsets, w.layout
         else:
@@ -468,6 +474,61 @@ class Executable:
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
         arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes(), self.options.plan_cache)
+        return plan
+
+    def _bucket_plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
+        """The plan of key's bucket moved to key (runtime/rekey.py), made at the first key of the bucket; None: the
+        key's own plan (seen before in this arena, so it is worth caching; the buffers do not fit the bucket's
+        layout; a bounded arena too small for it; no program library)."""
+        seen = arena.seen
+        if (variant.uid, key) in seen or program.LIBRARY.try_load() is None:
+            return None
+        if len(seen) >= 4096:
+            seen.clear()
+        seen[variant.uid, key] = True
+        pl, w = variant.planner, variant.worst
+        worst = w is not None and w.monotone and w.reserve <= arena.buf.size
+        slot = (variant.uid, "worst" if worst else bucket_of(key, tuple(s.hi for s in self.symbols)))
+        shapes = dict(zip(pl.values, pl.shapes(key)))
+        symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
+        plan = arena.buckets.get(slot)
+        if plan is not None:
+            st = plan.bucket
+            if plan.arena is arena.buf and (st.sizes is None or all(n <= st.sizes[b]
+                                                                    for b, n in pl.sizes(shapes).items())):
+                if rekey(pl, plan, key, shapes, symvals):
+                    return plan
+                del arena.buckets[slot]  # half moved: never used again
+                return None
+            if plan.arena is not arena.buf:
+                del arena.buckets[slot]
+            else:
+                return None
+        if worst:
+            offsets, total, sizes = w.offsets, w.layout, None
+        else:
+            try:
+                top, offsets, total = pl.layout(slot[1])
+            except Exception:  # the largest key's shape arithmetic fails: no bucket
+                return None
+            if any(shp and min(shp) < 0 for shp in top.values()):
+                return None
+            sizes = pl.sizes(top)
+            if not all(n <= sizes[b] for b, n in pl.sizes(shapes).items()):
+                return None
+        if total > arena.buf.size:
+            if self.memory.bounded:  # the arenas hold the worst case (or the budget): they do not grow for a bucket
+                return None
+            try:
+                check_machine(total, "a bucket plan", "", [])
+                grow(arena, total)
+            except (MemoryError, DynshapeError):
+                return None
+            arena.fit = (pl, offsets, sizes or pl.sizes(shapes))
+        plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, offsets, sizes))
+        while len(arena.buckets) >= BUCKETS_PER_ARENA:
+            arena.buckets.pop(next(iter(arena.buckets)))
+        arena.buckets[slot] = plan
         return plan
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:

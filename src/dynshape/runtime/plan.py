@@ -45,7 +45,7 @@ MEMO_BYTES = 16 << 20  # shared per-key results in all, per planner (over it, th
 _SCRATCH: dict[int, dict[str, np.ndarray]] = {}  # id(arena buffer) -> tag -> the scratch its plans share
 
 
-def _scratch_for(arena: np.ndarray, keep: list) -> Callable[[int, str], np.ndarray]:
+def scratch_for(arena: np.ndarray, keep: list) -> Callable[[int, str], np.ndarray]:
     """Scratch shared by the plans of one arena buffer (BindRequest.scratch). Why shared: a plan per key each with
     its own (an LSTM's projection of every step, 1-2 MB) made text_rec's resident memory grow by 180 MB over
     1,000 calls at random widths, 256 cached plans holding one each. A key needing more gets a larger buffer;
@@ -89,6 +89,7 @@ class BoundPlan:
     copy_in: tuple = ()  # (input index, arena view) of every input the calls read from the arena
     # `calls` as run: a NativeCall as a partial of its C function (no Python frame per call: ~0.1 us each)
     runs: tuple = ()
+    bucket: Any = None  # a plan moved between the keys of its layout in place: its BucketState (rekey.py)
 
     def __post_init__(self) -> None:
         self.want = {name: (tuple(v.shape), v.dtype) for name, v in self.outputs}
@@ -435,7 +436,7 @@ class Planner:
                 out.append(v)
         return out
 
-    def _entry(self, fn: Any) -> int:
+    def entry(self, fn: Any) -> int:
         """The entry address of a ctypes function, remembered (ctypes.cast costs ~1 us a call, and a plan packs
         every native step). The function is kept with its address, so its id cannot be reused meanwhile."""
         got = self._entries.get(id(fn))
@@ -511,14 +512,8 @@ class Planner:
                 self._per_key_memo[memo] = made
                 self._memo_bytes += size
 
-    def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict) -> BoundPlan:
-        """This key's plan in `arena`: every value's address, the per-key steps run, every step bound.
-
-        Views of the arena are made only for what needs an array (a native binder's or numpy step's buffers,
-        the graph's inputs and outputs, a row-stride kernel's output): a generated kernel takes addresses only,
-        and most steps are kernels (text detection: 88 of 96), so their values get an address and no view."""
-        build, g = self.build, self.graph
-        base = arena.ctypes.data
+    def addresses(self, key: tuple, base: int, shapes: dict, offsets: dict) -> dict:
+        """Every value's address in an arena at `base` (constants' too), refusing a dim the symbols make negative."""
         dtypes, joins = self.dtypes, self.joins
         at: dict = dict(self.fixed_at)  # value name (or PackedWeight) -> address
         for x in self.values:
@@ -529,38 +524,49 @@ class Planner:
                                           "shape arithmetic does not hold for these inputs")
             jn = joins.get(x)
             at[x] = base + offsets[self.base[x]] + (0 if jn is None else jn.col * dtypes[x].itemsize)
-        views: dict[str, np.ndarray] = {}
-        addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
+        return at
 
-        def view(x: str) -> np.ndarray:
-            off = at[x] - base
-            jn = joins.get(x)
-            try:
-                if jn is None:
-                    v = np.ndarray(shapes[x], dtypes[x], buffer=arena, offset=off)
-                else:  # columns of the Concat's rows: its strides, this value's shape
-                    whole = np.ndarray(shapes[jn.into], dtypes[x], buffer=arena, offset=offsets[self.base[x]])
-                    v = np.ndarray(shapes[x], dtypes[x], buffer=arena, offset=off, strides=whole.strides)
-            except ValueError as e:  # a shape numpy cannot hold (its dims' product overflows)
-                raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
-                                          f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") \
-                    from None
-            views[x] = v
-            addrs[id(v)] = at[x]
-            return v
+    def view(self, x: str, arena: np.ndarray, at: dict, shapes: dict, offsets: dict, key: tuple) -> np.ndarray:
+        """Value x's array in the arena (a Concat's columns: its strides, x's shape)."""
+        dtype, jn, off = self.dtypes[x], self.joins.get(x), at[x] - arena.ctypes.data
+        try:
+            if jn is None:
+                return np.ndarray(shapes[x], dtype, buffer=arena, offset=off)
+            whole = np.ndarray(shapes[jn.into], dtype, buffer=arena, offset=offsets[self.base[x]])
+            return np.ndarray(shapes[x], dtype, buffer=arena, offset=off, strides=whole.strides)
+        except ValueError as e:  # a shape numpy cannot hold (its dims' product overflows)
+            raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
+                                      f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") from None
 
+    def key_values(self, key: tuple, symvals: dict, at: dict, addrs: dict, keep: list,
+                   previous: dict | None = None) -> tuple[dict, int]:
+        """The constants and this key's values (the symbolic ones read, the per-key steps run), their addresses
+        in `at` and `addrs`, each kept in `keep`: (name -> array, bytes computed for the key). With `previous` (a
+        bucket plan's values at its last key): a value equal to the previous one is that same array, and a per-key
+        step whose inputs are all the same arrays keeps its outputs, so the words reading them stay as they are."""
+        g = self.graph
         fixed = dict(self.fixed)
-        keep = Keep(track_ints=bool(self.in_place or self.out_place))
-        copied: set[str] = set()  # in-place inputs a Python call reads in this plan: copied, not patched
         for k, v in symvals.items():
             if k not in self.reads:
                 continue
-            fixed[k] = v = _contiguous(v)
-            addrs[id(v)] = at[k] = v.ctypes.data
+            v = _contiguous(v)
+            p = previous.get(k) if previous is not None else None
+            if p is not None and p.shape == v.shape and p.dtype == v.dtype and p.tobytes() == v.tobytes():
+                fixed[k] = p  # at[k] holds its address already
+                continue
+            fixed[k] = v
+            addrs[id(v)] = at[k] = address(v)
             keep.append(v)
         per_key_bytes = 0
         for i in self.per_key:
-            s = build.steps[i]
+            s = self.build.steps[i]
+            if previous is not None and all(not x or x in self.fixed or fixed[x] is previous.get(x)
+                                            for x in s.inputs):
+                for name in s.outputs:  # the same inputs: the same outputs, at the same addresses
+                    if name:
+                        v = fixed[name] = previous[name]
+                        per_key_bytes += v.nbytes
+                continue
             args = [fixed[x] if x else None for x in s.inputs]
             memo = self._memo_key(i, s.inputs, args)
             made = self._per_key_memo.get(memo) if memo is not None else None
@@ -576,9 +582,36 @@ class Planner:
             for name, v in zip(s.outputs, made):
                 if name:
                     fixed[name] = v
-                    addrs[id(v)] = at[name] = v.ctypes.data
+                    addrs[id(v)] = at[name] = address(v)
                     keep.append(v)
                     per_key_bytes += v.nbytes
+        return fixed, per_key_bytes
+
+    def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict,
+             bucket: Any = None) -> BoundPlan:
+        """This key's plan in `arena`: every value's address, the per-key steps run, every step bound.
+
+        Views of the arena are made only for what needs an array (a native binder's or numpy step's buffers,
+        the graph's inputs and outputs, a row-stride kernel's output): a generated kernel takes addresses only,
+        and most steps are kernels (text detection: 88 of 96), so their values get an address and no view.
+
+        `bucket` (a `BucketState` to fill, runtime/rekey.py): the plan will be moved to other keys of its layout
+        in place, so each step's calls, tables and words are recorded, each native step keeps its own tables,
+        the kernels share one key table written in place, and every native call goes into a program."""
+        build, g = self.build, self.graph
+        dtypes = self.dtypes
+        at = self.addresses(key, arena.ctypes.data, shapes, offsets)
+        views: dict[str, np.ndarray] = {}
+        addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
+
+        def view(x: str) -> np.ndarray:
+            v = views[x] = self.view(x, arena, at, shapes, offsets, key)
+            addrs[id(v)] = at[x]
+            return v
+
+        keep = Keep(track_ints=bool(self.in_place or self.out_place))
+        copied: set[str] = set()  # in-place inputs a Python call reads in this plan: copied, not patched
+        fixed, per_key_bytes = self.key_values(key, symvals, at, addrs, keep)
 
         def addr(a: np.ndarray) -> int:
             return addrs.get(id(a)) or a.ctypes.data
@@ -588,25 +621,36 @@ class Planner:
 
         calls: list[Call] = []
         labels: list[str] = []
-        scratch = _scratch_for(arena, keep)
+        scratch = scratch_for(arena, keep)
         key_arrays: dict[tuple, TableRef] = {}  # one int64 table per distinct kernel key in this plan
         skip = self.alias_step | set(self.per_key)
+        spans: dict[int, tuple] = {}  # (bucket) step index -> (first call, its Keep)
         for i, s in enumerate(build.steps):
             if i in skip:
                 continue
+            first = len(calls)
             try:
                 if type(s) is KernelStep:  # the common step, inline: the key (and row stride), then addresses
                     values = s.key_values(key, get(s.outputs[0])) if s.row_stride else key
-                    d = key_arrays.get(values)
+                    d = key_arrays.get(values) if bucket is None or not s.row_stride else None
                     if d is None:
-                        d = key_arrays[values] = keep.table(values)
+                        d = keep.table(values)
+                        if bucket is None or not s.row_stride:
+                            key_arrays[values] = d
+                        if bucket is not None:
+                            bucket.tables.append((d, len(values), s if s.row_stride else None))
                     calls.append(NativeCall(s.entry, (d, *[at[o] for o in s.outputs], *[at[x] for x in s.inputs])))
                     labels.append(s.label)
+                    if bucket is not None:
+                        spans[i] = (first, None)
                     continue
                 ins, outs = [get(x) for x in s.inputs], [get(o) for o in s.outputs]
-                made = self._bind_step(s, ins, outs, keep, addr, fixed, scratch)
+                own = keep if bucket is None else Keep(track_ints=keep.track_ints)
+                made = self.bind_step(s, ins, outs, own, addr, fixed, scratch)
                 if (self.in_place or self.out_place) and any(type(c) is not NativeCall for c in made):
                     copied.update(self.base.get(x) for x in (*s.inputs, *s.outputs) if isinstance(x, str))
+                if bucket is not None:
+                    spans[i] = (first, own)
             except DynshapeError:
                 raise
             except Exception as e:  # binding evaluates shapes and indices: name the node, as run time does
@@ -616,24 +660,37 @@ class Planner:
         inputs = [get(v.name) if v.name in self.base else None for v in g.inputs]  # None: not read
         outputs = [(v.name, get(v.name)) for v in g.outputs]
         keep.seal()  # the binders' tables, in one buffer: their calls get the addresses
+        int_tables = list(keep.int_tables)
+        for _, own in spans.values():
+            if own is not None:
+                own.seal()
+                int_tables += own.int_tables
+                keep.append(own)
         programs: list[np.ndarray] = []
         patched = bool(self.in_place or self.out_place)
-        calls, labels = pack_programs(calls, labels, keep, self._entry, programs, min_run=1 if patched else 2)
-        words = programs + keep.int_tables
+        where: list | None = [] if bucket is not None else None
+        made_calls = calls
+        calls, labels = pack_programs(calls, labels, keep, self.entry, programs,
+                                      min_run=1 if patched or bucket is not None else 2, where=where)
+        words = programs + int_tables
         names = [v.name for v in g.inputs]
         nbytes = {x: math.prod(shapes[x]) * dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
         in_place = find_places([(names.index(x), x) for x in self.in_place if x not in copied], at, nbytes, dtypes,
-                                 calls, words)
+                               calls, words)
         out_place = tuple((x, slot, size, places) for x, _, slot, size, places in
                           find_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes,
-                                        calls, words))
+                                      calls, words))
         writable = {p[0] for p in out_place}
         fresh = tuple((name, v.shape, v.dtype) for name, v in outputs
                       if name in writable and v.nbytes >= IN_PLACE_BYTES)
-        return BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
+        plan = BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
                          [p[2] for p in in_place], out_place, [p[1] for p in out_place], fresh)
+        if bucket is not None:
+            bucket.record(self, key, shapes, at, fixed, spans, made_calls, where, programs, keep.int_tables, copied)
+            plan.bucket = bucket
+        return plan
 
-    def _bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
+    def bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
                    scratch: Callable[[int, str], np.ndarray]) -> list[Call]:
         """Zero-argument callables running a node step from `ins` into the planned buffers `outs` (kernel steps
         are bound inline in `bind`: a key table and addresses; they keep no views, so a cached plan of text_det

@@ -35,9 +35,8 @@ def find_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls
     copy's rows) that a patch of the start would leave pointing into the arena."""
     if not values or not programs:
         return ()
-    # one pass over the words in plain Python, each placed among the values' slots by bisection. Why not numpy:
-    # the words are few (a decoder step's 58), and whole-array comparisons per value and program cost ~35 us a
-    # value (141 of the 385 us a new past length spent binding its plan)
+    # one pass over the words, each placed among the values' slots by bisection (whole-array comparisons per value
+    # and program cost ~35 us a value: 141 of the 385 us a new past length spent binding its plan)
     ranges = sorted((at[x], at[x] + max(1, nbytes[x]), k) for k, (_, x) in enumerate(values))
     firsts = [r[0] for r in ranges]
     lo_all, hi_all = ranges[0][0], max(r[1] for r in ranges)
@@ -54,17 +53,29 @@ def find_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls
                 if type(a) is int and lo_all <= a < hi_all and (i := owner(a)) >= 0:
                     dropped.add(i)
     found: dict[int, list] = {}  # range index -> [(program index, positions)]
-    for j, words in enumerate(programs):
-        for pos, w in enumerate(words.tolist()):
-            if lo_all <= w < hi_all and (i := owner(w)) >= 0:
-                if w != ranges[i][0]:
-                    dropped.add(i)
-                    continue
-                hits = found.setdefault(i, [])
-                if hits and hits[-1][0] == j:
-                    hits[-1][1].append(pos)
-                else:
-                    hits.append((j, [pos]))
+    # word by word in plain Python for a few words (a decoder step's 58: numpy's fixed costs are more), else the
+    # words inside any slot picked out by numpy in one pass over them all (GPT-2's step: ~2,000 words)
+    if sum(len(w) for w in programs) <= 256:
+        scan = ((j, pos, w) for j, words in enumerate(programs) for pos, w in enumerate(words.tolist())
+                if lo_all <= w < hi_all)
+    else:
+        flat = np.concatenate(programs)
+        hits = np.flatnonzero((flat >= lo_all) & (flat < hi_all))
+        starts = np.cumsum([0] + [len(w) for w in programs])
+        owners = np.searchsorted(starts, hits, side="right") - 1
+        scan = zip(owners.tolist(), (hits - starts[owners]).tolist(), flat[hits].tolist())
+    for j, pos, w in scan:
+        i = owner(w)
+        if i < 0:
+            continue
+        if w != ranges[i][0]:
+            dropped.add(i)
+            continue
+        hits_i = found.setdefault(i, [])
+        if hits_i and hits_i[-1][0] == j:
+            hits_i[-1][1].append(pos)
+        else:
+            hits_i.append((j, [pos]))
     slot_of = {k: i for i, (_, _, k) in enumerate(ranges)}
     out = []
     for k, (key, x) in enumerate(values):
@@ -91,20 +102,29 @@ _RUN_LABELS: dict[tuple, str] = {}  # one string per (first, last, count) of a p
 
 
 def pack_programs(calls: list[Call], labels: list[str], keep: Keep, entry: Callable[[Any], int] = program.address,
-              programs: list | None = None, min_run: int = 2) -> tuple[list[Call], list[str]]:
+              programs: list | None = None, min_run: int = 2,
+              where: list | None = None) -> tuple[list[Call], list[str]]:
     """Runs of `min_run` (two) or more native calls become one ds_run_program call over an int64 program (tables
     resolved to their sealed addresses, in the same pass); every other call with its tables resolved. The
-    programs made are appended to `programs` (inputs read in place patch their words)."""
+    programs made are appended to `programs` (inputs read in place patch their words). `where` (with `programs`):
+    per call given, (index in `programs`, offset of its words) where it went into a program, else its index in the
+    calls returned (a bucket plan rewrites a step's words or replaces its call when it moves to another key,
+    rekey.py)."""
     lib = program.LIBRARY.try_load()
     if lib is None:
         return [resolved(c) for c in calls], labels
     out: list = []
     out_labels: list = []
-    run: list = []  # (call, label, program words) of the native calls since the last Python one
+    run: list = []  # (call, label, program words, index) of the native calls since the last Python one
 
     def flush() -> None:
         if run and len(run) >= min_run:
-            prog = np.array([x for _, _, words in run for x in words], dtype=np.int64)
+            if where is not None and programs is not None:
+                at = 0
+                for _, _, words, k in run:
+                    where[k] = (len(programs), at)
+                    at += len(words)
+            prog = np.array([x for _, _, words, _ in run for x in words], dtype=np.int64)
             keep.append(prog)
             if programs is not None:
                 programs.append(prog)
@@ -117,18 +137,24 @@ def pack_programs(calls: list[Call], labels: list[str], keep: Keep, entry: Calla
             out.append(NativeCall(lib.ds_run_program, (prog.ctypes.data, len(run))))
             out_labels.append(label)
         else:
-            for call, label, _ in run:
+            for call, label, _, k in run:
+                if where is not None:
+                    where[k] = len(out)
                 out.append(resolved(call))
                 out_labels.append(label)
         run.clear()
 
-    for call, label in zip(calls, labels):
+    for k, (call, label) in enumerate(zip(calls, labels)):
+        if where is not None:
+            where.append(None)
         words = native_words(call, entry)
         if words is None:
             flush()
+            if where is not None:
+                where[k] = len(out)
             out.append(resolved(call))
             out_labels.append(label)
         else:
-            run.append((call, label, words))
+            run.append((call, label, words, k))
     flush()
     return out, out_labels

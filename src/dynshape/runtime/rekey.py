@@ -1,0 +1,265 @@
+"""Bucket plans: one bound plan per bucket of keys, moved to each new key of the bucket in place.
+
+Why: a plan is bound per key (plan.py), in Python, ~200 us for a small decoder step and ~1.3 ms for GPT-2's,
+against ~30-100 us of kernels; a decode loop meets a new key (past length) at every token, so its first
+generation ran at 0.2x onnxruntime, and a generation longer than the plan cache re-bound every token.
+
+A bucket plan is laid out once for the largest key of its bucket (`bucket_of`: a quarter octave), so every
+key of the bucket whose buffers fit has the same addresses. Moving it to another key (`rekey`) then touches only
+what the key changes: the kernels' one key table is written in place; a native step is bound again only when its
+buffers' shapes or its per-key inputs changed (a Concat of the past and the new token), into the same program
+words; per-key values equal to the last key's stay the same arrays; the inputs' and outputs' views and the
+in-place words are made for the key. Anything a step cannot redo in place (another number of calls, a Python
+call whose views changed) gives up: the caller drops the bucket plan and binds the key's own plan as before.
+
+Soundness rests on one fact: a binder's calls are a function of its node, its buffers (address, shape,
+strides) and the contents of its constant and per-key inputs; a step whose buffers and inputs are the same
+arrays at the same addresses keeps its calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from dynshape.codegen.keep import Keep, TableRef
+from dynshape.codegen.lowering import NativeCall
+from dynshape.errors import DynshapeError
+from dynshape.runtime.build import KernelStep
+from dynshape.runtime.plan import IN_PLACE_BYTES, BoundPlan, Planner, scratch_for
+from dynshape.runtime.programs import find_places, native_words, patch
+from dynshape.sym import Expr
+
+BUCKETS_PER_ARENA = 16  # bucket plans kept per arena (oldest dropped first)
+
+
+def bucket_of(key: tuple, his: tuple = ()) -> tuple:
+    """The largest key of `key`'s bucket: each symbol rounded up to the end of its quarter octave (64..79, 80..95,
+    96..111, 112..127; below 8 exact), and no further than its declared bound (`his`, None: unbounded). Why
+    quarters: a bucket plan's buffers are sized for its largest key, so at most ~25% more memory than the key's
+    own (the arena's usual headroom); a decode loop makes a bucket plan every 16 tokens at past 64-127."""
+    out = []
+    for k, v in enumerate(key):
+        e = max(0, int(v).bit_length() - 3)
+        top = (((int(v) >> e) + 1) << e) - 1
+        hi = his[k] if k < len(his) else None
+        out.append(top if hi is None else max(int(v), min(top, int(hi))))
+    return tuple(out)
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One step of a bucket plan: what it was bound from and where its calls' words lie."""
+
+    step: Any
+    calls: list  # the calls it made (NativeCalls with their TableRefs, or Python calls)
+    where: list  # per call: (program index, word offset), None for a Python call
+    keep: Keep | None  # a native step's own tables and held buffers (replaced when it is bound again)
+    syms: frozenset  # the symbols its buffers' shapes depend on
+    perkey: frozenset  # its inputs computed per key (symbolic values, per-key steps' outputs)
+    shapes: tuple = ()  # its buffers' shapes at the plan's key
+    held: Keep | None = None  # what its last binding holds (views' buffers, scratch); its tables live in `keep`
+
+
+@dataclass(slots=True)
+class BucketState:
+    """What a bucket plan needs to move between keys (filled by `Planner.bind(..., bucket=state)`)."""
+
+    slot: tuple  # (variant uid, bucket or "worst")
+    offsets: dict
+    sizes: dict | None  # each buffer's bytes in the layout (None: the layout holds every key)
+    key: tuple = ()
+    at: dict = field(default_factory=dict)
+    fixed: dict = field(default_factory=dict)  # per-key values at `key`
+    tables: list = field(default_factory=list)  # (TableRef, count, row-stride kernel or None): kernel key tables
+    views: list = field(default_factory=list)  # int64 views of those tables, once sealed
+    steps: list = field(default_factory=list)  # StepRecord per bound step
+    programs: list = field(default_factory=list)
+    int_tables: list = field(default_factory=list)  # the shared keep's int64 tables (the kernels' keys)
+    copied: set = field(default_factory=set)
+    shapes: dict = field(default_factory=dict)  # every value's shape at `key`
+    arrays: dict = field(default_factory=dict)  # the views made at `key` (reused where the shape is the same)
+
+    def record(self, pl: Planner, key: tuple, shapes: dict, at: dict, fixed: dict, spans: dict, calls: list,
+               where: list, programs: list, int_tables: list, copied: set) -> None:
+        self.key, self.at, self.programs, self.int_tables, self.copied = key, at, programs, list(int_tables), copied
+        self.shapes = shapes
+        self.fixed = {x: v for x, v in fixed.items() if x not in pl.fixed}
+        self.views = [np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(ref.addr)) for ref, n, _ in self.tables]
+        order = sorted(spans.items(), key=lambda kv: kv[1][0])
+        for k, (i, (first, own)) in enumerate(order):
+            end = order[k + 1][1][0] if k + 1 < len(order) else len(calls)
+            s = pl.build.steps[i]
+            names = [x for x in (*s.inputs, *s.outputs) if x and isinstance(x, str) and x not in pl.fixed]
+            perkey = frozenset(x for x in names if x in self.fixed)
+            syms: set = set()
+            for x in names:
+                if x in pl.base:
+                    jn = pl.joins.get(x)
+                    for d in (*pl.graph.types[x].shape, *(pl.graph.types[jn.into].shape if jn else ())):
+                        if isinstance(d, Expr):
+                            syms |= d.free_symbols
+            rec = StepRecord(s, calls[first:end], where[first:end], own, frozenset(syms), perkey,
+                             _shapes_of(pl, s, shapes))
+            self.steps.append(rec)
+
+
+def _shapes_of(pl: Planner, s: Any, shapes: dict) -> tuple:
+    """The shapes of a step's arena buffers (a joined one's whole Concat too): what its binding depends on."""
+    out = []
+    for x in (*s.inputs, *s.outputs):
+        if x and isinstance(x, str) and x in pl.base:
+            jn = pl.joins.get(x)
+            out.append((shapes[x], shapes[jn.into] if jn is not None else None))
+    return tuple(out)
+
+
+class _GiveUp(Exception):  # noqa: N818 - a verdict: this key needs its own plan
+    pass
+
+
+def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict) -> bool:
+    """Move a bucket plan to `key` in place (its buffers fit the layout: checked by the caller). False: it
+    cannot (a step it cannot redo in place); the plan is then unusable and the caller drops it. A refusal of the
+    key itself (a negative dim) raises, leaving the plan as it was."""
+    st: BucketState = plan.bucket
+    if key == st.key:
+        return True
+    arena = plan.arena
+    at = dict(st.at)
+    for x in pl.values:  # refused before anything changes (as bind refuses it)
+        shp = shapes[x]
+        if shp and min(shp) < 0:
+            pl.addresses(key, arena.ctypes.data, shapes, st.offsets)  # raises, naming the value
+    # the in-place words back on their slots: a step bound again or a value no longer placed must not keep a
+    # caller's address from an earlier call
+    for (_, _, slot, _, places), cur in zip(plan.in_place, plan.current or ()):
+        if cur != slot:
+            patch(places, slot)
+    for (_, slot, _, places), cur in zip(plan.out_place, plan.out_current or ()):
+        if cur != slot:
+            patch(places, slot)
+    plan.current = [p[2] for p in plan.in_place]
+    plan.out_current = [p[1] for p in plan.out_place]
+    try:
+        _move(pl, plan, st, key, shapes, symvals, at)
+    except (_GiveUp, DynshapeError):
+        return False
+    except Exception:  # a binder failing for this key: its own plan's bind names the node
+        return False
+    return True
+
+
+def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dict, symvals: dict,
+          at: dict) -> None:
+    arena = plan.arena
+    addrs: dict = dict(pl.fixed_addr)
+    fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed)  # kept alive by st.fixed
+    changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
+    moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
+    old_shapes, old_views = st.shapes, st.arrays
+    views: dict = {}
+
+    def get(x: str | None) -> Any:
+        if not x:
+            return None
+        if x in fixed:
+            return fixed[x]
+        v = views.get(x)
+        if v is None:
+            jn = pl.joins.get(x)
+            v = old_views.get(x)
+            if v is None or shapes[x] != old_shapes[x] or (jn is not None and shapes[jn.into] != old_shapes[jn.into]):
+                v = pl.view(x, arena, at, shapes, st.offsets, key)
+            views[x] = v
+            addrs[id(v)] = at[x]
+        return v
+
+    def addr(a: np.ndarray) -> int:
+        return addrs.get(id(a)) or a.ctypes.data
+
+    for view, (_, _, s) in zip(st.views, st.tables):
+        view[:] = key if s is None else s.key_values(key, get(s.outputs[0]))
+    runs = False  # whether a Python call was replaced
+    for rec in st.steps:
+        new_inputs = bool(rec.perkey & moved)
+        if not new_inputs and not rec.syms & changed:
+            continue
+        s = rec.step
+        if type(s) is KernelStep:  # its key table is written above; a new per-key input moves its addresses
+            if new_inputs:
+                _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
+                                                          *[at[x] for x in s.inputs]))])
+            continue
+        now = _shapes_of(pl, s, shapes)
+        if not new_inputs and now == rec.shapes:
+            continue
+        own = Keep()
+        made = pl.bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], own, addr, fixed,
+                            scratch_for(arena, own))
+        if len(made) != len(rec.calls):
+            raise _GiveUp
+        same_words = True
+        for a, b, w in zip(made, rec.calls, rec.where):
+            if type(w) is int:  # a call of its own (Python, or too many arguments for a program): replaced
+                if type(a) is NativeCall or type(b) is NativeCall:
+                    raise _GiveUp
+                plan.calls[w] = a
+                runs = True
+                continue
+            if type(a) is not NativeCall or a.fn is not b.fn or len(a.args) != len(b.args):
+                raise _GiveUp
+            for x, y in zip(a.args, b.args):
+                if type(x) is TableRef:  # this key's table into the same bytes as the last key's
+                    if type(y) is not TableRef or x.nbytes != y.nbytes:
+                        raise _GiveUp
+                    ctypes.memmove(y.addr, x.data, x.nbytes)
+                    x.addr, x.data = y.addr, None
+                elif x != y:
+                    same_words = False
+        if not same_words:
+            _write(pl, st, rec, made)
+        rec.calls, rec.held, rec.shapes = made, own, now
+    if runs:
+        plan.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in plan.calls)
+    g = pl.graph
+    plan.inputs = [get(v.name) if v.name in pl.base else None for v in g.inputs]
+    plan.outputs = [(v.name, get(v.name)) for v in g.outputs]
+    st.key, st.shapes, st.arrays = key, shapes, views
+    st.fixed = {x: fixed[x] for x in st.fixed}
+    if pl.in_place or pl.out_place:
+        _place(pl, plan, st, shapes, at)
+    plan.nbytes = per_key_bytes
+    plan.want = {name: (tuple(v.shape), v.dtype) for name, v in plan.outputs}
+    plan.copy_in = tuple((k, v) for k, v in enumerate(plan.inputs) if v is not None)
+
+
+def _place(pl: Planner, plan: BoundPlan, st: BucketState, shapes: dict, at: dict) -> None:
+    """The in-place inputs' and outputs' words at this key (one pass over the words, as bind finds them)."""
+    words = st.programs + st.int_tables + [t for rec in st.steps if rec.keep is not None for t in rec.keep.int_tables]
+    names = plan.input_names
+    nbytes = {x: math.prod(shapes[x]) * pl.dtypes[x].itemsize for x in (*pl.in_place, *pl.out_place)}
+    found = find_places([(names.index(x), x) for x in pl.in_place if x not in st.copied]
+                        + [(x, x) for x in pl.out_place if x not in st.copied], at, nbytes, pl.dtypes, plan.calls,
+                        words)
+    in_place = tuple(p for p in found if type(p[0]) is int)
+    out_place = tuple((x, slot, size, places) for x, _, slot, size, places in found if type(x) is str)
+    writable = {p[0] for p in out_place}
+    plan.fresh = tuple((name, v.shape, v.dtype) for name, v in plan.outputs
+                       if name in writable and v.nbytes >= IN_PLACE_BYTES)
+    plan.in_place, plan.current = in_place, [p[2] for p in in_place]
+    plan.out_place, plan.out_current = out_place, [p[1] for p in out_place]
+
+
+def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> None:
+    for call, (j, off) in zip(made, rec.where):
+        words = native_words(call, pl.entry)
+        if words is None:
+            raise _GiveUp
+        st.programs[j][off:off + len(words)] = words
+    rec.calls = made

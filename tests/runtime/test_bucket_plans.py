@@ -1,0 +1,190 @@
+"""Bucket plans (runtime/rekey.py): a key seen for the first time is served by its bucket's plan, moved to the key
+in place. Every answer must be the one the key's own plan gives, bit for bit (the same kernels on the same
+shapes; only the arena layout differs), whatever order the keys come in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.frontends.onnx import load_onnx
+from dynshape.runtime.rekey import bucket_of
+
+D, HEADS, VOCAB, POSITIONS = 32, 2, 50, 128
+
+
+def _gpt_step_model():
+    """A GPT-2-style decoder step: token and position embeddings (a Gather of the fed ids, and one of the position
+    read from the past's length: a per-key value), Q/K/V, the KV cache concatenated (present outputs), a padding
+    mask fed as int64 and cast, softmax attention, an output projection. What a decode loop calls per token."""
+    rng = np.random.default_rng(0)
+    hd = D // HEADS
+    inits = {**{f"w{n}": (rng.standard_normal((D, D)) * 0.2).astype(np.float32) for n in "qkvo"},
+             "wte": rng.standard_normal((VOCAB, D)).astype(np.float32),
+             "wpe": rng.standard_normal((POSITIONS, D)).astype(np.float32),
+             "shape4": np.array([0, 1, HEADS, hd], np.int64), "shape2": np.array([0, 1, D], np.int64),
+             "two": np.array(2, np.int64), "one": np.array(1, np.int64), "axes12": np.array([1, 2], np.int64),
+             "big": np.array(-1e4, np.float32), "onef": np.array(1.0, np.float32)}
+    n = helper.make_node
+    nodes = [n("Gather", ["wte", "ids"], ["tok"]),
+             n("Shape", ["past_k"], ["pshape"]), n("Gather", ["pshape", "two"], ["past"]),
+             n("Add", ["past", "one"], ["past1"]), n("Range", ["past", "past1", "one"], ["pos"]),
+             n("Gather", ["wpe", "pos"], ["pemb"]), n("Add", ["tok", "pemb"], ["x"])]
+    for w in "qkv":
+        nodes += [n("MatMul", ["x", f"w{w}"], [f"{w}p"]), n("Reshape", [f"{w}p", "shape4"], [f"{w}r"]),
+                  n("Transpose", [f"{w}r"], [f"{w}t"], perm=[0, 2, 1, 3])]
+    nodes += [n("Concat", ["past_k", "kt"], ["present_k"], axis=2),
+              n("Concat", ["past_v", "vt"], ["present_v"], axis=2),
+              n("Transpose", ["present_k"], ["kT"], perm=[0, 1, 3, 2]),
+              n("MatMul", ["qt", "kT"], ["s"]),
+              n("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+              n("Unsqueeze", ["maskf", "axes12"], ["mask4"]),
+              n("Sub", ["onef", "mask4"], ["hole"]), n("Mul", ["hole", "big"], ["bias"]),
+              n("Add", ["s", "bias"], ["sb"]),
+              n("Softmax", ["sb"], ["p"], axis=-1),
+              n("MatMul", ["p", "present_v"], ["o"]),
+              n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              n("Reshape", ["ot", "shape2"], ["o2"]),
+              n("MatMul", ["o2", "wo"], ["y"])]
+    kv = ["b", HEADS, "past", hd]
+    graph = helper.make_graph(
+        nodes, "step",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 1]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, ["b", "past_plus_1"]),
+         helper.make_tensor_value_info("past_k", TensorProto.FLOAT, kv),
+         helper.make_tensor_value_info("past_v", TensorProto.FLOAT, kv)],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "present_k", "present_v")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+GRAPH = load_onnx(_gpt_step_model())
+
+
+def _feed(rng, batch: int, past: int) -> dict:
+    mask = np.ones((batch, past + 1), np.int64)
+    mask[:, : rng.integers(0, past + 1)] = 0  # left padding, as a batched prompt has
+    mask[:, -1] = 1
+    return {"ids": rng.integers(0, VOCAB, (batch, 1)), "mask": mask,
+            **{k: rng.standard_normal((batch, HEADS, past, D // HEADS)).astype(np.float32)
+               for k in ("past_k", "past_v")}}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The same graph twice: bucket plans on (the default), and every key on its own plan."""
+    return ds.compile(GRAPH, strategy="generic"), ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+
+
+def test_buckets_are_quarter_octaves_within_declared_bounds():
+    assert [bucket_of((v,))[0] for v in (0, 1, 7, 8, 9, 15, 16, 63, 64, 79, 80, 127, 128)] == \
+        [0, 1, 7, 9, 9, 15, 19, 63, 79, 79, 95, 127, 159]
+    assert bucket_of((64, 3), (70, None)) == (70, 3) and bucket_of((75,), (70,)) == (75,)
+    for v in range(0, 5000):  # each key in its bucket, its bucket at most 25% larger
+        (top,) = bucket_of((v,))
+        assert v <= top <= max(v, 1.25 * v + 1) and bucket_of((top,)) == (top,)
+
+
+def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
+    """A 40-token loop feeding each present back as the next past, through out= buffers the loop owns: the
+    first pass is served by bucket plans moved per token (no key's own plan is bound), the second binds each
+    key's own plan; every output equals the own-plan build's bit for bit."""
+    fast, own = pair
+    rng = np.random.default_rng(3)
+    start = _feed(rng, 2, 3)
+    for rnd in range(2):
+        outs = {}
+        for exe in (fast, own):
+            feed, got = dict(start), []
+            bufs = [{k: np.empty((2, HEADS, 60, D // HEADS), np.float32) for k in ("present_k", "present_v")}
+                    for _ in range(2)]
+            for i in range(40):
+                past = feed["past_k"].shape[2]
+                out = {k: np.ndarray((2, HEADS, past + 1, D // HEADS), np.float32, buffer=v)
+                       for k, v in bufs[i % 2].items()}
+                r = exe.run(feed, out=out)
+                got.append({k: v.copy() for k, v in r.items()})
+                feed = {"ids": rng.integers(0, VOCAB, (2, 1)) * 0 + i % VOCAB,
+                        "mask": np.ones((2, past + 2), np.int64), "past_k": r["present_k"],
+                        "past_v": r["present_v"]}
+            outs[exe is fast] = got
+        for a, b in zip(outs[True], outs[False]):
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k])
+        if rnd == 0:
+            (arena,) = [a for a in fast.arenas if a.buckets]
+            assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4, .., 40..47
+    ref = GRAPH.run(start)
+    got = fast.run(start)
+    for k in ref:
+        np.testing.assert_allclose(got[k], ref[k], rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 70)), min_size=1, max_size=12), st.integers(0, 2**32 - 1))
+def test_any_order_of_keys_answers_as_their_own_plans(pair, keys, seed):
+    """Keys in any order, repeated or not, batch and past both moving (a bucket plan moved back and forth, across
+    its symbols, then a key's own plan on its second call): the same bits as each key's own plan."""
+    fast, own = pair
+    rng = np.random.default_rng(seed)
+    for batch, past in keys:
+        feed = _feed(rng, batch, past)
+        a, b = fast.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_refused_key_leaves_the_bucket_plan_serving_the_next():
+    """A mask whose length disagrees with the past is refused by name; the bucket plan still serves the next
+    keys right."""
+    exe = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(5)
+    exe.run(_feed(rng, 1, 65))
+    bad = _feed(rng, 1, 66)
+    bad["mask"] = bad["mask"][:, :-1]
+    with pytest.raises(ds.ConstraintViolation):
+        exe.run(bad)
+    for past in (67, 70, 66):
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_step_that_cannot_move_in_place_gives_the_key_its_own_plan(monkeypatch):
+    """A native step whose binding at the new key has another shape of calls than the bucket plan's: the bucket
+    plan is dropped, the key gets its own plan, and the answer is still right."""
+    exe = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(6)
+    exe.run(_feed(rng, 1, 64))
+    (arena,) = [a for a in exe.arenas if a.buckets]
+    real = exe.generic.planner.bind_step
+
+    def twice(s, *a):  # every native step now binds two calls (the second does nothing)
+        made = real(s, *a)
+        return [*made, lambda: None]
+
+    monkeypatch.setattr(exe.generic.planner, "bind_step", twice)
+    feed = _feed(rng, 1, 65)
+    a = exe.run(feed)
+    assert not arena.buckets and arena.plans  # given up: the key's own plan
+    monkeypatch.setattr(exe.generic.planner, "bind_step", real)
+    for k, v in own.run(feed).items():
+        np.testing.assert_array_equal(a[k], v)
+
+
+def test_bucket_plans_stay_within_a_bounded_arena():
+    """With preallocate the arenas hold the worst case and never grow, bucket plans or not."""
+    exe = ds.compile(load_onnx(_gpt_step_model(), dims={"past": (0, 100), "past_plus_1": (1, 101), "b": (1, 2)}),
+                     strategy="generic", preallocate=True, arenas=1)
+    size = exe.stats()["arena_bytes"]
+    rng = np.random.default_rng(7)
+    for past in (3, 90, 17, 99, 64, 65):
+        exe.run(_feed(rng, 2, past))
+    assert exe.stats()["arena_bytes"] == size
