@@ -84,6 +84,7 @@ def test_buckets_are_quarter_octaves_within_declared_bounds():
     assert [bucket_of((v,))[0] for v in (0, 1, 7, 8, 9, 15, 16, 63, 64, 79, 80, 127, 128)] == \
         [0, 1, 7, 9, 9, 15, 19, 63, 79, 79, 95, 127, 159]
     assert bucket_of((64, 3), (70, None)) == (70, 3) and bucket_of((75,), (70,)) == (75,)
+    assert [bucket_of((v,), fine=0)[0] for v in (0, 1, 2, 3, 4, 64, 127, 128)] == [0, 1, 3, 3, 7, 127, 127, 255]
     for v in range(0, 5000):  # each key in its bucket, its bucket at most 25% larger
         (top,) = bucket_of((v,))
         assert v <= top <= max(v, 1.25 * v + 1) and bucket_of((top,)) == (top,)
@@ -117,7 +118,7 @@ def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
                 np.testing.assert_array_equal(a[k], b[k])
         if rnd == 0:
             (arena,) = [a for a in fast.arenas if a.buckets]
-            assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4, .., 40..47
+            assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4..7, 8..15, ..
     ref = GRAPH.run(start)
     got = fast.run(start)
     for k in ref:

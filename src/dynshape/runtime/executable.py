@@ -42,7 +42,7 @@ from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
-from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_of, rekey
+from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_layout, rekey
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
 from dynshape.runtime.variants import Variant, VariantTable
 from dynshape.sym import Cond, sym
@@ -477,46 +477,39 @@ class Executable:
         return plan
 
     def _bucket_plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
-        """The plan of key's bucket moved to key (runtime/rekey.py), made at the first key of the bucket; None: the
-        key's own plan (seen before in this arena, so it is worth caching; the buffers do not fit the bucket's
-        layout; a bounded arena too small for it; no program library)."""
-        seen = arena.seen
-        if (variant.uid, key) in seen or program.LIBRARY.try_load() is None:
+        """A bucket plan of this arena moved to key (runtime/rekey.py): the last made whose bucket holds the key,
+        or a new one made at the key; None: the key's own plan (seen before in this arena, so worth caching; a
+        step that cannot move in place; a bounded arena too small for a bucket; no program library)."""
+        seen, uid, buf = arena.seen, variant.uid, arena.buf
+        if (uid, key) in seen or program.LIBRARY.try_load() is None:
             return None
         if len(seen) >= 4096:
             seen.clear()
-        seen[variant.uid, key] = True
+        seen[uid, key] = True
         pl, w = variant.planner, variant.worst
-        worst = w is not None and w.monotone and w.reserve <= arena.buf.size
-        slot = (variant.uid, "worst" if worst else bucket_of(key, tuple(s.hi for s in self.symbols)))
         shapes = dict(zip(pl.values, pl.shapes(key)))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
-        plan = arena.buckets.get(slot)
-        if plan is not None:
-            st = plan.bucket
-            if plan.arena is arena.buf and (st.sizes is None or all(n <= st.sizes[b]
-                                                                    for b, n in pl.sizes(shapes).items())):
+        stale = []
+        for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
+            if slot[0] != uid:
+                continue
+            if plan.arena is not buf:
+                stale.append(slot)
+            elif plan.bucket.covers(key) and plan.bucket.fits(pl, shapes):
                 if rekey(pl, plan, key, shapes, symvals):
                     return plan
                 del arena.buckets[slot]  # half moved: never used again
                 return None
-            if plan.arena is not arena.buf:
-                del arena.buckets[slot]
-            else:
-                return None
-        if worst:
-            offsets, total, sizes = w.offsets, w.layout, None
+        for slot in stale:
+            del arena.buckets[slot]
+        if w is not None and w.monotone and w.reserve <= buf.size:
+            top, offsets, total, sizes = None, w.offsets, w.layout, None
         else:
-            try:
-                top, offsets, total = pl.layout(slot[1])
-            except Exception:  # the largest key's shape arithmetic fails: no bucket
+            made = bucket_layout(pl, key, shapes, tuple(s.hi for s in self.symbols))
+            if made is None:
                 return None
-            if any(shp and min(shp) < 0 for shp in top.values()):
-                return None
-            sizes = pl.sizes(top)
-            if not all(n <= sizes[b] for b, n in pl.sizes(shapes).items()):
-                return None
-        if total > arena.buf.size:
+            top, offsets, total, sizes = made
+        if total > buf.size:
             if self.memory.bounded:  # the arenas hold the worst case (or the budget): they do not grow for a bucket
                 return None
             try:
@@ -525,7 +518,9 @@ class Executable:
             except (MemoryError, DynshapeError):
                 return None
             arena.fit = (pl, offsets, sizes or pl.sizes(shapes))
-        plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, offsets, sizes))
+        slot = (uid, "worst" if top is None else top)
+        plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, top, offsets, sizes))
+        arena.buckets.pop(slot, None)
         while len(arena.buckets) >= BUCKETS_PER_ARENA:
             arena.buckets.pop(next(iter(arena.buckets)))
         arena.buckets[slot] = plan

@@ -526,9 +526,10 @@ class Planner:
             at[x] = base + offsets[self.base[x]] + (0 if jn is None else jn.col * dtypes[x].itemsize)
         return at
 
-    def view(self, x: str, arena: np.ndarray, at: dict, shapes: dict, offsets: dict, key: tuple) -> np.ndarray:
-        """Value x's array in the arena (a Concat's columns: its strides, x's shape)."""
-        dtype, jn, off = self.dtypes[x], self.joins.get(x), at[x] - arena.ctypes.data
+    def view(self, x: str, arena: np.ndarray, base: int, at: dict, shapes: dict, offsets: dict,
+             key: tuple) -> np.ndarray:
+        """Value x's array in the arena at address `base` (a Concat's columns: its strides, x's shape)."""
+        dtype, jn, off = self.dtypes[x], self.joins.get(x), at[x] - base
         try:
             if jn is None:
                 return np.ndarray(shapes[x], dtype, buffer=arena, offset=off)
@@ -600,12 +601,13 @@ class Planner:
         the kernels share one key table written in place, and every native call goes into a program."""
         build, g = self.build, self.graph
         dtypes = self.dtypes
-        at = self.addresses(key, arena.ctypes.data, shapes, offsets)
+        base = arena.ctypes.data
+        at = self.addresses(key, base, shapes, offsets)
         views: dict[str, np.ndarray] = {}
         addrs = dict(self.fixed_addr)  # id(array) -> address, so binding never asks numpy for pointers
 
         def view(x: str) -> np.ndarray:
-            v = views[x] = self.view(x, arena, at, shapes, offsets, key)
+            v = views[x] = self.view(x, arena, base, at, shapes, offsets, key)
             addrs[id(v)] = at[x]
             return v
 
@@ -675,18 +677,20 @@ class Planner:
         words = programs + int_tables
         names = [v.name for v in g.inputs]
         nbytes = {x: math.prod(shapes[x]) * dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
+        slot_bytes = bucket.sizes if bucket is not None else None  # which words lie in a slot: the same at every key
         in_place = find_places([(names.index(x), x) for x in self.in_place if x not in copied], at, nbytes, dtypes,
-                               calls, words)
+                               calls, words, slot_bytes)
         out_place = tuple((x, slot, size, places) for x, _, slot, size, places in
                           find_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes,
-                                      calls, words))
+                                      calls, words, slot_bytes))
         writable = {p[0] for p in out_place}
         fresh = tuple((name, v.shape, v.dtype) for name, v in outputs
                       if name in writable and v.nbytes >= IN_PLACE_BYTES)
         plan = BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
                          [p[2] for p in in_place], out_place, [p[1] for p in out_place], fresh)
         if bucket is not None:
-            bucket.record(self, key, shapes, at, fixed, spans, made_calls, where, programs, keep.int_tables, copied)
+            bucket.record(self, key, base, shapes, at, fixed, spans, made_calls, where, programs, keep.int_tables,
+                          copied)
             plan.bucket = bucket
         return plan
 

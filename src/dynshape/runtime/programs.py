@@ -26,18 +26,21 @@ def patch(places: list, at: int) -> None:
 
 
 def find_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls: list,
-                programs: list[np.ndarray]) -> tuple:
+                programs: list[np.ndarray], spans: dict | None = None) -> tuple:
     """Where each in-place value's arena address stands in this plan's programs and int64 tables: (key, dtype, slot,
     bytes, places) per (key, value name) given. Its slot is its own for the whole call (the planner extends its
     lifetime), so a word equal to it is that value or a view of it. A value is left to be copied as usual (no
     entry) when a call outside the programs takes an address in its slot, or when any word points inside the slot
     but not at its start: a native binder's derived address (a Split's second half, a Slice's offset, a strided
-    copy's rows) that a patch of the start would leave pointing into the arena."""
+    copy's rows) that a patch of the start would leave pointing into the arena. `spans` (bytes per value, at least
+    its size): the slots as a bucket plan lays them out for its largest key, so that which words lie inside a slot
+    does not change with the key (rekey.py)."""
     if not values or not programs:
         return ()
     # one pass over the words, each placed among the values' slots by bisection (whole-array comparisons per value
     # and program cost ~35 us a value: 141 of the 385 us a new past length spent binding its plan)
-    ranges = sorted((at[x], at[x] + max(1, nbytes[x]), k) for k, (_, x) in enumerate(values))
+    size = nbytes if spans is None else spans
+    ranges = sorted((at[x], at[x] + max(1, size[x]), k) for k, (_, x) in enumerate(values))
     firsts = [r[0] for r in ranges]
     lo_all, hi_all = ranges[0][0], max(r[1] for r in ranges)
 

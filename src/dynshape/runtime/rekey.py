@@ -4,7 +4,7 @@ Why: a plan is bound per key (plan.py), in Python, ~200 us for a small decoder s
 against ~30-100 us of kernels; a decode loop meets a new key (past length) at every token, so its first
 generation ran at 0.2x onnxruntime, and a generation longer than the plan cache re-bound every token.
 
-A bucket plan is laid out once for the largest key of its bucket (`bucket_of`: a quarter octave), so every
+A bucket plan is laid out once for the largest key of its bucket (`bucket_layout`), so every
 key of the bucket whose buffers fit has the same addresses. Moving it to another key (`rekey`) then touches only
 what the key changes: the kernels' one key table is written in place; a native step is bound again only when its
 buffers' shapes or its per-key inputs changed (a Concat of the past and the new token), into the same program
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -28,28 +29,56 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen.keep import Keep, TableRef
-from dynshape.codegen.lowering import NativeCall
+from dynshape.codegen.lowering import NativeCall, RetableRequest
 from dynshape.errors import DynshapeError
 from dynshape.runtime.build import KernelStep
 from dynshape.runtime.plan import IN_PLACE_BYTES, BoundPlan, Planner, scratch_for
+from dynshape.runtime.pointers import address
 from dynshape.runtime.programs import find_places, native_words, patch
-from dynshape.sym import Expr
+from dynshape.sym import Expr, bounds
 
 BUCKETS_PER_ARENA = 16  # bucket plans kept per arena (oldest dropped first)
 
 
-def bucket_of(key: tuple, his: tuple = ()) -> tuple:
-    """The largest key of `key`'s bucket: each symbol rounded up to the end of its quarter octave (64..79, 80..95,
-    96..111, 112..127; below 8 exact), and no further than its declared bound (`his`, None: unbounded). Why
-    quarters: a bucket plan's buffers are sized for its largest key, so at most ~25% more memory than the key's
-    own (the arena's usual headroom); a decode loop makes a bucket plan every 16 tokens at past 64-127."""
+OCTAVE_SLACK = 4 << 20  # bytes a bucket plan laid out for a whole octave may hold beyond the key's own layout
+
+
+def bucket_of(key: tuple, his: tuple = (), fine: int = 2) -> tuple:
+    """The largest key of `key`'s bucket: each symbol rounded up to the end of its octave (`fine` 0: 64..127) or of
+    its quarter octave (`fine` 2: 64..79, 80..95, ...; below 8 exact), and no further than its declared bound
+    (`his`, None: unbounded)."""
     out = []
     for k, v in enumerate(key):
-        e = max(0, int(v).bit_length() - 3)
+        e = max(0, int(v).bit_length() - 1 - fine)
         top = (((int(v) >> e) + 1) << e) - 1
         hi = his[k] if k < len(his) else None
         out.append(top if hi is None else max(int(v), min(top, int(hi))))
     return tuple(out)
+
+
+def bucket_layout(pl: Planner, key: tuple, shapes: dict, his: tuple) -> tuple | None:
+    """(largest key, offsets, arena bytes, bytes per buffer) of a new bucket for `key`: its octave where that
+    layout holds at most 25% (or OCTAVE_SLACK) more than the key's own, else its quarter octave (a decode loop
+    makes a bucket plan every octave of past lengths, not every 16 tokens, and an image model's buffers, large
+    per unit of a symbol, stay within 25%); None where neither's shape arithmetic holds or fits the key."""
+    own = None
+    for fine in (0, 2):
+        top = bucket_of(key, his, fine)
+        try:
+            top_shapes, offsets, total = pl.layout(top)
+        except Exception:  # noqa: BLE001 - the largest key's shape arithmetic fails: no such bucket
+            continue
+        if any(shp and min(shp) < 0 for shp in top_shapes.values()):
+            continue
+        sizes = pl.sizes(top_shapes)
+        if not all(n <= sizes[b] for b, n in pl.sizes(shapes).items()):
+            continue
+        if fine == 0 and top != key:
+            own = own or pl.layout(key)[2]
+            if total > max(1.25 * own, own + OCTAVE_SLACK):
+                continue
+        return top, offsets, total, sizes
+    return None
 
 
 @dataclass(slots=True)
@@ -64,6 +93,8 @@ class StepRecord:
     perkey: frozenset  # its inputs computed per key (symbolic values, per-key steps' outputs)
     shapes: tuple = ()  # its buffers' shapes at the plan's key
     held: Keep | None = None  # what its last binding holds (views' buffers, scratch); its tables live in `keep`
+    retable: Any = None  # its rule's `retable` (its tables' words from shapes and addresses), where it applies
+    tables: list = field(default_factory=list)  # (int64 view, words) of each table its calls take, for retable
 
 
 @dataclass(slots=True)
@@ -71,6 +102,7 @@ class BucketState:
     """What a bucket plan needs to move between keys (filled by `Planner.bind(..., bucket=state)`)."""
 
     slot: tuple  # (variant uid, bucket or "worst")
+    top: tuple | None  # the bucket's largest key (None: the layout holds every key)
     offsets: dict
     sizes: dict | None  # each buffer's bytes in the layout (None: the layout holds every key)
     key: tuple = ()
@@ -84,11 +116,32 @@ class BucketState:
     copied: set = field(default_factory=set)
     shapes: dict = field(default_factory=dict)  # every value's shape at `key`
     arrays: dict = field(default_factory=dict)  # the views made at `key` (reused where the shape is the same)
+    base: int = 0  # the arena's address
+    span: tuple | None = None  # (lo, hi): the addresses of the in-place slots, whole (None: find them per key)
+    signed: list = field(default_factory=list)  # the values a dim of which may be negative (to refuse by name)
+    grows: list = field(default_factory=list)  # the buffers whose size depends on the symbols
 
-    def record(self, pl: Planner, key: tuple, shapes: dict, at: dict, fixed: dict, spans: dict, calls: list,
-               where: list, programs: list, int_tables: list, copied: set) -> None:
+    def covers(self, key: tuple) -> bool:
+        return self.top is None or all(k <= t for k, t in zip(key, self.top))
+
+    def fits(self, pl: Planner, shapes: dict) -> bool:
+        """Whether every buffer at these shapes fits its slot in the layout."""
+        if self.sizes is None:
+            return True
+        dt, sizes = pl.dtypes, self.sizes
+        return all(math.prod(shapes[b]) * dt[b].itemsize <= sizes[b] for b in self.grows)
+
+    def record(self, pl: Planner, key: tuple, base: int, shapes: dict, at: dict, fixed: dict, spans: dict,
+               calls: list, where: list, programs: list, int_tables: list, copied: set) -> None:
+        self.base = base
         self.key, self.at, self.programs, self.int_tables, self.copied = key, at, programs, list(int_tables), copied
         self.shapes = shapes
+        types = pl.graph.types
+        self.signed = [x for x in pl.values if any(isinstance(d, Expr) and _may_be_negative(d) for d in types[x].shape)]
+        self.grows = [b for b in pl.buffers if any(isinstance(d, Expr) for d in types[b].shape)]
+        placed = [*pl.in_place, *pl.out_place]
+        if placed and self.sizes is not None:
+            self.span = (min(at[x] for x in placed), max(at[x] + self.sizes[x] for x in placed))
         self.fixed = {x: v for x, v in fixed.items() if x not in pl.fixed}
         self.views = [np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(ref.addr)) for ref, n, _ in self.tables]
         order = sorted(spans.items(), key=lambda kv: kv[1][0])
@@ -106,7 +159,18 @@ class BucketState:
                             syms |= d.free_symbols
             rec = StepRecord(s, calls[first:end], where[first:end], own, frozenset(syms), perkey,
                              _shapes_of(pl, s, shapes))
+            rule = getattr(s, "native", None)
+            if rule is not None and rule.retable is not None and not any(x in pl.joins for x in names) \
+                    and all(type(c) is NativeCall and all(type(a) is TableRef for a in c.args) for c in rec.calls):
+                rec.retable = rule.retable
+                rec.tables = [np.ctypeslib.as_array((ctypes.c_int64 * (a.nbytes // 8)).from_address(a.addr))
+                              for c in rec.calls for a in c.args]
             self.steps.append(rec)
+
+
+def _may_be_negative(d: Expr) -> bool:
+    lo = bounds(d)[0]
+    return lo is None or lo < 0
 
 
 def _shapes_of(pl: Planner, s: Any, shapes: dict) -> tuple:
@@ -132,9 +196,8 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
         return True
     arena = plan.arena
     at = dict(st.at)
-    for x in pl.values:  # refused before anything changes (as bind refuses it)
-        shp = shapes[x]
-        if shp and min(shp) < 0:
+    for x in st.signed:  # refused before anything changes (as bind refuses it)
+        if min(shapes[x]) < 0:
             pl.addresses(key, arena.ctypes.data, shapes, st.offsets)  # raises, naming the value
     # the in-place words back on their slots: a step bound again or a value no longer placed must not keep a
     # caller's address from an earlier call
@@ -157,9 +220,10 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
 
 def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dict, symvals: dict,
           at: dict) -> None:
-    arena = plan.arena
-    addrs: dict = dict(pl.fixed_addr)
+    arena, types = plan.arena, pl.graph.types
+    addrs: dict = {}
     fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed)  # kept alive by st.fixed
+    fixed_addr = pl.fixed_addr
     changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
     moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
     old_shapes, old_views = st.shapes, st.arrays
@@ -175,17 +239,21 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
             jn = pl.joins.get(x)
             v = old_views.get(x)
             if v is None or shapes[x] != old_shapes[x] or (jn is not None and shapes[jn.into] != old_shapes[jn.into]):
-                v = pl.view(x, arena, at, shapes, st.offsets, key)
+                v = pl.view(x, arena, st.base, at, shapes, st.offsets, key)
             views[x] = v
             addrs[id(v)] = at[x]
         return v
 
     def addr(a: np.ndarray) -> int:
-        return addrs.get(id(a)) or a.ctypes.data
+        return addrs.get(id(a)) or fixed_addr.get(id(a)) or address(a)
+
+    def shape_of(x: str | None) -> tuple | None:
+        return None if not x else fixed[x].shape if x in fixed else shapes[x]
 
     for view, (_, _, s) in zip(st.views, st.tables):
         view[:] = key if s is None else s.key_values(key, get(s.outputs[0]))
     runs = False  # whether a Python call was replaced
+    dirty = st.span is None  # whether a word that changed is (or was) an address inside an in-place slot
     for rec in st.steps:
         new_inputs = bool(rec.perkey & moved)
         if not new_inputs and not rec.syms & changed:
@@ -193,12 +261,26 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         s = rec.step
         if type(s) is KernelStep:  # its key table is written above; a new per-key input moves its addresses
             if new_inputs:
-                _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
-                                                          *[at[x] for x in s.inputs]))])
+                dirty = _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
+                                                                  *[at[x] for x in s.inputs]))]) or dirty
             continue
         now = _shapes_of(pl, s, shapes)
         if not new_inputs and now == rec.shapes:
             continue
+        if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
+            words = rec.retable(RetableRequest(
+                s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
+                [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs],
+                np.dtype(types[s.outputs[0]].dtype).itemsize))
+            if words is not None and len(words) == len(rec.tables) and all(
+                    len(w) == len(t) for w, t in zip(words, rec.tables)):
+                for w, t in zip(words, rec.tables):
+                    old_words = t.tolist()
+                    if old_words != w:
+                        dirty = dirty or _moves_address(old_words, w, st.span)
+                        t[:] = w
+                rec.shapes = now
+                continue
         own = Keep()
         made = pl.bind_step(s, [get(x) for x in s.inputs], [get(o) for o in s.outputs], own, addr, fixed,
                             scratch_for(arena, own))
@@ -218,22 +300,34 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
                 if type(x) is TableRef:  # this key's table into the same bytes as the last key's
                     if type(y) is not TableRef or x.nbytes != y.nbytes:
                         raise _GiveUp
-                    ctypes.memmove(y.addr, x.data, x.nbytes)
+                    old = ctypes.string_at(y.addr, y.nbytes)
+                    if old != x.data:
+                        dirty = dirty or _moves_address(old, x.data, st.span)
+                        ctypes.memmove(y.addr, x.data, x.nbytes)
                     x.addr, x.data = y.addr, None
                 elif x != y:
                     same_words = False
         if not same_words:
-            _write(pl, st, rec, made)
+            dirty = _write(pl, st, rec, made) or dirty
         rec.calls, rec.held, rec.shapes = made, own, now
     if runs:
         plan.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in plan.calls)
     g = pl.graph
     plan.inputs = [get(v.name) if v.name in pl.base else None for v in g.inputs]
     plan.outputs = [(v.name, get(v.name)) for v in g.outputs]
-    st.key, st.shapes, st.arrays = key, shapes, views
+    st.key, st.shapes, st.arrays, st.at = key, shapes, views, at
     st.fixed = {x: fixed[x] for x in st.fixed}
-    if pl.in_place or pl.out_place:
+    if dirty:
         _place(pl, plan, st, shapes, at)
+    elif plan.in_place or plan.out_place:  # the same words hold the same addresses: only the sizes change
+        dt, names = pl.dtypes, plan.input_names
+        plan.in_place = tuple((k, d, slot, math.prod(shapes[names[k]]) * dt[names[k]].itemsize, places)
+                              for k, d, slot, _, places in plan.in_place)
+        plan.out_place = tuple((x, slot, math.prod(shapes[x]) * dt[x].itemsize, places)
+                               for x, slot, _, places in plan.out_place)
+        writable = {p[0] for p in plan.out_place}
+        plan.fresh = tuple((name, v.shape, v.dtype) for name, v in plan.outputs
+                           if name in writable and v.nbytes >= IN_PLACE_BYTES)
     plan.nbytes = per_key_bytes
     plan.want = {name: (tuple(v.shape), v.dtype) for name, v in plan.outputs}
     plan.copy_in = tuple((k, v) for k, v in enumerate(plan.inputs) if v is not None)
@@ -246,7 +340,7 @@ def _place(pl: Planner, plan: BoundPlan, st: BucketState, shapes: dict, at: dict
     nbytes = {x: math.prod(shapes[x]) * pl.dtypes[x].itemsize for x in (*pl.in_place, *pl.out_place)}
     found = find_places([(names.index(x), x) for x in pl.in_place if x not in st.copied]
                         + [(x, x) for x in pl.out_place if x not in st.copied], at, nbytes, pl.dtypes, plan.calls,
-                        words)
+                        words, st.sizes)
     in_place = tuple(p for p in found if type(p[0]) is int)
     out_place = tuple((x, slot, size, places) for x, _, slot, size, places in found if type(x) is str)
     writable = {p[0] for p in out_place}
@@ -256,10 +350,30 @@ def _place(pl: Planner, plan: BoundPlan, st: BucketState, shapes: dict, at: dict
     plan.out_place, plan.out_current = out_place, [p[1] for p in out_place]
 
 
-def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> None:
+def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> bool:
+    """A step's new calls into its program words; whether a word that changed is an address in an in-place slot."""
+    moved = st.span is None
     for call, (j, off) in zip(made, rec.where):
         words = native_words(call, pl.entry)
         if words is None:
             raise _GiveUp
-        st.programs[j][off:off + len(words)] = words
+        prog = st.programs[j]
+        if not moved:
+            lo, hi = st.span
+            moved = any(a != b and (lo <= a < hi or lo <= b < hi)
+                        for a, b in zip(prog[off:off + len(words)].tolist(), words))
+        prog[off:off + len(words)] = words
     rec.calls = made
+    return moved
+
+
+def _moves_address(old: bytes | list, new: bytes | list, span: tuple | None) -> bool:
+    """Whether a table's words that differ between `old` and `new` (bytes or int lists) include an address in
+    `span` (lo, hi)."""
+    if span is None or len(old) != len(new) or (type(old) is bytes and len(old) % 8):
+        return True
+    if type(old) is bytes:
+        n = len(old) // 8
+        old, new = struct.unpack(f"{n}q", old), struct.unpack(f"{n}q", new)
+    lo, hi = span
+    return any(a != b and (lo <= a < hi or lo <= b < hi) for a, b in zip(old, new))

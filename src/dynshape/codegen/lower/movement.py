@@ -20,7 +20,7 @@ import numpy as np
 
 from dynshape.codegen import program
 from dynshape.codegen.keep import Keep
-from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
+from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, RetableRequest, register_lowering
 from dynshape.errors import DynshapeError
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node
@@ -174,16 +174,31 @@ def _bind_concat(r: BindRequest) -> list | None:
     lib = program.LIBRARY.try_load()
     if lib is None or out is None or not out.flags.c_contiguous or any(x is None for x in r.ins):
         return None
-    axis = int(r.attrs.get("axis", 0)) % out.ndim
-    outer = math.prod(out.shape[:axis])
-    inner = math.prod(out.shape[axis + 1:]) * out.itemsize
     srcs = [np.ascontiguousarray(x) for x in r.ins]
-    desc = [r.addr(out), outer, len(srcs), out.shape[axis] * inner]
-    for x in srcs:
-        desc += [r.addr(x) if x is not None else 0, x.shape[axis] * inner]
+    desc = _concat_desc(int(r.attrs.get("axis", 0)), out.shape, out.itemsize, r.addr(out),
+                        [x.shape for x in srcs], [r.addr(x) for x in srcs])
     for x in srcs:
         r.keep.hold(x)
     return [NativeCall(lib.ds_concat, (r.keep.table(desc),))]
+
+
+def _concat_desc(axis: int, out_shape: tuple, itemsize: int, out_addr: int, in_shapes: list,
+                 in_addrs: list) -> list[int]:
+    """ds_concat's table: the output, its rows, the inputs' count and the bytes of an output row, then each
+    input's address and the bytes of its row."""
+    axis %= len(out_shape)
+    inner = math.prod(out_shape[axis + 1:]) * itemsize
+    desc = [out_addr, math.prod(out_shape[:axis]), len(in_shapes), out_shape[axis] * inner]
+    for shape, at in zip(in_shapes, in_addrs):
+        desc += [at, shape[axis] * inner]
+    return desc
+
+
+def _retable_concat(r: RetableRequest) -> list | None:
+    if any(x is None for x in (*r.in_shapes, *r.in_addrs)):
+        return None
+    return [_concat_desc(int(r.attrs.get("axis", 0)), r.out_shapes[0], r.itemsize, r.out_addrs[0], r.in_shapes,
+                         r.in_addrs)]
 
 
 def _fixed_params(r: BindRequest) -> bool:
@@ -368,7 +383,7 @@ def _bind_pad_positions(src: np.ndarray, out: np.ndarray, grow: list, mode: str,
 
 
 register_lowering("Transpose", "native", NativeRule(_one_output, _bind_transpose))
-register_lowering("Concat", "native", NativeRule(_concat_accepts, _bind_concat))
+register_lowering("Concat", "native", NativeRule(_concat_accepts, _bind_concat, retable=_retable_concat))
 register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand))
 register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
 register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind))
