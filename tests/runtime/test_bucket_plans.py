@@ -119,6 +119,7 @@ def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
         if rnd == 0:
             (arena,) = [a for a in fast.arenas if a.buckets]
             assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4..7, 8..15, ..
+            assert fast.stats()["plans"] == {"own": 0, "bucket": len(arena.buckets)}
     ref = GRAPH.run(start)
     got = fast.run(start)
     for k in ref:
@@ -189,3 +190,41 @@ def test_bucket_plans_stay_within_a_bounded_arena():
     for past in (3, 90, 17, 99, 64, 65):
         exe.run(_feed(rng, 2, past))
     assert exe.stats()["arena_bytes"] == size
+
+
+def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():
+    """Once the plan cache is full, a key seen again stays on the bucket plan (binding its own would evict
+    another key's: a stream cycling over more keys than the cache holds would bind a plan per call)."""
+    exe = ds.compile(GRAPH, strategy="generic", plan_cache=3, arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(8)
+    binds = []
+    real = exe.generic.planner.bind
+    exe.generic.planner.bind = lambda *a, **k: binds.append(k.get("bucket") is None) or real(*a, **k)
+    for _ in range(3):
+        for past in range(40, 50):
+            feed = _feed(rng, 1, past)
+            a, b = exe.run(feed), own.run(feed)
+            for k in b:
+                np.testing.assert_array_equal(a[k], b[k])
+    (arena,) = exe.arenas
+    assert len(arena.plans) == 3 and sum(binds) == 3  # three keys got their own plans, the rest stayed
+
+
+def test_a_python_call_reading_a_table_is_bound_again_with_its_table_sealed():
+    """GatherElements binds a Python call that reads its table's address when it runs: moved to a new key, the
+    new call's table must be sealed (an unsealed one is address 0: the first version of rekey crashed here)."""
+    n = helper.make_node("GatherElements", ["x", "i"], ["y"], axis=1)
+    graph = helper.make_graph([n], "ge", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b"]),
+                                          helper.make_tensor_value_info("i", TensorProto.INT64, ["a", "c"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    exe, own = ds.compile(g, strategy="generic"), ds.compile(g, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(9)
+    for a, b, c in ((3, 40, 41), (3, 44, 42), (2, 45, 60), (3, 40, 41)):
+        feed = {"x": rng.standard_normal((a, b)).astype(np.float32), "i": rng.integers(-b, b, (a, c))}
+        np.testing.assert_array_equal(exe.run(feed)["y"], own.run(feed)["y"])
+    assert exe.stats()["plans"]["bucket"] >= 1
+    bad = {"x": np.ones((3, 41), np.float32), "i": np.full((3, 43), 41)}  # out of range: refused by name
+    with pytest.raises(ds.DynshapeError, match="GatherElements.*out of range"):
+        exe.run(bad)

@@ -60,6 +60,7 @@ class Keep(list):
 
     def seal(self) -> None:
         """Every table collected so far into one buffer of their total size (each on an int64 boundary)."""
+        self._pending = [r for r in self._pending if r.data is not None]  # (a table placed elsewhere: rekey.py)
         if not self._pending:
             return
         sizes = [max(TABLE_ALIGN, -(-len(r.data) // TABLE_ALIGN) * TABLE_ALIGN) for r in self._pending]

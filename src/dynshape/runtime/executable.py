@@ -478,11 +478,13 @@ class Executable:
 
     def _bucket_plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
         """A bucket plan of this arena moved to key (runtime/rekey.py): the last made whose bucket holds the key,
-        or a new one made at the key; None: the key's own plan (seen before in this arena, so worth caching; a
-        step that cannot move in place; a bounded arena too small for a bucket; no program library)."""
+        or a new one made at the key; None: the key's own plan (seen before in this arena, so worth caching while
+        the plan cache has room; a step that cannot move in place; a bounded arena too small for a bucket; no
+        program library)."""
         seen, uid, buf = arena.seen, variant.uid, arena.buf
-        if (uid, key) in seen or program.LIBRARY.try_load() is None:
-            return None
+        if ((uid, key) in seen and len(arena.plans) < self.options.plan_cache) or program.LIBRARY.try_load() is None:
+            return None  # (a full cache would evict another key's plan for this one: a stream cycling over more
+            # keys than it holds, a decode loop longer than it, would bind a plan per call)
         if len(seen) >= 4096:
             seen.clear()
         seen[uid, key] = True
@@ -638,6 +640,9 @@ class Executable:
             "run_seconds": st.run_s,
             "steps": len(t.generic.steps),
             "arena_bytes": self._pool.nbytes_total,
+            # cached plans of single keys, and bucket plans moved between the keys of a bucket (runtime/rekey.py)
+            "plans": {"own": sum(len(a.plans) for a in self.arenas),
+                      "bucket": sum(len(a.buckets) for a in self.arenas)},
             "planned": t.generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }

@@ -307,6 +307,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
                     x.addr, x.data = y.addr, None
                 elif x != y:
                     same_words = False
+        own.seal()  # the tables a Python call reads (its NativeCalls' went into the last key's bytes above)
         if not same_words:
             dirty = _write(pl, st, rec, made) or dirty
         rec.calls, rec.held, rec.shapes = made, own, now
