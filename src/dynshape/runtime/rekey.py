@@ -109,7 +109,7 @@ class BucketState:
     at: dict = field(default_factory=dict)
     fixed: dict = field(default_factory=dict)  # per-key values at `key`
     tables: list = field(default_factory=list)  # (TableRef, count, row-stride kernel or None): kernel key tables
-    views: list = field(default_factory=list)  # int64 views of those tables, once sealed
+    views: list = field(default_factory=list)  # those tables as ctypes int64 arrays, once sealed
     steps: list = field(default_factory=list)  # StepRecord per bound step
     programs: list = field(default_factory=list)
     int_tables: list = field(default_factory=list)  # the shared keep's int64 tables (the kernels' keys)
@@ -143,7 +143,7 @@ class BucketState:
         if placed and self.sizes is not None:
             self.span = (min(at[x] for x in placed), max(at[x] + self.sizes[x] for x in placed))
         self.fixed = {x: v for x, v in fixed.items() if x not in pl.fixed}
-        self.views = [np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(ref.addr)) for ref, n, _ in self.tables]
+        self.views = [(ctypes.c_int64 * n).from_address(ref.addr) for ref, n, _ in self.tables]  # (kept by the plan)
         order = sorted(spans.items(), key=lambda kv: kv[1][0])
         for k, (i, (first, own)) in enumerate(order):
             end = order[k + 1][1][0] if k + 1 < len(order) else len(calls)
