@@ -94,7 +94,8 @@ class StepRecord:
     shapes: tuple = ()  # its buffers' shapes at the plan's key
     held: Keep | None = None  # what its last binding holds (views' buffers, scratch); its tables live in `keep`
     retable: Any = None  # its rule's `retable` (its tables' words from shapes and addresses), where it applies
-    tables: list = field(default_factory=list)  # (int64 view, words) of each table its calls take, for retable
+    tables: list = field(default_factory=list)  # an int64 view of each table its calls take, for retable
+    itemsize: int = 0  # its output's element size, for retable
 
 
 @dataclass(slots=True)
@@ -162,8 +163,8 @@ class BucketState:
             rule = getattr(s, "native", None)
             if rule is not None and rule.retable is not None and not any(x in pl.joins for x in names) \
                     and all(type(c) is NativeCall and all(type(a) is TableRef for a in c.args) for c in rec.calls):
-                rec.retable = rule.retable
-                rec.tables = [np.ctypeslib.as_array((ctypes.c_int64 * (a.nbytes // 8)).from_address(a.addr))
+                rec.retable, rec.itemsize = rule.retable, np.dtype(pl.graph.types[s.outputs[0]].dtype).itemsize
+                rec.tables = [(ctypes.c_int64 * (a.nbytes // 8)).from_address(a.addr)  # (kept by the plan)
                               for c in rec.calls for a in c.args]
             self.steps.append(rec)
 
@@ -220,7 +221,7 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
 
 def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dict, symvals: dict,
           at: dict) -> None:
-    arena, types = plan.arena, pl.graph.types
+    arena = plan.arena
     addrs: dict = {}
     fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed)  # kept alive by st.fixed
     fixed_addr = pl.fixed_addr
@@ -270,12 +271,11 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
             words = rec.retable(RetableRequest(
                 s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
-                [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs],
-                np.dtype(types[s.outputs[0]].dtype).itemsize))
+                [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize))
             if words is not None and len(words) == len(rec.tables) and all(
                     len(w) == len(t) for w, t in zip(words, rec.tables)):
                 for w, t in zip(words, rec.tables):
-                    old_words = t.tolist()
+                    old_words = t[:]
                     if old_words != w:
                         dirty = dirty or _moves_address(old_words, w, st.span)
                         t[:] = w
