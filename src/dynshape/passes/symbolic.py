@@ -28,6 +28,7 @@ class SymbolicValues:
 
     fn: Callable[[tuple], dict[str, np.ndarray]]
     names: frozenset[str]
+    deps: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)  # value -> the symbols it reads
 
     def __call__(self, key: tuple) -> dict[str, np.ndarray]:
         return self.fn(key)
@@ -39,6 +40,7 @@ def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] |
     making the other 96 arrays cost ~70 us per new key)."""
     names = key_names([s.name for s in symbols])
     exprs = []
+    deps: dict[str, frozenset] = {}
     for name, t in sorted(graph.types.items()):
         if only is not None and name not in only:
             continue
@@ -51,6 +53,7 @@ def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] |
             continue
         if any(isinstance(v, Expr) and not v.free_symbols <= set(names) for v in flat):
             continue
+        deps[name] = frozenset().union(*(v.free_symbols for v in flat if isinstance(v, Expr)))
         items = ", ".join(to_py(v, names) if isinstance(v, Expr) else str(int(v)) for v in flat)
         exprs.append(f"out[{name!r}] = _np.array([{items}], dtype=_np.{np.dtype(t.dtype).name})"
                      f".reshape({tuple(t.value.shape)!r})")
@@ -61,7 +64,7 @@ def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] |
         computed = frozenset(fn(probe))
     except Exception:  # noqa: BLE001 - a probe failure just means "compute at run time instead"
         computed = frozenset()
-    return SymbolicValues(fn, computed)
+    return SymbolicValues(fn, computed, {k: v for k, v in deps.items() if k in computed})
 
 
 def live_nodes(graph: Graph, known: set[str]) -> tuple[list[Node], set[str]]:

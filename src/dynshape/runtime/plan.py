@@ -540,15 +540,20 @@ class Planner:
                                       f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") from None
 
     def key_values(self, key: tuple, symvals: dict, at: dict, addrs: dict, keep: list,
-                   previous: dict | None = None) -> tuple[dict, int]:
+                   previous: dict | None = None, changed: frozenset | set = frozenset()) -> tuple[dict, int]:
         """The constants and this key's values (the symbolic ones read, the per-key steps run), their addresses
         in `at` and `addrs`, each kept in `keep`: (name -> array, bytes computed for the key). With `previous` (a
-        bucket plan's values at its last key): a value equal to the previous one is that same array, and a per-key
-        step whose inputs are all the same arrays keeps its outputs, so the words reading them stay as they are."""
+        bucket plan's values at its last key): a value equal to the previous one is that same array (one that
+        reads none of the `changed` symbols is, unread), and a per-key step whose inputs are all the same arrays
+        keeps its outputs, so the words reading them stay as they are."""
         g = self.graph
         fixed = dict(self.fixed)
+        deps = self.build.symbolic.deps if self.build.symbolic is not None else {}
         for k, v in symvals.items():
             if k not in self.reads:
+                continue
+            if previous is not None and k in previous and k in deps and not deps[k] & changed:
+                fixed[k] = previous[k]
                 continue
             v = _contiguous(v)
             p = previous.get(k) if previous is not None else None

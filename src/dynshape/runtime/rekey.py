@@ -223,9 +223,9 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
           at: dict) -> None:
     arena = plan.arena
     addrs: dict = {}
-    fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed)  # kept alive by st.fixed
-    fixed_addr = pl.fixed_addr
     changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
+    fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
+    fixed_addr = pl.fixed_addr
     moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
     old_shapes, old_views = st.shapes, st.arrays
     views: dict = {}
