@@ -9,8 +9,10 @@ key of the bucket whose buffers fit has the same addresses. Moving it to another
 what the key changes: the kernels' one key table is written in place; a native step is bound again only when its
 buffers' shapes or its per-key inputs changed (a Concat of the past and the new token), into the same program
 words; per-key values equal to the last key's stay the same arrays; the inputs' and outputs' views and the
-in-place words are made for the key. Anything a step cannot redo in place (another number of calls, a Python
-call whose views changed) gives up: the caller drops the bucket plan and binds the key's own plan as before.
+in-place words are made for the key (searched again only when an address in an in-place slot moved). A step
+whose rule has `retable` (Concat) gets its tables' words from shapes and addresses alone, without views or a
+binder. Anything a step cannot redo in place (another number or kind of calls) gives up: the caller drops the
+bucket plan and binds the key's own plan as before.
 
 Soundness rests on one fact: a binder's calls are a function of its node, its buffers (address, shape,
 strides) and the contents of its constant and per-key inputs; a step whose buffers and inputs are the same
@@ -38,8 +40,6 @@ from dynshape.runtime.programs import find_places, native_words, patch
 from dynshape.sym import Expr, bounds
 
 BUCKETS_PER_ARENA = 16  # bucket plans kept per arena (oldest dropped first)
-
-
 OCTAVE_SLACK = 4 << 20  # bytes a bucket plan laid out for a whole octave may hold beyond the key's own layout
 
 
@@ -87,8 +87,8 @@ class StepRecord:
 
     step: Any
     calls: list  # the calls it made (NativeCalls with their TableRefs, or Python calls)
-    where: list  # per call: (program index, word offset), None for a Python call
-    keep: Keep | None  # a native step's own tables and held buffers (replaced when it is bound again)
+    where: list  # per call: (program index, word offset), or its index in the plan's calls (a call of its own)
+    keep: Keep | None  # a native step's own tables (rewritten in place when it is bound again), None: a kernel
     syms: frozenset  # the symbols its buffers' shapes depend on
     perkey: frozenset  # its inputs computed per key (symbolic values, per-key steps' outputs)
     shapes: tuple = ()  # its buffers' shapes at the plan's key
