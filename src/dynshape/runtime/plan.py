@@ -683,11 +683,11 @@ class Planner:
         names = [v.name for v in g.inputs]
         nbytes = {x: math.prod(shapes[x]) * dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
         slot_bytes = bucket.sizes if bucket is not None else None  # which words lie in a slot: the same at every key
-        in_place = find_places([(names.index(x), x) for x in self.in_place if x not in copied], at, nbytes, dtypes,
-                               calls, words, slot_bytes)
-        out_place = tuple((x, slot, size, places) for x, _, slot, size, places in
-                          find_places([(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes,
-                                      calls, words, slot_bytes))
+        found = find_places([(names.index(x), x) for x in self.in_place if x not in copied]
+                            + [(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes, calls, words,
+                            slot_bytes)  # inputs by index, outputs by name: one pass over the words for both
+        in_place = tuple(p for p in found if type(p[0]) is int)
+        out_place = tuple((x, slot, size, places) for x, _, slot, size, places in found if type(x) is str)
         writable = {p[0] for p in out_place}
         fresh = tuple((name, v.shape, v.dtype) for name, v in outputs
                       if name in writable and v.nbytes >= IN_PLACE_BYTES)

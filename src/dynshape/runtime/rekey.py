@@ -106,6 +106,7 @@ class BucketState:
     top: tuple | None  # the bucket's largest key (None: the layout holds every key)
     offsets: dict
     sizes: dict | None  # each buffer's bytes in the layout (None: the layout holds every key)
+    total: int = 0  # the layout's arena bytes
     key: tuple = ()
     at: dict = field(default_factory=dict)
     fixed: dict = field(default_factory=dict)  # per-key values at `key`
