@@ -42,7 +42,7 @@ from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
-from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_layout, rekey
+from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_layout, holding_bucket, rekey
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
 from dynshape.runtime.variants import Variant, VariantTable
 from dynshape.sym import Cond, sym
@@ -457,11 +457,9 @@ class Executable:
             shapes = dict(zip(pl.values, pl.shapes(key)))
             # a bucket plan's layout in this arena that holds the key: no first-fit to run (~40 us of the ~165 a
             # decoder step's second call at a past length spent binding its own plan)
-            laid = next((b for b in (p.bucket for p in reversed(arena.buckets.values()) if p.arena is arena.buf)
-                         if b.slot[0] == variant.uid and b.sizes is not None and b.covers(key) and b.fits(pl, shapes)),
-                        None)
-            if laid is not None:
-                offsets, total = laid.offsets, laid.total
+            laid = holding_bucket(arena, variant.uid, pl, key, shapes)
+            if laid is not None and laid.bucket.sizes is not None:
+                offsets, total = laid.bucket.offsets, laid.bucket.total
             else:
                 _, offsets, total = pl.layout(key)
                 if total > arena.buf.size:

@@ -92,9 +92,14 @@ class BoundPlan:
     bucket: Any = None  # a plan moved between the keys of its layout in place: its BucketState (rekey.py)
 
     def __post_init__(self) -> None:
+        self.views_changed()
+        self.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in self.calls)
+
+    def views_changed(self) -> None:
+        """What follows from `inputs` and `outputs`: the out= shapes wanted, the inputs copied in (a bucket plan
+        moved to another key makes new views, rekey.py)."""
         self.want = {name: (tuple(v.shape), v.dtype) for name, v in self.outputs}
         self.copy_in = tuple((k, v) for k, v in enumerate(self.inputs) if v is not None)
-        self.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in self.calls)
 
     def run(self, arrays: list, out: dict | None = None) -> dict:
         """Copy the inputs in (any strides), run the bound calls, copy the outputs out: into the caller's arrays
@@ -243,6 +248,12 @@ def _small(t: TensorType) -> bool:
             return False
         n *= int(hi)
     return n < IN_PLACE_BYTES
+
+
+def fresh_outputs(outputs: list, out_place: tuple) -> tuple:
+    """BoundPlan.fresh: the outputs written in place that are large enough to get new arrays per call."""
+    writable = {p[0] for p in out_place}
+    return tuple((name, v.shape, v.dtype) for name, v in outputs if name in writable and v.nbytes >= IN_PLACE_BYTES)
 
 
 def check_out(out: Any, want: dict[str, tuple]) -> None:
@@ -605,7 +616,6 @@ class Planner:
         in place, so each step's calls, tables and words are recorded, each native step keeps its own tables,
         the kernels share one key table written in place, and every native call goes into a program."""
         build, g = self.build, self.graph
-        dtypes = self.dtypes
         base = arena.ctypes.data
         at = self.addresses(key, base, shapes, offsets)
         views: dict[str, np.ndarray] = {}
@@ -679,25 +689,29 @@ class Planner:
         made_calls = calls
         calls, labels = pack_programs(calls, labels, keep, self.entry, programs,
                                       min_run=1 if patched or bucket is not None else 2, where=where)
-        words = programs + int_tables
         names = [v.name for v in g.inputs]
-        nbytes = {x: math.prod(shapes[x]) * dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
         slot_bytes = bucket.sizes if bucket is not None else None  # which words lie in a slot: the same at every key
-        found = find_places([(names.index(x), x) for x in self.in_place if x not in copied]
-                            + [(x, x) for x in self.out_place if x not in copied], at, nbytes, dtypes, calls, words,
-                            slot_bytes)  # inputs by index, outputs by name: one pass over the words for both
-        in_place = tuple(p for p in found if type(p[0]) is int)
-        out_place = tuple((x, slot, size, places) for x, _, slot, size, places in found if type(x) is str)
-        writable = {p[0] for p in out_place}
-        fresh = tuple((name, v.shape, v.dtype) for name, v in outputs
-                      if name in writable and v.nbytes >= IN_PLACE_BYTES)
+        in_place, out_place = self.places(at, shapes, calls, programs + int_tables, copied, slot_bytes)
         plan = BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
-                         [p[2] for p in in_place], out_place, [p[1] for p in out_place], fresh)
+                         [p[2] for p in in_place], out_place, [p[1] for p in out_place],
+                         fresh_outputs(outputs, out_place))
         if bucket is not None:
             bucket.record(self, key, base, shapes, at, fixed, spans, made_calls, where, programs, keep.int_tables,
                           copied)
             plan.bucket = bucket
         return plan
+
+    def places(self, at: dict, shapes: dict, calls: list, words: list, copied: set,
+               slot_bytes: dict | None = None) -> tuple[tuple, tuple]:
+        """(in_place, out_place) of a plan: where the words hold each in-place input's and output's slot (not
+        those a Python call reads: `copied`), inputs by index, outputs by name, in one pass over the words."""
+        names = [v.name for v in self.graph.inputs]
+        nbytes = {x: math.prod(shapes[x]) * self.dtypes[x].itemsize for x in (*self.in_place, *self.out_place)}
+        found = find_places([(names.index(x), x) for x in self.in_place if x not in copied]
+                            + [(x, x) for x in self.out_place if x not in copied], at, nbytes, self.dtypes, calls,
+                            words, slot_bytes)
+        return (tuple(p for p in found if type(p[0]) is int),
+                tuple((x, slot, size, places) for x, _, slot, size, places in found if type(x) is str))
 
     def bind_step(self, s: NodeStep, ins: list, outs: list, keep: list, addr, fixed: dict,
                    scratch: Callable[[int, str], np.ndarray]) -> list[Call]:

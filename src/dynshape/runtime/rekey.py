@@ -32,11 +32,10 @@ import numpy as np
 
 from dynshape.codegen.keep import Keep, TableRef
 from dynshape.codegen.lowering import NativeCall, RetableRequest
-from dynshape.errors import DynshapeError
 from dynshape.runtime.build import KernelStep
-from dynshape.runtime.plan import IN_PLACE_BYTES, BoundPlan, Planner, scratch_for
+from dynshape.runtime.plan import BoundPlan, Planner, fresh_outputs, scratch_for
 from dynshape.runtime.pointers import address
-from dynshape.runtime.programs import find_places, native_words, patch
+from dynshape.runtime.programs import native_words, patch
 from dynshape.sym import Expr, bounds
 
 BUCKETS_PER_ARENA = 16  # bucket plans kept per arena (oldest dropped first)
@@ -78,6 +77,16 @@ def bucket_layout(pl: Planner, key: tuple, shapes: dict, his: tuple) -> tuple | 
             if total > max(1.25 * own, own + OCTAVE_SLACK):
                 continue
         return top, offsets, total, sizes
+    return None
+
+
+def holding_bucket(arena: Any, uid: int, pl: Planner, key: tuple, shapes: dict) -> BoundPlan | None:
+    """The last made bucket plan of variant `uid` bound to the arena's buffer whose layout holds this key (a decode
+    loop's is the last made), or None."""
+    for plan in reversed(arena.buckets.values()):
+        st = plan.bucket
+        if st.slot[0] == uid and plan.arena is arena.buf and st.covers(key) and st.fits(pl, shapes):
+            return plan
     return None
 
 
@@ -213,10 +222,8 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
     plan.out_current = [p[1] for p in plan.out_place]
     try:
         _move(pl, plan, st, key, shapes, symvals, at)
-    except (_GiveUp, DynshapeError):
-        return False
-    except Exception:  # a binder failing for this key: its own plan's bind names the node
-        return False
+    except Exception:  # noqa: BLE001 - a step that cannot move in place, or a binder failing for this key: the
+        return False  # key's own plan's bind names the node
     return True
 
 
@@ -319,37 +326,20 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     plan.outputs = [(v.name, get(v.name)) for v in g.outputs]
     st.key, st.shapes, st.arrays, st.at = key, shapes, views, at
     st.fixed = {x: fixed[x] for x in st.fixed}
-    if dirty:
-        _place(pl, plan, st, shapes, at)
+    if dirty:  # the in-place words found again (as bind finds them)
+        words = st.programs + st.int_tables + [t for rec in st.steps if rec.keep is not None
+                                               for t in rec.keep.int_tables]
+        plan.in_place, plan.out_place = pl.places(at, shapes, plan.calls, words, st.copied, st.sizes)
+        plan.current, plan.out_current = [p[2] for p in plan.in_place], [p[1] for p in plan.out_place]
     elif plan.in_place or plan.out_place:  # the same words hold the same addresses: only the sizes change
         dt, names = pl.dtypes, plan.input_names
         plan.in_place = tuple((k, d, slot, math.prod(shapes[names[k]]) * dt[names[k]].itemsize, places)
                               for k, d, slot, _, places in plan.in_place)
         plan.out_place = tuple((x, slot, math.prod(shapes[x]) * dt[x].itemsize, places)
                                for x, slot, _, places in plan.out_place)
-        writable = {p[0] for p in plan.out_place}
-        plan.fresh = tuple((name, v.shape, v.dtype) for name, v in plan.outputs
-                           if name in writable and v.nbytes >= IN_PLACE_BYTES)
+    plan.fresh = fresh_outputs(plan.outputs, plan.out_place)
     plan.nbytes = per_key_bytes
-    plan.want = {name: (tuple(v.shape), v.dtype) for name, v in plan.outputs}
-    plan.copy_in = tuple((k, v) for k, v in enumerate(plan.inputs) if v is not None)
-
-
-def _place(pl: Planner, plan: BoundPlan, st: BucketState, shapes: dict, at: dict) -> None:
-    """The in-place inputs' and outputs' words at this key (one pass over the words, as bind finds them)."""
-    words = st.programs + st.int_tables + [t for rec in st.steps if rec.keep is not None for t in rec.keep.int_tables]
-    names = plan.input_names
-    nbytes = {x: math.prod(shapes[x]) * pl.dtypes[x].itemsize for x in (*pl.in_place, *pl.out_place)}
-    found = find_places([(names.index(x), x) for x in pl.in_place if x not in st.copied]
-                        + [(x, x) for x in pl.out_place if x not in st.copied], at, nbytes, pl.dtypes, plan.calls,
-                        words, st.sizes)
-    in_place = tuple(p for p in found if type(p[0]) is int)
-    out_place = tuple((x, slot, size, places) for x, _, slot, size, places in found if type(x) is str)
-    writable = {p[0] for p in out_place}
-    plan.fresh = tuple((name, v.shape, v.dtype) for name, v in plan.outputs
-                       if name in writable and v.nbytes >= IN_PLACE_BYTES)
-    plan.in_place, plan.current = in_place, [p[2] for p in in_place]
-    plan.out_place, plan.out_current = out_place, [p[1] for p in out_place]
+    plan.views_changed()
 
 
 def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> bool:
