@@ -120,6 +120,8 @@ def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
             (arena,) = [a for a in fast.arenas if a.buckets]
             assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4..7, 8..15, ..
             assert fast.stats()["plans"] == {"own": 0, "bucket": len(arena.buckets)}
+            # both KV Concats' words come from the traced function of the key (no retable per token)
+            assert all(sum(r.form is not None for r in p.bucket.steps) == 2 for p in arena.buckets.values())
     ref = GRAPH.run(start)
     got = fast.run(start)
     for k in ref:
@@ -228,3 +230,57 @@ def test_a_python_call_reading_a_table_is_bound_again_with_its_table_sealed():
     bad = {"x": np.ones((3, 41), np.float32), "i": np.full((3, 43), 41)}  # out of range: refused by name
     with pytest.raises(ds.DynshapeError, match="GatherElements.*out of range"):
         exe.run(bad)
+
+
+def test_a_retable_that_branches_on_a_dim_is_not_traced(monkeypatch):
+    """A retable testing a dim (here `== 0`) cannot be one function of the key: tracing refuses it, the words are
+    made per key as before, and the answers stay those of each key's own plan."""
+    from dynshape.codegen.lower import movement
+
+    real = movement._concat_desc
+
+    def branching(axis, out_shape, *rest):
+        if out_shape[axis] == 0:  # a Traced dim refuses the comparison
+            raise AssertionError("no key here has an empty Concat")
+        return real(axis, out_shape, *rest)
+
+    monkeypatch.setattr(movement, "_concat_desc", branching)
+    exe = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(10)
+    for past in (64, 65, 70, 66, 80):
+        feed = _feed(rng, 2, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    (arena,) = [a for a in exe.arenas if a.buckets]
+    plans = list(arena.buckets.values())
+    assert plans and all(r.form is None for p in plans for r in p.bucket.steps) and plans[0].bucket.words is None
+
+
+def test_steps_bound_again_beside_traced_words_read_the_callers_arrays():
+    """The past read where it lies by two steps: the Concat (its words traced, written per key without touching
+    the past's address) and a Transpose bound again per key (its table rewritten whole). Each call passes a new
+    past: both must read it, not the arena's slot nor the last call's array (the in-place words are put back on
+    their slots before a step's words are rewritten whole, then searched again)."""
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Concat", ["past", "new"], ["present"], axis=2), n("Transpose", ["past"], ["pt"], perm=[0, 1, 3, 2]),
+         n("Transpose", ["present"], ["qt"], perm=[0, 2, 1, 3])], "g",
+        [helper.make_tensor_value_info("past", TensorProto.FLOAT, ["b", 2, "p", 16]),
+         helper.make_tensor_value_info("new", TensorProto.FLOAT, ["b", 2, 1, 16])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("present", "pt", "qt")])
+    g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    exe, own = ds.compile(g, strategy="generic"), ds.compile(g, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(11)
+    bufs = [np.empty(2 * 700 * 16, np.float32) for _ in range(2)]
+    keep = []  # every past stays alive (a stale address would read an old one, not freed memory)
+    for i, p in enumerate([600, 601, 602, 603, 610, 605, 620, 621]):
+        feed = {"past": rng.standard_normal((1, 2, p, 16)).astype(np.float32),
+                "new": rng.standard_normal((1, 2, 1, 16)).astype(np.float32)}
+        keep.append(feed)
+        out = {"present": np.ndarray((1, 2, p + 1, 16), np.float32, buffer=bufs[i % 2])}
+        a, b = exe.run(feed, out=out), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert exe.stats()["plans"]["bucket"] >= 1

@@ -37,6 +37,8 @@ from dynshape.runtime.plan import BoundPlan, Planner, fresh_outputs, scratch_for
 from dynshape.runtime.pointers import address
 from dynshape.runtime.programs import native_words, patch
 from dynshape.sym import Expr, bounds
+from dynshape.sym.pysource import compile_key_function, key_names, to_py
+from dynshape.sym.trace import traced, untraced
 
 BUCKETS_PER_ARENA = 16  # bucket plans kept per arena (oldest dropped first)
 OCTAVE_SLACK = 4 << 20  # bytes a bucket plan laid out for a whole octave may hold beyond the key's own layout
@@ -105,6 +107,9 @@ class StepRecord:
     retable: Any = None  # its rule's `retable` (its tables' words from shapes and addresses), where it applies
     tables: list = field(default_factory=list)  # an int64 view of each table its calls take, for retable
     itemsize: int = 0  # its output's element size, for retable
+    # its retable's words as one slice of the bucket's traced words (`BucketState.trace_retables`): (start, end,
+    # ((table, word, flat index) of each word that depends on the key)); None: retable per key, or bind again
+    form: tuple | None = None
 
 
 @dataclass(slots=True)
@@ -131,6 +136,14 @@ class BucketState:
     span: tuple | None = None  # (lo, hi): the addresses of the in-place slots, whole (None: find them per key)
     signed: list = field(default_factory=list)  # the values a dim of which may be negative (to refuse by name)
     grows: list = field(default_factory=list)  # the buffers whose size depends on the symbols
+    by_symbol: dict = field(default_factory=dict)  # symbol name -> indices in `steps` of those that read it
+    by_value: dict = field(default_factory=dict)  # per-key value -> indices in `steps` of those that read it
+    words: Any = None  # key -> every traced retable word (`trace_retables`), None: no step has a form
+    word_symbols: frozenset = frozenset()  # the symbols those words read
+    # the graph's inputs and outputs, each (name, dtype, offset in the arena): dtype None where its array is not a
+    # plain view of the arena (a constant or per-key value, a Concat's columns), offset None for an input the
+    # calls do not read (no array)
+    io: tuple = ()
 
     def covers(self, key: tuple) -> bool:
         return self.top is None or all(k <= t for k, t in zip(key, self.top))
@@ -177,6 +190,62 @@ class BucketState:
                 rec.tables = [(ctypes.c_int64 * (a.nbytes // 8)).from_address(a.addr)  # (kept by the plan)
                               for c in rec.calls for a in c.args]
             self.steps.append(rec)
+        for k, rec in enumerate(self.steps):
+            for name in rec.syms:
+                self.by_symbol.setdefault(name, []).append(k)
+            for x in rec.perkey:
+                self.by_value.setdefault(x, []).append(k)
+        self.trace_retables(pl, at)
+        plain = {x for x in pl.base if x not in self.fixed and x not in pl.fixed and x not in pl.joins}
+        self.io = tuple((x, pl.dtypes[x] if x in plain else None, at[x] - base if x in plain else None if
+                         x not in pl.base else 0) for x in (v.name for v in pl.graph.inputs)) + tuple(
+            (x, pl.dtypes[x] if x in plain else None, at[x] - base if x in plain else 0)
+            for x in (v.name for v in pl.graph.outputs))
+
+    def trace_retables(self, pl: Planner, at: dict) -> None:
+        """Trace each retable whose buffers are all the arena's or constants on the symbolic shapes (sym/trace.py):
+        where it is plain arithmetic on them, its words at every key of the bucket are one compiled function of the
+        key, and the rekey writes only the words that depend on it. Why: a Concat's retable made per key (a request,
+        its shapes, its words, a comparison with the table's) was ~8 us a step of a decoder's ~44 us rekey. The
+        addresses are the layout's, the same at every key of the bucket; a traced word that is a key-dependent
+        address inside an in-place slot is caught per key as any other (`_moves_address`)."""
+        types, forms, known = pl.graph.types, [], set(pl.symbol_names)
+        for rec in self.steps:
+            if rec.retable is None or rec.perkey:
+                continue
+            s = rec.step
+            names = [x for x in (*s.inputs, *s.outputs) if x]
+            if not all(x in pl.fixed or (x in pl.base and x not in self.fixed) for x in names):
+                continue
+
+            def shape(x: str | None) -> tuple | None:
+                return None if not x else tuple(traced(d) for d in types[x].shape)
+
+            try:
+                words = rec.retable(RetableRequest(
+                    s.node, s.attrs, [shape(x) for x in s.inputs], [shape(o) for o in s.outputs],
+                    [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize))
+                if words is None or len(words) != len(rec.tables) or any(len(w) != len(t)
+                                                                          for w, t in zip(words, rec.tables)):
+                    continue
+                flat = [untraced(w) for ws in words for w in ws]
+                if not all(type(e) is int or e.free_symbols <= known for e in flat):
+                    continue
+            except Exception:  # noqa: BLE001 - it branches on a dim, or is not plain arithmetic: retable per key
+                continue
+            start, varying, k = len(forms), [], len(forms)
+            for t, ws in enumerate(words):
+                for i in range(len(ws)):
+                    if isinstance(flat[k - start], Expr):
+                        varying.append((t, i, k))
+                    k += 1
+            rec.form = (start, k, tuple(varying))
+            forms += flat
+        if any(isinstance(e, Expr) for e in forms):
+            names = key_names(pl.symbol_names)
+            self.words = compile_key_function("retable_words", list(pl.symbol_names),
+                                              "return [" + ", ".join(to_py(e, names) for e in forms) + "]")
+            self.word_symbols = frozenset().union(*(e.free_symbols for e in forms if isinstance(e, Expr)))
 
 
 def _may_be_negative(d: Expr) -> bool:
@@ -206,12 +275,20 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
     if key == st.key:
         return True
     arena = plan.arena
-    at = dict(st.at)
     for x in st.signed:  # refused before anything changes (as bind refuses it)
         if min(shapes[x]) < 0:
             pl.addresses(key, arena.ctypes.data, shapes, st.offsets)  # raises, naming the value
-    # the in-place words back on their slots: a step bound again or a value no longer placed must not keep a
-    # caller's address from an earlier call
+    try:
+        _move(pl, plan, st, key, shapes, symvals, dict(st.at))
+    except Exception:  # noqa: BLE001 - a step that cannot move in place, or a binder failing for this key: the
+        return False  # key's own plan's bind names the node
+    return True
+
+
+def _restore(plan: BoundPlan) -> None:
+    """The in-place words back on their slots, before anything rewrites a step's words wholesale (a step bound
+    again, a table retabled per key) or the places are searched again: no word may keep a caller's address from an
+    earlier call that `current` no longer records."""
     for (_, _, slot, _, places), cur in zip(plan.in_place, plan.current or ()):
         if cur != slot:
             patch(places, slot)
@@ -220,11 +297,6 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
             patch(places, slot)
     plan.current = [p[2] for p in plan.in_place]
     plan.out_current = [p[1] for p in plan.out_place]
-    try:
-        _move(pl, plan, st, key, shapes, symvals, at)
-    except Exception:  # noqa: BLE001 - a step that cannot move in place, or a binder failing for this key: the
-        return False  # key's own plan's bind names the node
-    return True
 
 
 def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dict, symvals: dict,
@@ -262,20 +334,46 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     for view, (_, _, s) in zip(st.views, st.tables):
         view[:] = key if s is None else s.key_values(key, get(s.outputs[0]))
     runs = False  # whether a Python call was replaced
-    dirty = st.span is None  # whether a word that changed is (or was) an address inside an in-place slot
-    for rec in st.steps:
-        new_inputs = bool(rec.perkey & moved)
-        if not new_inputs and not rec.syms & changed:
-            continue
+    restored = st.span is None
+    if restored:
+        _restore(plan)
+    dirty = restored  # whether a word that changed is (or was) an address inside an in-place slot
+    todo = set()  # the steps whose buffers' shapes or per-key inputs may have changed
+    for name in changed:
+        todo.update(st.by_symbol.get(name, ()))
+    for x in moved:
+        todo.update(st.by_value.get(x, ()))
+    traced_words = st.words(key) if st.words is not None and not changed.isdisjoint(st.word_symbols) else None
+    for k in sorted(todo):
+        rec = st.steps[k]
         s = rec.step
+        if rec.form is not None:  # its key-dependent words from the compiled function: nothing else changes
+            if traced_words is not None:
+                tables, span = rec.tables, st.span
+                for t, i, j in rec.form[2]:
+                    w = traced_words[j]
+                    old = tables[t][i]
+                    if old != w:
+                        if not restored and (span[0] <= w < span[1] or span[0] <= old < span[1]):
+                            restored = dirty = True  # an address in an in-place slot: the places searched again
+                            _restore(plan)
+                        tables[t][i] = w
+            continue
+        new_inputs = bool(rec.perkey & moved)
         if type(s) is KernelStep:  # its key table is written above; a new per-key input moves its addresses
             if new_inputs:
+                if not restored:
+                    restored = True
+                    _restore(plan)
                 dirty = _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
                                                                   *[at[x] for x in s.inputs]))]) or dirty
             continue
         now = _shapes_of(pl, s, shapes)
         if not new_inputs and now == rec.shapes:
             continue
+        if not restored:  # what follows rewrites the step's words wholesale
+            restored = True
+            _restore(plan)
         if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
             words = rec.retable(RetableRequest(
                 s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
@@ -321,9 +419,23 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         rec.calls, rec.held, rec.shapes = made, own, now
     if runs:
         plan.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in plan.calls)
-    g = pl.graph
-    plan.inputs = [get(v.name) if v.name in pl.base else None for v in g.inputs]
-    plan.outputs = [(v.name, get(v.name)) for v in g.outputs]
+    arrays = []  # the inputs' and outputs' arrays (inline: ~1 us a view less than `get`)
+    for x, dtype, off in st.io:
+        if off is None:
+            arrays.append(None)
+        elif dtype is None:
+            arrays.append(get(x))
+        else:
+            v = views.get(x)
+            if v is None:
+                v = old_views.get(x)
+                if v is None or shapes[x] != old_shapes[x]:
+                    v = np.ndarray(shapes[x], dtype, buffer=arena, offset=off)
+                views[x] = v
+            arrays.append(v)
+    n = len(plan.inputs)
+    plan.inputs = arrays[:n]
+    plan.outputs = [(name, v) for (name, _), v in zip(plan.outputs, arrays[n:])]
     st.key, st.shapes, st.arrays, st.at = key, shapes, views, at
     st.fixed = {x: fixed[x] for x in st.fixed}
     if dirty:  # the in-place words found again (as bind finds them)
