@@ -26,46 +26,38 @@ class Traced:
         self.expr = expr
 
     @staticmethod
-    def _of(other: Any) -> Any:
-        if isinstance(other, Traced):
-            return other.expr
-        if type(other) is int:
-            return other
-        raise ShapeError(f"a traced dim meets {type(other).__name__}")
-
-    @staticmethod
     def _wrap(e: Any) -> Any:
         return Traced(e) if isinstance(e, Expr) else e
 
     def __add__(self, o: Any) -> Any:
-        return self._wrap(self.expr + self._of(o))
+        return self._wrap(self.expr + untraced(o))
 
     def __radd__(self, o: Any) -> Any:
-        return self._wrap(self._of(o) + self.expr)
+        return self._wrap(untraced(o) + self.expr)
 
     def __sub__(self, o: Any) -> Any:
-        return self._wrap(self.expr - self._of(o))
+        return self._wrap(self.expr - untraced(o))
 
     def __rsub__(self, o: Any) -> Any:
-        return self._wrap(self._of(o) - self.expr)
+        return self._wrap(untraced(o) - self.expr)
 
     def __mul__(self, o: Any) -> Any:
-        return self._wrap(self.expr * self._of(o))
+        return self._wrap(self.expr * untraced(o))
 
     def __rmul__(self, o: Any) -> Any:
-        return self._wrap(self._of(o) * self.expr)
+        return self._wrap(untraced(o) * self.expr)
 
     def __floordiv__(self, o: Any) -> Any:
-        return self._wrap(self.expr // self._of(o))
+        return self._wrap(self.expr // untraced(o))
 
     def __rfloordiv__(self, o: Any) -> Any:
-        return self._wrap(self._of(o) // self.expr)
+        return self._wrap(untraced(o) // self.expr)
 
     def __mod__(self, o: Any) -> Any:
-        return self._wrap(self.expr % self._of(o))
+        return self._wrap(self.expr % untraced(o))
 
     def __rmod__(self, o: Any) -> Any:
-        return self._wrap(self._of(o) % self.expr)
+        return self._wrap(untraced(o) % self.expr)
 
     def _refuse(self, *_: Any) -> Any:
         raise ShapeError(f"traced arithmetic branches on the symbolic dim {self.expr}")
@@ -80,9 +72,10 @@ def traced(d: Any) -> Any:
 
 
 def untraced(v: Any) -> Any:
-    """A traced result as an int or an Expr; anything else (a float, a string, a tuple) raises ShapeError."""
+    """A traced value (a result, or an operand meeting a traced dim) as an int or an Expr; anything else (a float,
+    a string, a tuple) raises ShapeError."""
     if isinstance(v, Traced):
         return v.expr
     if type(v) is int:
         return v
-    raise ShapeError(f"a traced result is a {type(v).__name__}, not an integer")
+    raise ShapeError(f"a traced value is a {type(v).__name__}, not an integer")
