@@ -207,8 +207,8 @@ class BucketState:
         where it is plain arithmetic on them, its words at every key of the bucket are one compiled function of the
         key, and the rekey writes only the words that depend on it. Why: a Concat's retable made per key (a request,
         its shapes, its words, a comparison with the table's) was ~8 us a step of a decoder's ~44 us rekey. The
-        addresses are the layout's, the same at every key of the bucket; a traced word that is a key-dependent
-        address inside an in-place slot is caught per key as any other (`_moves_address`)."""
+        addresses are the layout's, the same at every key of the bucket; a traced word whose old or new value is an
+        address inside the in-place span puts the in-place words back and has the places searched again (`_move`)."""
         types, forms, known = pl.graph.types, [], set(pl.symbol_names)
         for rec in self.steps:
             if rec.retable is None or rec.perkey:
