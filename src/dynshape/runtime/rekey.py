@@ -107,8 +107,8 @@ class StepRecord:
     retable: Any = None  # its rule's `retable` (its tables' words from shapes and addresses), where it applies
     tables: list = field(default_factory=list)  # an int64 view of each table its calls take, for retable
     itemsize: int = 0  # its output's element size, for retable
-    # its retable's words as one slice of the bucket's traced words (`BucketState.trace_retables`): (start, end,
-    # ((table, word, flat index) of each word that depends on the key)); None: retable per key, or bind again
+    # its retable traced (`BucketState.trace_retables`): (table, word, index in the bucket's traced words) of each
+    # word that depends on the key; None: not traced (retable per key, or bind again)
     form: tuple | None = None
 
 
@@ -197,19 +197,25 @@ class BucketState:
                 self.by_value.setdefault(x, []).append(k)
         self.trace_retables(pl, at)
         plain = {x for x in pl.base if x not in self.fixed and x not in pl.fixed and x not in pl.joins}
-        self.io = tuple((x, pl.dtypes[x] if x in plain else None, at[x] - base if x in plain else None if
-                         x not in pl.base else 0) for x in (v.name for v in pl.graph.inputs)) + tuple(
-            (x, pl.dtypes[x] if x in plain else None, at[x] - base if x in plain else 0)
-            for x in (v.name for v in pl.graph.outputs))
+
+        def io(x: str, read: bool) -> tuple:
+            if x in plain:
+                return x, pl.dtypes[x], at[x] - base
+            return x, None, 0 if read else None
+
+        g = pl.graph
+        self.io = (*(io(v.name, v.name in pl.base) for v in g.inputs), *(io(v.name, True) for v in g.outputs))
 
     def trace_retables(self, pl: Planner, at: dict) -> None:
         """Trace each retable whose buffers are all the arena's or constants on the symbolic shapes (sym/trace.py):
         where it is plain arithmetic on them, its words at every key of the bucket are one compiled function of the
-        key, and the rekey writes only the words that depend on it. Why: a Concat's retable made per key (a request,
+        key, and the rekey writes only the words that depend on it (the others are the binder's, checked equal at the
+        plan's key, as the traced ones are). Why: a Concat's retable made per key (a request,
         its shapes, its words, a comparison with the table's) was ~8 us a step of a decoder's ~44 us rekey. The
         addresses are the layout's, the same at every key of the bucket; a traced word whose old or new value is an
         address inside the in-place span puts the in-place words back and has the places searched again (`_move`)."""
         types, forms, known = pl.graph.types, [], set(pl.symbol_names)
+        env = dict(zip(pl.symbol_names, self.key))
         for rec in self.steps:
             if rec.retable is None or rec.perkey:
                 continue
@@ -228,24 +234,21 @@ class BucketState:
                 if words is None or len(words) != len(rec.tables) or any(len(w) != len(t)
                                                                           for w, t in zip(words, rec.tables)):
                     continue
-                flat = [untraced(w) for ws in words for w in ws]
-                if not all(type(e) is int or e.free_symbols <= known for e in flat):
-                    continue
+                exprs = [[untraced(w) for w in ws] for ws in words]
+                if any(isinstance(e, Expr) and not e.free_symbols <= known for es in exprs for e in es) or any(
+                        (e if type(e) is int else e.evaluate(env)) != w
+                        for es, t in zip(exprs, rec.tables) for e, w in zip(es, t[:])):
+                    continue  # a symbol the key lacks, or words other than the binder's at this key
             except Exception:  # noqa: BLE001 - it branches on a dim, or is not plain arithmetic: retable per key
                 continue
-            start, varying, k = len(forms), [], len(forms)
-            for t, ws in enumerate(words):
-                for i in range(len(ws)):
-                    if isinstance(flat[k - start], Expr):
-                        varying.append((t, i, k))
-                    k += 1
-            rec.form = (start, k, tuple(varying))
-            forms += flat
-        if any(isinstance(e, Expr) for e in forms):
+            varying = [(t, i, e) for t, es in enumerate(exprs) for i, e in enumerate(es) if isinstance(e, Expr)]
+            rec.form = tuple((t, i, len(forms) + j) for j, (t, i, _) in enumerate(varying))
+            forms += [e for _, _, e in varying]
+        if forms:  # only the words that depend on the key (the others stay as the binder wrote them)
             names = key_names(pl.symbol_names)
             self.words = compile_key_function("retable_words", list(pl.symbol_names),
                                               "return [" + ", ".join(to_py(e, names) for e in forms) + "]")
-            self.word_symbols = frozenset().union(*(e.free_symbols for e in forms if isinstance(e, Expr)))
+            self.word_symbols = frozenset().union(*(e.free_symbols for e in forms))
 
 
 def _may_be_negative(d: Expr) -> bool:
@@ -334,10 +337,17 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     for view, (_, _, s) in zip(st.views, st.tables):
         view[:] = key if s is None else s.key_values(key, get(s.outputs[0]))
     runs = False  # whether a Python call was replaced
-    restored = st.span is None
-    if restored:
-        _restore(plan)
-    dirty = restored  # whether a word that changed is (or was) an address inside an in-place slot
+    restored = False
+
+    def restore() -> None:  # before the first whole rewrite of a step's words (`_restore`), once
+        nonlocal restored
+        if not restored:
+            restored = True
+            _restore(plan)
+
+    dirty = st.span is None  # whether a word that changed is (or was) an address inside an in-place slot
+    if dirty:
+        restore()
     todo = set()  # the steps whose buffers' shapes or per-key inputs may have changed
     for name in changed:
         todo.update(st.by_symbol.get(name, ()))
@@ -350,30 +360,26 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         if rec.form is not None:  # its key-dependent words from the compiled function: nothing else changes
             if traced_words is not None:
                 tables, span = rec.tables, st.span
-                for t, i, j in rec.form[2]:
+                for t, i, j in rec.form:
                     w = traced_words[j]
                     old = tables[t][i]
                     if old != w:
-                        if not restored and (span[0] <= w < span[1] or span[0] <= old < span[1]):
-                            restored = dirty = True  # an address in an in-place slot: the places searched again
-                            _restore(plan)
+                        if not dirty and (span[0] <= w < span[1] or span[0] <= old < span[1]):
+                            restore()  # an address in an in-place slot: the places are searched again
+                            dirty = True
                         tables[t][i] = w
             continue
         new_inputs = bool(rec.perkey & moved)
         if type(s) is KernelStep:  # its key table is written above; a new per-key input moves its addresses
             if new_inputs:
-                if not restored:
-                    restored = True
-                    _restore(plan)
+                restore()
                 dirty = _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
                                                                   *[at[x] for x in s.inputs]))]) or dirty
             continue
         now = _shapes_of(pl, s, shapes)
         if not new_inputs and now == rec.shapes:
             continue
-        if not restored:  # what follows rewrites the step's words wholesale
-            restored = True
-            _restore(plan)
+        restore()  # what follows rewrites the step's words wholesale
         if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
             words = rec.retable(RetableRequest(
                 s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
