@@ -27,6 +27,8 @@ from dynshape.models.encoder import build_encoder
 
 NATIVE = bf16.native_available()
 needs_native = pytest.mark.skipif(not NATIVE, reason="this CPU has no AVX512-BF16 (the emulated path is tested)")
+AMX = NATIVE and bool(bf16.LIBRARY.load().ds_bf16_use_amx(-1))
+needs_amx = pytest.mark.skipif(not AMX, reason="no AMX-BF16 here (or Linux refused its tiles): VDPBF16PS is tested")
 
 
 def _c_round(x: np.ndarray) -> np.ndarray:
@@ -108,7 +110,7 @@ def test_products_match_rounded_reference(precision: str, k: int, n: int, gemm: 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((150, k)).astype(np.float32)
     want, scale = _reference(model, x, gemm)
-    for rows in (1, 5, 12, 13, 61, 150):  # every micro-tile height, a short tail, several row blocks
+    for rows in (1, 5, 12, 13, 61, 80, 150):  # every micro-tile height, a short tail, several row blocks
         got = exe.run({"x": x[:rows]})["y"]
         err = np.abs(got - want[:rows])
         assert np.all(err <= 4 * k * 2.0**-24 * scale[:rows] + 1e-30), (rows, float(err.max()))
@@ -117,6 +119,73 @@ def test_products_match_rounded_reference(precision: str, k: int, n: int, gemm: 
     w = inits["W"].T if gemm else inits["W"]
     exact = np.maximum(x.astype(np.float64) @ w + inits["B"], 0)
     assert np.abs(exe.run({"x": x})["y"] - exact).max() > 1e-4
+
+
+@pytest.fixture
+def tile_path():
+    """Set which native path bf16 products take (0: VDPBF16PS, 1: AMX tiles) for one test; AMX again after."""
+    lib = bf16.LIBRARY.load()
+    yield lambda amx: lib.ds_bf16_use_amx(amx)
+    lib.ds_bf16_use_amx(1)
+
+
+@pytest.mark.parametrize("amx", [pytest.param(0, marks=needs_native, id="vdpbf16ps"),
+                                 pytest.param(1, marks=needs_amx, id="amx")])
+@pytest.mark.parametrize("m,k,n", [(16, 32, 32), (17, 33, 7), (64, 256, 96), (60, 300, 100), (48, 31, 40),
+                                   (33, 64, 33), (95, 70, 64), (1, 64, 64), (128, 1024, 32)])
+def test_both_native_paths_match_rounded_reference(tile_path, amx: int, m: int, k: int, n: int) -> None:
+    """The product tiles on each native path (AMX: 32 rows, then 16, the rest on VDPBF16PS; k in chunks of 32 with
+    a zeroed last chunk of B; columns short of a panel through a bounce buffer) equal float64 products of the rounded
+    operands to float32 accumulation, on rows and columns read and written with strides past their ends, whose
+    cells they must not touch; whole blocks (ds_gemm_block_bf16) and single panels (ds_gemm_panel_bf16)."""
+    lib = bf16.LIBRARY.load()
+    assert tile_path(amx) == amx
+    rng = np.random.default_rng(m * 7 + k + n)
+    lda, ldc = k + 3, n + 5
+    a = rng.standard_normal((m + 2, lda)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bp = bf16.pack_b_bf16(w)
+    ar, wr = bf16.rounded(a[:, :k]).astype(np.float64), bf16.rounded(w).astype(np.float64)
+    want, scale = ar @ wr, np.abs(ar) @ np.abs(wr)
+    for i0, i1 in ((0, m), (1, m + 1), (m // 3, m + 2)):  # the whole, shifted by a row, a block within
+        for whole in (True, False):
+            c = np.full((m + 2, ldc), 7.0, np.float32)
+            ep = lib.ds_bf16_epoch()
+            for q in range(-(-n // 32)):
+                if whole:
+                    lib.ds_gemm_block_bf16(a.ctypes.data, lda, bp.ctypes.data, c.ctypes.data, ldc, i0, i1, q, n, k, ep)
+                else:
+                    lib.ds_gemm_panel_bf16(a.ctypes.data, lda, bp[q].ctypes.data, c[:, 32 * q:].ctypes.data, ldc,
+                                           i0, i1, min(32, n - 32 * q), k, ep)
+            err = np.abs(c[i0:i1, :n] - want[i0:i1])
+            assert np.all(err <= 4 * k * 2.0**-24 * scale[i0:i1] + 1e-30), (i0, i1, whole, float(err.max()))
+            untouched = np.ones(c.shape, bool)
+            untouched[i0:i1, :n] = False
+            assert np.all(c[untouched] == 7.0), (i0, i1, whole)
+
+
+@needs_amx
+def test_amx_builds_take_row_blocks_of_its_tiles() -> None:
+    """Where products run on AMX, a bf16 build says so in explain and blocks rows by 64 (4 tiles of 16), float32
+    builds keep their blocks of 60; and the VDPBF16PS path, chosen at run time, computes the same build's answers."""
+    model = _product_model(256, 64, False)
+    exe = ds.compile(ds.load_onnx(model), precision="bf16")
+    fp32 = ds.compile(ds.load_onnx(model))
+    (step,) = [s for s in exe.generic.steps if getattr(s, "kind", "") == "product"]
+    (step32,) = [s for s in fp32.generic.steps if getattr(s, "kind", "") == "product"]
+    assert "AMX" in step.method and "(r0 + 64)" in step.source and "/ 16) * 16)" in step.source
+    assert "AMX" not in step32.method and "(r0 + 60)" in step32.source
+    x = np.random.default_rng(4).standard_normal((200, 256)).astype(np.float32)
+    lib = bf16.LIBRARY.load()
+    try:
+        lib.ds_bf16_use_amx(0)
+        avx = exe.run({"x": x})["y"]
+    finally:
+        lib.ds_bf16_use_amx(1)
+    amx = exe.run({"x": x})["y"]
+    want, scale = _reference(model, x, False)
+    for got in (amx, avx):
+        assert np.all(np.abs(got - want) <= 4 * 256 * 2.0**-24 * scale + 1e-30)
 
 
 @needs_native
@@ -188,14 +257,19 @@ def _conv_model(ci: int, co: int, k: int, s: int, g: int, pad: int, w: np.ndarra
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native),
+                                       pytest.param("bf16-vdpbf16ps", marks=needs_amx)])
 @pytest.mark.parametrize("ci,co,k,s,g,pad,h", [(16, 48, 1, 1, 1, 0, 9), (3, 40, 7, 2, 1, 3, 23),
                                                 (32, 64, 3, 2, 1, 1, 15), (8, 70, 3, 1, 2, 1, 11)])
-def test_convolutions_match_rounded_reference(precision: str, ci: int, co: int, k: int, s: int, g: int, pad: int,
-                                              h: int) -> None:
+def test_convolutions_match_rounded_reference(tile_path, precision: str, ci: int, co: int, k: int, s: int, g: int,
+                                              pad: int, h: int) -> None:
     """Implicit-GEMM convolutions in bf16 equal the float32 convolution of the rounded input and weights (its
     products are exact in float32) up to float32 accumulation: 1x1, a 7x7 stride-2 stem of 3 channels (odd k),
-    grouped 3x3 with an output tail, bias + residual + Relu in the tile's finish."""
+    grouped 3x3 with an output tail, bias + residual + Relu in the tile's finish. "bf16" runs AMX where there is
+    AMX; "bf16-vdpbf16ps" the other native path on the same machine."""
+    if precision == "bf16-vdpbf16ps":
+        precision = "bf16"
+        tile_path(0)
     rng = np.random.default_rng(ci * co)
     w = (rng.standard_normal((co, ci // g, k, k)) * 0.2).astype(np.float32)
     x = rng.standard_normal((2, ci, h, h)).astype(np.float32)

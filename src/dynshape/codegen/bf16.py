@@ -33,7 +33,7 @@ BF16_PRECISIONS = ("bf16", "bf16-emulated")
 PAIR_COLUMNS = 64  # bf16 values in one row of a packed panel: 32 columns x a pair of consecutive k
 
 LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
-    "ds_bf16_native": (), "ds_bf16_epoch": (), "ds_round_bf16": (P, I64, P),
+    "ds_bf16_native": (), "ds_bf16_use_amx": (ctypes.c_int,), "ds_bf16_epoch": (), "ds_round_bf16": (P, I64, P),
     "ds_gemm_block_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
     "ds_gemm_panel_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_gemm_block_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
@@ -45,8 +45,8 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
     "ds_conv_tile2_bf16_addr": (), "ds_conv_tile2_bf16e_addr": ()},
     share=True, needs=(packed_gemm.LIBRARY,),
-    restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_epoch": I64, "ds_conv_tile2_bf16_addr": I64,
-              "ds_conv_tile2_bf16e_addr": I64})
+    restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_use_amx": ctypes.c_int, "ds_bf16_epoch": I64,
+              "ds_conv_tile2_bf16_addr": I64, "ds_conv_tile2_bf16e_addr": I64})
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
@@ -200,7 +200,14 @@ def layernorm_row(options: Options) -> str:
     return "ds_layernorm_row_tree" if active(options) else "ds_layernorm_row"
 
 
+def amx_tiles(options: Options) -> bool:
+    """Whether bf16 products under `options` run on AMX tiles here (csrc/ds_gemm_bf16.c: precision "bf16", a
+    library compiled with AMX-BF16, and Linux granted the tiles' state), the rows under 16 on VDPBF16PS."""
+    return options.precision == "bf16" and native_available() and bool(LIBRARY.load().ds_bf16_use_amx(-1))
+
+
 def method(options: Options) -> str:
     """How a bf16 product computes, for explain."""
-    how = "VDPBF16PS" if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels"
+    how = ("AMX TDPBF16PS tiles, VDPBF16PS under 16 rows" if amx_tiles(options) else "VDPBF16PS"
+           if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels")
     return f"bf16 operands, float32 accumulation and epilogue ({how})"

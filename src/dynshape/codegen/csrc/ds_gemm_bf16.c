@@ -32,6 +32,13 @@
 #else
 #define DS_BF16_NATIVE 0
 #endif
+#if DS_BF16_NATIVE && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#define DS_BF16_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define DS_BF16_AMX 0
+#endif
 
 int ds_bf16_native(void) { return DS_BF16_NATIVE; }
 
@@ -229,34 +236,34 @@ void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int
 #if DS_BF16_NATIVE
 #include <immintrin.h>
 
-/* rows of A (k floats, row stride lda) as rows of k2 = ceil(k / 2) bf16 pairs (the last one zero-padded). */
-static const uint32_t *ds_rows_bf16(const float *a, int64_t lda, int64_t rows, int64_t k, int64_t ep) {
-    const int64_t k2 = (k + 1) / 2;
-    uint32_t *buf = ds_scratch_for(rows * k2 * 4);
+/* rows of A (k floats, row stride lda) as rows of `ls` >= k2 = ceil(k / 2) bf16 pairs, zero past k (ls = k2 for
+   the VDPBF16PS micro-tiles; a multiple of 16 for AMX, whose tiles read 32 k at a time). */
+static const uint32_t *ds_rows_bf16(const float *a, int64_t lda, int64_t rows, int64_t k, int64_t ls, int64_t ep) {
+    uint32_t *buf = ds_scratch_for(rows * ls * 4);
     if (!buf) abort();
-    if (ds_memo_hit(a, rows, lda, k, 2, ep)) return buf;
+    if (ds_memo_hit(a, rows, lda, k, 2 + 4 * ls, ep)) return buf;
     for (int64_t r = 0; r < rows; r++) {
         const float *x = a + r * lda;
-        uint16_t *y = (uint16_t *)(buf + r * k2);
+        uint16_t *y = (uint16_t *)(buf + r * ls);
         int64_t p = 0;
         for (; p + 32 <= k; p += 32)
             _mm512_storeu_si512(y + p, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + p + 16),
                                                                     _mm512_loadu_ps(x + p)));
         for (; p < k; p++) y[p] = ds_to_bf16(x[p]);
-        if (k & 1) y[k] = 0;
+        for (; p < 2 * ls; p++) y[p] = 0;
     }
     return buf;
 }
 
 #define DS_B_INIT(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
 #define DS_B_FMA(r)                                                                                       \
-    { const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(r) * k2 + p]);                               \
+    { const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[(r) * ls + p]);                               \
       c##r##0 = _mm512_dpbf16_ps(c##r##0, x, b0); c##r##1 = _mm512_dpbf16_ps(c##r##1, x, b1); }
 #define DS_B_STORE(r) ds_store_row(c + (r) * ldc, (ds_v16)c##r##0, (ds_v16)c##r##1, ncols);
-/* MR rows x the 32 columns of one panel (its rows of 64 bf16 `bp`); a: MR rows of k2 pairs. */
+/* MR rows x the 32 columns of one panel (its rows of 64 bf16 `bp`); a: MR rows of k2 pairs, ls apart. */
 #define DS_BMICRO(MR)                                                                                     \
-    static void ds_bmicro_##MR(const uint32_t *restrict a, const uint16_t *restrict bp, int64_t k2,       \
-                               float *restrict c, int64_t ldc, int64_t ncols) {                           \
+    static void ds_bmicro_##MR(const uint32_t *restrict a, int64_t ls, const uint16_t *restrict bp,      \
+                               int64_t k2, float *restrict c, int64_t ldc, int64_t ncols) {               \
         DS_ROWS##MR(DS_B_INIT)                                                                            \
         _Pragma("GCC unroll 2")                                                                           \
         for (int64_t p = 0; p < k2; p++) {                                                                \
@@ -279,27 +286,148 @@ DS_BMICRO(10)
 DS_BMICRO(11)
 DS_BMICRO(12)
 
-/* rows 0..m of C (row stride ldc) = the converted rows a (k2 pairs each) @ one bf16 panel, ncols <= 32 columns. */
-static void ds_bgemm_rows(const uint32_t *a, int64_t k2, const uint16_t *panel, float *c, int64_t ldc, int64_t m,
-                          int64_t ncols) {
+/* rows 0..m of C (row stride ldc) = the converted rows a (k2 pairs each, ls apart) @ one bf16 panel, ncols <= 32. */
+static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_t *panel, float *c, int64_t ldc,
+                          int64_t m, int64_t ncols) {
     int64_t i = 0;
-    for (; m - i >= 12; i += 12) ds_bmicro_12(a + i * k2, panel, k2, c + i * ldc, ldc, ncols);
-    const uint32_t *ai = a + i * k2;
+    for (; m - i >= 12; i += 12) ds_bmicro_12(a + i * ls, ls, panel, k2, c + i * ldc, ldc, ncols);
+    const uint32_t *ai = a + i * ls;
     float *ci = c + i * ldc;
     switch (m - i) {
     case 0: break;
-    case 1: ds_bmicro_1(ai, panel, k2, ci, ldc, ncols); break;
-    case 2: ds_bmicro_2(ai, panel, k2, ci, ldc, ncols); break;
-    case 3: ds_bmicro_3(ai, panel, k2, ci, ldc, ncols); break;
-    case 4: ds_bmicro_4(ai, panel, k2, ci, ldc, ncols); break;
-    case 5: ds_bmicro_5(ai, panel, k2, ci, ldc, ncols); break;
-    case 6: ds_bmicro_6(ai, panel, k2, ci, ldc, ncols); break;
-    case 7: ds_bmicro_7(ai, panel, k2, ci, ldc, ncols); break;
-    case 8: ds_bmicro_8(ai, panel, k2, ci, ldc, ncols); break;
-    case 9: ds_bmicro_9(ai, panel, k2, ci, ldc, ncols); break;
-    case 10: ds_bmicro_10(ai, panel, k2, ci, ldc, ncols); break;
-    default: ds_bmicro_11(ai, panel, k2, ci, ldc, ncols); break;
+    case 1: ds_bmicro_1(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 2: ds_bmicro_2(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 3: ds_bmicro_3(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 4: ds_bmicro_4(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 5: ds_bmicro_5(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 6: ds_bmicro_6(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 7: ds_bmicro_7(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 8: ds_bmicro_8(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 9: ds_bmicro_9(ai, ls, panel, k2, ci, ldc, ncols); break;
+    case 10: ds_bmicro_10(ai, ls, panel, k2, ci, ldc, ncols); break;
+    default: ds_bmicro_11(ai, ls, panel, k2, ci, ldc, ncols); break;
     }
+}
+
+#if DS_BF16_AMX
+/* ---- native: AMX tiles (TDPBF16PS) ------------------------------------------------------------------------------
+   Sapphire Rapids and later. One tile product multiplies 16 rows x 32 k of A by 32 k x 16 columns of B: a panel's
+   rows of 64 bf16 are already two B tiles side by side (columns 0..15 in the first 64 bytes of each row, 16..31 in
+   the next: pairs along k, what TDPBF16PS reads), so the packed weights serve both instruction paths. A's rows are
+   converted with a row stride of a multiple of 16 pairs, zero past k, so every A tile is whole; B's last chunk of
+   16 pairs is copied into a zeroed tile when k2 is not a multiple of 16 (the rows after a panel's end belong to the
+   next panel or to no one). Rows are taken 32 at a time (four accumulator tiles: 2 x 2 of 16 x 16), then 16; the
+   rows after the last multiple of 16 go to the VDPBF16PS micro-tiles, which are faster than a mostly empty tile.
+   The tile configuration is loaded at each call and released at its end: another library in the process (a peer
+   runtime, oneDNN) may configure the tiles of the same thread between two of our calls. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} ds_tilecfg;
+
+#define DS_ARCH_REQ_XCOMP_PERM 0x1023
+#define DS_XFEATURE_XTILEDATA 18
+static int ds_amx_state = -1; /* -1: not asked yet; 0: refused by the kernel; 1: granted */
+static int ds_amx_wanted = 1; /* ds_bf16_use_amx: the tests run both paths */
+
+static int ds_amx_granted(void) {
+    int s = __atomic_load_n(&ds_amx_state, __ATOMIC_ACQUIRE);
+    if (s < 0) { /* once per process: Linux keeps the tiles' state off until asked (5.16 and later) */
+        s = syscall(SYS_arch_prctl, DS_ARCH_REQ_XCOMP_PERM, DS_XFEATURE_XTILEDATA) == 0;
+        __atomic_store_n(&ds_amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s;
+}
+
+static int ds_amx_on(void) { return __atomic_load_n(&ds_amx_wanted, __ATOMIC_RELAXED) && ds_amx_granted(); }
+
+static void ds_amx_config(void) {
+    ds_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+}
+
+/* A 16 x 32 accumulator pair (tiles T0, T1) to rows of C: in place when the panel is whole, through `tmp` when not. */
+#define DS_AMX_STORE(T0, T1, C)                                                                              \
+    if (ncols == 32) { _tile_stored(T0, (C), ldc * 4); _tile_stored(T1, (C) + 16, ldc * 4); }               \
+    else {                                                                                                   \
+        _tile_stored(T0, tmp, 128); _tile_stored(T1, tmp + 16, 128);                                         \
+        for (int64_t r = 0; r < 16; r++) memcpy((C) + r * ldc, tmp + r * 32, (size_t)ncols * 4);             \
+    }
+
+/* rows 0..m16 (a multiple of 16) of C = the converted rows a (ls pairs apart, ls a multiple of 16) @ one panel. */
+static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_t *panel, float *c, int64_t ldc,
+                        int64_t m16, int64_t ncols) {
+    _Alignas(64) uint16_t tail[16 * 64];
+    _Alignas(64) float tmp[16 * 32];
+    const int64_t chunks = ls / 16, whole = k2 / 16, sa = ls * 4;
+    if (whole < chunks) {
+        memset(tail, 0, sizeof tail);
+        memcpy(tail, panel + whole * 16 * 64, (size_t)(k2 - whole * 16) * 128);
+    }
+    ds_amx_config();
+    int64_t i = 0;
+    for (; i + 32 <= m16; i += 32) {
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int64_t kc = 0; kc < chunks; kc++) {
+            const uint16_t *b = kc < whole ? panel + kc * 16 * 64 : tail;
+            _tile_loadd(4, a + i * ls + kc * 16, sa);
+            _tile_loadd(6, b, 128);
+            _tile_loadd(7, b + 32, 128);
+            _tile_loadd(5, a + (i + 16) * ls + kc * 16, sa);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        DS_AMX_STORE(0, 1, c + i * ldc)
+        DS_AMX_STORE(2, 3, c + (i + 16) * ldc)
+    }
+    if (i < m16) {
+        _tile_zero(0); _tile_zero(1);
+        for (int64_t kc = 0; kc < chunks; kc++) {
+            const uint16_t *b = kc < whole ? panel + kc * 16 * 64 : tail;
+            _tile_loadd(4, a + i * ls + kc * 16, sa);
+            _tile_loadd(6, b, 128);
+            _tile_loadd(7, b + 32, 128);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        DS_AMX_STORE(0, 1, c + i * ldc)
+    }
+    _tile_release();
+}
+#endif
+
+/* The stride in pairs that rows of k values are converted to for this call's path, and whether it is AMX's: AMX
+   where granted and there are 16 rows or more to fill its tiles. */
+static int64_t ds_pair_stride(int64_t k, int64_t rows, int *amx) {
+    const int64_t k2 = (k + 1) / 2;
+#if DS_BF16_AMX
+    if (rows >= 16 && ds_amx_on()) { *amx = 1; return (k2 + 15) / 16 * 16; }
+#else
+    (void)rows;
+#endif
+    *amx = 0;
+    return k2;
+}
+
+/* rows 0..m of C = the converted rows a (ls pairs apart) @ one panel, on AMX tiles (amx) or VDPBF16PS. */
+static void ds_bgemm_any(const uint32_t *a, int64_t ls, int amx, int64_t k2, const uint16_t *panel, float *c,
+                         int64_t ldc, int64_t m, int64_t ncols) {
+    int64_t done = 0;
+#if DS_BF16_AMX
+    if (amx) {
+        done = m / 16 * 16;
+        ds_amx_rows(a, ls, k2, panel, c, ldc, done, ncols);
+    }
+#else
+    (void)amx;
+#endif
+    if (done < m) ds_bgemm_rows(a + done * ls, ls, k2, panel, c + done * ldc, ldc, m - done, ncols);
 }
 #endif
 
@@ -308,9 +436,11 @@ void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, fl
                         int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k, int64_t ep) {
 #if DS_BF16_NATIVE
     const int64_t k2 = (k + 1) / 2;
-    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ep);
-    ds_bgemm_rows(ar, k2, (const uint16_t *)bp + q * k2 * 64, c + i0 * ldc + q * 32, ldc, i1 - i0,
-                  n - q * 32 < 32 ? n - q * 32 : 32);
+    int amx;
+    const int64_t ls = ds_pair_stride(k, i1 - i0, &amx);
+    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, ep);
+    ds_bgemm_any(ar, ls, amx, k2, (const uint16_t *)bp + q * k2 * 64, c + i0 * ldc + q * 32, ldc, i1 - i0,
+                 n - q * 32 < 32 ? n - q * 32 : 32);
 #else
     (void)a; (void)lda; (void)bp; (void)c; (void)ldc; (void)i0; (void)i1; (void)q; (void)n; (void)k; (void)ep;
     abort(); /* compile refuses precision="bf16" where this library has no native path (codegen/bf16.py) */
@@ -321,8 +451,10 @@ void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, fl
 void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel, float *restrict c, int64_t ldc,
                         int64_t i0, int64_t i1, int64_t ncols, int64_t k, int64_t ep) {
 #if DS_BF16_NATIVE
-    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ep);
-    ds_bgemm_rows(ar, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols);
+    int amx;
+    const int64_t ls = ds_pair_stride(k, i1 - i0, &amx);
+    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, ep);
+    ds_bgemm_any(ar, ls, amx, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols);
 #else
     (void)a; (void)lda; (void)panel; (void)c; (void)ldc; (void)i0; (void)i1; (void)ncols; (void)k; (void)ep;
     abort();
@@ -418,19 +550,19 @@ void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void
    from the input; narrow ones (a stem's 3 channels) are first gathered as float32 into a row of K values, which is
    then rounded 32 values at a time (a scalar rounding per value cost more than a stem conv's multiply-adds). */
 static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
-                                       int64_t ep) {
+                                       int64_t ls, int64_t ep) {
     const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
-    const int64_t k2 = (K + 1) / 2, rows = p1 - p0;
+    const int64_t rows = p1 - p0;
     const int narrow = CG < 32;
     /* one group, undilated: a window row's KW pixels are KW * CG contiguous floats */
     const int whole_rows = geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1;
     /* the bf16 rows, then (narrow) one float32 row of K + 32 values */
-    uint32_t *buf = ds_scratch_for(rows * k2 * 4 + (narrow ? (K + 32) * 4 + 64 : 0));
+    uint32_t *buf = ds_scratch_for(rows * ls * 4 + (narrow ? (K + 32) * 4 + 64 : 0));
     if (!buf) abort();
-    if (ds_memo_hit(x + g * CG, rows, p0, K, 4, ep)) return buf;
-    float *tmp = narrow ? (float *)(((uintptr_t)(buf + rows * k2) + 63) & ~(uintptr_t)63) : 0;
+    if (ds_memo_hit(x + g * CG, rows, p0, K, 3 + 4 * ls, ep)) return buf;
+    float *tmp = narrow ? (float *)(((uintptr_t)(buf + rows * ls) + 63) & ~(uintptr_t)63) : 0;
     for (int64_t p = p0; p < p1; p++) {
-        uint16_t *row = (uint16_t *)(buf + (p - p0) * k2);
+        uint16_t *row = (uint16_t *)(buf + (p - p0) * ls);
         const ds_window w = ds_conv_window(geo, x, p, g);
         if (narrow) {
             for (int64_t kh = 0; kh < KH; kh++) {
@@ -465,7 +597,7 @@ static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64
                     }
                 }
         }
-        if (K & 1) row[K] = 0;
+        for (int64_t t = K; t < 2 * ls; t++) row[t] = 0;
     }
     return buf;
 }
@@ -479,11 +611,13 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
     const int64_t OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_CG], k2 = (K + 1) / 2;
     const int64_t panels = (OCG + 31) / 32;
-    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ep);
+    int amx;
+    const int64_t ls = ds_pair_stride(K, p1 - p0, &amx);
+    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, ep);
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
-        ds_bgemm_rows(a, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY, p1 - p0,
-                      ncols);
+        ds_bgemm_any(a, ls, amx, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY,
+                     p1 - p0, ncols);
         ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
     }
 #else
@@ -495,3 +629,16 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
 /* The tiles' addresses, for ds_wino_f2_t / _f4_t (csrc/ds_conv_dw_wino.c), which a generated kernel hands them. */
 int64_t ds_conv_tile2_bf16_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16; }
 int64_t ds_conv_tile2_bf16e_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16e; }
+
+/* Whether bf16 products run on AMX tiles (Sapphire Rapids and later) rather than VDPBF16PS alone: `want` 0 or 1
+   sets the wish (the tests run both paths on one machine), -1 only asks. 1 only where this library was compiled
+   with AMX and Linux granted the tiles' state; a refusal leaves the VDPBF16PS path, which every AMX CPU has. */
+int ds_bf16_use_amx(int want) {
+#if DS_BF16_AMX
+    if (want >= 0) __atomic_store_n(&ds_amx_wanted, want != 0, __ATOMIC_RELAXED);
+    return ds_amx_on();
+#else
+    (void)want;
+    return 0;
+#endif
+}

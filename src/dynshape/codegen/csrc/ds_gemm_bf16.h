@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 int ds_bf16_native(void);
+int ds_bf16_use_amx(int want);
 int64_t ds_bf16_epoch(void);
 void ds_round_bf16(const float *restrict x, int64_t n, uint16_t *restrict out);
 void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, float *restrict c, int64_t ldc,

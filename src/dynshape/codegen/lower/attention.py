@@ -113,10 +113,11 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     # (epoch 0, rounding them for every panel, was 2 roundings of every score at a head width of 64)
     pack_kn, pack_kt, tile_fn = bf16.attention_calls(ctx.options)
     low = bf16.active(ctx.options)
+    rb = 64 if bf16.amx_tiles(ctx.options) else ROW_BLOCK  # AMX tiles take 16 rows at a time (lower/product.py)
     ep, sep = kir.Var("ep"), kir.Var("sep")
     q_args, s_args = ((ep,), (sep,)) if low else ((), ())
     block: list[kir.Stmt] = [
-        kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, _i(ROW_BLOCK)), M), kir.Bin("+", m0, _i(ROW_BLOCK)), M)),
+        kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, _i(rb)), M), kir.Bin("+", m0, _i(rb)), M)),
         kir.For(q, NP, (_call(tile_fn, kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m0), K)), K, kir.Addr(kp),
                               kir.Addr(sb), N, _i(0), kir.Bin("-", m1, m0), q, N, K, *q_args),)),
         kir.For(m, m1, tuple(per_row), start=m0)]
@@ -144,7 +145,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     pack_k = (_call(pack_kt, kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
               _call(pack_kn, kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
     packed = (pack_k, *(() if v_in_place else (_call(pack_kn, v_at, DV, N, DV, kir.Addr(vp)),)),
-              kir.For(m0, M, tuple(block), step=_i(ROW_BLOCK)))
+              kir.For(m0, M, tuple(block), step=_i(rb)))
     # decode: a few query rows read K's and V's rows where they lie (packing them would be most of the work)
     q_row = kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m), K))
     scores = (_call("ds_dot_rows", q_row, kir.Addr(kb, _mul(b, N, K)), N, K, kir.Addr(row)) if at.k_rows else
@@ -163,7 +164,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
     vp_floats = _i(1) if v_in_place else _mul(N, DP, _i(NR))
     body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, vp_floats),
-                            kir.Alloc(sb, _mul(_i(ROW_BLOCK), N)), kir.Array(scale, ROW_BLOCK), batch,
+                            kir.Alloc(sb, _mul(_i(rb), N)), kir.Array(scale, rb), batch,
                             kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
     kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, at.outputs, (q_name, kt_name, v_name, *ops.ptrs),

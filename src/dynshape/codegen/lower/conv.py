@@ -285,15 +285,17 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     gp = geo["G"] * pairs
     body.append(kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))))
     want = threads * MIN_TILES_PER_THREAD
-    by_rows = (pixels + (ROWS - 1)) / ROWS
-    by_want = kir.minimum((want + gp - 1) / gp, (pixels + (MICRO_ROWS - 1)) / MICRO_ROWS)
+    # AMX tiles take 16 pixels at a time (csrc/ds_gemm_bf16.c; lower/product.py's AMX_TILING)
+    rows, micro, align = (64, 16, 16) if bf16.amx_tiles(ctx.options) else (ROWS, MICRO_ROWS, BLOCK_ALIGN)
+    by_rows = (pixels + (rows - 1)) / rows
+    by_want = kir.minimum((want + gp - 1) / gp, (pixels + (micro - 1)) / micro)
     body += [kir.Let(b0, kir.Select(by_rows * gp < want, kir.maximum(by_rows, by_want), by_rows)),
              kir.Let(bt, (b0 + threads - 1) / threads * threads),
-             kir.Let(blocks, kir.Select(bt * BLOCK_ALIGN <= pixels, bt, b0))]
+             kir.Let(blocks, kir.Select(bt * align <= pixels, bt, b0))]
 
     def bound(b: kir.Expr) -> kir.Expr:
-        """Where block b starts: an equal share of the pixels, down to a multiple of the 6 x 64 micro-tile."""
-        return kir.Select(b < blocks, b * pixels / blocks / BLOCK_ALIGN * BLOCK_ALIGN, pixels)
+        """Where block b starts: an equal share of the pixels, down to a multiple of the micro-tile's pixels."""
+        return kir.Select(b < blocks, b * pixels / blocks / align * align, pixels)
 
     # bf16: the block's patches gathered and rounded once per call and thread (the epoch), weights in pairs
     low = bf16.active(ctx.options)

@@ -11,7 +11,7 @@ blocks for every thread, else after all tiles (a batch-1 request still uses ever
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,18 +42,39 @@ def _call(fn: str, *args: kir.Expr) -> kir.Eval:
 ROW_ALIGN = 4  # balanced row blocks start at multiples of this (every micro-tile height is a multiple of 4)
 
 
-def plain_blocks(m: kir.Expr) -> kir.Expr:
-    """The number of blocks of ROW_BLOCK rows in m rows, the last one also taking a short tail."""
-    short_tail = kir.Bin("&&", kir.Bin(">", m, _i(ROW_BLOCK)), kir.Bin("<=", kir.Bin("%", m, _i(ROW_BLOCK)),
-                                                                        _i(ROW_TAIL)))
-    return kir.Select(short_tail, kir.Bin("/", m, _i(ROW_BLOCK)),
-                      kir.Bin("/", kir.Bin("+", m, _i(ROW_BLOCK - 1)), _i(ROW_BLOCK)))
+class RowTiling(NamedTuple):
+    """How a product's rows are cut into blocks: `block` rows each, a last block of up to `tail` more rows joined
+    to the one before it, balanced blocks starting at multiples of `align`."""
+
+    block: int
+    tail: int
+    align: int
 
 
-def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr) -> list[kir.Stmt]:
+FLOAT_TILING = RowTiling(ROW_BLOCK, ROW_TAIL, ROW_ALIGN)
+# AMX's tiles take 16 rows (csrc/ds_gemm_bf16.c: 32 at a time, then 16, the rest on VDPBF16PS): blocks of 60 left
+# 12 rows of every block to the vector micro-tiles, 4x slower a row (bert_small 8 x 128: 27% of the call there)
+AMX_TILING = RowTiling(64, 16, 16)
+
+
+def row_tiling(ctx: LowerCtx) -> RowTiling:
+    """The row blocks of a product under the build's options on this CPU: AMX's where bf16 runs on AMX tiles."""
+    return AMX_TILING if bf16.amx_tiles(ctx.options) else FLOAT_TILING
+
+
+def plain_blocks(m: kir.Expr, t: RowTiling = FLOAT_TILING) -> kir.Expr:
+    """The number of blocks of t.block rows in m rows, the last one also taking a short tail."""
+    short_tail = kir.Bin("&&", kir.Bin(">", m, _i(t.block)), kir.Bin("<=", kir.Bin("%", m, _i(t.block)),
+                                                                       _i(t.tail)))
+    return kir.Select(short_tail, kir.Bin("/", m, _i(t.block)),
+                      kir.Bin("/", kir.Bin("+", m, _i(t.block - 1)), _i(t.block)))
+
+
+def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr, t: RowTiling = FLOAT_TILING
+               ) -> list[kir.Stmt]:
     """NBLK, the number of row blocks of m rows, and `bal` (see block_rows). On one thread (or `par` false): blocks
-    of ROW_BLOCK, the last one also taking a short tail. On T threads, from T such blocks on: as many blocks as a
-    multiple of T, of equal size to ROW_ALIGN rows, where each keeps ROW_ALIGN rows or more (`bal` = 1). Why: the
+    of t.block rows, the last one also taking a short tail. On T threads, from T such blocks on: as many blocks as
+    a multiple of T, of equal size to t.align rows, where each keeps t.align rows or more (`bal` = 1). Why: the
     threads take equal runs of tiles, so 128 rows in blocks of 60 + 68 left one thread 60 rows while the other did
     68, and 512 rows in eight of 60 and one of 32 gave one thread 270 rows and the other 242 (the conv tiles' fix,
     conv.py's NBLK). Fewer blocks than threads stay as they are: the threads then share one block's panels, each
@@ -62,24 +83,25 @@ def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr) -> list[
     nb0, threads = kir.Var("NB0"), kir.Var("NT")
     nbt = (nb0 + threads - 1) / threads * threads
     return [kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))),
-            kir.Let(nb0, plain_blocks(m)),
-            kir.Let(bal, kir.Select(kir.Bin("&&", kir.Bin("&&", threads > 1, nb0 >= threads), nbt * ROW_ALIGN <= m),
+            kir.Let(nb0, plain_blocks(m, t)),
+            kir.Let(bal, kir.Select(kir.Bin("&&", kir.Bin("&&", threads > 1, nb0 >= threads), nbt * t.align <= m),
                                     _i(1), _i(0))),
             kir.Let(nblk, kir.Select(bal, nbt, nb0))]
 
 
-def block_rows(nblk: kir.Var, bal: kir.Var, m: kir.Expr) -> tuple[kir.Var, kir.Var, kir.Var, list[kir.Stmt]]:
+def block_rows(nblk: kir.Var, bal: kir.Var, m: kir.Expr, t: RowTiling = FLOAT_TILING
+               ) -> tuple[kir.Var, kir.Var, kir.Var, list[kir.Stmt]]:
     """Row block rb of m rows (`nblk` and `bal` set by row_blocks): its first and end rows r0, r1, as (rb, r0, r1,
-    the statements that set r0 and r1). Blocks of ROW_BLOCK rows, the last taking the short tail; balanced (`bal`):
-    block b starts at b * m / NBLK down to a multiple of ROW_ALIGN, the last ends at m."""
+    the statements that set r0 and r1). Blocks of t.block rows, the last taking the short tail; balanced (`bal`):
+    block b starts at b * m / NBLK down to a multiple of t.align, the last ends at m."""
     rb, r0, r1 = kir.Var("rb"), kir.Var("r0"), kir.Var("r1")
 
     def start(b: kir.Expr) -> kir.Expr:
-        return kir.Select(bal, b * m / nblk / ROW_ALIGN * ROW_ALIGN, b * ROW_BLOCK)
+        return kir.Select(bal, b * m / nblk / t.align * t.align, b * t.block)
 
     return rb, r0, r1, [kir.Let(r0, start(rb)),
                         kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), m,
-                                               kir.Select(bal, start(rb + 1), r0 + ROW_BLOCK)))]
+                                               kir.Select(bal, start(rb + 1), r0 + t.block)))]
 
 
 def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None, out_name: str, at_buf: kir.Buffer,
@@ -121,18 +143,18 @@ def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None
 
 
 def seq_blocks(nblk: kir.Var, rb: kir.Var, r0: kir.Var, r1: kir.Var, m: kir.Expr,
-               seq: kir.Expr) -> tuple[list[kir.Stmt], list[kir.Stmt]]:
-    """Row blocks of a heads-folded product's m = batch * seq rows taken within each b (plain_blocks(seq) per b), as
+               seq: kir.Expr, t: RowTiling = FLOAT_TILING) -> tuple[list[kir.Stmt], list[kir.Stmt]]:
+    """Row blocks of a heads-folded product's m = batch * seq rows taken within each b (plain_blocks(seq, t) per b), as
     (the statements that set NBLK, those that set block rb's r0 and r1). A block across two b's is computed in two
     parts; a bf16 tile rounds its rows for each part, so the per-thread memo of rounded rows (csrc/ds_gemm_bf16.c)
     missed on every panel, alternating between them (bert_small at batch 8 x 128: 4% on the QKV products)."""
     bps, bb, jb = kir.Var("BPS"), kir.Var("bb"), kir.Var("jb")
     nb = kir.Select(kir.Bin(">", seq, _i(0)), kir.Bin("*", kir.Bin("/", m, seq), bps), _i(0))
     last = kir.Bin("==", jb, kir.Bin("-", bps, _i(1)))
-    end = kir.Select(last, kir.Bin("*", kir.Bin("+", bb, _i(1)), seq), kir.Bin("+", r0, _i(ROW_BLOCK)))
-    return ([kir.Let(bps, plain_blocks(seq)), kir.Let(nblk, nb)],
+    end = kir.Select(last, kir.Bin("*", kir.Bin("+", bb, _i(1)), seq), kir.Bin("+", r0, _i(t.block)))
+    return ([kir.Let(bps, plain_blocks(seq, t)), kir.Let(nblk, nb)],
             [kir.Let(bb, kir.Bin("/", rb, bps)), kir.Let(jb, kir.Bin("%", rb, bps)),
-             kir.Let(r0, kir.Bin("+", kir.Bin("*", bb, seq), kir.Bin("*", jb, _i(ROW_BLOCK)))), kir.Let(r1, end)])
+             kir.Let(r0, kir.Bin("+", kir.Bin("*", bb, seq), kir.Bin("*", jb, _i(t.block)))), kir.Let(r1, end)])
 
 
 def panel_columns(q: kir.Var, n: int) -> tuple[list[kir.Stmt], tuple[kir.Expr, kir.Expr]]:
@@ -242,7 +264,8 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
                              fns=bf16.epilogue_math(ctx.options))
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk, bal = kir.Var("NBLK"), kir.Var("BAL")
-    rb, r0, r1, rows_of = block_rows(nblk, bal, L0)
+    tiling = row_tiling(ctx)
+    rb, r0, r1, rows_of = block_rows(nblk, bal, L0, tiling)
     if heads:  # rows of one b at a time, straight into their place in (b, heads, s, hd)
         L1 = kir.Extent(1)
         h, d0, nc = kir.Var("h"), kir.Var("d0"), kir.Var("nc")
@@ -274,9 +297,9 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
     if n * k >= ctx.options.par_min_weights:  # few rows, large weights: the threads share the stream
         par = kir.Const(1, I64)
-    lines: list[kir.Stmt] = row_blocks(nblk, bal, L0, par)
+    lines: list[kir.Stmt] = row_blocks(nblk, bal, L0, par, tiling)
     if heads and low:  # blocks within each b: see seq_blocks
-        lines, rows_of = seq_blocks(nblk, rb, r0, r1, L0, kir.Extent(1))
+        lines, rows_of = seq_blocks(nblk, rb, r0, r1, L0, kir.Extent(1), tiling)
     if low:
         lines.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
 
