@@ -27,7 +27,9 @@ ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
 
 NATIVE = int8.native_available()
-TILES = ["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]
+AMX = int8.amx_tiles()
+# "+vpdpbusd": the native tile with AMX turned off, where AMX is what it would take (both native paths, one machine)
+TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) + (["ds_q8_block+vpdpbusd"] if AMX else [])
 
 
 def _reference_product(x: np.ndarray, w: np.ndarray, zp: np.ndarray, ws: np.ndarray) -> np.ndarray:
@@ -46,8 +48,10 @@ def _reference_product(x: np.ndarray, w: np.ndarray, zp: np.ndarray, ws: np.ndar
     return ReferenceEvaluator(m).run(None, {"x": x})[0]
 
 
+# AMX takes 32 rows, then 16, in chunks of 64 k: whole chunks (256, 64), a short last chunk (100), only one (37)
 CASES = [(1, 5, 3, np.int8, False), (13, 37, 45, np.uint8, True), (70, 256, 96, np.int8, True),
-         (8, 128, 70, np.uint8, False), (61, 64, 33, np.int8, True)]
+         (8, 128, 70, np.uint8, False), (61, 64, 33, np.int8, True), (40, 100, 64, np.uint8, True),
+         (32, 37, 45, np.int8, False)]
 
 
 @pytest.mark.parametrize("m,k,n,wdt,per_column", CASES)
@@ -70,6 +74,17 @@ def test_tiles_match_onnx_reference(m: int, k: int, n: int, wdt: type, per_colum
     w8, z32 = as_int8(w, zp)
     bp = int8.pack_q8(w8)
     sc = np.ascontiguousarray(np.broadcast_to(ws.reshape(-1), (n,)), np.float32)
+    tile, _, path = tile.partition("+")
+    try:
+        lib.ds_q8_use_amx(0 if path else 1)  # the activations are laid out for the path chosen when quantized
+        _check_tiles(lib, tile, x, w, zp, ws, sc, bp, z32, want)
+    finally:
+        lib.ds_q8_use_amx(1)
+
+
+def _check_tiles(lib, tile: str, x: np.ndarray, w: np.ndarray, zp: np.ndarray, ws: np.ndarray, sc: np.ndarray,
+                 bp: np.ndarray, z32: np.ndarray, want: np.ndarray) -> None:
+    (m, k), n = x.shape, w.shape[1]
     act = lib.ds_q8_quantize(x.ctypes.data, m, k)
     q_ref, s_ref, z_ref = lookup("DynamicQuantizeLinear").reference([x], {})
     s, z = ctypes.c_float(), ctypes.c_int32()
@@ -94,8 +109,8 @@ def test_all_zero_activation() -> None:
     w8, z32 = as_int8(w, np.int8(3))
     out = np.full((3, 16), np.nan, np.float32)
     for tile in TILES:
-        getattr(lib, tile)(act, int8.pack_q8(w8).ctypes.data, out.ctypes.data, 16, 0, 3, 0, 16, 8, z32.ctypes.data,
-                           np.full(16, 0.5, np.float32).ctypes.data)
+        getattr(lib, tile.partition("+")[0])(act, int8.pack_q8(w8).ctypes.data, out.ctypes.data, 16, 0, 3, 0, 16, 8,
+                                             z32.ctypes.data, np.full(16, 0.5, np.float32).ctypes.data)
         assert np.array_equal(out, np.zeros((3, 16), np.float32))
 
 

@@ -119,13 +119,17 @@ def test_requantizing_tiles_match_onnx_reference(m: int, k: int, n: int, signed_
                                 np.float32)
     lib = int8.LIBRARY.load()
     bp = int8.pack_q8(w8)
-    for tile in RQ_TILES:
-        act = lib.ds_q8_load(a.ctypes.data, m, k, int(consts["az"]), int(signed_a))
-        out = np.zeros((m, n), yt)
-        for q in range(-(-n // 32)):
-            getattr(lib, tile)(act, bp.ctypes.data, out.ctypes.data, n, 0, m, q, n, k, z32.ctypes.data,
-                               mult.ctypes.data, int(consts["yz"]), int(signed_y))
-        assert np.array_equal(out, want), tile
+    for tile, amx in [(t, 1) for t in RQ_TILES] + ([("ds_q8_block_rq", 0)] if int8.amx_tiles() else []):
+        try:  # both native paths where there is AMX: its tiles, and VPDPBUSD with AMX turned off
+            lib.ds_q8_use_amx(amx)
+            act = lib.ds_q8_load(a.ctypes.data, m, k, int(consts["az"]), int(signed_a))
+            out = np.zeros((m, n), yt)
+            for q in range(-(-n // 32)):
+                getattr(lib, tile)(act, bp.ctypes.data, out.ctypes.data, n, 0, m, q, n, k, z32.ctypes.data,
+                                   mult.ctypes.data, int(consts["yz"]), int(signed_y))
+        finally:
+            lib.ds_q8_use_amx(1)
+        assert np.array_equal(out, want), (tile, amx)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -30,7 +30,8 @@ NR = packed_gemm.NR  # columns per panel, as the float products
 GROUP = 4  # consecutive k per column that one VPDPBUSD lane sums
 
 LIBRARY = declare("packed_gemm_int8", "ds_gemm_int8.c", {
-    "ds_q8_native": (), "ds_q8_params": (F32, F32, P, P), "ds_q8_quantize": (P, I64, I64),
+    "ds_q8_native": (), "ds_q8_use_amx": (ctypes.c_int,), "ds_q8_params": (F32, F32, P, P),
+    "ds_q8_quantize": (P, I64, I64),
     "ds_q8_act_params": (P, P, P), "ds_q8_act_row": (P, I64, P, P),
     "ds_q8_block": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
     "ds_q8_block_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
@@ -38,9 +39,9 @@ LIBRARY = declare("packed_gemm_int8", "ds_gemm_int8.c", {
     "ds_q8_quantize_tokens": (P, I64, I64),
     "ds_q8_block_rq": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT),
     "ds_q8_block_rq_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT)},
-    openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_quantize": ctypes.c_void_p,
-                                       "ds_q8_quantize_static": ctypes.c_void_p, "ds_q8_load": ctypes.c_void_p,
-                                       "ds_q8_quantize_tokens": ctypes.c_void_p})
+    openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_use_amx": ctypes.c_int,
+                                       "ds_q8_quantize": ctypes.c_void_p, "ds_q8_quantize_static": ctypes.c_void_p,
+                                       "ds_q8_load": ctypes.c_void_p, "ds_q8_quantize_tokens": ctypes.c_void_p})
 
 register_helper("packed_gemm_int8", LIBRARY, "ds_gemm_int8.h")
 
@@ -70,7 +71,13 @@ def native_available() -> bool:
     return native_in("avx512_vnni", LIBRARY, "ds_q8_native")
 
 
+def amx_tiles() -> bool:
+    """Whether the int8 tiles run on AMX here (TDPBUSD, csrc/ds_gemm_int8.c; the rows under 16 on VPDPBUSD)."""
+    return native_available() and bool(LIBRARY.load().ds_q8_use_amx(-1))
+
+
 def method() -> str:
     """How the int8 products compute here, for explain."""
-    how = "VPDPBUSD" if native_available() else "portable int32 C"
+    how = ("AMX TDPBUSD tiles, VPDPBUSD under 16 rows" if amx_tiles() else "VPDPBUSD") if native_available() \
+        else "portable int32 C"
     return f"uint8 x int8 products, int32 accumulation ({how}), float32 scales and epilogue"

@@ -32,10 +32,9 @@
 #else
 #define DS_BF16_NATIVE 0
 #endif
-#if DS_BF16_NATIVE && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#include "ds_amx.h"
+#if DS_BF16_NATIVE && DS_AMX && defined(__AMX_BF16__)
 #define DS_BF16_AMX 1
-#include <sys/syscall.h>
-#include <unistd.h>
 #else
 #define DS_BF16_AMX 0
 #endif
@@ -318,38 +317,7 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
    16 pairs is copied into a zeroed tile when k2 is not a multiple of 16 (the rows after a panel's end belong to the
    next panel or to no one). Rows are taken 32 at a time (four accumulator tiles: 2 x 2 of 16 x 16), then 16; the
    rows after the last multiple of 16 go to the VDPBF16PS micro-tiles, which are faster than a mostly empty tile.
-   The tile configuration is loaded at each call and released at its end: another library in the process (a peer
-   runtime, oneDNN) may configure the tiles of the same thread between two of our calls. */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} ds_tilecfg;
-
-#define DS_ARCH_REQ_XCOMP_PERM 0x1023
-#define DS_XFEATURE_XTILEDATA 18
-static int ds_amx_state = -1; /* -1: not asked yet; 0: refused by the kernel; 1: granted */
-static int ds_amx_wanted = 1; /* ds_bf16_use_amx: the tests run both paths */
-
-static int ds_amx_granted(void) {
-    int s = __atomic_load_n(&ds_amx_state, __ATOMIC_ACQUIRE);
-    if (s < 0) { /* once per process: Linux keeps the tiles' state off until asked (5.16 and later) */
-        s = syscall(SYS_arch_prctl, DS_ARCH_REQ_XCOMP_PERM, DS_XFEATURE_XTILEDATA) == 0;
-        __atomic_store_n(&ds_amx_state, s, __ATOMIC_RELEASE);
-    }
-    return s;
-}
-
-static int ds_amx_on(void) { return __atomic_load_n(&ds_amx_wanted, __ATOMIC_RELAXED) && ds_amx_granted(); }
-
-static void ds_amx_config(void) {
-    ds_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    _tile_loadconfig(&cfg);
-}
-
+   The tiles' permission and configuration: ds_amx.h. */
 /* A 16 x 32 accumulator pair (tiles T0, T1) to rows of C: in place when the panel is whole, through `tmp` when not. */
 #define DS_AMX_STORE(T0, T1, C)                                                                              \
     if (ncols == 32) { _tile_stored(T0, (C), ldc * 4); _tile_stored(T1, (C) + 16, ldc * 4); }               \
@@ -364,10 +332,7 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
     _Alignas(64) uint16_t tail[16 * 64];
     _Alignas(64) float tmp[16 * 32];
     const int64_t chunks = ls / 16, whole = k2 / 16, sa = ls * 4;
-    if (whole < chunks) {
-        memset(tail, 0, sizeof tail);
-        memcpy(tail, panel + whole * 16 * 64, (size_t)(k2 - whole * 16) * 128);
-    }
+    if (whole < chunks) ds_amx_tail((const uint8_t *)panel, whole, k2, (uint8_t *)tail);
     ds_amx_config();
     int64_t i = 0;
     for (; i + 32 <= m16; i += 32) {
@@ -635,8 +600,7 @@ int64_t ds_conv_tile2_bf16e_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile
    with AMX and Linux granted the tiles' state; a refusal leaves the VDPBF16PS path, which every AMX CPU has. */
 int ds_bf16_use_amx(int want) {
 #if DS_BF16_AMX
-    if (want >= 0) __atomic_store_n(&ds_amx_wanted, want != 0, __ATOMIC_RELAXED);
-    return ds_amx_on();
+    return ds_amx_use(want);
 #else
     (void)want;
     return 0;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ds_amx.h"
 #include "ds_gemm_int8.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -39,6 +40,11 @@
 #include <immintrin.h>
 #else
 #define DS_Q8_NATIVE 0
+#endif
+#if DS_Q8_NATIVE && DS_AMX && defined(__AMX_INT8__)
+#define DS_Q8_AMX 1 /* TDPBUSD tiles (Sapphire Rapids and later): see ds_q8_amx_sums */
+#else
+#define DS_Q8_AMX 0
 #endif
 
 #define DS_Q8_NR 32
@@ -52,12 +58,21 @@ typedef struct {
     int32_t *rowsum;
     float *rowscale; /* per-token quantization (ds_q8_quantize_tokens): each row's scale; else unused */
     int per_row;     /* whether rowscale applies */
-    int64_t ldq, cap_q, cap_rows;
+    int64_t ldq, kpad, cap_q, cap_rows; /* row stride; k padded to 4 (what a row holds, zeros after k) */
     float scale;
     int32_t zp;
 } ds_q8_act;
 
 static __thread ds_q8_act ds_q8_tls;
+
+/* The row stride of k quantized values: groups of 4 (VPDPBUSD's); whole chunks of 64 where the tiles run on AMX,
+   whose A tiles read 64 k at a time (the padding is zeros, as the padded weights' groups are). */
+static int64_t ds_q8_ldq(int64_t k) {
+#if DS_Q8_AMX
+    if (ds_amx_on()) return (k + 63) / 64 * 64;
+#endif
+    return (k + 3) / 4 * 4;
+}
 
 static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t ldq) {
     const int64_t bytes = m * ldq;
@@ -95,9 +110,10 @@ void ds_q8_params(float lo, float hi, float *scale, int32_t *zp) {
    scratch's descriptor, which the tiles of the same call read (from any thread), or NULL when out of memory. */
 const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = (k + 3) / 4 * 4;
+    const int64_t ldq = ds_q8_ldq(k);
     if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
     a->ldq = ldq;
+    a->kpad = (k + 3) / 4 * 4;
     float lo = 0.0f, hi = 0.0f; /* the range always holds 0 */
     const int64_t total = m * k;
     #pragma omp parallel for reduction(min : lo) reduction(max : hi) schedule(static) if(total >= DS_Q8_PAR_MIN)
@@ -139,9 +155,10 @@ const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
 const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k, float scale, int32_t zp,
                                   int32_t is_signed) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = (k + 3) / 4 * 4;
+    const int64_t ldq = ds_q8_ldq(k);
     if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
     a->ldq = ldq;
+    a->kpad = (k + 3) / 4 * 4;
     a->scale = 1.0f;
     const int32_t shift = is_signed ? 128 : 0;
     a->zp = zp + shift;
@@ -170,9 +187,10 @@ const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k,
    thread's scratch (rows padded to 4 bytes, their sums); the descriptor's scale is 1. */
 const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp, int32_t is_signed) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = (k + 3) / 4 * 4;
+    const int64_t ldq = ds_q8_ldq(k);
     if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
     a->ldq = ldq;
+    a->kpad = (k + 3) / 4 * 4;
     a->scale = 1.0f;
     a->zp = zp + (is_signed ? 128 : 0);
     const uint8_t flip = is_signed ? 0x80 : 0; /* int8 v + 128 as uint8: its top bit flipped */
@@ -196,9 +214,10 @@ const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp,
    uint8 with zero point 128 (every row's). The tiles multiply each row by its scale after the columns' (wscale). */
 const void *ds_q8_quantize_tokens(const float *restrict x, int64_t m, int64_t k) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = (k + 3) / 4 * 4;
+    const int64_t ldq = ds_q8_ldq(k);
     if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
     a->ldq = ldq;
+    a->kpad = (k + 3) / 4 * 4;
     a->scale = 1.0f;
     a->zp = 128;
     a->per_row = 1;
@@ -234,10 +253,10 @@ void ds_q8_act_params(const void *act, float *scale, int32_t *zp) {
     *zp = a->zp;
 }
 
-/* The quantized row i of `act` (ldq bytes) and its sum (for tests). */
+/* The quantized row i of `act` (k padded to 4 bytes) and its sum (for tests). */
 void ds_q8_act_row(const void *act, int64_t i, uint8_t *row, int32_t *sum) {
     const ds_q8_act *a = act;
-    memcpy(row, a->q + i * a->ldq, (size_t)a->ldq);
+    memcpy(row, a->q + i * a->ldq, (size_t)a->kpad);
     *sum = a->rowsum[i];
 }
 
@@ -376,6 +395,26 @@ typedef struct {
     __mmask16 m[2];
 } ds_q8_cols;
 
+/* Row i's sums of one panel (columns 0..15 and 16..31) finished: corrected by the zero points (int32, wrapping),
+   then stored as int32 (`ints`: for requantization) or dequantized; c: the row's first column (4-byte elements). */
+static inline __attribute__((always_inline)) void ds_q8_finish_vec(const ds_q8_act *a, __m512i acc0, __m512i acc1,
+                                                                   int64_t i, void *c, const ds_q8_cols *cv,
+                                                                   const int ints) {
+    const __m512i rs = _mm512_set1_epi32(a->rowsum[i]);
+    const __m512i acc[2] = {acc0, acc1};
+    for (int h = 0; h < 2; h++) {
+        const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[h], _mm512_mullo_epi32(cv->zb[h], rs)), cv->ct[h]);
+        if (ints)
+            _mm512_mask_storeu_epi32((int32_t *)c + 16 * h, cv->m[h], v);
+        else if (a->per_row)
+            _mm512_mask_storeu_ps((float *)c + 16 * h, cv->m[h],
+                                  _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]),
+                                                _mm512_set1_ps(a->rowscale[i])));
+        else
+            _mm512_mask_storeu_ps((float *)c + 16 * h, cv->m[h], _mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]));
+    }
+}
+
 /* Rows i..i+mr of one panel: mr x 32 int32 sums in 2 * mr registers, then finished 16 columns at a time. */
 /* c: row i's first column (row stride ldc); `ints`: store the corrected int32 sums there instead (requantization). */
 static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a, const int8_t *panel, int64_t k4,
@@ -396,22 +435,8 @@ static inline __attribute__((always_inline)) void ds_q8_rows(const ds_q8_act *a,
             DS_DPBUSD(acc[r][1], av, b1);
         }
     }
-    _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++) {
-        const __m512i rs = _mm512_set1_epi32(a->rowsum[i + r]);
-        for (int h = 0; h < 2; h++) {
-            const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(cv->zb[h], rs)),
-                                               cv->ct[h]);
-            if (ints)
-                _mm512_mask_storeu_epi32((int32_t *)c + r * ldc + 16 * h, cv->m[h], v);
-            else if (a->per_row)
-                _mm512_mask_storeu_ps((float *)c + r * ldc + 16 * h, cv->m[h],
-                                      _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]),
-                                                    _mm512_set1_ps(a->rowscale[i + r])));
-            else
-                _mm512_mask_storeu_ps((float *)c + r * ldc + 16 * h, cv->m[h],
-                                      _mm512_mul_ps(_mm512_cvtepi32_ps(v), cv->sc[h]));
-        }
-    }
+    _Pragma("GCC unroll 16") for (int r = 0; r < mr; r++)
+        ds_q8_finish_vec(a, acc[r][0], acc[r][1], i + r, (int32_t *)c + r * ldc, cv, ints);
 }
 
 /* A panel's per-column terms (ds_q8_cols) for the activations `a`. */
@@ -432,6 +457,74 @@ static inline void ds_q8_panel_cols(const ds_q8_act *a, const void *bp, int64_t 
     }
 }
 
+#if DS_Q8_AMX
+/* Rows i..i + rows (16 or 32) of one panel: their raw int32 sums into `out` (rows x 32, 128 bytes a row) on TDPBUSD
+   tiles, u8 activations (16 rows x 64 k a tile) by s8 weights: a panel's rows of 32 columns x 4 k are two B tiles
+   side by side, as for bf16 (ds_gemm_bf16.c), its last short chunk from `tail` (ds_amx_tail). */
+static void ds_q8_amx_sums(const ds_q8_act *a, const int8_t *panel, const uint8_t *tail, int64_t whole,
+                           int64_t chunks, int64_t i, int rows, int32_t *out) {
+    const uint8_t *ai = a->q + i * a->ldq;
+    const int64_t ld = a->ldq;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t kc = 0; kc < chunks; kc++) {
+        const uint8_t *b = kc < whole ? (const uint8_t *)panel + kc * 16 * 128 : tail;
+        _tile_loadd(4, ai + kc * 64, ld);
+        _tile_loadd(6, b, 128);
+        _tile_loadd(7, b + 64, 128);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        if (rows == 32) {
+            _tile_loadd(5, ai + 16 * ld + kc * 64, ld);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, out, 128);
+    _tile_stored(1, out + 16, 128);
+    if (rows == 32) {
+        _tile_stored(2, out + 16 * 32, 128);
+        _tile_stored(3, out + 16 * 32 + 16, 128);
+    }
+}
+#endif
+
+/* Rows i0.. of panel p on AMX tiles, 32 then 16 at a time, finished as VPDPBUSD's are (dequantized into c, or, with
+   `mult`, requantized into the 8-bit y = c); returns the first row left to VPDPBUSD (all of them where the
+   activations were not laid out for AMX, AMX is off, or there are fewer than 16 rows: a mostly empty tile is
+   slower than the vector micro-tiles). */
+static int64_t ds_q8_amx_block(const ds_q8_act *a, const ds_q8_panel_at *p, int64_t i0, int64_t i1, void *c,
+                               int64_t ldc, const ds_q8_cols *cv, const float *mult, int32_t yzp, int32_t is_signed) {
+#if DS_Q8_AMX
+    if (i1 - i0 < 16 || a->ldq % 64 != 0 || !ds_amx_on()) return i0;
+    _Alignas(64) uint8_t tail[16 * 128];
+    _Alignas(64) int32_t sums[32 * 32];
+    const int64_t chunks = a->ldq / 64, whole = p->k4 / 16;
+    if (whole < chunks) ds_amx_tail((const uint8_t *)p->panel, whole, p->k4, tail);
+    ds_amx_config();
+    int64_t i = i0;
+    while (i + 16 <= i1) {
+        const int rows = i + 32 <= i1 ? 32 : 16;
+        ds_q8_amx_sums(a, p->panel, tail, whole, chunks, i, rows, sums);
+        for (int r = 0; r < rows; r++) {
+            int32_t *s = sums + r * 32;
+            const __m512i s0 = _mm512_load_si512(s), s1 = _mm512_load_si512(s + 16);
+            if (!mult) {
+                ds_q8_finish_vec(a, s0, s1, i + r, (float *)c + (i + r) * ldc + p->j0, cv, 0);
+            } else {
+                ds_q8_finish_vec(a, s0, s1, i + r, s, cv, 1);
+                ds_q8_requant_row(s, mult + p->j0, yzp, is_signed, (uint8_t *)c + (i + r) * ldc + p->j0, p->cols);
+            }
+        }
+        i += rows;
+    }
+    _tile_release();
+    return i;
+#else
+    (void)a; (void)p; (void)i1; (void)c; (void)ldc; (void)cv; (void)mult; (void)yzp; (void)is_signed;
+    return i0;
+#endif
+}
+
 static void ds_q8_block_native(const ds_q8_act *a, const void *bp, float *restrict c, int64_t ldc, int64_t i0,
                                int64_t i1, int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp,
                                const float *restrict wscale) {
@@ -441,7 +534,7 @@ static void ds_q8_block_native(const ds_q8_act *a, const void *bp, float *restri
     ds_q8_cols cv;
     ds_q8_panel_cols(a, bp, q, n, k, wzp, wscale, &cv);
     float *cj = c + p.j0;
-    int64_t i = i0;
+    int64_t i = ds_q8_amx_block(a, &p, i0, i1, c, ldc, &cv, NULL, 0, 0);
     for (; i + DS_Q8_MR <= i1; i += DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, cj + i * ldc, ldc, &cv, 0);
     if (i + 8 <= i1) {
         ds_q8_rows(a, panel, k4, i, 8, cj + i * ldc, ldc, &cv, 0);
@@ -464,7 +557,7 @@ static void ds_q8_block_rq_native(const ds_q8_act *a, const void *bp, void *rest
     ds_q8_cols cv;
     ds_q8_panel_cols(a, bp, q, n, k, wzp, NULL, &cv);
     int32_t tile[DS_Q8_MR * DS_Q8_NR] __attribute__((aligned(64)));
-    for (int64_t i = i0; i < i1;) {
+    for (int64_t i = ds_q8_amx_block(a, &p, i0, i1, y, ldc, &cv, mult, yzp, is_signed); i < i1;) {
         const int64_t left = i1 - i;
         const int mr = left >= DS_Q8_MR ? DS_Q8_MR : left >= 8 ? 8 : left >= 4 ? 4 : 1;
         if (mr == DS_Q8_MR) ds_q8_rows(a, panel, k4, i, DS_Q8_MR, tile, DS_Q8_NR, &cv, 1);
@@ -498,5 +591,17 @@ void ds_q8_block_rq(const void *act, const void *bp, void *restrict y, int64_t l
     ds_q8_block_rq_native(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
 #else
     ds_q8_block_rq_e(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
+#endif
+}
+
+/* Whether the int8 tiles run on AMX (TDPBUSD) rather than VPDPBUSD alone: `want` 0 or 1 sets the wish (the tests run
+   both paths on one machine), -1 only asks; 1 only where this library has AMX and Linux granted the tiles. The
+   activations quantized under one wish are laid out for it: a call's quantizer and tiles see the same. */
+int ds_q8_use_amx(int want) {
+#if DS_Q8_AMX
+    return ds_amx_use(want);
+#else
+    (void)want;
+    return 0;
 #endif
 }

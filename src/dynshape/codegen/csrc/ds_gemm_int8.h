@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 int ds_q8_native(void);
+int ds_q8_use_amx(int want);
 void ds_q8_params(float lo, float hi, float *scale, int32_t *zp);
 const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k);
 void ds_q8_act_params(const void *act, float *scale, int32_t *zp);

@@ -1,0 +1,72 @@
+/* AMX tiles (Intel Sapphire Rapids and later), for the libraries whose products run on them (ds_gemm_bf16.c:
+   TDPBF16PS; ds_gemm_int8.c: TDPBUSD). Included by each; its state is each library's own (static), which is harmless:
+   Linux's permission is per process, and asking twice is granted twice.
+
+   DS_AMX is 1 where the compiler targets AMX (gcc -march=native on such a CPU) on Linux. Before a thread first
+   touches a tile, the process must ask Linux for the tiles' state (arch_prctl ARCH_REQ_XCOMP_PERM, XTILEDATA:
+   Linux 5.16 and later keep it off until asked); where it is refused the callers keep their AVX-512 path. Every
+   tile this project uses is 16 rows x 64 bytes, so one configuration (palette 1, tiles 0..7 whole) serves all; it
+   is loaded at each kernel call and released at its end, as another library in the process (a peer runtime, oneDNN)
+   may configure the same thread's tiles between two of our calls. */
+#ifndef DS_AMX_H
+#define DS_AMX_H
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AMX_TILE__) && defined(__linux__)
+#define DS_AMX 1
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define DS_ARCH_REQ_XCOMP_PERM 0x1023
+#define DS_XFEATURE_XTILEDATA 18
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} ds_tilecfg;
+
+static int ds_amx_state = -1; /* -1: not asked yet; 0: refused by the kernel; 1: granted */
+static int ds_amx_wanted = 1; /* the library's ds_*_use_amx: the tests run both paths on one machine */
+
+static inline int ds_amx_granted(void) {
+    int s = __atomic_load_n(&ds_amx_state, __ATOMIC_ACQUIRE);
+    if (s < 0) {
+        s = syscall(SYS_arch_prctl, DS_ARCH_REQ_XCOMP_PERM, DS_XFEATURE_XTILEDATA) == 0;
+        __atomic_store_n(&ds_amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s;
+}
+
+/* Whether this library's products take the tiles now: wanted, and granted. */
+static inline int ds_amx_on(void) { return __atomic_load_n(&ds_amx_wanted, __ATOMIC_RELAXED) && ds_amx_granted(); }
+
+/* `want` 0 or 1 sets the wish, -1 only asks; returns whether the tiles are used. */
+static inline int ds_amx_use(int want) {
+    if (want >= 0) __atomic_store_n(&ds_amx_wanted, want != 0, __ATOMIC_RELAXED);
+    return ds_amx_on();
+}
+
+/* Tiles 0..7 as 16 rows x 64 bytes, for this thread (until _tile_release). */
+static inline void ds_amx_config(void) {
+    ds_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+}
+
+/* A panel's rows of 128 bytes are two B tiles side by side (columns 0..15, then 16..31). Its `rows` rows past row
+   16 * whole (the last, short chunk) copied into `tail` (16 rows x 128 bytes) with zeros after: the rows after a
+   panel's end belong to the next panel or to no one. */
+static inline void ds_amx_tail(const uint8_t *panel, int64_t whole, int64_t rows, uint8_t *tail) {
+    memset(tail, 0, 16 * 128);
+    memcpy(tail, panel + whole * 16 * 128, (size_t)(rows - whole * 16) * 128);
+}
+#else
+#define DS_AMX 0
+static inline int ds_amx_use(int want) { (void)want; return 0; }
+#endif
+#endif
