@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ds_conv.h"
+#include "ds_conv_common.h"
 #include "ds_gemm.h"
 #include "ds_gemm_bf16.h"
 #include "ds_prelude.h"
@@ -235,12 +236,19 @@ void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int
 #if DS_BF16_NATIVE
 #include <immintrin.h>
 
+/* The rows the scratch of `rows` converted rows holds: 16 at least where they are laid out for AMX (`amx`:
+   ds_pair_stride), whose last tile may read past them (ds_amx_rows); the rows after `rows` are zeros. */
+static inline int64_t ds_padded_rows(int64_t rows, int amx) { return amx && rows < 16 ? 16 : rows; }
+
 /* rows of A (k floats, row stride lda) as rows of `ls` >= k2 = ceil(k / 2) bf16 pairs, zero past k (ls = k2 for
    the VDPBF16PS micro-tiles; a multiple of 16 for AMX, whose tiles read 32 k at a time). */
-static const uint32_t *ds_rows_bf16(const float *a, int64_t lda, int64_t rows, int64_t k, int64_t ls, int64_t ep) {
-    uint32_t *buf = ds_scratch_for(rows * ls * 4);
+static const uint32_t *ds_rows_bf16(const float *a, int64_t lda, int64_t rows, int64_t k, int64_t ls, int amx,
+                                     int64_t ep) {
+    const int64_t padded = ds_padded_rows(rows, amx);
+    uint32_t *buf = ds_scratch_for(padded * ls * 4);
     if (!buf) abort();
-    if (ds_memo_hit(a, rows, lda, k, 2 + 4 * ls, ep)) return buf;
+    if (ds_memo_hit(a, rows, lda, k, 2 + 8 * ls + 4 * amx, ep)) return buf;
+    memset(buf + rows * ls, 0, (size_t)((padded - rows) * ls * 4));
     for (int64_t r = 0; r < rows; r++) {
         const float *x = a + r * lda;
         uint16_t *y = (uint16_t *)(buf + r * ls);
@@ -318,24 +326,29 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
    next panel or to no one). Rows are taken 32 at a time (four accumulator tiles: 2 x 2 of 16 x 16), then 16; the
    rows after the last multiple of 16 go to the VDPBF16PS micro-tiles, which are faster than a mostly empty tile.
    The tiles' permission and configuration: ds_amx.h. */
-/* A 16 x 32 accumulator pair (tiles T0, T1) to rows of C: in place when the panel is whole, through `tmp` when not. */
-#define DS_AMX_STORE(T0, T1, C)                                                                              \
-    if (ncols == 32) { _tile_stored(T0, (C), ldc * 4); _tile_stored(T1, (C) + 16, ldc * 4); }               \
-    else {                                                                                                   \
+/* Rows r0..r1 of a 16 x 32 accumulator pair (tiles T0, T1) to C (its row 0 at C): in place when they are the
+   whole of a whole panel, through `tmp` when not. */
+#define DS_AMX_STORE(T0, T1, C, r0, r1)                                                                      \
+    if (ncols == 32 && (r0) == 0 && (r1) == 16) {                                                           \
+        _tile_stored(T0, (C), ldc * 4); _tile_stored(T1, (C) + 16, ldc * 4);                                 \
+    } else {                                                                                                 \
         _tile_stored(T0, tmp, 128); _tile_stored(T1, tmp + 16, 128);                                         \
-        for (int64_t r = 0; r < 16; r++) memcpy((C) + r * ldc, tmp + r * 32, (size_t)ncols * 4);             \
+        for (int64_t r = (r0); r < (r1); r++) memcpy((C) + r * ldc, tmp + r * 32, (size_t)ncols * 4);         \
     }
 
-/* rows 0..m16 (a multiple of 16) of C = the converted rows a (ls pairs apart, ls a multiple of 16) @ one panel. */
+/* rows 0..m of C = the converted rows a (ls pairs apart, ls a multiple of 16; at least 16 rows, zeros past m) @ one
+   panel. A last part of r < 16 rows is one tile that ends at row m (its rows before the part were computed
+   already, and are computed again rather than left to a slower path), or, under 16 rows in all, the tile over
+   the zeroed rows after m, of which only the m rows are stored. */
 static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_t *panel, float *c, int64_t ldc,
-                        int64_t m16, int64_t ncols) {
+                        int64_t m, int64_t ncols) {
     _Alignas(64) uint16_t tail[16 * 64];
     _Alignas(64) float tmp[16 * 32];
     const int64_t chunks = ls / 16, whole = k2 / 16, sa = ls * 4;
     if (whole < chunks) ds_amx_tail((const uint8_t *)panel, whole, k2, (uint8_t *)tail);
     ds_amx_config();
     int64_t i = 0;
-    for (; i + 32 <= m16; i += 32) {
+    for (; i + 32 <= m; i += 32) {
         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         for (int64_t kc = 0; kc < chunks; kc++) {
             const uint16_t *b = kc < whole ? panel + kc * 16 * 64 : tail;
@@ -348,31 +361,36 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
         }
-        DS_AMX_STORE(0, 1, c + i * ldc)
-        DS_AMX_STORE(2, 3, c + (i + 16) * ldc)
+        DS_AMX_STORE(0, 1, c + i * ldc, 0, 16)
+        DS_AMX_STORE(2, 3, c + (i + 16) * ldc, 0, 16)
     }
-    if (i < m16) {
+    while (i < m) { /* 16 rows at s: whole, or ending at m, or over the zeroed rows after m */
+        const int64_t s = i + 16 <= m ? i : m >= 16 ? m - 16 : 0, e = s + 16 < m ? s + 16 : m;
         _tile_zero(0); _tile_zero(1);
         for (int64_t kc = 0; kc < chunks; kc++) {
             const uint16_t *b = kc < whole ? panel + kc * 16 * 64 : tail;
-            _tile_loadd(4, a + i * ls + kc * 16, sa);
+            _tile_loadd(4, a + s * ls + kc * 16, sa);
             _tile_loadd(6, b, 128);
             _tile_loadd(7, b + 32, 128);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
         }
-        DS_AMX_STORE(0, 1, c + i * ldc)
+        DS_AMX_STORE(0, 1, c + s * ldc, i - s, e - s)
+        i = e;
     }
     _tile_release();
 }
 #endif
 
 /* The stride in pairs that rows of k values are converted to for this call's path, and whether it is AMX's: AMX
-   where granted and there are 16 rows or more to fill its tiles. */
+   where granted and there are DS_AMX_MIN_ROWS rows or more (a tile of 16 rows computes 4 rows in the time
+   VDPBF16PS takes for one at a panel's 32 columns; from 4 rows on the tile is the faster: resnet18 at 160 x 160
+   sent a third of its Winograd products' work, the chunks' tails under 16 rows, to the vector path). */
+#define DS_AMX_MIN_ROWS 4
 static int64_t ds_pair_stride(int64_t k, int64_t rows, int *amx) {
     const int64_t k2 = (k + 1) / 2;
 #if DS_BF16_AMX
-    if (rows >= 16 && ds_amx_on()) { *amx = 1; return (k2 + 15) / 16 * 16; }
+    if (rows >= DS_AMX_MIN_ROWS && ds_amx_on()) { *amx = 1; return (k2 + 15) / 16 * 16; }
 #else
     (void)rows;
 #endif
@@ -380,19 +398,19 @@ static int64_t ds_pair_stride(int64_t k, int64_t rows, int *amx) {
     return k2;
 }
 
-/* rows 0..m of C = the converted rows a (ls pairs apart) @ one panel, on AMX tiles (amx) or VDPBF16PS. */
+/* rows 0..m of C = the converted rows a (ls pairs apart) @ one panel, on AMX tiles (amx: ds_amx_rows' rows) or
+   VDPBF16PS. */
 static void ds_bgemm_any(const uint32_t *a, int64_t ls, int amx, int64_t k2, const uint16_t *panel, float *c,
                          int64_t ldc, int64_t m, int64_t ncols) {
-    int64_t done = 0;
 #if DS_BF16_AMX
     if (amx) {
-        done = m / 16 * 16;
-        ds_amx_rows(a, ls, k2, panel, c, ldc, done, ncols);
+        ds_amx_rows(a, ls, k2, panel, c, ldc, m, ncols);
+        return;
     }
 #else
     (void)amx;
 #endif
-    if (done < m) ds_bgemm_rows(a + done * ls, ls, k2, panel, c + done * ldc, ldc, m - done, ncols);
+    ds_bgemm_rows(a, ls, k2, panel, c, ldc, m, ncols);
 }
 #endif
 
@@ -403,7 +421,7 @@ void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, fl
     const int64_t k2 = (k + 1) / 2;
     int amx;
     const int64_t ls = ds_pair_stride(k, i1 - i0, &amx);
-    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, ep);
+    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, amx, ep);
     ds_bgemm_any(ar, ls, amx, k2, (const uint16_t *)bp + q * k2 * 64, c + i0 * ldc + q * 32, ldc, i1 - i0,
                  n - q * 32 < 32 ? n - q * 32 : 32);
 #else
@@ -418,7 +436,7 @@ void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel,
 #if DS_BF16_NATIVE
     int amx;
     const int64_t ls = ds_pair_stride(k, i1 - i0, &amx);
-    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, ep);
+    const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, amx, ep);
     ds_bgemm_any(ar, ls, amx, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols);
 #else
     (void)a; (void)lda; (void)panel; (void)c; (void)ldc; (void)i0; (void)i1; (void)ncols; (void)k; (void)ep;
@@ -437,22 +455,17 @@ static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t row
                            const float *bias, const float *res) {
     const int64_t LDY = geo[DS_CONV_LDY], OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT];
     if (!bias && !res && act == DS_ACT_NONE) return;
+    /* 16 columns at a time, as ds_conv.c's tiles finish theirs (ds_conv_common.h: ds_act; a scalar loop here was
+       12% of resnet18's bf16 convolutions on AMX) */
     for (int64_t r = 0; r < rows; r++) {
         float *o = y + (p0 + r) * LDY + col0;
         const float *rr = res ? res + (p0 + r) * OC + col0 : 0;
-        for (int64_t j = 0; j < ncols; j++) {
-            float v = o[j];
-            if (bias) v += bias[col0 + j];
-            if (rr) v += rr[j];
-            if (act == DS_ACT_RELU) v = v < 0.0f ? 0.0f : v; /* NaN stays NaN */
-            else if (act == DS_ACT_HARDSWISH) {
-                float t = v * (1.0f / 6.0f) + 0.5f;
-                t = t < 0.0f ? 0.0f : t;
-                t = t > 1.0f ? 1.0f : t;
-                v = v * t;
-            } else if (act == DS_ACT_SILU)
-                v = v * ds_sigmoidf(v);
-            o[j] = v;
+        for (int64_t j = 0; j < ncols; j += 16) {
+            const ds_cmask m = ds_cmask16(ncols - j);
+            ds_v16 v = ds_mld16(o + j, m);
+            if (bias) v += ds_mld16(bias + col0 + j, m);
+            if (rr) v += ds_mld16(rr + j, m);
+            ds_mst16(o + j, ds_act(v, act), m);
         }
     }
 }
@@ -515,17 +528,19 @@ void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void
    from the input; narrow ones (a stem's 3 channels) are first gathered as float32 into a row of K values, which is
    then rounded 32 values at a time (a scalar rounding per value cost more than a stem conv's multiply-adds). */
 static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
-                                       int64_t ls, int64_t ep) {
+                                       int64_t ls, int amx, int64_t ep) {
     const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
     const int64_t rows = p1 - p0;
     const int narrow = CG < 32;
     /* one group, undilated: a window row's KW pixels are KW * CG contiguous floats */
     const int whole_rows = geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1;
     /* the bf16 rows, then (narrow) one float32 row of K + 32 values */
-    uint32_t *buf = ds_scratch_for(rows * ls * 4 + (narrow ? (K + 32) * 4 + 64 : 0));
+    const int64_t padded = ds_padded_rows(rows, amx);
+    uint32_t *buf = ds_scratch_for(padded * ls * 4 + (narrow ? (K + 32) * 4 + 64 : 0));
     if (!buf) abort();
-    if (ds_memo_hit(x + g * CG, rows, p0, K, 3 + 4 * ls, ep)) return buf;
-    float *tmp = narrow ? (float *)(((uintptr_t)(buf + rows * ls) + 63) & ~(uintptr_t)63) : 0;
+    if (ds_memo_hit(x + g * CG, rows, p0, K, 3 + 8 * ls + 4 * amx, ep)) return buf;
+    memset(buf + rows * ls, 0, (size_t)((padded - rows) * ls * 4));
+    float *tmp = narrow ? (float *)(((uintptr_t)(buf + padded * ls) + 63) & ~(uintptr_t)63) : 0;
     for (int64_t p = p0; p < p1; p++) {
         uint16_t *row = (uint16_t *)(buf + (p - p0) * ls);
         const ds_window w = ds_conv_window(geo, x, p, g);
@@ -578,7 +593,7 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
     const int64_t panels = (OCG + 31) / 32;
     int amx;
     const int64_t ls = ds_pair_stride(K, p1 - p0, &amx);
-    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, ep);
+    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, amx, ep);
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
         ds_bgemm_any(a, ls, amx, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY,
