@@ -189,6 +189,27 @@ def test_amx_builds_take_row_blocks_of_its_tiles() -> None:
         assert np.all(np.abs(got - want) <= 4 * 256 * 2.0**-24 * scale + 1e-30)
 
 
+@needs_amx
+def test_amx_takes_3x3_convs_as_implicit_gemm() -> None:
+    """On AMX a 3x3 stride-1 conv under bf16 is an implicit GEMM on the tiles, not Winograd (whose float32
+    transforms cost more than the multiplies they save there), and equals the float32 conv of the rounded input
+    and weights up to float32 accumulation; float32 builds keep Winograd."""
+    ci, co, h = 32, 48, 21
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32)
+    x = rng.standard_normal((2, ci, h, h)).astype(np.float32)
+    r = rng.standard_normal((2, co, h, h)).astype(np.float32)
+    exe = ds.compile(ds.load_onnx(_conv_model(ci, co, 3, 1, 1, 1, w)), precision="bf16")
+    methods = [getattr(st, "method", "") for st in exe.generic.steps if getattr(st, "method", "")]
+    assert any(m.startswith("implicit GEMM on packed weights; bf16") and "AMX" in m for m in methods), methods
+    fp32 = ds.compile(ds.load_onnx(_conv_model(ci, co, 3, 1, 1, 1, w)))
+    assert any(getattr(st, "method", "").startswith("Winograd") for st in fp32.generic.steps)
+    want = ds.compile(ds.load_onnx(_conv_model(ci, co, 3, 1, 1, 1, bf16.rounded(w))), winograd=False).run(
+        {"x": bf16.rounded(x), "r": r})["y"]
+    got = exe.run({"x": x, "r": r})["y"]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 @needs_native
 def test_native_matches_emulated_on_an_encoder() -> None:
     """An encoder (heads-folded QKV products, FFN with GELU, layer norms): the native kernels equal the emulated ones
@@ -325,10 +346,13 @@ def test_run_time_packers_equal_the_scalar_reference(k: int, n: int) -> None:
 
 
 @pytest.mark.parametrize("ci,co,h", [(32, 48, 40), (64, 96, 10)])
-def test_winograd_products_in_bf16(ci: int, co: int, h: int) -> None:
+def test_winograd_products_in_bf16(tile_path, ci: int, co: int, h: int) -> None:
     """3x3 stride-1 convs under bf16 run Winograd F(2x2) with each position's product on the bf16 tiles (never
     F(4x4), whose transforms amplify bf16's rounding): native equals emulated up to float32 accumulation, and both
-    stay within 3% of the output's RMS of the float32 direct sum (the direct sum in bf16: about 1.5%)."""
+    stay within 3% of the output's RMS of the float32 direct sum (the direct sum in bf16: about 1.5%). Where
+    products run on AMX a 3x3 conv is an implicit GEMM (test_amx_takes_3x3_convs_as_implicit_gemm): here the
+    Winograd build is made and run with AMX turned off, as on a CPU with VDPBF16PS alone."""
+    tile_path(0)
     rng = np.random.default_rng(ci + h)
     w = (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32)
     x = rng.standard_normal((1, ci, h, h)).astype(np.float32)

@@ -155,7 +155,9 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
     # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
-    if not depthwise and ctx.options.winograd and winograd_fits(geo):
+    # on AMX tiles the products are ~4x VDPBF16PS's rate, and Winograd's input and output transforms (float32 vector
+    # work) cost more than the multiplies they save: a 3x3 conv is an implicit GEMM there (probe: resnet18, unet)
+    if not depthwise and ctx.options.winograd and winograd_fits(geo) and not bf16.amx_tiles(ctx.options):
         # bf16 products: F(2x2) only (F(4x4)'s transforms amplify bf16's rounding: errors of 0.4 of the output's
         # RMS on a 40x40 map, against 0.02 for F(2x2) and 0.015 for the direct sum in bf16)
         tile = 2 if bf16.active(ctx.options) else ctx.options.winograd_tile
