@@ -16,7 +16,14 @@ import numpy as np
 
 from dynshape.codegen import int8, kir
 from dynshape.codegen.lower.operands import computable, operands, prod
-from dynshape.codegen.lower.product import block_rows, epilogue_loop, panel_columns, row_blocks
+from dynshape.codegen.lower.product import (
+    AMX_TILING,
+    FLOAT_TILING,
+    block_rows,
+    epilogue_loop,
+    panel_columns,
+    row_blocks,
+)
 from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR
 from dynshape.ir.graph import Node
@@ -77,7 +84,8 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     epilogue = epilogue_loop(g, ops, as_matmul, pr.epilogue, pr.outputs[0], o0, at_index, r, j, cols, n)
     epilogue = [*lets, *epilogue] if epilogue else []
     nblk, bal = kir.Var("NBLK"), kir.Var("BAL")
-    rb, r0, r1, rows_of = block_rows(nblk, bal, L0)
+    tiling = AMX_TILING if int8.amx_tiles() else FLOAT_TILING  # AMX's tiles take 16 rows at a time
+    rb, r0, r1, rows_of = block_rows(nblk, bal, L0, tiling)
     common = (act, kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n), _i(k), kir.Addr(zp), kir.Addr(sc))
     if yz_name is None:
         tile: list[kir.Stmt] = [kir.Eval(kir.Call("ds_q8_block", common, "void"))]
@@ -104,7 +112,7 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
         par = kir.Const(1, I64)
     body: list[kir.Stmt] = [
         kir.Let(act, quantize),
-        *row_blocks(nblk, bal, L0, par),
+        *row_blocks(nblk, bal, L0, par, tiling),
         kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),),
                 omp=kir.Omp(parallel=True, collapse=2, if_=par)),
     ]
