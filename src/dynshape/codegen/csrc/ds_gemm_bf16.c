@@ -11,9 +11,10 @@
    call (the memo is keyed by the call's epoch, `ds_bf16_epoch`, which a generated kernel takes once per call, so
    a converted block never outlives the call that made it).
 
-   Two ways to run a product, one layout of activations:
+   Two ways to run a product, one layout of weights:
    - native (compiled where the compiler targets AVX512-BF16: Zen 4, Cooper Lake, Sapphire Rapids):
-     MR x 32 micro-tiles of VDPBF16PS, 2 * MR accumulators;
+     MR x 32 micro-tiles of VDPBF16PS, 2 * MR accumulators; and, where the CPU has AMX-BF16 and Linux grants its
+     tiles, TDPBF16PS tiles for calls of 4 rows and more (chosen per call at run time, below);
    - emulated (`precision="bf16-emulated"`, every CPU): the same rounding of both operands, then dynshape's float32
      micro-kernels (ds_gemm.c) on the rounded values, whose products are exact in float32. Tests compare the native
      path with it, so a CPU without AVX512-BF16 still checks the rounding and the layout of the scratch. */
@@ -323,9 +324,10 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
    the next: pairs along k, what TDPBF16PS reads), so the packed weights serve both instruction paths. A's rows are
    converted with a row stride of a multiple of 16 pairs, zero past k, so every A tile is whole; B's last chunk of
    16 pairs is copied into a zeroed tile when k2 is not a multiple of 16 (the rows after a panel's end belong to the
-   next panel or to no one). Rows are taken 32 at a time (four accumulator tiles: 2 x 2 of 16 x 16), then 16; the
-   rows after the last multiple of 16 go to the VDPBF16PS micro-tiles, which are faster than a mostly empty tile.
-   The tiles' permission and configuration: ds_amx.h. */
+   next panel or to no one). Rows are taken 32 at a time (four accumulator tiles: 2 x 2 of 16 x 16), then 16, then
+   a last part under 16 rows as one more tile (ds_amx_rows); calls of fewer than DS_AMX_MIN_ROWS rows in all stay
+   on the VDPBF16PS micro-tiles, faster than a mostly empty tile. The tiles' permission and configuration:
+   ds_amx.h. */
 /* Rows r0..r1 of a 16 x 32 accumulator pair (tiles T0, T1) to C (its row 0 at C): in place when they are the
    whole of a whole panel, through `tmp` when not. */
 #define DS_AMX_STORE(T0, T1, C, r0, r1)                                                                      \

@@ -24,7 +24,9 @@
 
    Two ways to run a tile, one layout:
    - native (compiled where the compiler targets AVX512-VNNI: Intel Cascade Lake and later, AMD Zen 4): MR x 32
-     micro-tiles of VPDPBUSD (u8 x s8 -> s32, groups of 4, no intermediate saturation), 2 * MR accumulators;
+     micro-tiles of VPDPBUSD (u8 x s8 -> s32, groups of 4, no intermediate saturation), 2 * MR accumulators; where
+     the CPU has AMX-INT8 and Linux grants its tiles, blocks of 16 rows and more on TDPBUSD tiles (the same sums:
+     ds_q8_amx_sums), finished by the same code;
    - portable (`ds_q8_block_e`, every CPU): the same sums in plain int32 C. Both give identical results (integer
      arithmetic), and the tests check each against the ONNX reference. */
 #include <math.h>
