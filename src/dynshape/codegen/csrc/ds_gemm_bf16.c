@@ -233,6 +233,26 @@ void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int
     ds_round_panels(out, k, n);
 }
 
+/* What a convolution tile applies to its rows of one panel as they are finished (ds_conv_finish, or ds_amx_rows'
+   stores): a bias by column and a residual (rows `ldr` apart), both offset to the panel's first column, then an
+   activation (DS_ACT_*). */
+typedef struct {
+    const float *bias, *res;
+    int64_t ldr, act;
+} ds_finish;
+
+/* Row r of a tile: src's ncols values finished into dst (which may be src), 16 columns at a time (ds_conv_common.h's
+   ds_act, as ds_conv.c's tiles finish theirs; a scalar loop here was 12% of resnet18's bf16 convolutions). */
+static inline void ds_finish_row(float *dst, const float *src, int64_t ncols, const ds_finish *fin, int64_t r) {
+    for (int64_t j = 0; j < ncols; j += 16) {
+        const ds_cmask m = ds_cmask16(ncols - j);
+        ds_v16 v = ds_mld16(src + j, m);
+        if (fin->bias) v += ds_mld16(fin->bias + j, m);
+        if (fin->res) v += ds_mld16(fin->res + r * fin->ldr + j, m);
+        ds_mst16(dst + j, ds_act(v, fin->act), m);
+    }
+}
+
 /* ---- native: VDPBF16PS ---------------------------------------------------------------------------------------- */
 #if DS_BF16_NATIVE
 #include <immintrin.h>
@@ -328,14 +348,18 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
    a last part under 16 rows as one more tile (ds_amx_rows); calls of fewer than DS_AMX_MIN_ROWS rows in all stay
    on the VDPBF16PS micro-tiles, faster than a mostly empty tile. The tiles' permission and configuration:
    ds_amx.h. */
-/* Rows r0..r1 of a 16 x 32 accumulator pair (tiles T0, T1) to C (its row 0 at C): in place when they are the
-   whole of a whole panel, through `tmp` when not. */
-#define DS_AMX_STORE(T0, T1, C, r0, r1)                                                                      \
-    if (ncols == 32 && (r0) == 0 && (r1) == 16) {                                                           \
-        _tile_stored(T0, (C), ldc * 4); _tile_stored(T1, (C) + 16, ldc * 4);                                 \
+/* Rows r0..r1 of a 16 x 32 accumulator pair (tiles T0, T1) to rows `at` + r0.. of C: in place when they are the
+   whole of a whole panel with nothing to finish, else through `tmp`, finished (`fin`) as they are copied out (a
+   convolution's bias, residual and activation: no second pass over C). */
+#define DS_AMX_STORE(T0, T1, at, r0, r1)                                                                     \
+    if (!fin && ncols == 32 && (r0) == 0 && (r1) == 16) {                                                   \
+        _tile_stored(T0, c + (at) * ldc, ldc * 4); _tile_stored(T1, c + (at) * ldc + 16, ldc * 4);           \
     } else {                                                                                                 \
         _tile_stored(T0, tmp, 128); _tile_stored(T1, tmp + 16, 128);                                         \
-        for (int64_t r = (r0); r < (r1); r++) memcpy((C) + r * ldc, tmp + r * 32, (size_t)ncols * 4);         \
+        for (int64_t r = (r0); r < (r1); r++) {                                                              \
+            if (fin) ds_finish_row(c + ((at) + r) * ldc, tmp + r * 32, ncols, fin, (at) + r);                \
+            else memcpy(c + ((at) + r) * ldc, tmp + r * 32, (size_t)ncols * 4);                               \
+        }                                                                                                    \
     }
 
 /* rows 0..m of C = the converted rows a (ls pairs apart, ls a multiple of 16; at least 16 rows, zeros past m) @ one
@@ -343,7 +367,7 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
    already, and are computed again rather than left to a slower path), or, under 16 rows in all, the tile over
    the zeroed rows after m, of which only the m rows are stored. */
 static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_t *panel, float *c, int64_t ldc,
-                        int64_t m, int64_t ncols) {
+                        int64_t m, int64_t ncols, const ds_finish *fin) {
     _Alignas(64) uint16_t tail[16 * 64];
     _Alignas(64) float tmp[16 * 32];
     const int64_t chunks = ls / 16, whole = k2 / 16, sa = ls * 4;
@@ -363,8 +387,8 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
         }
-        DS_AMX_STORE(0, 1, c + i * ldc, 0, 16)
-        DS_AMX_STORE(2, 3, c + (i + 16) * ldc, 0, 16)
+        DS_AMX_STORE(0, 1, i, 0, 16)
+        DS_AMX_STORE(2, 3, i + 16, 0, 16)
     }
     while (i < m) { /* 16 rows at s: whole, or ending at m, or over the zeroed rows after m */
         const int64_t s = i + 16 <= m ? i : m >= 16 ? m - 16 : 0, e = s + 16 < m ? s + 16 : m;
@@ -377,7 +401,7 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
         }
-        DS_AMX_STORE(0, 1, c + s * ldc, i - s, e - s)
+        DS_AMX_STORE(0, 1, s, i - s, e - s)
         i = e;
     }
     _tile_release();
@@ -401,18 +425,20 @@ static int64_t ds_pair_stride(int64_t k, int64_t rows, int *amx) {
 }
 
 /* rows 0..m of C = the converted rows a (ls pairs apart) @ one panel, on AMX tiles (amx: ds_amx_rows' rows) or
-   VDPBF16PS. */
+   VDPBF16PS, each row then finished by `fin` where given (NULL: nothing). */
 static void ds_bgemm_any(const uint32_t *a, int64_t ls, int amx, int64_t k2, const uint16_t *panel, float *c,
-                         int64_t ldc, int64_t m, int64_t ncols) {
+                         int64_t ldc, int64_t m, int64_t ncols, const ds_finish *fin) {
 #if DS_BF16_AMX
     if (amx) {
-        ds_amx_rows(a, ls, k2, panel, c, ldc, m, ncols);
+        ds_amx_rows(a, ls, k2, panel, c, ldc, m, ncols, fin);
         return;
     }
 #else
     (void)amx;
 #endif
     ds_bgemm_rows(a, ls, k2, panel, c, ldc, m, ncols);
+    if (fin)
+        for (int64_t r = 0; r < m; r++) ds_finish_row(c + r * ldc, c + r * ldc, ncols, fin, r);
 }
 #endif
 
@@ -425,7 +451,7 @@ void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, fl
     const int64_t ls = ds_pair_stride(k, i1 - i0, &amx);
     const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, amx, ep);
     ds_bgemm_any(ar, ls, amx, k2, (const uint16_t *)bp + q * k2 * 64, c + i0 * ldc + q * 32, ldc, i1 - i0,
-                 n - q * 32 < 32 ? n - q * 32 : 32);
+                 n - q * 32 < 32 ? n - q * 32 : 32, NULL);
 #else
     (void)a; (void)lda; (void)bp; (void)c; (void)ldc; (void)i0; (void)i1; (void)q; (void)n; (void)k; (void)ep;
     abort(); /* compile refuses precision="bf16" where this library has no native path (codegen/bf16.py) */
@@ -439,7 +465,7 @@ void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel,
     int amx;
     const int64_t ls = ds_pair_stride(k, i1 - i0, &amx);
     const uint32_t *ar = ds_rows_bf16(a + i0 * lda, lda, i1 - i0, k, ls, amx, ep);
-    ds_bgemm_any(ar, ls, amx, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols);
+    ds_bgemm_any(ar, ls, amx, (k + 1) / 2, (const uint16_t *)panel, c + i0 * ldc, ldc, i1 - i0, ncols, NULL);
 #else
     (void)a; (void)lda; (void)panel; (void)c; (void)ldc; (void)i0; (void)i1; (void)ncols; (void)k; (void)ep;
     abort();
@@ -453,22 +479,27 @@ void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel,
    (pack_conv_bf16: pairs along k) with the products' micro-kernels; bias, residual and activation are applied to
    the tile while it is in cache. The patches are kept for the next tile of the same block in the same call (the
    epoch), so a block is gathered once per pair of panels at most, once in all where the loop runs block-major. */
+/* The finish of a tile's rows p0.. at columns col0.. (NULL: nothing to apply). */
+static inline const ds_finish *ds_conv_fin(const int64_t *geo, int64_t p0, int64_t col0, const float *bias,
+                                           const float *res, ds_finish *fin) {
+    const int64_t OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT];
+    if (!bias && !res && act == DS_ACT_NONE) return 0;
+    fin->bias = bias ? bias + col0 : 0;
+    fin->res = res ? res + p0 * OC + col0 : 0;
+    fin->ldr = OC;
+    fin->act = act;
+    return fin;
+}
+
 static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t rows, int64_t col0, int64_t ncols,
                            const float *bias, const float *res) {
-    const int64_t LDY = geo[DS_CONV_LDY], OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT];
-    if (!bias && !res && act == DS_ACT_NONE) return;
-    /* 16 columns at a time, as ds_conv.c's tiles finish theirs (ds_conv_common.h: ds_act; a scalar loop here was
-       12% of resnet18's bf16 convolutions on AMX) */
+    ds_finish f;
+    const ds_finish *fin = ds_conv_fin(geo, p0, col0, bias, res, &f);
+    if (!fin) return;
+    const int64_t LDY = geo[DS_CONV_LDY];
     for (int64_t r = 0; r < rows; r++) {
         float *o = y + (p0 + r) * LDY + col0;
-        const float *rr = res ? res + (p0 + r) * OC + col0 : 0;
-        for (int64_t j = 0; j < ncols; j += 16) {
-            const ds_cmask m = ds_cmask16(ncols - j);
-            ds_v16 v = ds_mld16(o + j, m);
-            if (bias) v += ds_mld16(bias + col0 + j, m);
-            if (rr) v += ds_mld16(rr + j, m);
-            ds_mst16(o + j, ds_act(v, act), m);
-        }
+        ds_finish_row(o, o, ncols, fin, r);
     }
 }
 
@@ -598,9 +629,9 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
     const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, amx, ep);
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
+        ds_finish f;
         ds_bgemm_any(a, ls, amx, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY,
-                     p1 - p0, ncols);
-        ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
+                     p1 - p0, ncols, ds_conv_fin(geo, p0, col0, bias, res, &f));
     }
 #else
     (void)geo; (void)x; (void)bp; (void)y; (void)p0; (void)p1; (void)g; (void)q; (void)bias; (void)res; (void)ep;
