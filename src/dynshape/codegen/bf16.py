@@ -202,12 +202,12 @@ def layernorm_row(options: Options) -> str:
 
 def amx_tiles(options: Options) -> bool:
     """Whether bf16 products under `options` run on AMX tiles here (csrc/ds_gemm_bf16.c: precision "bf16", a
-    library compiled with AMX-BF16, and Linux granted the tiles' state), the rows under 16 on VDPBF16PS."""
+    library compiled with AMX-BF16, and Linux granted the tiles' state), calls under 4 rows on VDPBF16PS."""
     return options.precision == "bf16" and native_available() and bool(LIBRARY.load().ds_bf16_use_amx(-1))
 
 
 def method(options: Options) -> str:
     """How a bf16 product computes, for explain."""
-    how = ("AMX TDPBF16PS tiles, VDPBF16PS under 16 rows" if amx_tiles(options) else "VDPBF16PS"
+    how = ("AMX TDPBF16PS tiles, VDPBF16PS under 4 rows" if amx_tiles(options) else "VDPBF16PS"
            if options.precision == "bf16" else "emulated: rounded operands on the float32 kernels")
     return f"bf16 operands, float32 accumulation and epilogue ({how})"

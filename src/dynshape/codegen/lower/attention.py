@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dynshape.codegen import bf16, kir
 from dynshape.codegen.lower.operands import computable, operands
+from dynshape.codegen.lower.product import AMX_TILING
 from dynshape.codegen.lower.softmax import deferrable, softmax_passes
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR, ROW_BLOCK
@@ -113,7 +114,7 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     # (epoch 0, rounding them for every panel, was 2 roundings of every score at a head width of 64)
     pack_kn, pack_kt, tile_fn = bf16.attention_calls(ctx.options)
     low = bf16.active(ctx.options)
-    rb = 64 if bf16.amx_tiles(ctx.options) else ROW_BLOCK  # AMX tiles take 16 rows at a time (lower/product.py)
+    rb = AMX_TILING.block if bf16.amx_tiles(ctx.options) else ROW_BLOCK  # AMX tiles: the products' blocks
     ep, sep = kir.Var("ep"), kir.Var("sep")
     q_args, s_args = ((ep,), (sep,)) if low else ((), ())
     block: list[kir.Stmt] = [

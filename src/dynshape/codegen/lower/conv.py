@@ -18,7 +18,7 @@ from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower.operands import computable, operands
-from dynshape.codegen.lower.product import epilogue_loop
+from dynshape.codegen.lower.product import AMX_TILING, epilogue_loop
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
 from dynshape.codegen.packed_gemm import NR
 from dynshape.ir.opdef import is_default_domain
@@ -287,8 +287,10 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     gp = geo["G"] * pairs
     body.append(kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))))
     want = threads * MIN_TILES_PER_THREAD
-    # AMX tiles take 16 pixels at a time (csrc/ds_gemm_bf16.c; lower/product.py's AMX_TILING)
-    rows, micro, align = (64, 16, 16) if bf16.amx_tiles(ctx.options) else (ROWS, MICRO_ROWS, BLOCK_ALIGN)
+    # AMX tiles take 16 pixels at a time (csrc/ds_gemm_bf16.c): the products' blocks there
+    amx = bf16.amx_tiles(ctx.options)
+    rows, micro, align = (AMX_TILING.block, AMX_TILING.align, AMX_TILING.align) if amx else (ROWS, MICRO_ROWS,
+                                                                                               BLOCK_ALIGN)
     by_rows = (pixels + (rows - 1)) / rows
     by_want = kir.minimum((want + gp - 1) / gp, (pixels + (micro - 1)) / micro)
     body += [kir.Let(b0, kir.Select(by_rows * gp < want, kir.maximum(by_rows, by_want), by_rows)),
