@@ -76,8 +76,12 @@ static int64_t ds_q8_ldq(int64_t k) {
     return (k + 3) / 4 * 4;
 }
 
-static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t ldq) {
-    const int64_t bytes = m * ldq;
+/* The scratch for m rows of k quantized values (one row and 4 bytes at least), and the descriptor's layout: its row
+   stride (ds_q8_ldq) and k padded to 4. Returns 0 when out of memory (the layout then left as it was). */
+static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t k) {
+    const int64_t ldq = ds_q8_ldq(k);
+    m = m > 0 ? m : 1;
+    const int64_t bytes = m * (ldq > 0 ? ldq : 4);
     if (bytes > a->cap_q) {
         free(a->q);
         a->q = aligned_alloc(64, (size_t)((bytes + 63) / 64 * 64));
@@ -91,7 +95,10 @@ static int ds_q8_reserve(ds_q8_act *a, int64_t m, int64_t ldq) {
         a->cap_rows = a->rowsum && a->rowscale ? m : 0;
     }
     a->per_row = 0;
-    return a->q != NULL && a->rowsum != NULL && a->rowscale != NULL;
+    if (a->q == NULL || a->rowsum == NULL || a->rowscale == NULL) return 0;
+    a->ldq = ldq;
+    a->kpad = (k + 3) / 4 * 4;
+    return 1;
 }
 
 /* DynamicQuantizeLinear's scale and zero point of values whose minimum is lo and maximum hi (lo <= 0 <= hi), in
@@ -112,10 +119,8 @@ void ds_q8_params(float lo, float hi, float *scale, int32_t *zp) {
    scratch's descriptor, which the tiles of the same call read (from any thread), or NULL when out of memory. */
 const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = ds_q8_ldq(k);
-    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
-    a->ldq = ldq;
-    a->kpad = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m, k)) return NULL;
+    const int64_t ldq = a->ldq;
     float lo = 0.0f, hi = 0.0f; /* the range always holds 0 */
     const int64_t total = m * k;
     #pragma omp parallel for reduction(min : lo) reduction(max : hi) schedule(static) if(total >= DS_Q8_PAR_MIN)
@@ -157,10 +162,8 @@ const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
 const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k, float scale, int32_t zp,
                                   int32_t is_signed) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = ds_q8_ldq(k);
-    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
-    a->ldq = ldq;
-    a->kpad = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m, k)) return NULL;
+    const int64_t ldq = a->ldq;
     a->scale = 1.0f;
     const int32_t shift = is_signed ? 128 : 0;
     a->zp = zp + shift;
@@ -189,10 +192,8 @@ const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k,
    thread's scratch (rows padded to 4 bytes, their sums); the descriptor's scale is 1. */
 const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp, int32_t is_signed) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = ds_q8_ldq(k);
-    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
-    a->ldq = ldq;
-    a->kpad = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m, k)) return NULL;
+    const int64_t ldq = a->ldq;
     a->scale = 1.0f;
     a->zp = zp + (is_signed ? 128 : 0);
     const uint8_t flip = is_signed ? 0x80 : 0; /* int8 v + 128 as uint8: its top bit flipped */
@@ -216,10 +217,8 @@ const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp,
    uint8 with zero point 128 (every row's). The tiles multiply each row by its scale after the columns' (wscale). */
 const void *ds_q8_quantize_tokens(const float *restrict x, int64_t m, int64_t k) {
     ds_q8_act *a = &ds_q8_tls;
-    const int64_t ldq = ds_q8_ldq(k);
-    if (!ds_q8_reserve(a, m > 0 ? m : 1, ldq > 0 ? ldq : 4)) return NULL;
-    a->ldq = ldq;
-    a->kpad = (k + 3) / 4 * 4;
+    if (!ds_q8_reserve(a, m, k)) return NULL;
+    const int64_t ldq = a->ldq;
     a->scale = 1.0f;
     a->zp = 128;
     a->per_row = 1;
