@@ -7,7 +7,8 @@
    Linux 5.16 and later keep it off until asked); where it is refused the callers keep their AVX-512 path. Every
    tile this project uses is 16 rows x 64 bytes, so one configuration (palette 1, tiles 0..7 whole) serves all; it
    is loaded at each kernel call and released at its end, as another library in the process (a peer runtime, oneDNN)
-   may configure the same thread's tiles between two of our calls. */
+   may configure the same thread's tiles between two of our calls. Both libraries' tile loops are one pass here
+   (ds_amx_pass), the products' instruction its parameter. */
 #ifndef DS_AMX_H
 #define DS_AMX_H
 #include <stdint.h>
@@ -64,6 +65,44 @@ static inline void ds_amx_config(void) {
 static inline void ds_amx_tail(const uint8_t *panel, int64_t whole, int64_t rows, uint8_t *tail) {
     memset(tail, 0, 16 * 128);
     memcpy(tail, panel + whole * 16 * 128, (size_t)(rows - whole * 16) * 128);
+}
+
+/* The tile products the passes below take (each compiled where the compiler targets it; the other never runs). */
+enum { DS_AMX_BF16, DS_AMX_U8S8 };
+#ifdef __AMX_BF16__
+#define DS_AMX_DPBF16(c, x, y) _tile_dpbf16ps(c, x, y)
+#else
+#define DS_AMX_DPBF16(c, x, y) __builtin_trap()
+#endif
+#ifdef __AMX_INT8__
+#define DS_AMX_DPBUSD(c, x, y) _tile_dpbusd(c, x, y)
+#else
+#define DS_AMX_DPBUSD(c, x, y) __builtin_trap()
+#endif
+#define DS_AMX_DP(kind, c, x, y)                                                                             \
+    if ((kind) == DS_AMX_BF16) DS_AMX_DPBF16(c, x, y); else DS_AMX_DPBUSD(c, x, y)
+
+/* `rows` (16 or 32) rows of A (64 bytes of k a tile row, rows `sa` bytes apart: bf16 pairs or u8 quads) times one
+   packed panel (rows of 128 bytes, two B tiles side by side: 16 rows a chunk of k; the last, short chunk from
+   `tail`), TDPBF16PS or TDPBUSD by `kind`: the sums in tiles 0, 1 (rows 0..15, columns 0..15 and 16..31) and, for
+   32 rows, 2, 3. Always inlined: a constant `rows` or `kind` leaves no test in the loop. */
+static inline __attribute__((always_inline)) void ds_amx_pass(const uint8_t *a, int64_t sa, const uint8_t *panel,
+                                                               const uint8_t *tail, int64_t whole, int64_t chunks,
+                                                               const int rows, const int kind) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t kc = 0; kc < chunks; kc++) {
+        const uint8_t *b = kc < whole ? panel + kc * 16 * 128 : tail;
+        _tile_loadd(4, a + kc * 64, sa);
+        _tile_loadd(6, b, 128);
+        _tile_loadd(7, b + 64, 128);
+        DS_AMX_DP(kind, 0, 4, 6);
+        DS_AMX_DP(kind, 1, 4, 7);
+        if (rows == 32) {
+            _tile_loadd(5, a + 16 * sa + kc * 64, sa);
+            DS_AMX_DP(kind, 2, 5, 6);
+            DS_AMX_DP(kind, 3, 5, 7);
+        }
+    }
 }
 #else
 #define DS_AMX 0

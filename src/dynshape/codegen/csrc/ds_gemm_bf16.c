@@ -362,28 +362,6 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
         }                                                                                                    \
     }
 
-/* 16 or 32 rows (`rows`) of the converted rows a (sa bytes apart) times one panel on the tiles: the sums in tiles
-   0, 1 (rows 0..15, columns 0..15 and 16..31) and, for 32 rows, 2, 3; B's chunks from the panel, its last short
-   one from `tail` (ds_amx_tail). Inlined: `rows` is a constant at each call, so neither loop tests it. */
-static inline __attribute__((always_inline)) void ds_amx_pass(const uint32_t *a, int64_t sa, const uint16_t *panel,
-                                                               const uint16_t *tail, int64_t whole, int64_t chunks,
-                                                               const int rows) {
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (int64_t kc = 0; kc < chunks; kc++) {
-        const uint16_t *b = kc < whole ? panel + kc * 16 * 64 : tail;
-        _tile_loadd(4, a + kc * 16, sa);
-        _tile_loadd(6, b, 128);
-        _tile_loadd(7, b + 32, 128);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        if (rows == 32) {
-            _tile_loadd(5, (const char *)(a + kc * 16) + 16 * sa, sa);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-        }
-    }
-}
-
 /* rows 0..m of C = the converted rows a (ls pairs apart, ls a multiple of 16; at least 16 rows, zeros past m) @ one
    panel. A last part of r < 16 rows is one tile that ends at row m (its rows before the part were computed
    already, and are computed again rather than left to a slower path), or, under 16 rows in all, the tile over
@@ -397,13 +375,15 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
     ds_amx_config();
     int64_t i = 0;
     for (; i + 32 <= m; i += 32) {
-        ds_amx_pass(a + i * ls, sa, panel, tail, whole, chunks, 32);
+        ds_amx_pass((const uint8_t *)(a + i * ls), sa, (const uint8_t *)panel, (const uint8_t *)tail, whole, chunks,
+                    32, DS_AMX_BF16);
         DS_AMX_STORE(0, 1, i, 0, 16)
         DS_AMX_STORE(2, 3, i + 16, 0, 16)
     }
     while (i < m) { /* 16 rows at s: whole, or ending at m, or over the zeroed rows after m */
         const int64_t s = i + 16 <= m ? i : m >= 16 ? m - 16 : 0, e = s + 16 < m ? s + 16 : m;
-        ds_amx_pass(a + s * ls, sa, panel, tail, whole, chunks, 16);
+        ds_amx_pass((const uint8_t *)(a + s * ls), sa, (const uint8_t *)panel, (const uint8_t *)tail, whole, chunks,
+                    16, DS_AMX_BF16);
         DS_AMX_STORE(0, 1, s, i - s, e - s)
         i = e;
     }

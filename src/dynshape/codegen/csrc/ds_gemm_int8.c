@@ -460,26 +460,11 @@ static inline void ds_q8_panel_cols(const ds_q8_act *a, const void *bp, int64_t 
 
 #if DS_Q8_AMX
 /* Rows i..i + rows (16 or 32) of one panel: their raw int32 sums into `out` (rows x 32, 128 bytes a row) on TDPBUSD
-   tiles, u8 activations (16 rows x 64 k a tile) by s8 weights: a panel's rows of 32 columns x 4 k are two B tiles
-   side by side, as for bf16 (ds_gemm_bf16.c), its last short chunk from `tail` (ds_amx_tail). */
+   tiles (ds_amx.h: ds_amx_pass), u8 activations (16 rows x 64 k a tile) by s8 weights: a panel's rows of 32
+   columns x 4 k are two B tiles side by side, as for bf16, its last short chunk from `tail` (ds_amx_tail). */
 static void ds_q8_amx_sums(const ds_q8_act *a, const int8_t *panel, const uint8_t *tail, int64_t whole,
                            int64_t chunks, int64_t i, int rows, int32_t *out) {
-    const uint8_t *ai = a->q + i * a->ldq;
-    const int64_t ld = a->ldq;
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (int64_t kc = 0; kc < chunks; kc++) {
-        const uint8_t *b = kc < whole ? (const uint8_t *)panel + kc * 16 * 128 : tail;
-        _tile_loadd(4, ai + kc * 64, ld);
-        _tile_loadd(6, b, 128);
-        _tile_loadd(7, b + 64, 128);
-        _tile_dpbusd(0, 4, 6);
-        _tile_dpbusd(1, 4, 7);
-        if (rows == 32) {
-            _tile_loadd(5, ai + 16 * ld + kc * 64, ld);
-            _tile_dpbusd(2, 5, 6);
-            _tile_dpbusd(3, 5, 7);
-        }
-    }
+    ds_amx_pass(a->q + i * a->ldq, a->ldq, (const uint8_t *)panel, tail, whole, chunks, rows, DS_AMX_U8S8);
     _tile_stored(0, out, 128);
     _tile_stored(1, out + 16, 128);
     if (rows == 32) {
