@@ -83,7 +83,7 @@ COMBOS = [(np.uint8, np.int8, np.uint8), (np.uint8, np.uint8, np.uint8), (np.int
 @pytest.mark.parametrize("at,bt,yt", COMBOS)
 @pytest.mark.parametrize("per_column", [False, True])
 def test_qlinear_matmul_exact(at: type, bt: type, yt: type, per_column: bool) -> None:
-    # a seed fixed by the case's names (hash() of types changes per process: a failure must reproduce)
+    # a seed fixed by the case's dtypes (hash() of types changes per process: a failure must reproduce)
     rng = np.random.default_rng([np.dtype(t).num for t in (at, bt, yt)] + [int(per_column)])
     k, n = 77, 45
     model = _qlinear_model(rng, k, n, at, bt, yt, per_column, rank=3)
@@ -101,12 +101,11 @@ def test_qlinear_matmul_exact(at: type, bt: type, yt: type, per_column: bool) ->
         assert got.dtype == want.dtype and np.array_equal(got, want)
         assert len(np.unique(want)) > 10  # the outputs spread over the range: a test of the rounding, not of clip
         if sess is not None:
-            # onnxruntime requantizes in float32, the spec's reference in float64: they part on rare near-ties
-            # (seen: 1 element of up to 2,610 in 6 of 3,000 seeded cases), by one step. Elsewhere ours equals
-            # onnxruntime's.
+            # onnxruntime, an independent implementation, checks the reference's answers (ours equal them, above):
+            # equal except on rare near-ties, where it requantizes in float32 and the spec's reference in float64
+            # (seen: 1 element of up to 2,610 in 6 of 3,000 seeded cases), by one step at most
             theirs = sess.run(None, {"a": a})[0]
             ties = theirs != want
-            assert np.array_equal(got[~ties], theirs[~ties])
             assert ties.mean() < 0.01 and np.abs(theirs[ties].astype(int) - want[ties].astype(int)).max(initial=0) <= 1
 
 
