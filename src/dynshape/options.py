@@ -98,6 +98,11 @@ class Options:
                                 "tiles are many and waste little of it and the weights are under 512 x 512 "
                                 "channels, chosen per call where the map is a runtime size and the weights are "
                                 "small; F(2x2) elsewhere) or 2 (F(2x2, 3x3) everywhere)", default=4)
+    winograd_min_tiles: int = _build("F(2x2) tiles of a call (all its images) below which a Winograd-shaped 3x3 conv "
+                                     "runs as an implicit GEMM instead: so few tiles save few multiply-adds and "
+                                     "stream 16/9 of the weights (36/9 for F(4x4)) from memory (512 channels on a "
+                                     "3x3 map: 1.66 ms against 0.72 a conv); a runtime map packs both and each call "
+                                     "chooses; 0: Winograd whatever the map", default=16)
     inplace_weights: bool = _build("products of at most 8 rows (every declared shape) read a large transposed "
                                    "weight (Gemm transB, >= 4 MB) in place, several rows at once, instead of a "
                                    "packed copy", "DYNSHAPE_INPLACE_WEIGHTS", True)
@@ -164,6 +169,9 @@ class Options:
     def __post_init__(self) -> None:
         if self.buckets is not None and not isinstance(self.buckets, tuple):
             object.__setattr__(self, "buckets", tuple(self.buckets))
+        if isinstance(self.winograd_min_tiles, bool) or not isinstance(self.winograd_min_tiles, int) \
+                or self.winograd_min_tiles < 0:
+            raise DynshapeError(f"winograd_min_tiles={self.winograd_min_tiles!r}: a count of tiles, 0 or more")
         if self.winograd_tile not in (2, 4):
             raise DynshapeError(f"winograd_tile={self.winograd_tile!r}: choose 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3))")
         if self.strategy not in STRATEGIES:

@@ -10,7 +10,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen.lower.conv import WINO4_MAX_WEIGHTS, WINO_BOTH_BYTES, WINO_TILES, wino4_pays, winograd_tiles
+from dynshape.codegen.lower.conv import (
+    WINO4_MAX_WEIGHTS,
+    WINO_BOTH_BYTES,
+    WINO_TILES,
+    direct_beside,
+    wino4_pays,
+    wino_pays,
+    winograd_tiles,
+)
 from dynshape.codegen.packed_gemm import WINOGRAD_G, pack_winograd
 from dynshape.errors import DynshapeError
 from dynshape.options import Options
@@ -35,6 +43,9 @@ def _wino_steps(exe, tile: int) -> int:
 
 
 def _check(model, shapes, winograd_steps, tile=4, **options):
+    """Winograd's steps counted and its results checked on every map, small ones too (winograd_min_tiles=0: the
+    tests of the choice of the implicit GEMM on few tiles are below)."""
+    options.setdefault("winograd_min_tiles", 0)
     g = ds.load_onnx(model, dims=DIMS)
     exe = ds.compile(g, winograd_tile=tile, **options)
     assert _wino_steps(exe, tile) == winograd_steps
@@ -145,6 +156,45 @@ def test_a_generic_build_takes_the_static_builds_tile_per_call(shape):
     assert np.array_equal(got, static.run({"x": x})["y"])
     if pays:  # and not the other tile's
         assert not np.array_equal(got, other.run({"x": x})["y"])
+
+
+def test_where_few_tiles_take_the_implicit_gemm():
+    """Under winograd_min_tiles F(2x2) tiles (all images) the implicit GEMM: a static map decides at compile time
+    (Winograd's weights alone, or the GEMM's alone), a runtime map packs both and the call decides; 0 turns the
+    choice off."""
+    assert not wino_pays(1, 3, 3, 16) and not wino_pays(1, 6, 6, 16) and not wino_pays(3, 3, 3, 16)
+    assert wino_pays(1, 7, 7, 16) and wino_pays(1, 8, 8, 16) and wino_pays(4, 3, 3, 16) and wino_pays(1, 1, 1, 0)
+    geo = {"N": sym("n"), "C": 64, "OC": 64, "OH": sym("h"), "OW": sym("w")}
+    assert direct_beside(geo, 16) is True and direct_beside(geo, 0) is False
+    static = {**geo, "N": 1, "OH": 6, "OW": 6}
+    assert direct_beside(static, 16) is None and direct_beside({**static, "OH": 8, "OW": 8}, 16) is False
+    assert direct_beside(static, 9) is False  # 3 x 3 tiles
+    for bad in (-1, 1.5, True):
+        with pytest.raises(DynshapeError, match="winograd_min_tiles"):
+            Options(winograd_min_tiles=bad)
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 3, 3), (3, 64, 3, 3), (1, 64, 6, 6), (1, 64, 5, 9), (1, 64, 7, 7),
+                                   (4, 64, 3, 3), (2, 64, 13, 11)])
+def test_a_generic_build_takes_the_implicit_gemm_on_few_tiles_per_call(shape):
+    """The generic build's output equals, bit for bit, the static build's, which made the same choice at compile
+    time, and differs from the other method's rounding; both agree with the reference."""
+    model = _conv(64, 64, {"pads": [1, 1, 1, 1]})
+    generic = ds.compile(ds.load_onnx(model, dims=DIMS))
+    [method] = [k["method"] for k in generic.explain_build()["kernels"]]
+    assert "implicit GEMM where the call's map has under 16 F(2x2) tiles" in method and "F(4x4)" in method
+    n, _, h, w = shape
+    g = ds.load_onnx(model, dims={"n": n, "h": h, "w": w})
+    static = ds.compile(g)
+    pays = wino_pays(n, h, w, 16)
+    assert _wino_steps(static, 4) + _wino_steps(static, 2) == int(pays)
+    other = ds.compile(g, winograd=False) if pays else ds.compile(g, winograd_min_tiles=0)
+    assert _wino_steps(other, 4) + _wino_steps(other, 2) == int(not pays)
+    x = RNG.standard_normal(shape).astype(np.float32)
+    got = generic.run({"x": x})["y"]
+    assert np.array_equal(got, static.run({"x": x})["y"])
+    assert not np.array_equal(got, other.run({"x": x})["y"])
+    assert_f32_close(got, g.run({"x": x})["y"], rtol=1e-4, scale=2e-5)
 
 
 def test_written_into_a_concat_slice():

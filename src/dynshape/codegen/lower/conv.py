@@ -161,7 +161,9 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
         # bf16 products: F(2x2) only (F(4x4)'s transforms amplify bf16's rounding: errors of 0.4 of the output's
         # RMS on a 40x40 map, against 0.02 for F(2x2) and 0.015 for the direct sum in bf16)
         tile = 2 if bf16.active(ctx.options) else ctx.options.winograd_tile
-        return _winograd(cv, ctx, geo, ops, ext, E, winograd_tiles(geo, tile))
+        direct = direct_beside(geo, ctx.options.winograd_min_tiles)
+        if direct is not None:
+            return _winograd(cv, ctx, geo, ops, ext, E, winograd_tiles(geo, tile), direct)
     lower = (_depthwise if geo["C"] >= 16 or flat_depthwise(geo) else _depthwise_loops) if depthwise \
         else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
@@ -172,6 +174,30 @@ def flat_depthwise(geo: dict) -> bool:
     a row's interior as one flat run of floats, 16 / C pixels a vector; the C also checks KH * KW <= 64 and falls
     back to its per-pixel blocks)."""
     return geo["C"] in (1, 2, 4, 8) and geo["SW"] == 1
+
+
+def wino_pays(n, oh, ow, min_tiles: int, div=lambda a, b: a // b):
+    """Whether Winograd beats the implicit GEMM on a call's map: at least `min_tiles` F(2x2) tiles (all images).
+    Fewer tiles save few multiply-adds (a 3x3 map's 4 tiles compute 64 products a channel pair, the direct sum
+    81) while the transformed weights are 16/9 of the packed ones (36/9 for F(4x4)), streamed from memory
+    whenever the model's weights outgrow the cache. Measured on chains of distinct convs (weights streamed),
+    1 thread, per conv, F(2x2) / implicit GEMM: 512 channels 3x3 1.66 / 0.72 ms, 6x6 1.55 / 1.33, 7x7 1.93 /
+    1.84, 8x8 1.95 / 2.27, 12x12 2.72 / 4.63; 256 channels 3x3 0.43 / 0.14, 6x6 0.41 / 0.35, 7x7 0.52 / 0.45,
+    8x8 0.52 / 0.56; 64 and 128 channels alike (2 threads: the same crossing). 16 tiles: a 7x7 or 8x8 map.
+    `div` as wino4_pays': ints for a static map, kir expressions for the call's."""
+    return n * (div(oh + 1, 2) * div(ow + 1, 2)) >= min_tiles
+
+
+def direct_beside(geo: dict, min_tiles: int) -> bool | None:
+    """Where a Winograd-shaped conv runs: None, implicit GEMM only (a static map too small for Winograd, by
+    `wino_pays`); False, Winograd only (a static map large enough, or the option's 0); True: both packed in one
+    kernel, each call choosing by `wino_pays` on its map (a runtime map)."""
+    if min_tiles <= 0:
+        return False
+    n, oh, ow = geo["N"], geo["OH"], geo["OW"]
+    if all(isinstance(d, int) for d in (n, oh, ow)):
+        return False if wino_pays(n, oh, ow, min_tiles) else None
+    return True
 
 
 def winograd_fits(geo: dict) -> bool:
@@ -260,10 +286,28 @@ def _without_bias(node):
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
-    node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}  # output pixels a key slot apart
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
+    body = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0)
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
+    low = bf16.active(ctx.options)
+    return Lowered(kernel, cv.outputs, (cv.node.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs),
+                   needs=("conv", "packed_gemm", "packed_gemm_bf16") if low else ("conv",), row_stride=True,
+                   method=f"implicit GEMM on packed weights; {bf16.method(ctx.options)}" if low else
+                   "implicit GEMM on packed weights")
+
+
+def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
+    """The implicit GEMM's packed weights."""
+    layout = {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}.get(ctx.options.precision, "conv")
+    return PackedWeight(cv.weight, layout=layout, groups=geo["G"])
+
+
+def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir.Buffer, bp: kir.Buffer,
+                        o0: kir.Buffer) -> list[kir.Stmt]:
+    """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD"."""
+    node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
     geo_buf, body = _geo_array(geo, E, act)
@@ -329,13 +373,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
     body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
-    layout = {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}.get(ctx.options.precision, "conv")
-    weight = PackedWeight(cv.weight, layout=layout, groups=geo["G"])
-    return Lowered(kernel, cv.outputs, (node.inputs[0], weight, *ops.ptrs),
-                   needs=("conv", "packed_gemm", "packed_gemm_bf16") if low else ("conv",), row_stride=True,
-                   method=f"implicit GEMM on packed weights; {bf16.method(ctx.options)}" if low else
-                   "implicit GEMM on packed weights")
+    return body
 
 
 # tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv_dw_wino.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
@@ -398,8 +436,8 @@ def _typical(d) -> int | None:
         return None
 
 
-def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles: tuple[int, ...] = (2,)
-              ) -> Lowered:
+def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles: tuple[int, ...] = (2,),
+              direct: bool = False) -> Lowered:
     """F(m x m, 3x3) (csrc/ds_conv_dw_wino.c's ds_wino_f2 / ds_wino_f4) over blocks of whole tile rows (m output rows
     each): a block's output pixels are one contiguous range, so its epilogue runs over them while they are in
     cache. A block takes as many tile rows as fill one chunk of WINO_TILES[m] tiles, since every chunk streams
@@ -409,7 +447,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
     (the C function's `par`): per-thread blocks left a 28x28 map's three blocks unevenly shared, and sharing every
     chunk cost a 55x55 map with 16 channels more in barriers than its products take.
     `tiles` (winograd_tiles): one m, or (4, 2): both weight packings, the call taking F(4x4) where `wino4_pays`
-    on its map (the F(4x4) weights are the kernel's last input)."""
+    on its map (the F(4x4) weights are the kernel's last input). `direct` (direct_beside): the implicit GEMM's
+    packed weights too, after those, the call taking it where Winograd does not pay (`wino_pays`)."""
     node, c, oc = cv.node, geo["C"], geo["OC"]
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}
     o0 = kir.Buffer("o0", kir.F32, const=False)
@@ -475,20 +514,33 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
                 kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
                 kir.Free(zeros))
 
+    div = lambda v, k: v / _i(k)  # noqa: E731 (integer division in C)
     if len(tiles) == 2:
-        enough, cheaper = wino4_pays(E["N"], E["OH"], E["OW"], div=lambda v, k: v / _i(k))
-        body.append(kir.If(kir.Bin("&&", enough, cheaper), run(4), run(2)))
+        enough, cheaper = wino4_pays(E["N"], E["OH"], E["OW"], div=div)
+        wino: tuple[kir.Stmt, ...] = (kir.If(kir.Bin("&&", enough, cheaper), run(4), run(2)),)
     else:
-        body += run(tiles[0])
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, packs[tiles[-1]], *ops.buffers, *(
-        [packs[tiles[0]]] if len(tiles) == 2 else [])), tuple(body), (*ctx.symbols, ROW_STRIDE))
+        wino = run(tiles[0])
+    inputs = [x, packs[tiles[-1]], *ops.buffers, *([packs[tiles[0]]] if len(tiles) == 2 else [])]
     suffix = {"bf16": "_bf16", "bf16-emulated": "_bf16e"}.get(ctx.options.precision, "")
-    weights = [PackedWeight(cv.weight, layout=("winograd" if m == 2 else "winograd4") + suffix) for m in tiles]
+    weights: list[PackedWeight] = [PackedWeight(cv.weight, layout=("winograd" if m == 2 else "winograd4") + suffix)
+                                   for m in tiles]
     method = "Winograd F(4x4) where it pays on the call's map (wino4_pays), else F(2x2): both packed" \
         if len(tiles) == 2 else f"Winograd F({tiles[0]}x{tiles[0]})"
+    needs = ("conv_dw_wino", "packed_gemm", "packed_gemm_bf16") if low else ("conv_dw_wino",)
+    if direct:
+        bp = kir.Buffer(f"i{len(inputs)}")
+        inputs.append(bp)
+        weights.insert(-1, _direct_weight(cv, ctx, geo))
+        pays = wino_pays(E["N"], E["OH"], E["OW"], ctx.options.winograd_min_tiles, div=div)
+        body.append(kir.If(pays, wino, tuple(_implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0))))
+        method += f"; implicit GEMM where the call's map has under {ctx.options.winograd_min_tiles} F(2x2) tiles " \
+                  "(wino_pays)"
+        needs = (*needs, "conv")
+    else:
+        body += wino
     if low:
         method += f"; products {bf16.method(ctx.options)}"
-    needs = ("conv_dw_wino", "packed_gemm", "packed_gemm_bf16") if low else ("conv_dw_wino",)
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), tuple(inputs), tuple(body), (*ctx.symbols, ROW_STRIDE))
     return Lowered(kernel, cv.outputs, (node.inputs[0], weights[-1], *ops.ptrs, *weights[:-1]), needs=needs,
                    row_stride=True, scratch_bytes=max(_wino_scratch(m, c, oc) for m in tiles), method=method)
 
