@@ -75,6 +75,7 @@ def main() -> None:
     ap.add_argument("shape", help="the first input's shape, e.g. 1x3x224x224")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--label-width", type=int, default=130, help="characters of each step's label printed")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--ort", action="store_true", help="also onnxruntime's per-node profile")
     ap.add_argument("--file", default=None,
@@ -117,12 +118,12 @@ def main() -> None:
     from dynshape.codegen.keep import resolved
 
     # every native step its own call (its tables' addresses resolved, as the program pass would)
-    plan_mod._programs = lambda calls, labels, keep, *_, **__: ([resolved(c) for c in calls], labels)
-    exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision)
+    plan_mod.pack_programs = lambda calls, labels, keep, *_, **__: ([resolved(c) for c in calls], labels)
+    exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision,
+                           bucket_plans=False)  # the key's own plan at once
     exe_split.run(feed)
     arena = exe_split._pool.arenas[0]
-    # a plan of its own for this key, or the bucket plan that serves it (runtime/rekey.py)
-    plan = next(iter(arena.plans.values()), None) or next(iter(arena.buckets.values()))
+    plan = next(iter(arena.plans.values()))
     details = step_details(exe_split, feed)
     labels = [f"{label} {details[label][0]}" if label in details else label for label in plan.labels]
     macs = [details[label][1] if label in details else 0.0 for label in plan.labels]
@@ -156,7 +157,7 @@ def main() -> None:
           f"{len(by_step)} steps summing to {total * 1e3:.3f} ms")
     for t, label, m in sorted(by_step, key=lambda r: -r[0])[:args.top]:
         rate = f"{2 * m / t / 1e9:6.1f} GF/s" if m else " " * 11
-        print(f"  {t * 1e6:9.1f} us  {100 * t / total:5.1f}%  {rate}  {label[:130]}")
+        print(f"  {t * 1e6:9.1f} us  {100 * t / total:5.1f}%  {rate}  {label[:args.label_width]}")
 
     if args.ort:
         sess = ort_session(path, args.threads, profile_prefix=os.path.join(tempfile.mkdtemp(), "ort"))
