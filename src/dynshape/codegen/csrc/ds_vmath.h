@@ -4,7 +4,8 @@
    polynomial (ds_exp_poly's, from ds_prelude.h's DS_EXP_* constants, with the same fused multiply-adds) but, with AVX-512, end in VSCALEFPS for
    the 2^n: one instruction where the portable form takes four (convert, add the bias, shift, multiply) and two
    selects for its range. Every result that is a normal float is the same; below 2^-126 VSCALEFPS rounds to the
-   subnormal where the portable form flushes to zero (a difference under 1.2e-38). The logistic divides by
+   subnormal where the portable form flushes to zero (a difference under 1.2e-38); the softmax exps and the
+   logistic flush or avoid them as the portable forms do (a subnormal operand costs a microcode assist). The logistic divides by
    VRCP14PS and one Newton step (relative error ~2^-28: within an ulp of the quotient, which is not always the
    rounded one), where a 512-bit VDIVPS would take most of the time of a SiLU on Zen 4. Without AVX-512, lane by
    lane through the scalar forms. */
@@ -29,6 +30,7 @@ static inline __m512 ds_exp_scalef16(__m512 x) {
     const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(DS_EXP_LOG2E), magic), magic);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_LN2_HI), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_LN2_LO), r);
+    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(DS_EXP_TINY_R), _CMP_NLT_UQ), r);
     __m512 p = _mm512_set1_ps(DS_EXP_P0);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P1));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P2));
@@ -39,9 +41,13 @@ static inline __m512 ds_exp_scalef16(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* ds_expf_nonpos: x clamped at -104 (2^-150: zero); MAXPS returns its second operand for a NaN, so NaN stays. */
+/* ds_expf_nonpos: x clamped at -87.3 and the lanes below it zero, as the scalar form: no subnormal results. Why:
+   a softmax row's subnormal exps went on into its product by V, and every multiply-add on a subnormal operand
+   takes a microcode assist (~100 cycles) without DAZ: mobilevit_hf's attention on random weights ran 4.3 ms
+   where its twin layer ran 0.59. MAXPS returns its second operand for a NaN, and NLT keeps a NaN lane. */
 static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
-    return (ds_v16)ds_exp_scalef16(_mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x));
+    const __m512 y = ds_exp_scalef16(_mm512_max_ps(_mm512_set1_ps(-87.3f), (__m512)x));
+    return (ds_v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ), y);
 }
 
 /* ds_expf_nonpos16 for a bf16 attention's softmax, where each exp is rounded to bf16 (2^-9 relative) before the
@@ -49,7 +55,7 @@ static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
    reduction constant (ln 2 rounded to float32: n * its error < 2e-6 here) and 1 + r * P(r), P of degree 3 (fitted
    toward minimax relative error on [-ln 2 / 2, ln 2 / 2]): 9 operations where the float32 form takes 14. */
 static inline ds_v16 ds_expf_nonpos16_bf16(ds_v16 x) {
-    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), (__m512)x);
+    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-87.3f), (__m512)x);  /* (no subnormals: ds_expf_nonpos16) */
     const __m512 magic = _mm512_set1_ps(DS_EXP_ROUND);
     const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(DS_EXP_LOG2E), magic), magic);
     const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_BF16_LN2), xc);
@@ -58,14 +64,16 @@ static inline ds_v16 ds_expf_nonpos16_bf16(ds_v16 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P1));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return (ds_v16)_mm512_scalef_ps(p, n);
+    return (ds_v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ),
+                                       _mm512_scalef_ps(p, n));
 }
 
-/* 1 / (1 + e^-x): e^-x on -x clamped to [-104, 88] (1 / (1 + e^88) ~ 6e-39 below x = -88, where the exact value
-   is smaller still; 1 above x = 104), NaN kept by the operand order of MINPS / MAXPS. */
+/* 1 / (1 + e^-x): e^-x on -x clamped to [-87.3, 87.3], as ds_sigmoidf (1 / (1 + e^87.3) ~ 1.27e-38 below
+   x = -87.3, where the exact value is smaller still; 1 above x = 87.3, where 1 + e^-87.3 rounds to 1): no
+   subnormal e^-x or result (see ds_expf_nonpos16); NaN kept by the operand order of MINPS / MAXPS. */
 static inline ds_v16 ds_sigmoid16(ds_v16 x) {
-    const __m512 t = _mm512_min_ps(_mm512_set1_ps(88.0f),
-                                   _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_sub_ps(_mm512_setzero_ps(), (__m512)x)));
+    const __m512 t = _mm512_min_ps(_mm512_set1_ps(87.3f),
+                                   _mm512_max_ps(_mm512_set1_ps(-87.3f), _mm512_sub_ps(_mm512_setzero_ps(), (__m512)x)));
     const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), ds_exp_scalef16(t));
     const __m512 r = _mm512_rcp14_ps(d);
     return (ds_v16)_mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
