@@ -187,6 +187,17 @@ def rel_error(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     return worst
 
 
+def reference_errors(m: ZooModel, feed: Feed, outs: dict[str, list[np.ndarray]]) -> dict[str, float]:
+    """Each runtime's rel_error against dynshape's numpy reference interpreter (`Graph.run`: every op in float32 as
+    numpy computes it, no kernels): where dynshape and onnxruntime part, which one the reference sides with."""
+    import dynshape as ds
+
+    g = ds.load_onnx(m.path())
+    ref = g.run(feed)
+    want = [ref[v.name] for v in g.outputs]
+    return {k: rel_error(o, want) for k, o in outs.items()}
+
+
 # ---- one model ------------------------------------------------------------------------------------------
 def bench_model(m: ZooModel, args: argparse.Namespace, peers: list[str]) -> dict[str, Any]:
     rec: dict[str, Any] = {"model": m.name, "source": m.source, "exporter": m.exporter, "rows": [], "errors": {},
@@ -245,6 +256,10 @@ def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Names
     ratios = "".join(f", {k}/dyn {row['ms'][k] / d:.2f}" for k in ("ort", "ov") if d and k in row["ms"])
     tol = max(TOL if args.precision == "fp32" else TOL_LOW, m.tol)
     errs = "".join(f"; {k} err {v:.1e}{'' if v <= tol else ' WRONG'}" for k, v in row["err"].items())
+    if "ort" in outs and any(v > tol for v in row["err"].values()):
+        # who is off: each runtime against dynshape's numpy reference interpreter (independent of all three)
+        row["ref_err"] = reference_errors(m, feed, outs)
+        errs += "; against the numpy reference: " + ", ".join(f"{k} {v:.1e}" for k, v in row["ref_err"].items())
     print(f"  {m.name} {row['probe']}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items()) + ratios +
           errs + (f"; outside kernels {fmt_ops(row.get('outside'))}" if "outside" in row else "") +
           "".join(f"; {k} FAILED: {e}" for k, e in row["errors"].items()), flush=True)
@@ -291,7 +306,9 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
                 rtol = max(tol, rec.get("tol", 0.0))
                 es.append("-" if v is None else f"{v:.1e}" + ("" if v <= rtol else " **WRONG**"))
                 if v is not None and v > rtol:
-                    wrong.append(f"{rec['model']} {row['probe']} {k} ({v:.1e})")
+                    ref = row.get("ref_err", {})
+                    against = f"; numpy reference: {k} {ref[k]:.1e}, ort {ref['ort']:.1e}" if k in ref else ""
+                    wrong.append(f"{rec['model']} {row['probe']} {k} ({v:.1e}{against})")
             print(f"| {rec['model']} | {row['probe']} | " + " | ".join(_cell(row, rec, k) for k in cols) + " | " +
                   " | ".join(rs) + " | " + " | ".join(es) + f" | {fmt_ops(row.get('outside'))} |")
     gm = statistics.geometric_mean
