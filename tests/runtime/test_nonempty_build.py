@@ -2,6 +2,7 @@
 a 0 runs a second build, made on its first call. Both answer as the reference does."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -115,3 +116,51 @@ def test_implied_upper_bounds_are_sound_by_brute_force(k, form):
         assert his.get("s") == k
     if form == "min_t":
         assert "s" not in his  # t = 1 admits every s
+
+
+_HEADS = {}
+
+
+def _heads_pair():
+    """(undeclared executable, the same with one build, the loaded graph) of _heads_model, made once."""
+    if not _HEADS:
+        model = _heads_model()
+        _HEADS.update(exe=ds.compile(ds.load_onnx(model), strategy="generic"),
+                      single=ds.compile(ds.load_onnx(model), strategy="generic", nonempty_build=False),
+                      g=ds.load_onnx(model))
+    return _HEADS["exe"], _HEADS["single"], _HEADS["g"]
+
+
+def test_the_binder_checks_the_nonempty_graphs_facts_first():
+    """The loaded graph's facts are written for dims that may be 0 (`max(a, b) * min(a, b, 1)` per broadcast);
+    the binder checks the graph re-inferred at >= 1 first (a few comparisons) and the loaded one only for a call
+    that fails it: a key with a 0 (the empty build) or a bad input (the loaded graph's precise refusal)."""
+    exe, single, g = _heads_pair()
+    assert "min(" not in exe.binder.source and "max(" not in exe.binder.source
+    assert "min(" in single.binder.source  # what every call used to evaluate
+    x0 = np.zeros((2, 0, 64), np.float32)  # bound by the loaded graph's binder, for the empty build
+    assert exe.binder({"x": x0})[1] == (2, 0) and exe._may_be_empty((2, 0))
+    x = np.random.default_rng(3).standard_normal((2, 9, 64)).astype(np.float32)
+    assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-5, scale=1e-6)
+    bad = np.zeros((1, 600, 64), np.float32)  # past the 512-row table: no broadcast holds
+    with pytest.raises(ds.ConstraintViolation) as got:
+        exe.run({"x": bad})
+    with pytest.raises(ds.ConstraintViolation) as want:
+        single.run({"x": bad})
+    assert str(got.value) == str(want.value)
+
+
+@settings(max_examples=80, deadline=None)
+@given(b=st.integers(0, 3), s=st.integers(0, 700), c=st.sampled_from([64, 64, 63]), dt=st.sampled_from(["f", "d"]))
+def test_the_two_binders_accept_the_same_calls_with_the_same_keys(b, s, c, dt):
+    """By brute force over shapes, dtypes and a wrong width: the two-stage binder accepts exactly the calls the
+    loaded graph's binder accepts, with the same key, and refuses the others with the same message."""
+    exe, single, _ = _heads_pair()
+    feed = {"x": np.zeros((b, s, c), np.float32 if dt == "f" else np.float64)}
+    outcomes = []
+    for binder in (exe.binder, single.binder):
+        try:
+            outcomes.append(("ok", binder(feed)[1]))
+        except ds.ConstraintViolation as e:
+            outcomes.append(("refused", str(e)))
+    assert outcomes[0] == outcomes[1]
