@@ -34,7 +34,7 @@ from dynshape.passes.qdq import fuse_qdq
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.arenas import Arena, ArenaPool, grow
 from dynshape.runtime.assumptions import Assumptions
-from dynshape.runtime.binder import InputSpec, make_binder
+from dynshape.runtime.binder import graph_binder, nonempty_first
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
 from dynshape.runtime.loop_bodies import Bodies
@@ -45,7 +45,7 @@ from dynshape.runtime.profile import KeyProfile
 from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_layout, holding_bucket, rekey
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
 from dynshape.runtime.variants import Variant, VariantTable
-from dynshape.sym import Cond, sym
+from dynshape.sym import sym
 from dynshape.sym.pysource import compile_key_function, key_names
 
 
@@ -89,7 +89,7 @@ class Executable:
         self.graph = graph = self.folded.graph
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
         if tensors_only:
-            self.binder = _graph_binder(graph)
+            self.binder = graph_binder(graph)
             self.symbols = list(self.binder.symbols)
         else:  # sequence / optional inputs: the reference executor's general binder
             self.symbols = [e.atom() for e in graph.signature.symbols.values()]
@@ -97,7 +97,7 @@ class Executable:
         self._names = [s.name for s in self.symbols]
         self._may_be_empty, self._empty_graph, graph = self._nonempty(graph, tensors_only)
         if self._may_be_empty is not None:
-            self.binder = _nonempty_first(_graph_binder(graph), self.binder, self._names)
+            self.binder = nonempty_first(graph_binder(graph), self.binder, self._names)
         self._empty: Executable | None = None
         self.graph = graph
         # what inference assumed of valid inputs (a symbolic Reshape entry that is not 0): keys that break it
@@ -651,34 +651,6 @@ class Executable:
             "planned": t.generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }
-
-
-def _graph_binder(graph: Graph):
-    """The binder of a graph whose inputs are all tensors: its input shapes, dtypes and residual facts."""
-    specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
-    facts = [(f.check, f.origin) for f in graph.signature.facts if f.kind != "assume"
-             and (isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b")))]
-    notes = [(f.text, f.origin) for f in graph.signature.facts if f.kind in ("range", "eq", "require")]
-    return make_binder(specs, facts, notes=notes)
-
-
-def _nonempty_first(fast: Callable, full: Callable, names: list[str]) -> Callable:
-    """A binder that checks a call against the graph re-inferred with the symbols that may be 0 at >= 1 (`fast`,
-    what the main builds are made from), and only a call it refuses (a 0, or a bad input) against the graph
-    as loaded (`full`: the key with a 0, or the precise refusal). Why: the loaded graph's facts are written for
-    dims that may be 0 (each broadcast as `max(a, b) * min(a, b, 1)`, nested once per layer), and bert_small's
-    took ~30 us a call to evaluate, 5% of a (1, 16) call; at >= 1 they fold to a few comparisons."""
-    if [s.name for s in fast.symbols] != names:  # another key order: the loaded graph's binder alone
-        return full
-
-    def bind(feed):
-        try:
-            return fast(feed)
-        except ConstraintViolation:
-            return full(feed)
-
-    bind.symbols, bind.source = full.symbols, fast.source  # type: ignore[attr-defined]
-    return bind
 
 
 def _fill(res: dict[str, np.ndarray], out: dict | None) -> dict[str, np.ndarray]:
