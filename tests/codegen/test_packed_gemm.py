@@ -367,3 +367,28 @@ def test_equal_columns_give_equal_results_in_every_panel(k):
     g = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": ["m", k]}, {"w": w}, "y", {"m": (1, 8)})
     y = ds.compile(g).run({"x": rng.standard_normal((1, k)).astype(np.float32)})["y"]
     assert np.unique(y).size == 1, np.unique(y)
+
+
+@pytest.mark.parametrize("m", [2, 3, 5, 8, 11, 12, 13, 23])
+def test_a_first_block_that_prefetches_computes_what_one_that_does_not_does(m):
+    """ds_gemm_block's first block (i0 == 0) runs micro-tiles that prefetch its panels (DS_PMICRO: 2..11 rows
+    as one tile, 12 and more through ds_pmicro_12); a block further down runs the plain ones (ds_gemm_panel):
+    bit for bit the same values, nothing written outside the block."""
+    from dynshape.codegen.packed_gemm import LIBRARY
+
+    lib = LIBRARY.load()
+    rng = np.random.default_rng(m)
+    k, n = 300, 70
+    lda, ldc = k + 3, n + 5
+    a = rng.standard_normal((m, lda)).astype(np.float32)
+    bp = pack_b(rng.standard_normal((k, n)).astype(np.float32))
+    first = np.full((m + 1, ldc), 7.0, np.float32)
+    plain = first.copy()
+    for q in range(bp.shape[0]):
+        lib.ds_gemm_block(a.ctypes.data, lda, bp.ctypes.data, first.ctypes.data, ldc, 0, m, q, n, k)
+        lib.ds_gemm_panel(a.ctypes.data, lda, bp[q].ctypes.data, 32, plain[:, 32 * q:].ctypes.data, ldc, 0, m,
+                          min(32, n - 32 * q), k)
+    assert np.array_equal(first, plain)
+    assert (first[m] == 7.0).all() and (first[:, n:] == 7.0).all()
+    np.testing.assert_allclose(first[:m, :n], a[:, :k] @ bp.transpose(1, 0, 2).reshape(k, -1)[:, :n], rtol=1e-4,
+                               atol=1e-4 * np.sqrt(k))
