@@ -169,16 +169,10 @@ static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *rest
         const float *ai = a + i * lda;
         float *ci = c + i * ldc;
         switch (i1 - i) {
-        case 2: ds_pmicro_2(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 3: ds_pmicro_3(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 4: ds_pmicro_4(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 5: ds_pmicro_5(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 6: ds_pmicro_6(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 7: ds_pmicro_7(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 8: ds_pmicro_8(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 9: ds_pmicro_9(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
-        case 10: ds_pmicro_10(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+#define DS_PCASE(MR) case MR: ds_pmicro_##MR(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+        DS_PCASE(2) DS_PCASE(3) DS_PCASE(4) DS_PCASE(5) DS_PCASE(6) DS_PCASE(7) DS_PCASE(8) DS_PCASE(9) DS_PCASE(10)
         default: ds_pmicro_11(ai, lda, panel, ps, k, ci, ldc, ncols, 0); break;
+#undef DS_PCASE
         }
         return;
     }
