@@ -52,8 +52,9 @@ def symbols_of(inputs: list[InputSpec], facts: list) -> list[Symbol]:
 
 
 def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype: bool = True,
-                notes: list[tuple[str, str]] | None = None):
+                notes: list[tuple[str, str]] | None = None, fallback: Callable | None = None):
     """Compile `bind(feed: dict) -> (arrays, key)`; key holds the symbol values in `symbols_of` order.
+    `fallback`: what binds a call the fast path refuses (instead of the slow path's precise refusal).
 
     `notes`: (text, origin) of the facts that shaped the signature (refined ranges, equalities, requirements):
     a violation naming a symbol says which of them made its range what it is ("because: H - 2 >= 1 ...
@@ -130,7 +131,8 @@ def make_binder(inputs: list[InputSpec], facts: list | None = None, check_dtype:
             raise
         raise AssertionError("binder fast path rejected an input the slow path accepts:\n" + src)
 
-    scope = {"_nd": np.ndarray, "_conv": _conv, "_slow": _slow, "_solve_all": _solve_all}
+    scope = {"_nd": np.ndarray, "_conv": _conv, "_slow": _slow if fallback is None else fallback,
+             "_solve_all": _solve_all}
     for k, spec in enumerate(inputs):
         scope[f"_dt{k}"] = np.dtype(spec.dtype)
     exec(compile(src, "<dynshape binder>", "exec"), scope)  # noqa: S102 - our own generated source
@@ -261,29 +263,24 @@ def _fmt_shape(shape: tuple) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def graph_binder(graph: Graph):
+def graph_binder(graph: Graph, fallback: Callable | None = None):
     """The binder of a graph whose inputs are all tensors: its input shapes, dtypes and residual facts."""
     specs = [InputSpec(v.name, np.dtype(v.dtype), tuple(graph.types[v.name].shape)) for v in graph.inputs]
     facts = [(f.check, f.origin) for f in graph.signature.facts if f.kind != "assume"
              and (isinstance(f.check, Cond) or (hasattr(f.check, "a") and hasattr(f.check, "b")))]
     notes = [(f.text, f.origin) for f in graph.signature.facts if f.kind in ("range", "eq", "require")]
-    return make_binder(specs, facts, notes=notes)
+    return make_binder(specs, facts, notes=notes, fallback=fallback)
 
 
-def nonempty_first(fast: Callable, full: Callable, names: list[str]) -> Callable:
-    """A binder that checks a call against the graph re-inferred with the symbols that may be 0 at >= 1 (`fast`,
-    what the main builds are made from), and only a call it refuses (a 0, or a bad input) against the graph
-    as loaded (`full`: the key with a 0, or the precise refusal). Why: the loaded graph's facts are written for
+def nonempty_first(narrowed: Graph, full: Callable, names: list[str]) -> Callable:
+    """A binder that checks a call against the graph re-inferred with the symbols that may be 0 at >= 1
+    (`narrowed`, what the main builds are made from), and hands a call it refuses (a 0, or a bad input) to the
+    graph as loaded's binder (`full`: the key with a 0, or the precise refusal), with no exception in between (a
+    decoder's first step, past length 0, binds in a microsecond). Why: the loaded graph's facts are written for
     dims that may be 0 (each broadcast as `max(a, b) * min(a, b, 1)`, nested once per layer), and bert_small's
     took ~30 us a call to evaluate, 5% of a (1, 16) call; at >= 1 they fold to a few comparisons."""
+    fast = graph_binder(narrowed, fallback=full)
     if [s.name for s in fast.symbols] != names:  # another key order: the loaded graph's binder alone
         return full
-
-    def bind(feed):
-        try:
-            return fast(feed)
-        except ConstraintViolation:
-            return full(feed)
-
-    bind.symbols, bind.source = full.symbols, fast.source  # type: ignore[attr-defined]
-    return bind
+    fast.symbols = full.symbols  # (the admitted ranges: 0 included)
+    return fast

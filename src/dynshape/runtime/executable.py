@@ -97,7 +97,7 @@ class Executable:
         self._names = [s.name for s in self.symbols]
         self._may_be_empty, self._empty_graph, graph = self._nonempty(graph, tensors_only)
         if self._may_be_empty is not None:
-            self.binder = nonempty_first(graph_binder(graph), self.binder, self._names)
+            self.binder = nonempty_first(graph, self.binder, self._names)
         self._empty: Executable | None = None
         self.graph = graph
         # what inference assumed of valid inputs (a symbolic Reshape entry that is not 0): keys that break it
