@@ -163,6 +163,28 @@ def test_a_channel_shuffle_between_convs_stays_channels_last():
     assert len(names) == 3 and sum("cl_shuffle" in n for n in names) == 1, names
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+def test_a_split_between_convs_stays_channels_last(opset):
+    """A YOLOv8 C2f block's channel Split of a conv's output, its halves through convs, then a Concat: the same
+    values, and no conversion to channels first and back around it, whether the split sizes are an attribute
+    (opset 11) or an input (opset 13: a parameter of the op, not an operand to permute)."""
+    w1 = (RNG.standard_normal((8, 5, 1, 1))).astype(np.float32)
+    w2 = (RNG.standard_normal((3, 3, 3, 3)) * 0.3).astype(np.float32)
+    w3 = (RNG.standard_normal((6, 11, 1, 1)) * 0.3).astype(np.float32)
+    sizes = np.array([3, 5], np.int64)
+    split = helper.make_node("Split", ["a", "sizes"], ["p", "q"], axis=1) if opset >= 13 else \
+        helper.make_node("Split", ["a"], ["p", "q"], axis=1, split=[3, 5])
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), split,
+             helper.make_node("Conv", ["p", "w2"], ["r"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["r", "q", "p"], ["c"], axis=1),
+             helper.make_node("Conv", ["c", "w3"], ["y"])]
+    inits = {"w1": w1, "w2": w2, "w3": w3, **({"sizes": sizes} if opset >= 13 else {})}
+    exe = _run_both(_model(nodes, ["n", 5, "h", "w"], inits, opset=opset), {"n": (1, 2), "h": (1, 12),
+                                                                             "w": (1, 12)}, (2, 5, 7, 9))
+    names = [s.node.name for s in exe.generic.steps if isinstance(s, NodeStep) and s.node.op_type == "Transpose"]
+    assert len(names) == 2, names  # the input to channels last, the output back
+
+
 @pytest.mark.parametrize("opset", [13, 18])
 def test_a_global_pool_dropping_its_length_reads_the_channels_last_conv_output(opset):
     """A byte classifier's x.amax(dim=2) / x.mean(dim=2) (keepdims=0) after a Conv1d: both reduce the

@@ -315,7 +315,8 @@ def _split_infer(ctx: InferCtx) -> list:
     return outs
 
 
-register("Split", reference=_split_ref, infer=_split_infer, layout=Layout.AXIS)
+register("Split", reference=_split_ref, infer=_split_infer, layout=Layout.AXIS,
+         permuted_inputs=1)  # the split sizes (opset 13: an input) are a parameter, not an operand to permute
 
 
 def slice_bounds(d: Any, s: Any, e: Any, t: int) -> tuple[Any, Any, Any]:
