@@ -277,7 +277,7 @@ unsigned vector_flags(int f, const float *x, float *y, int64_t n) {
 def test_no_subnormal_operations_on_tiny_or_far_arguments(isa: str) -> None:
     """The math forms never compute a subnormal on arguments whose results are normal (MXCSR's DE and UE flags stay
     clear): each such operation takes a microcode assist of ~100 cycles without DAZ, and a softmax of near-equal
-    tiny scores (r * r of an exp's reduced argument ~1e-19) ran 7x slower. The results there are the polynomials'
+    tiny scores (the square of an exp's reduced argument ~1e-19) ran 7x slower. The results there are the polynomials'
     own: exp(tiny) = 1, erf(x) = x * 1.1283791, tanh(x) = x; softmax exps below -87.3 are 0 in both forms, and
     the logistic stays normal (1 / (1 + e^87.3) below x = -87.3)."""
     lib = cc.compile_c(_FLAGS_SRC, "subnormal_flags",

@@ -43,11 +43,13 @@ static inline int64_t ds_max(int64_t a, int64_t b) { return a > b ? a : b; }
 #define DS_EXP_P3 4.1665795894e-2f
 #define DS_EXP_P4 1.6666665459e-1f
 #define DS_EXP_P5 5.0000001201e-1f
-/* |r| below 2^-26 is taken as 0: P(r) = 1 + r + r^2 (...) rounds to 1 there either way, but r * r would be a
-   subnormal for |r| < 2^-63, and every operation on a subnormal takes a microcode assist (~100 cycles) without
-   DAZ: a softmax of near-equal tiny scores (mobilevit_hf's attention on random weights, scores ~1e-19) ran 4.3
-   ms where its twin layer ran 0.59. */
-#define DS_EXP_TINY_R 1.4901161193847656e-8f /* 2^-26 */
+/* Below 2^-60 a square is taken at 2^-60: x^2 would be a subnormal for |x| < 2^-63, and every operation on a
+   subnormal takes a microcode assist (~100 cycles) without DAZ, while a polynomial in x^2 that small is its
+   constant term either way (erf's x * P(x^2), tanh's x * (1 + x^2 R(x^2))). exp's r^2 is avoided by the form of
+   its last step instead (ds_exp_poly): a softmax of near-equal tiny scores (mobilevit_hf's attention on random
+   weights, scores ~1e-19) ran 4.3 ms where its twin layer ran 0.59. One max, where a test and a select cost ~6%
+   of a vision transformer's call. */
+#define DS_TINY_SQUARE_ROOT 8.673617379884035e-19f /* 2^-60 */
 
 #ifndef DS_LIBM_MATH
 /* Coefficients: exp is Cephes' expf polynomial; the erf and tanh polynomials were fitted for dynshape
@@ -62,14 +64,13 @@ static inline float ds_exp_poly(float xc, float *n) {
     *n = (xc * DS_EXP_LOG2E + DS_EXP_ROUND) - DS_EXP_ROUND; /* round to nearest integer */
     float r = xc - *n * DS_EXP_LN2_HI;
     r = r - *n * DS_EXP_LN2_LO;
-    r = fabsf(r) < DS_EXP_TINY_R ? 0.0f : r; /* the same result, no subnormal r * r (see DS_EXP_TINY_R) */
     float p = DS_EXP_P0;
     p = p * r + DS_EXP_P1;
     p = p * r + DS_EXP_P2;
     p = p * r + DS_EXP_P3;
     p = p * r + DS_EXP_P4;
     p = p * r + DS_EXP_P5;
-    return p * (r * r) + r + 1.0f;
+    return (p * r) * r + r + 1.0f; /* p r, then one multiply-add: no r * r rounded alone, subnormal for a tiny r */
 }
 
 static inline float ds_expf(float x) {
@@ -106,7 +107,7 @@ static inline float ds_sigmoidf(float x) {
 }
 
 static inline float ds_erff(float x) {
-    float t = fabsf(x), z = t < DS_EXP_TINY_R ? 0.0f : x * x; /* x * P(z) the same, no subnormal z */
+    float t = fabsf(x), tz = t > DS_TINY_SQUARE_ROOT ? t : DS_TINY_SQUARE_ROOT, z = tz * tz; /* DS_TINY_SQUARE_ROOT */
     float p = 7.820643e-05f;
     p = p * z + -7.999558e-04f;
     p = p * z + 5.1870267e-03f;
@@ -155,7 +156,7 @@ static inline float ds_erff_bf16(float x) {
 }
 
 static inline float ds_tanhf(float x) {
-    float t = fabsf(x), z = t < DS_EXP_TINY_R ? 0.0f : x * x; /* x * (1 + z p) the same, no subnormal z */
+    float t = fabsf(x), tz = t > DS_TINY_SQUARE_ROOT ? t : DS_TINY_SQUARE_ROOT, z = tz * tz; /* DS_TINY_SQUARE_ROOT */
     float p = -5.885589e-03f;
     p = p * z + 2.0787114e-02f;
     p = p * z + -5.3780954e-02f;

@@ -30,15 +30,18 @@ static inline __m512 ds_exp_scalef16(__m512 x) {
     const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(DS_EXP_LOG2E), magic), magic);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_LN2_HI), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(DS_EXP_LN2_LO), r);
-    r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(DS_EXP_TINY_R), _CMP_NLT_UQ), r);
     __m512 p = _mm512_set1_ps(DS_EXP_P0);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P1));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P3));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P4));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_P5));
-    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f)); /* as ds_exp_poly's */
     return _mm512_scalef_ps(p, n);
+}
+
+static inline ds_v16 ds_zero_below_normal16(ds_v16 x, __m512 y) { /* y, 0 in the lanes where x < -87.3 */
+    return (ds_v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ), y);
 }
 
 /* ds_expf_nonpos: x clamped at -87.3 and the lanes below it zero, as the scalar form: no subnormal results. Why:
@@ -46,8 +49,7 @@ static inline __m512 ds_exp_scalef16(__m512 x) {
    takes a microcode assist (~100 cycles) without DAZ: mobilevit_hf's attention on random weights ran 4.3 ms
    where its twin layer ran 0.59. MAXPS returns its second operand for a NaN, and NLT keeps a NaN lane. */
 static inline ds_v16 ds_expf_nonpos16(ds_v16 x) {
-    const __m512 y = ds_exp_scalef16(_mm512_max_ps(_mm512_set1_ps(-87.3f), (__m512)x));
-    return (ds_v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ), y);
+    return ds_zero_below_normal16(x, ds_exp_scalef16(_mm512_max_ps(_mm512_set1_ps(-87.3f), (__m512)x)));
 }
 
 /* ds_expf_nonpos16 for a bf16 attention's softmax, where each exp is rounded to bf16 (2^-9 relative) before the
@@ -64,8 +66,7 @@ static inline ds_v16 ds_expf_nonpos16_bf16(ds_v16 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DS_EXP_BF16_P1));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return (ds_v16)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ),
-                                       _mm512_scalef_ps(p, n));
+    return ds_zero_below_normal16(x, _mm512_scalef_ps(p, n));
 }
 
 /* 1 / (1 + e^-x): e^-x on -x clamped to [-87.3, 87.3], as ds_sigmoidf (1 / (1 + e^87.3) ~ 1.27e-38 below
