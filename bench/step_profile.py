@@ -121,16 +121,15 @@ def main() -> None:
     plan_mod.pack_programs = lambda calls, labels, keep, *_, **__: ([resolved(c) for c in calls], labels)
     exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision,
                            bucket_plans=False)  # the key's own plan at once
-    exe_split.run(feed)
+    # the plan's words point at this call's output arrays (written in place, then handed to the caller): keep
+    # them alive while its steps run again below, or they write into freed memory
+    alive = exe_split.run(feed)
     arena = exe_split._pool.arenas[0]
     plan = next(iter(arena.plans.values()))
     details = step_details(exe_split, feed)
     labels = [f"{label} {details[label][0]}" if label in details else label for label in plan.labels]
     macs = [details[label][1] if label in details else 0.0 for label in plan.labels]
     arrays, _ = exe_split.binder(feed)
-    # the plan's words point at the last call's output arrays (written in place, then handed to the caller):
-    # keep that call's outputs alive while its steps run again, or they write into freed memory
-    alive = exe_split.run(feed)
 
     def load_inputs() -> None:  # the arena reuses an input's bytes after its last reader: copy them in again
         for view, a in zip(plan.inputs, arrays):

@@ -93,12 +93,13 @@ DS_MICRO(9)
 DS_MICRO(10)
 DS_MICRO(11)
 DS_MICRO(12)
-DS_MICRO_OF(ds_pmicro, 12, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE, DS_GPREFETCH)
-/* A first block of fewer than 12 rows (a classifier or a CTC head over a few time steps): the whole product is
-   its panels streamed once from memory, and without the prefetches only the hardware's stream prefetcher kept
-   reads in flight (ddddocr_common's 1024 x 8210 head at 8 rows: 4.0 ms, 8.3 GB/s, where onnxruntime took 3.1).
-   The same multiply-adds in the same order as ds_micro_MR: the same results. */
+/* Prefetching micro-tiles for a product's first row block: 12 rows (ds_gemm_rows' first tile), and 2..11 rows for
+   a first block of fewer than 12 (a classifier or a CTC head over a few time steps), whose whole product is its
+   panels streamed once from memory: without the prefetches only the hardware's stream prefetcher kept reads in
+   flight (ddddocr_common's 1024 x 8210 head at 8 rows: 4.0 ms, 8.3 GB/s, where onnxruntime took 3.1). The same
+   multiply-adds in the same order as ds_micro_MR: the same results. */
 #define DS_PMICRO(MR) DS_MICRO_OF(ds_pmicro, MR, DS_ROW_INIT, DS_GLOAD_B2, DS_ROW_FMA, DS_ROW_STORE, DS_GPREFETCH)
+DS_PMICRO(12)
 DS_PMICRO(2)
 DS_PMICRO(3)
 DS_PMICRO(4)
