@@ -155,7 +155,8 @@ class Options:
                            "a new shape takes 0.1-1 ms)", 256)
     bucket_plans: bool = _run("a shape not seen before is served by its bucket's plan (each symbol rounded up to "
                               "the end of its quarter octave, laid out for the largest) moved to it in place, "
-                              "cheaper than binding its own plan; its second call binds and caches its own", True,
+                              "cheaper than binding its own plan; the plan's state at each key is remembered and "
+                              "put back when the key comes again, and a key called often binds its own", True,
                               "DYNSHAPE_BUCKET_PLANS")
     inputs_in_place: bool = _run("large inputs that only generated kernels read are read where the caller's array "
                                  "lies, not copied into the arena", True, "DYNSHAPE_INPUTS_IN_PLACE")

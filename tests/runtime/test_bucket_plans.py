@@ -74,10 +74,14 @@ def _feed(rng, batch: int, past: int) -> dict:
                for k in ("past_k", "past_v")}}
 
 
-@pytest.fixture(scope="module")
-def pair():
+def fresh_pair() -> tuple:
     """The same graph twice: bucket plans on (the default), and every key on its own plan."""
     return ds.compile(GRAPH, strategy="generic"), ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return fresh_pair()
 
 
 def test_buckets_are_quarter_octaves_within_declared_bounds():
@@ -92,17 +96,21 @@ def test_buckets_are_quarter_octaves_within_declared_bounds():
 
 def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
     """A 40-token loop feeding each present back as the next past, through out= buffers the loop owns: the
-    first pass is served by bucket plans moved per token (no key's own plan is bound), the second binds each
-    key's own plan; every output equals the own-plan build's bit for bit."""
-    fast, own = pair
+    first pass is served by bucket plans moved per token (no key's own plan is bound), the next two by the states
+    the moves left, put back per token (runtime/key_states.py: still no own plan), each pass through new buffers
+    (the earlier ones kept alive, so the addresses differ: the words the states remembered point at the last
+    pass's arrays and must be pointed at this one's); every output equals the own-plan build's bit for bit."""
+    fast, own = fresh_pair()
     rng = np.random.default_rng(3)
     start = _feed(rng, 2, 3)
-    for rnd in range(2):
+    held = []
+    for rnd in range(3):
         outs = {}
         for exe in (fast, own):
             feed, got = dict(start), []
             bufs = [{k: np.empty((2, HEADS, 60, D // HEADS), np.float32) for k in ("present_k", "present_v")}
                     for _ in range(2)]
+            held.append(bufs)
             for i in range(40):
                 past = feed["past_k"].shape[2]
                 out = {k: np.ndarray((2, HEADS, past + 1, D // HEADS), np.float32, buffer=v)
@@ -116,10 +124,11 @@ def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
         for a, b in zip(outs[True], outs[False]):
             for k in a:
                 np.testing.assert_array_equal(a[k], b[k])
+        (arena,) = [a for a in fast.arenas if a.buckets]
+        assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4..7, 8..15, ..
+        assert fast.stats()["plans"]["own"] == 0
+        assert len({k for p in arena.buckets.values() for k in (*p.bucket.remembered, p.bucket.key)}) == 40
         if rnd == 0:
-            (arena,) = [a for a in fast.arenas if a.buckets]
-            assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4..7, 8..15, ..
-            assert fast.stats()["plans"] == {"own": 0, "bucket": len(arena.buckets)}
             # both KV Concats' words come from the traced function of the key (no retable per token)
             assert all(sum(r.form is not None for r in p.bucket.steps) == 2 for p in arena.buckets.values())
     ref = GRAPH.run(start)
@@ -132,7 +141,7 @@ def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 70)), min_size=1, max_size=12), st.integers(0, 2**32 - 1))
 def test_any_order_of_keys_answers_as_their_own_plans(pair, keys, seed):
     """Keys in any order, repeated or not, batch and past both moving (a bucket plan moved back and forth, across
-    its symbols, then a key's own plan on its second call): the same bits as each key's own plan."""
+    its symbols, its state at a key seen before put back): the same bits as each key's own plan."""
     fast, own = pair
     rng = np.random.default_rng(seed)
     for batch, past in keys:
@@ -195,8 +204,9 @@ def test_bucket_plans_stay_within_a_bounded_arena():
 
 
 def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():
-    """Once the plan cache is full, a key seen again stays on the bucket plan (binding its own would evict
-    another key's: a stream cycling over more keys than the cache holds would bind a plan per call)."""
+    """A stream cycling over more keys than the states remembered (STATES_PER_PLAN x plan_cache) and the plan
+    cache hold: a key whose state was dropped binds its own plan while the cache has room, then stays on the
+    bucket plan, moved to it (binding its own would evict another key's: a plan bound per call)."""
     exe = ds.compile(GRAPH, strategy="generic", plan_cache=3, arenas=1)
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(8)
@@ -204,7 +214,7 @@ def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():
     real = exe.generic.planner.bind
     exe.generic.planner.bind = lambda *a, **k: binds.append(k.get("bucket") is None) or real(*a, **k)
     for _ in range(3):
-        for past in range(40, 50):
+        for past in range(40, 60):
             feed = _feed(rng, 1, past)
             a, b = exe.run(feed), own.run(feed)
             for k in b:
@@ -284,3 +294,72 @@ def test_steps_bound_again_beside_traced_words_read_the_callers_arrays():
         for k in b:
             np.testing.assert_array_equal(a[k], b[k])
     assert exe.stats()["plans"]["bucket"] >= 1
+
+
+def test_a_key_recalled_often_gets_its_own_plan(monkeypatch):
+    """After OWN_PLAN_AFTER recalls of its state a key binds its own plan (cheaper from then on) and its state is
+    dropped; the other keys stay on their remembered states; the answers stay each key's own plan's."""
+    from dynshape.runtime import executable
+
+    monkeypatch.setattr(executable, "OWN_PLAN_AFTER", 2)
+    exe = ds.compile(GRAPH, strategy="generic", arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(12)
+    counts = {}
+    for past in (40, 41, 40, 41, 40, 42, 40, 41, 40):
+        counts[past] = counts.get(past, 0) + 1
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    (arena,) = exe.arenas
+    # 40: made at, recalled twice, then its own plan (its 4th call on); 41 recalled twice; 42 moved to once
+    assert [k[1] for k in arena.plans] == [(1, 41, 40)]  # keys are (b, past_plus_1, past)
+    (plan,) = arena.buckets.values()
+    assert sorted(k[2] for k in plan.bucket.remembered) == [41, 42] and plan.bucket.key[2] == 41
+    assert [plan.bucket.remembered[k].hits for k in sorted(plan.bucket.remembered)] == [2, 0]
+
+
+def test_remembered_states_are_bounded_by_the_plan_cache():
+    """A stream over more keys than STATES_PER_PLAN x plan_cache: at most that many states remembered in the arena
+    (the oldest dropped first), and every answer still each key's own plan's."""
+    from dynshape.runtime.key_states import STATES_PER_PLAN
+
+    exe = ds.compile(GRAPH, strategy="generic", plan_cache=2, arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(13)
+    for past in [*range(30, 45), *range(44, 29, -1), 31, 44, 37]:
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+        assert exe.stats()["plans"]["remembered"] <= 2 * STATES_PER_PLAN
+    assert exe.stats()["plans"]["remembered"] == 2 * STATES_PER_PLAN
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(1, 2), st.integers(0, 40), st.integers(0, 2), st.booleans()), min_size=2,
+                max_size=16), st.integers(0, 2**32 - 1))
+def test_recalled_states_read_and_write_the_callers_arrays(pair, calls, seed):
+    """Keys in any order, each call writing its presents into one of three out= buffers (or fresh arrays) and
+    reading its pasts from another, so the addresses the remembered in-place words hold are rarely this call's:
+    every answer is still the own-plan build's, bit for bit, and lands in the out= arrays given."""
+    fast, own = pair
+    rng = np.random.default_rng(seed)
+    pool = [{k: np.empty(2 * HEADS * 41 * (D // HEADS), np.float32) for k in ("present_k", "present_v")}
+            for _ in range(3)]
+    for batch, past, which, use_out in calls:
+        feed = _feed(rng, batch, past)
+        src = pool[(which + 1) % 3]
+        for k in ("past_k", "past_v"):  # the pasts inside another buffer of the pool, as a decode loop keeps them
+            a = np.ndarray((batch, HEADS, past, D // HEADS), np.float32, buffer=src[k.replace("past", "present")])
+            a[...] = feed[k]
+            feed[k] = a
+        out = {k: np.ndarray((batch, HEADS, past + 1, D // HEADS), np.float32, buffer=v)
+               for k, v in pool[which].items()} if use_out else None
+        want = own.run({k: np.array(v) for k, v in feed.items()})
+        got = fast.run(feed, out=out)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+        if out:
+            assert all(got[k] is out[k] for k in out)

@@ -37,13 +37,14 @@ class Keep(list):
     """The plan's list of kept objects, and the tables waiting for `seal`. With `track_ints`, `int_tables` lists
     the sealed int64 tables as int64 views (a plan whose inputs are read in place patches the addresses in them)."""
 
-    __slots__ = ("_pending", "_ints", "int_tables")  # no per-plan __dict__
+    __slots__ = ("_pending", "_ints", "int_tables", "buffers")  # no per-plan __dict__
 
     def __init__(self, track_ints: bool = False) -> None:
         super().__init__()
         self._pending: list[TableRef] = []
         self._ints: set[int] | None = set() if track_ints else None
         self.int_tables: list[np.ndarray] = []
+        self.buffers: list[np.ndarray] = []  # the sealed tables' buffers (what a bucket plan rewrites in place)
 
     @property
     def track_ints(self) -> bool:
@@ -69,6 +70,7 @@ class Keep(list):
         raw = bytearray(b"".join(r.data + bytes(n - len(r.data)) for r, n in zip(self._pending, sizes)))
         buf = np.frombuffer(raw, np.uint8)
         self.append(buf)
+        self.buffers.append(buf)
         base, at = buf.ctypes.data, 0
         ints = self._ints
         for ref, n in zip(self._pending, sizes):

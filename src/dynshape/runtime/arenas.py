@@ -22,7 +22,7 @@ class Arena:
         self.plans = PlanCache()
         self.fit: tuple | None = None
         self.buckets: dict = {}  # (variant uid, bucket) -> its bucket plan (runtime/rekey.py)
-        self.seen: dict = {}  # (variant uid, key) served by a bucket plan once: a second call binds its own
+        self.seen: dict = {}  # (variant uid, key) served by a bucket plan once: with its state dropped, binds its own
 
 
 ARENA_ALIGN = 64

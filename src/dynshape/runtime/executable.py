@@ -37,6 +37,7 @@ from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import graph_binder, nonempty_first
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
+from dynshape.runtime.key_states import OWN_PLAN_AFTER, STATES_PER_PLAN, drop_stale_buckets, forget, recall, remember
 from dynshape.runtime.loop_bodies import Bodies
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
 from dynshape.runtime.overrides import Overrides
@@ -482,11 +483,27 @@ class Executable:
         return plan
 
     def _bucket_plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
-        """A bucket plan of this arena moved to key (runtime/rekey.py): the last made whose bucket holds the key,
-        or a new one made at the key; None: the key's own plan (seen before in this arena, so worth caching while
-        the plan cache has room; a step that cannot move in place; a bounded arena too small for a bucket; no
-        program library)."""
+        """A bucket plan of this arena at key: one whose state there is remembered, put back (runtime/key_states.py),
+        else the last made whose bucket holds the key moved to it (runtime/rekey.py), else a new one made at the key.
+        None: the key's own plan (recalled OWN_PLAN_AFTER times, or seen before with its state dropped, while the
+        plan cache has room; a step that cannot move in place; a bounded arena too small for a bucket; no program
+        library)."""
         seen, uid, buf = arena.seen, variant.uid, arena.buf
+        for slot, plan in reversed(arena.buckets.items()):  # a bucket plan that was at this key: its state put back
+            if slot[0] == uid:  # (one bound to an older buffer too: it holds that buffer, valid as its own plans are)
+                st = plan.bucket
+                if key == st.key:
+                    return plan
+                made = st.remembered.get(key)
+                if made is None:
+                    continue
+                if made.hits >= OWN_PLAN_AFTER and len(arena.plans) < self.options.plan_cache:
+                    forget(plan, key)  # called often enough to pay for binding its own plan (below)
+                    return None
+                made.hits += 1
+                self._leave(plan, arena)
+                recall(plan, key)
+                return plan
         if ((uid, key) in seen and len(arena.plans) < self.options.plan_cache) or program.LIBRARY.try_load() is None:
             return None  # (a full cache would evict another key's plan for this one: a stream cycling over more
             # keys than it holds, a decode loop longer than it, would bind a plan per call)
@@ -496,19 +513,20 @@ class Executable:
         pl, w = variant.planner, variant.worst
         shapes = dict(zip(pl.values, pl.shapes(key)))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
-        stale = []
+        stale = False
         for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
             if slot[0] != uid:
                 continue
             if plan.arena is not buf:
-                stale.append(slot)
+                stale = True
             elif plan.bucket.covers(key) and plan.bucket.fits(pl, shapes):
+                self._leave(plan, arena)
                 if rekey(pl, plan, key, shapes, symvals):
                     return plan
                 del arena.buckets[slot]  # half moved: never used again
                 return None
-        for slot in stale:
-            del arena.buckets[slot]
+        if stale:
+            drop_stale_buckets(arena)
         if w is not None and w.monotone and w.reserve <= buf.size:
             top, offsets, total, sizes = None, w.offsets, w.layout, None
         else:
@@ -532,6 +550,13 @@ class Executable:
             arena.buckets.pop(next(iter(arena.buckets)))
         arena.buckets[slot] = plan
         return plan
+
+    def _leave(self, plan: BoundPlan, arena: Arena) -> None:
+        """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
+        calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
+        generation passes the same buffers, so nothing is patched again)."""
+        if plan.bucket.key not in plan.bucket.remembered:
+            remember(plan, arena, STATES_PER_PLAN * self.options.plan_cache, self.memory.plan_bytes())
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)
@@ -645,9 +670,11 @@ class Executable:
             "run_seconds": st.run_s,
             "steps": len(t.generic.steps),
             "arena_bytes": self._pool.nbytes_total,
-            # cached plans of single keys, and bucket plans moved between the keys of a bucket (runtime/rekey.py)
+            # cached plans of single keys, bucket plans moved between the keys of a bucket (runtime/rekey.py), and
+            # the keys whose bucket plan state is remembered (runtime/key_states.py)
             "plans": {"own": sum(len(a.plans) for a in self.arenas),
-                      "bucket": sum(len(a.buckets) for a in self.arenas)},
+                      "bucket": sum(len(a.buckets) for a in self.arenas),
+                      "remembered": sum(len(p.bucket.remembered) for a in self.arenas for p in a.buckets.values())},
             "planned": t.generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }

@@ -697,7 +697,7 @@ class Planner:
                          fresh_outputs(outputs, out_place))
         if bucket is not None:
             bucket.record(self, key, base, shapes, at, fixed, spans, made_calls, where, programs, keep.int_tables,
-                          copied)
+                          copied, [keep, *(own for _, own in spans.values() if own is not None)])
             plan.bucket = bucket
         return plan
 

@@ -144,6 +144,14 @@ class BucketState:
     # plain view of the arena (a constant or per-key value, a Concat's columns), offset None for an input the
     # calls do not read (no array)
     io: tuple = ()
+    # what the key_states.py memory of this plan needs: [address, bytes, ...] of every buffer of words a move or a
+    # call rewrites in place (programs, sealed tables); the steps a move may rebind; the remembered keys and bytes
+    mutable: Any = None
+    movable: tuple = ()
+    remembered: dict = field(default_factory=dict)
+    remembered_bytes: int = 0
+    scatter: Any = None  # ds_scatter_bytes and its first arguments, once a state is remembered
+    scatter_args: tuple = ()
 
     def covers(self, key: tuple) -> bool:
         return self.top is None or all(k <= t for k, t in zip(key, self.top))
@@ -156,7 +164,7 @@ class BucketState:
         return all(math.prod(shapes[b]) * dt[b].itemsize <= sizes[b] for b in self.grows)
 
     def record(self, pl: Planner, key: tuple, base: int, shapes: dict, at: dict, fixed: dict, spans: dict,
-               calls: list, where: list, programs: list, int_tables: list, copied: set) -> None:
+               calls: list, where: list, programs: list, int_tables: list, copied: set, keeps: list) -> None:
         self.base = base
         self.key, self.at, self.programs, self.int_tables, self.copied = key, at, programs, list(int_tables), copied
         self.shapes = shapes
@@ -205,6 +213,14 @@ class BucketState:
 
         g = pl.graph
         self.io = (*(io(v.name, v.name in pl.base) for v in g.inputs), *(io(v.name, True) for v in g.outputs))
+        buffers = [b for b in (*programs, *(b for k in keeps for b in k.buffers)) if b.nbytes]
+        self.mutable = np.array([x for b in buffers for x in (b.ctypes.data, b.nbytes)], np.int64)
+        # the steps whose calls, held tables or shapes a move may assign (a traced retable's and a kernel's without
+        # per-key inputs change words only)
+        self.movable = tuple(k for k in sorted({k for ks in (*self.by_symbol.values(), *self.by_value.values())
+                                                for k in ks})
+                             if self.steps[k].form is None
+                             and (type(self.steps[k].step) is not KernelStep or self.steps[k].perkey))
 
     def trace_retables(self, pl: Planner, at: dict) -> None:
         """Trace each retable whose buffers are all the arena's or constants on the symbolic shapes (sym/trace.py):

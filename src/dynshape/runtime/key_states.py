@@ -1,0 +1,134 @@
+"""A bucket plan's state at each key it was moved to, remembered and put back when the key comes again.
+
+Why: a decode loop meets each past length once per generation. The first generation moves the bucket plan from
+key to key (rekey.py: ~330 us a token on GPT-2's step, against ~120 us of call); the second used to bind each
+key's own plan on its second sighting (~1.1 ms a token: a user's second generation ran at 0.2x onnxruntime).
+What a move changes is small and known: the words it rewrites in place (the programs and the sealed tables,
+`BucketState.mutable`), and the Python objects it assigns (the per-key values, the views, the steps it bound
+again, the in-place word positions). `remember` copies the words into one bytes buffer and keeps references to
+the objects; `recall` copies the words back and puts the references back, so the plan is what the move to that key
+made, without running a binder or a per-key step.
+
+Soundness: a move only assigns the plan's fields in `_FIELDS`, `calls` (an item), `current` and `out_current`,
+the bucket state's in `_STATE_FIELDS` and the `calls`, `held` and `shapes` of the steps in `movable`, and only
+writes words inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching writes the same
+words and `current`, remembered together, so a word and the address `current` says it holds agree after a
+recall. A state is remembered as the plan leaves its key (after the calls at it), and a key that comes often
+enough gets its own plan (`OWN_PLAN_AFTER`). A
+remembered state keeps alive every array its words point at (the per-key values in `fixed`, the views, the tables
+of the calls it bound). Memory is bounded per arena by STATES_PER_PLAN x the plan cache's count and by its bytes,
+the oldest first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+from dynshape.codegen import program
+from dynshape.runtime.plan import BoundPlan
+from dynshape.runtime.rekey import BucketState
+
+# recalls of a key after which it gets its own plan (the plan cache permitting): binding one costs about as much
+# as 60-90 recalls' overhead on a decoder step (~1.1 ms against 12-18 us), so a key called this often pays for it,
+# and one called less never does (the rent-or-buy rule: never more than twice the better choice's cost)
+OWN_PLAN_AFTER = 64
+STATES_PER_PLAN = 4  # states remembered per arena for each plan the plan cache may hold (a state is lighter)
+
+_FIELDS = ("inputs", "outputs", "runs", "in_place", "out_place", "fresh", "nbytes", "want", "copy_in")
+_STATE_FIELDS = ("key", "shapes", "arrays", "at", "fixed")
+
+
+class _State:
+    __slots__ = ("words", "at", "plan", "state", "steps", "calls", "current", "out_current", "nbytes", "hits")
+
+    def __init__(self, plan: BoundPlan, st: BucketState) -> None:
+        spans = st.mutable.tolist()
+        self.words = b"".join(ctypes.string_at(a, n) for a, n in zip(spans[::2], spans[1::2]))
+        self.at = ctypes.cast(ctypes.c_char_p(self.words), ctypes.c_void_p).value  # (kept alive by `words`)
+        self.plan = tuple(getattr(plan, f) for f in _FIELDS)
+        self.state = tuple(getattr(st, f) for f in _STATE_FIELDS)
+        steps = st.steps
+        self.steps = tuple((steps[k].calls, steps[k].held, steps[k].shapes) for k in st.movable)
+        self.calls = tuple(plan.calls)  # (a move replaces a Python call in the list)
+        self.current = None if plan.current is None else tuple(plan.current)
+        self.out_current = None if plan.out_current is None else tuple(plan.out_current)
+        # its memory, estimated: the words, the per-key values, and the per-value maps a move makes anew (a dict
+        # entry and its object ~100 bytes; GPT-2's step: ~55 KB a state measured by tracemalloc)
+        self.nbytes = len(self.words) + plan.nbytes + sum(sys.getsizeof(d) + 100 * len(d) for d in
+                                                          (st.at, st.shapes, st.arrays, st.fixed)) + 4096
+        self.hits = 0  # recalls so far
+
+
+def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int) -> None:
+    """Remember the plan's state at its current key, within `cap_states` states and `cap_bytes` over the arena's
+    bucket plans (the oldest of this plan first, then of the others); a state alone over the caps is not kept."""
+    st: BucketState = plan.bucket
+    if st.key in st.remembered or st.mutable is None or program.LIBRARY.try_load() is None:
+        return
+    if st.scatter is None:
+        st.scatter = program.LIBRARY.load().ds_scatter_bytes
+        st.scatter_args = (st.mutable.ctypes.data, len(st.mutable) // 2)
+    made = _State(plan, st)
+    if made.nbytes > cap_bytes or cap_states < 1:
+        return
+    others = [p.bucket for p in arena.buckets.values() if p.bucket is not None and p.bucket is not st]
+    count = len(st.remembered) + sum(len(o.remembered) for o in others)
+    held = st.remembered_bytes + sum(o.remembered_bytes for o in others)
+    for owner in (st, *others):
+        while owner.remembered and (count >= cap_states or held + made.nbytes > cap_bytes):
+            gone = owner.remembered.pop(next(iter(owner.remembered)))
+            owner.remembered_bytes -= gone.nbytes
+            count, held = count - 1, held - gone.nbytes
+    if count >= cap_states or held + made.nbytes > cap_bytes:
+        return
+    st.remembered[st.key] = made
+    st.remembered_bytes += made.nbytes
+
+
+def recall(plan: BoundPlan, key: tuple) -> bool:
+    """Put back the plan's state at `key` if remembered (True), else leave it as it is (False)."""
+    st: BucketState = plan.bucket
+    if key == st.key:
+        return True
+    made = st.remembered.get(key)
+    if made is None:
+        return False
+    st.scatter(*st.scatter_args, made.at)
+    for f, v in zip(_FIELDS, made.plan):
+        setattr(plan, f, v)
+    st.key, st.shapes, st.arrays, st.at, st.fixed = made.state
+    steps = st.steps
+    for k, (calls, held, shapes) in zip(st.movable, made.steps):
+        rec = steps[k]
+        rec.calls, rec.held, rec.shapes = calls, held, shapes
+    plan.calls[:] = made.calls
+    plan.current = None if made.current is None else list(made.current)
+    plan.out_current = None if made.out_current is None else list(made.out_current)
+    return True
+
+
+def forget(plan: BoundPlan, key: tuple) -> None:
+    """Drop the plan's remembered state at `key` (the key gets its own plan)."""
+    st: BucketState = plan.bucket
+    made = st.remembered.pop(key, None)
+    if made is not None:
+        st.remembered_bytes -= made.nbytes
+
+
+def drop_stale_buckets(arena: Any) -> None:
+    """Bucket plans bound to the arena's older buffers (it grew since) stay, serving the key each is at and the
+    keys whose states it remembers (each holds its buffer, valid as the plan cache's own plans on older buffers
+    are): a decode loop's first generation grows the arena as the past crosses octaves, and its second would
+    otherwise bind a plan per token of the earlier octaves. Their older buffers are capped at the current one's
+    bytes, the oldest plans dropped first."""
+    current = arena.buf
+    old = [(slot, p.arena) for slot, p in arena.buckets.items() if p.arena is not current]
+    held = sum({id(b): b.nbytes for _, b in old}.values())
+    for slot, buf in old:
+        if held <= current.nbytes:
+            break
+        del arena.buckets[slot]
+        if not any(p.arena is buf for p in arena.buckets.values()):
+            held -= buf.nbytes
