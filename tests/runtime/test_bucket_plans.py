@@ -363,3 +363,20 @@ def test_recalled_states_read_and_write_the_callers_arrays(pair, calls, seed):
             np.testing.assert_array_equal(got[k], want[k])
         if out:
             assert all(got[k] is out[k] for k in out)
+
+
+def test_a_full_memory_of_states_never_drops_the_state_about_to_be_recalled():
+    """With the states' cap reached, leaving a key to recall the oldest remembered one must not evict that very
+    state to make room (found by bench/memory_bench.py: the plan then served the next key at the last one's
+    shapes, refused as an input that does not fit its slot)."""
+    from dynshape.runtime.key_states import STATES_PER_PLAN
+
+    exe = ds.compile(GRAPH, strategy="generic", plan_cache=1, arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(14)
+    keys = list(range(40, 41 + STATES_PER_PLAN))  # one more than the cap: leaving the last evicts the oldest
+    for past in [*keys, keys[0], *keys[1:], keys[0]]:
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])

@@ -501,9 +501,10 @@ class Executable:
                     forget(plan, key)  # called often enough to pay for binding its own plan (below)
                     return None
                 made.hits += 1
-                self._leave(plan, arena)
-                recall(plan, key)
-                return plan
+                self._leave(plan, arena, spare=key)
+                if recall(plan, key):
+                    return plan
+                break  # (not reached: the state at key is spared) moved or bound below
         if ((uid, key) in seen and len(arena.plans) < self.options.plan_cache) or program.LIBRARY.try_load() is None:
             return None  # (a full cache would evict another key's plan for this one: a stream cycling over more
             # keys than it holds, a decode loop longer than it, would bind a plan per call)
@@ -551,12 +552,12 @@ class Executable:
         arena.buckets[slot] = plan
         return plan
 
-    def _leave(self, plan: BoundPlan, arena: Arena) -> None:
+    def _leave(self, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
         """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
         calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
         generation passes the same buffers, so nothing is patched again)."""
         if plan.bucket.key not in plan.bucket.remembered:
-            remember(plan, arena, STATES_PER_PLAN * self.options.plan_cache, self.memory.plan_bytes())
+            remember(plan, arena, STATES_PER_PLAN * self.options.plan_cache, self.memory.plan_bytes(), spare)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)

@@ -61,9 +61,10 @@ class _State:
         self.hits = 0  # recalls so far
 
 
-def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int) -> None:
+def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int, spare: tuple | None = None) -> None:
     """Remember the plan's state at its current key, within `cap_states` states and `cap_bytes` over the arena's
-    bucket plans (the oldest of this plan first, then of the others); a state alone over the caps is not kept."""
+    bucket plans (the oldest of this plan first, then of the others; never its state at `spare`, the key about to
+    be recalled); a state alone over the caps is not kept."""
     st: BucketState = plan.bucket
     if st.key in st.remembered or st.mutable is None or program.LIBRARY.try_load() is None:
         return
@@ -77,8 +78,14 @@ def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int) -> No
     count = len(st.remembered) + sum(len(o.remembered) for o in others)
     held = st.remembered_bytes + sum(o.remembered_bytes for o in others)
     for owner in (st, *others):
-        while owner.remembered and (count >= cap_states or held + made.nbytes > cap_bytes):
-            gone = owner.remembered.pop(next(iter(owner.remembered)))
+        while count >= cap_states or held + made.nbytes > cap_bytes:
+            keys = iter(owner.remembered)
+            old = next(keys, None)
+            if owner is st and old is not None and old == spare:
+                old = next(keys, None)
+            if old is None:
+                break
+            gone = owner.remembered.pop(old)
             owner.remembered_bytes -= gone.nbytes
             count, held = count - 1, held - gone.nbytes
     if count >= cap_states or held + made.nbytes > cap_bytes:
