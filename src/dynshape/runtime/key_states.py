@@ -9,8 +9,9 @@ again, the in-place word positions). `remember` copies the words into one bytes 
 the objects; `recall` copies the words back and puts the references back, so the plan is what the move to that key
 made, without running a binder or a per-key step.
 
-Soundness: a move only assigns the plan's fields in `_FIELDS`, `calls` (an item), `current` and `out_current`,
-the bucket state's in `_STATE_FIELDS` and the `calls`, `held` and `shapes` of the steps in `movable`, and only
+Soundness: a move only assigns the plan's `inputs`, `outputs`, `runs`, `in_place`, `out_place`, `fresh`, `nbytes`,
+`want`, `copy_in`, `calls` (an item), `current` and `out_current`, the bucket state's `key`, `shapes`, `arrays`,
+`at` and `fixed`, and the `calls`, `held` and `shapes` of the steps in `movable`, and only
 writes words inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching writes the same
 words and `current`, remembered together, so a word and the address `current` says it holds agree after a
 recall. A state is remembered as the plan leaves its key (after the calls at it), and a key that comes often
@@ -23,7 +24,6 @@ the oldest first.
 from __future__ import annotations
 
 import ctypes
-import sys
 from typing import Any
 
 from dynshape.codegen import program
@@ -36,28 +36,27 @@ from dynshape.runtime.rekey import BucketState
 OWN_PLAN_AFTER = 64
 STATES_PER_PLAN = 4  # states remembered per arena for each plan the plan cache may hold (a state is lighter)
 
-_FIELDS = ("inputs", "outputs", "runs", "in_place", "out_place", "fresh", "nbytes", "want", "copy_in")
-_STATE_FIELDS = ("key", "shapes", "arrays", "at", "fixed")
-
-
 class _State:
-    __slots__ = ("words", "at", "plan", "state", "steps", "calls", "current", "out_current", "nbytes", "hits")
+    """One remembered state: the words, and in one flat tuple (few objects: the collector walks every state kept)
+    the plan's `_FIELDS`, the bucket state's `_STATE_FIELDS`, the calls, the in-place addresses, and each movable
+    step's calls, held tables and shapes."""
+
+    __slots__ = ("words", "at", "values", "nbytes", "hits")
 
     def __init__(self, plan: BoundPlan, st: BucketState) -> None:
-        spans = st.mutable.tolist()
-        self.words = b"".join(ctypes.string_at(a, n) for a, n in zip(spans[::2], spans[1::2]))
-        self.at = ctypes.cast(ctypes.c_char_p(self.words), ctypes.c_void_p).value  # (kept alive by `words`)
-        self.plan = tuple(getattr(plan, f) for f in _FIELDS)
-        self.state = tuple(getattr(st, f) for f in _STATE_FIELDS)
+        self.words = bytearray(max(1, st.mutable_bytes))
+        self.at = ctypes.addressof(ctypes.c_char.from_buffer(self.words))  # (kept alive by `words`)
+        st.gather(*st.scatter_args, self.at)
         steps = st.steps
-        self.steps = tuple((steps[k].calls, steps[k].held, steps[k].shapes) for k in st.movable)
-        self.calls = tuple(plan.calls)  # (a move replaces a Python call in the list)
-        self.current = None if plan.current is None else tuple(plan.current)
-        self.out_current = None if plan.out_current is None else tuple(plan.out_current)
+        self.values = (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes,
+                       plan.want, plan.copy_in, st.key, st.shapes, st.arrays, st.at, st.fixed, tuple(plan.calls),
+                       None if plan.current is None else tuple(plan.current),
+                       None if plan.out_current is None else tuple(plan.out_current),
+                       *[x for k in st.movable for x in (steps[k].calls, steps[k].held, steps[k].shapes)])
         # its memory, estimated: the words, the per-key values, and the per-value maps a move makes anew (a dict
         # entry and its object ~100 bytes; GPT-2's step: ~55 KB a state measured by tracemalloc)
-        self.nbytes = len(self.words) + plan.nbytes + sum(sys.getsizeof(d) + 100 * len(d) for d in
-                                                          (st.at, st.shapes, st.arrays, st.fixed)) + 4096
+        self.nbytes = len(self.words) + plan.nbytes + 4096 + 100 * (len(st.at) + len(st.shapes) + len(st.arrays)
+                                                                     + len(st.fixed))
         self.hits = 0  # recalls so far
 
 
@@ -66,11 +65,15 @@ def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int, spare
     bucket plans (the oldest of this plan first, then of the others; never its state at `spare`, the key about to
     be recalled); a state alone over the caps is not kept."""
     st: BucketState = plan.bucket
-    if st.key in st.remembered or st.mutable is None or program.LIBRARY.try_load() is None:
+    if st.key in st.remembered:
         return
     if st.scatter is None:
-        st.scatter = program.LIBRARY.load().ds_scatter_bytes
+        lib = program.LIBRARY.try_load()
+        if lib is None or st.mutable is None:
+            return
+        st.scatter, st.gather = lib.ds_scatter_bytes, lib.ds_gather_bytes
         st.scatter_args = (st.mutable.ctypes.data, len(st.mutable) // 2)
+        st.mutable_bytes = int(st.mutable[1::2].sum())
     made = _State(plan, st)
     if made.nbytes > cap_bytes or cap_states < 1:
         return
@@ -103,16 +106,16 @@ def recall(plan: BoundPlan, key: tuple) -> bool:
     if made is None:
         return False
     st.scatter(*st.scatter_args, made.at)
-    for f, v in zip(_FIELDS, made.plan):
-        setattr(plan, f, v)
-    st.key, st.shapes, st.arrays, st.at, st.fixed = made.state
-    steps = st.steps
-    for k, (calls, held, shapes) in zip(st.movable, made.steps):
-        rec = steps[k]
-        rec.calls, rec.held, rec.shapes = calls, held, shapes
-    plan.calls[:] = made.calls
-    plan.current = None if made.current is None else list(made.current)
-    plan.out_current = None if made.out_current is None else list(made.out_current)
+    (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes, plan.want,
+     plan.copy_in, st.key, st.shapes, st.arrays, st.at, st.fixed, calls, current, out_current) = made.values[:17]
+    plan.calls[:] = calls
+    plan.current = None if current is None else list(current)
+    plan.out_current = None if out_current is None else list(out_current)
+    steps, k = st.steps, 17
+    for i in st.movable:
+        rec = steps[i]
+        rec.calls, rec.held, rec.shapes = made.values[k:k + 3]
+        k += 3
     return True
 
 

@@ -150,8 +150,10 @@ class BucketState:
     movable: tuple = ()
     remembered: dict = field(default_factory=dict)
     remembered_bytes: int = 0
-    scatter: Any = None  # ds_scatter_bytes and its first arguments, once a state is remembered
+    scatter: Any = None  # ds_scatter_bytes, ds_gather_bytes and their first arguments, once a state is remembered
+    gather: Any = None
     scatter_args: tuple = ()
+    mutable_bytes: int = 0
 
     def covers(self, key: tuple) -> bool:
         return self.top is None or all(k <= t for k, t in zip(key, self.top))
