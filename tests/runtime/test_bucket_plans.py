@@ -380,3 +380,59 @@ def test_a_full_memory_of_states_never_drops_the_state_about_to_be_recalled():
         a, b = exe.run(feed), own.run(feed)
         for k in b:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def _same(a, b) -> bool:
+    """The same objects (containers compared item by item: a recall may put back a copy of a list)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (int, float, str, bytes, type(None))):
+        return a == b
+    return False
+
+
+def test_a_recall_puts_back_every_field_and_word_a_move_changed():
+    """Every slot of the plan, its bucket state and its step records, and every word of its programs and tables,
+    after a recall to a key are what they were when the plan left that key (after its call there). A field a later
+    change to rekey.py's `_move` assigns without key_states.py putting it back fails here."""
+    import ctypes
+
+    from dynshape.runtime.key_states import recall
+    from dynshape.runtime.plan import BoundPlan
+    from dynshape.runtime.rekey import BucketState, StepRecord
+
+    exe = ds.compile(GRAPH, strategy="generic", arenas=1)
+    rng = np.random.default_rng(15)
+    out = {k: np.empty((2, HEADS, 42, D // HEADS), np.float32) for k in ("present_k", "present_v")}
+    feeds = {p: _feed(rng, 2, p) for p in (40, 41, 42)}
+    exe.run(feeds[40])
+    exe.run(feeds[41], out=out)  # moved to 41, the out= arrays written in place
+    (arena,) = exe.arenas
+    (plan,) = arena.buckets.values()
+    st = plan.bucket
+    own = ("remembered", "remembered_bytes", "scatter", "gather", "scatter_args", "mutable_bytes")
+
+    def state() -> tuple:
+        spans = st.mutable.tolist()
+        return ({f: getattr(plan, f) for f in BoundPlan.__slots__},
+                {f: getattr(st, f) for f in BucketState.__slots__ if f not in own},
+                [{f: getattr(r, f) for f in StepRecord.__slots__} for r in st.steps],
+                b"".join(ctypes.string_at(a, n) for a, n in zip(spans[::2], spans[1::2])))
+
+    at41 = state()
+    key41 = st.key
+    exe.run(feeds[42])  # leaves 41 (remembered) for 42
+    assert st.key != key41 and key41 in st.remembered
+    assert recall(plan, key41)
+    now = state()
+    pairs = [(at41[0], now[0]), (at41[1], now[1]), *zip(at41[2], now[2])]
+    for before, after in pairs:
+        for f in before:
+            assert _same(before[f], after[f]), f
+    assert at41[3] == now[3]

@@ -9,16 +9,15 @@ again, the in-place word positions). `remember` copies the words into one bytes 
 the objects; `recall` copies the words back and puts the references back, so the plan is what the move to that key
 made, without running a binder or a per-key step.
 
-Soundness: a move only assigns the plan's `inputs`, `outputs`, `runs`, `in_place`, `out_place`, `fresh`, `nbytes`,
-`want`, `copy_in`, `calls` (an item), `current` and `out_current`, the bucket state's `key`, `shapes`, `arrays`,
-`at` and `fixed`, and the `calls`, `held` and `shapes` of the steps in `movable`, and only
-writes words inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching writes the same
-words and `current`, remembered together, so a word and the address `current` says it holds agree after a
-recall. A state is remembered as the plan leaves its key (after the calls at it), and a key that comes often
-enough gets its own plan (`OWN_PLAN_AFTER`). A
-remembered state keeps alive every array its words point at (the per-key values in `fixed`, the views, the tables
-of the calls it bound). Memory is bounded per arena by STATES_PER_PLAN x the plan cache's count and by its bytes,
-the oldest first.
+Soundness: a move only assigns the plan's `inputs`, `outputs`, `runs`, `in_place`, `out_place`, `fresh`,
+`nbytes`, `want`, `copy_in`, `calls` (an item), `current` and `out_current`, the bucket state's `key`, `shapes`,
+`arrays`, `at` and `fixed`, and the `calls`, `held` and `shapes` of the steps in `movable`, and only writes words
+inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching writes the same words and
+`current`, remembered together, so a word and the address `current` says it holds agree after a recall. A state is
+remembered as the plan leaves its key (after the calls at it: their in-place words already point at the caller's
+arrays), and keeps alive every array its words point at (the per-key values in `fixed`, the views, the tables of
+the calls it bound). A key recalled often enough gets its own plan (`OWN_PLAN_AFTER`). Memory is bounded per
+arena by STATES_PER_PLAN x the plan cache's count and by its bytes, the oldest first.
 """
 
 from __future__ import annotations
