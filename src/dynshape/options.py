@@ -103,6 +103,11 @@ class Options:
                                      "stream 16/9 of the weights (36/9 for F(4x4)) from memory (512 channels on a "
                                      "3x3 map: 1.66 ms against 0.72 a conv); a runtime map packs both and each call "
                                      "chooses; 0: Winograd whatever the map", default=16)
+    bf16_min_conv_macs: int = _build("multiply-adds per output pixel (a group's kernel area x input channels x "
+                                     "output channels) below which a convolution stays in float32 under a bf16 "
+                                     "precision: gathering and rounding its patches onto mostly empty tiles costs "
+                                     "more than its few products save (unet's 3 -> 16 3x3 and 16 -> 2 1x1: 2.6x and "
+                                     "2.3x slower in bf16); 0: every convolution in bf16", default=2048)
     inplace_weights: bool = _build("products of at most 8 rows (every declared shape) read a large transposed "
                                    "weight (Gemm transB, >= 4 MB) in place, several rows at once, instead of a "
                                    "packed copy", "DYNSHAPE_INPLACE_WEIGHTS", True)
@@ -173,6 +178,9 @@ class Options:
         if isinstance(self.winograd_min_tiles, bool) or not isinstance(self.winograd_min_tiles, int) \
                 or self.winograd_min_tiles < 0:
             raise DynshapeError(f"winograd_min_tiles={self.winograd_min_tiles!r}: a count of tiles, 0 or more")
+        if isinstance(self.bf16_min_conv_macs, bool) or not isinstance(self.bf16_min_conv_macs, int) \
+                or self.bf16_min_conv_macs < 0:
+            raise DynshapeError(f"bf16_min_conv_macs={self.bf16_min_conv_macs!r}: a count of multiply-adds, 0 or more")
         if self.winograd_tile not in (2, 4):
             raise DynshapeError(f"winograd_tile={self.winograd_tile!r}: choose 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3))")
         if self.strategy not in STRATEGIES:

@@ -299,7 +299,8 @@ def test_convolutions_match_rounded_reference(tile_path, precision: str, ci: int
     r = rng.standard_normal((2, co, oh, oh)).astype(np.float32)
     want = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, bf16.rounded(w)))).run(
         {"x": bf16.rounded(x), "r": r})["y"]
-    exe = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, w)), precision=precision)
+    exe = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, w)), precision=precision,
+                     bf16_min_conv_macs=0)  # (the narrow ones too: these test the bf16 tiles)
     got = exe.run({"x": x, "r": r})["y"]
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
     methods = [getattr(st, "method", "") for st in exe.generic.steps]
@@ -323,8 +324,35 @@ def test_a_silu_after_a_bf16_convolution_is_applied(precision: str) -> None:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
     want = ds.compile(ds.load_onnx(model(bf16.rounded(w)))).run({"x": bf16.rounded(x)})["y"]
-    got = ds.compile(ds.load_onnx(model(w)), precision=precision).run({"x": x})["y"]
+    got = ds.compile(ds.load_onnx(model(w)), precision=precision, bf16_min_conv_macs=0).run({"x": x})["y"]
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("precision", ["bf16-emulated", pytest.param("bf16", marks=needs_native)])
+def test_a_narrow_convolution_stays_in_float32_under_bf16(precision: str) -> None:
+    """Under bf16, a conv of fewer than bf16_min_conv_macs multiply-adds a pixel (16 -> 2 1x1: 32) runs the float32
+    kernel: explain says so and the result is the float32 build's bit for bit; at the threshold (16 -> 128 1x1:
+    2048) and with the option at 0 it runs in bf16."""
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    r = rng.standard_normal((1, 2, 12, 12)).astype(np.float32)
+    w = (rng.standard_normal((2, 16, 1, 1)) * 0.2).astype(np.float32)
+
+    def conv_method(exe) -> str:
+        (m,) = [st.method for st in exe.generic.steps if getattr(st, "op", "") == "conv"]
+        return m
+
+    narrow = ds.compile(ds.load_onnx(_conv_model(16, 2, 1, 1, 1, 0, w)), precision=precision)
+    fp32 = ds.compile(ds.load_onnx(_conv_model(16, 2, 1, 1, 1, 0, w)))
+    assert "bf16" not in conv_method(narrow)
+    np.testing.assert_array_equal(narrow.run({"x": x, "r": r})["y"], fp32.run({"x": x, "r": r})["y"])
+    forced = ds.compile(ds.load_onnx(_conv_model(16, 2, 1, 1, 1, 0, w)), precision=precision, bf16_min_conv_macs=0)
+    assert "bf16" in conv_method(forced)
+    w128 = (rng.standard_normal((128, 16, 1, 1)) * 0.2).astype(np.float32)
+    wide = ds.compile(ds.load_onnx(_conv_model(16, 128, 1, 1, 1, 0, w128)), precision=precision)
+    assert "bf16" in conv_method(wide)
+    with pytest.raises(ds.DynshapeError, match="bf16_min_conv_macs"):
+        ds.compile(ds.load_onnx(_conv_model(16, 2, 1, 1, 1, 0, w)), precision=precision, bf16_min_conv_macs=-1)
 
 
 @pytest.mark.parametrize("k,n", [(64, 128), (7, 37), (33, 1), (130, 65)])

@@ -13,6 +13,8 @@ Runtime dims (batch, H, W, and the pads SAME_* derives from them) are computed f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dynshape.codegen import bf16, kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
@@ -153,6 +155,8 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     ext = [geo[k] for k in names]
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
+    if bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
+        ctx = replace(ctx, options=replace(ctx.options, precision="fp32"))  # (explain then says float32)
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
     # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
     # on AMX tiles the products are ~4x VDPBF16PS's rate, and Winograd's input and output transforms (float32 vector
@@ -167,6 +171,19 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     lower = (_depthwise if geo["C"] >= 16 or flat_depthwise(geo) else _depthwise_loops) if depthwise \
         else _implicit_gemm
     return lower(cv, ctx, geo, ops, ext, E)
+
+
+def bf16_too_narrow(geo: dict, min_macs: int) -> bool:
+    """Whether a conv stays in float32 under a bf16 precision: fewer than `min_macs` multiply-adds a pixel (a
+    group's KH x KW x CG inputs by its OCG outputs; Options.bf16_min_conv_macs, 2048).
+    Why: its bf16 tiles gather and round each pixel's patch and run tiles mostly empty (a panel is 32 outputs, an
+    AMX tile 32 inputs deep), costs the product's few multiply-adds do not repay. Measured one conv + ReLU a model
+    at 1 thread, AMX, bf16 / float32 time: 16 -> 2 1x1 on 128x128 1.92, 3 -> 16 3x3 1.69, 16 -> 64 1x1 1.21,
+    8 -> 8 3x3 1.20, 3 -> 32 3x3 1.15, 32 -> 16 1x1 1.12 (all under 2048), 16 -> 16 3x3 (2304) 1.02, 16 -> 32 3x3
+    (4608) 1.04, 32 -> 16 3x3 0.80, 24 -> 24 3x3 0.89, 3 -> 64 7x7 0.73, 64 -> 64 3x3 0.61. unet_nn's first conv
+    (3 -> 16) and its head (16 -> 2) ran 2.6x and 2.3x slower in bf16 than in float32. Float32 is also the
+    more exact choice, so the rule holds on AVX512-BF16 without AMX too (the same gather and rounding)."""
+    return geo["KH"] * geo["KW"] * geo["CG"] * geo["OCG"] < min_macs
 
 
 def flat_depthwise(geo: dict) -> bool:
