@@ -91,7 +91,7 @@ def main() -> None:
     from dynshape.runtime import plan as plan_mod
     from export_cnn_models import ALL_SPECS, onnx_path, ort_session
 
-    if args.model in ALL_SPECS:
+    if args.model in ALL_SPECS and (args.file or os.path.exists(onnx_path(args.model))):  # else the corpus's
         spec = ALL_SPECS[args.model]
         env = next((e for e in spec.probes if spec.shape_str(e) == args.shape), None)
         if env is None:
