@@ -436,3 +436,26 @@ def test_a_recall_puts_back_every_field_and_word_a_move_changed():
         for f in before:
             assert _same(before[f], after[f]), f
     assert at41[3] == now[3]
+
+
+def test_cached_plans_and_remembered_states_share_one_byte_budget(monkeypatch):
+    """An arena's own plans and its bucket plans' remembered states hold at most the plan cache's bytes between
+    them (memory.plan_bytes): with a cached plan holding most of it, the states keep to the rest; every answer
+    still each key's own plan's."""
+    from types import SimpleNamespace
+
+    exe = ds.compile(GRAPH, strategy="generic", arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    budget = 150_000
+    monkeypatch.setattr(exe.memory, "plan_bytes", lambda: budget)
+    rng = np.random.default_rng(17)
+    exe.run(_feed(rng, 1, 29))
+    (arena,) = exe.arenas
+    arena.plans[("another variant", (0,))] = SimpleNamespace(nbytes=120_000, arena=arena.buf)  # a plan's per-key values
+    for past in [*range(30, 50), *range(30, 50), *range(45, 25, -1), 33, 33, 47]:
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+        assert arena.plans.held + sum(p.bucket.remembered_bytes for p in arena.buckets.values()) <= budget
+    assert exe.stats()["plans"]["remembered"]  # the rest still held some

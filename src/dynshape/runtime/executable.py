@@ -37,7 +37,15 @@ from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import graph_binder, nonempty_first
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
-from dynshape.runtime.key_states import OWN_PLAN_AFTER, STATES_PER_PLAN, drop_stale_buckets, forget, recall, remember
+from dynshape.runtime.key_states import (
+    OWN_PLAN_AFTER,
+    STATES_PER_PLAN,
+    drop_stale_buckets,
+    forget,
+    recall,
+    remember,
+    remembered_bytes,
+)
 from dynshape.runtime.loop_bodies import Bodies
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
 from dynshape.runtime.overrides import Overrides
@@ -479,7 +487,8 @@ class Executable:
             arena.fit = (pl, offsets, pl.sizes(shapes))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
-        arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes(), self.options.plan_cache)
+        arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes() - remembered_bytes(arena),
+                         self.options.plan_cache)
         return plan
 
     def _bucket_plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
@@ -557,7 +566,8 @@ class Executable:
         calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
         generation passes the same buffers, so nothing is patched again)."""
         if plan.bucket.key not in plan.bucket.remembered:
-            remember(plan, arena, STATES_PER_PLAN * self.options.plan_cache, self.memory.plan_bytes(), spare)
+            remember(plan, arena, STATES_PER_PLAN * self.options.plan_cache,
+                     self.memory.plan_bytes() - arena.plans.held, spare)  # (one budget for plans and states)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)

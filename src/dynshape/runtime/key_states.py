@@ -17,7 +17,8 @@ inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching
 remembered as the plan leaves its key (after the calls at it: their in-place words already point at the caller's
 arrays), and keeps alive every array its words point at (the per-key values in `fixed`, the views, the tables of
 the calls it bound). A key recalled often enough gets its own plan (`OWN_PLAN_AFTER`). Memory is bounded per
-arena by STATES_PER_PLAN x the plan cache's count and by its bytes, the oldest first.
+arena by STATES_PER_PLAN x the plan cache's count, and by the plan cache's bytes, shared with the cached plans
+(`remembered_bytes`), the oldest first.
 """
 
 from __future__ import annotations
@@ -141,3 +142,10 @@ def drop_stale_buckets(arena: Any) -> None:
         del arena.buckets[slot]
         if not any(p.arena is buf for p in arena.buckets.values()):
             held -= buf.nbytes
+
+
+def remembered_bytes(arena: Any) -> int:
+    """The bytes of the states the arena's bucket plans remember: the plan cache's byte cap is shared with them, so
+    an arena's cached plans and remembered states hold at most that much between them (Options' memory_budget,
+    or PLAN_BYTES)."""
+    return sum(p.bucket.remembered_bytes for p in arena.buckets.values() if p.bucket is not None)
