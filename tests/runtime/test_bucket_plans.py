@@ -299,9 +299,9 @@ def test_steps_bound_again_beside_traced_words_read_the_callers_arrays():
 def test_a_key_recalled_often_gets_its_own_plan(monkeypatch):
     """After OWN_PLAN_AFTER recalls of its state a key binds its own plan (cheaper from then on) and its state is
     dropped; the other keys stay on their remembered states; the answers stay each key's own plan's."""
-    from dynshape.runtime import executable
+    from dynshape.runtime import key_states
 
-    monkeypatch.setattr(executable, "OWN_PLAN_AFTER", 2)
+    monkeypatch.setattr(key_states, "OWN_PLAN_AFTER", 2)
     exe = ds.compile(GRAPH, strategy="generic", arenas=1)
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(12)

@@ -31,21 +31,13 @@ from dynshape.ir.work import Work, graph_work
 from dynshape.options import Options, make
 from dynshape.passes.constfold import Folded, fold_constant_nodes
 from dynshape.passes.qdq import fuse_qdq
+from dynshape.runtime import key_states as ks
 from dynshape.runtime import profile as profile_io
 from dynshape.runtime.arenas import Arena, ArenaPool, grow
 from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import graph_binder, nonempty_first
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
-from dynshape.runtime.key_states import (
-    OWN_PLAN_AFTER,
-    STATES_PER_PLAN,
-    drop_stale_buckets,
-    forget,
-    recall,
-    remember,
-    remembered_bytes,
-)
 from dynshape.runtime.loop_bodies import Bodies
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
 from dynshape.runtime.overrides import Overrides
@@ -487,7 +479,7 @@ class Executable:
             arena.fit = (pl, offsets, pl.sizes(shapes))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals)
-        arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes() - remembered_bytes(arena),
+        arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes() - ks.remembered_bytes(arena),
                          self.options.plan_cache)
         return plan
 
@@ -506,12 +498,12 @@ class Executable:
                 made = st.remembered.get(key)
                 if made is None:
                     continue
-                if made.hits >= OWN_PLAN_AFTER and len(arena.plans) < self.options.plan_cache:
-                    forget(plan, key)  # called often enough to pay for binding its own plan (below)
+                if made.hits >= ks.OWN_PLAN_AFTER and len(arena.plans) < self.options.plan_cache:
+                    ks.forget(plan, key)  # called often enough to pay for binding its own plan (below)
                     return None
                 made.hits += 1
                 self._leave(plan, arena, spare=key)
-                if recall(plan, key):
+                if ks.recall(plan, key):
                     return plan
                 break  # (not reached: the state at key is spared) moved or bound below
         if ((uid, key) in seen and len(arena.plans) < self.options.plan_cache) or program.LIBRARY.try_load() is None:
@@ -536,7 +528,7 @@ class Executable:
                 del arena.buckets[slot]  # half moved: never used again
                 return None
         if stale:
-            drop_stale_buckets(arena)
+            ks.drop_stale_buckets(arena)
         if w is not None and w.monotone and w.reserve <= buf.size:
             top, offsets, total, sizes = None, w.offsets, w.layout, None
         else:
@@ -566,7 +558,7 @@ class Executable:
         calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
         generation passes the same buffers, so nothing is patched again)."""
         if plan.bucket.key not in plan.bucket.remembered:
-            remember(plan, arena, STATES_PER_PLAN * self.options.plan_cache,
+            ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,
                      self.memory.plan_bytes() - arena.plans.held, spare)  # (one budget for plans and states)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
