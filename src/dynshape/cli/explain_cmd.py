@@ -207,6 +207,7 @@ def _print(data: dict[str, Any]) -> None:
             line(f"  dropped {d}")
     for note in spec["notes"]:
         line(f"note: {note}")
+    line(f"plans: {spec['plans']['rule']}")
     arena = spec["memory"]
     if arena is not None:
         line(f"memory plan: {arena['text']}")

@@ -606,6 +606,7 @@ class Executable:
             "errors": list(self.build_errors),
             "notes": list(self.notes),
             "profile": {"calls": p.calls, "distinct_keys": len(p.counts)},
+            "plans": {**self.stats()["plans"], "rule": ks.rule(self.options.plan_cache, self.memory.plan_bytes())},
             "memory": None if mem is None else {**mem.as_dict(), "budget": self.memory.budget,
                                                 "arena_bytes": self.memory.arena_bytes if self.memory.bounded
                                                 else None, "arenas": self._pool.limit,

@@ -149,3 +149,11 @@ def remembered_bytes(arena: Any) -> int:
     an arena's cached plans and remembered states hold at most that much between them (Options' memory_budget,
     or PLAN_BYTES)."""
     return sum(p.bucket.remembered_bytes for p in arena.buckets.values() if p.bucket is not None)
+
+
+def rule(plan_cache: int, plan_bytes: int) -> str:
+    """How an arena serves keys with plans, for explain."""
+    return (f"a key first seen is served by its bucket's plan moved to it; the plan's state at each key is remembered "
+            f"as it leaves and put back when the key comes again; a key recalled {OWN_PLAN_AFTER} times binds its "
+            f"own plan; per arena at most {plan_cache} plans, {STATES_PER_PLAN * plan_cache} states and "
+            f"{plan_bytes / 2**20:.0f} MiB of per-key values between them")
