@@ -416,7 +416,8 @@ def test_a_recall_puts_back_every_field_and_word_a_move_changed():
     (arena,) = exe.arenas
     (plan,) = arena.buckets.values()
     st = plan.bucket
-    own = ("remembered", "remembered_bytes", "scatter", "gather", "scatter_args", "mutable_bytes")
+    own = ("remembered", "remembered_bytes", "scatter", "gather", "scatter_args", "mutable_bytes", "in_a_row",
+           "last_call")
 
     def state() -> tuple:
         spans = st.mutable.tolist()
@@ -459,3 +460,23 @@ def test_cached_plans_and_remembered_states_share_one_byte_budget(monkeypatch):
             np.testing.assert_array_equal(a[k], b[k])
         assert arena.plans.held + sum(p.bucket.remembered_bytes for p in arena.buckets.values()) <= budget
     assert exe.stats()["plans"]["remembered"]  # the rest still held some
+
+
+def test_a_key_called_in_a_row_gets_its_own_plan():
+    """A single shape called OWN_PLAN_IN_A_ROW times in a row binds its own plan (laid out for it, not for its
+    bucket's largest key); keys alternating never do; the answers stay each key's own plan's."""
+    from dynshape.runtime.key_states import OWN_PLAN_IN_A_ROW
+
+    exe = ds.compile(GRAPH, strategy="generic", arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(18)
+    for past in [40, 41] * 6 + [42] * (OWN_PLAN_IN_A_ROW - 1):
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    (arena,) = exe.arenas
+    assert not arena.plans  # alternating keys recall their states; 42 called OWN_PLAN_IN_A_ROW - 1 times so far
+    feed = _feed(rng, 1, 42)
+    np.testing.assert_array_equal(exe.run(feed)["y"], own.run(feed)["y"])
+    assert [k[1][2] for k in arena.plans] == [42]

@@ -99,7 +99,7 @@ def _decoder_step(d=64, heads=4):
 def _plans(exe, length: int) -> list:
     """The plans at present length `length`: the keys' own plans and the bucket plans at such a key (a key called
     again in a row stays on the bucket plan made at it: runtime/key_states.py)."""
-    return [p for a in exe.arenas for p in (*a.plans.values(), *a.buckets.values())
+    return [p for a in exe.arenas for p in (*a.buckets.values(), *a.plans.values())  # (own plans last: bound later)
             if dict(p.outputs)["present_k"].shape[2] == length]
 
 

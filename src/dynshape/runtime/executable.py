@@ -493,8 +493,11 @@ class Executable:
         for slot, plan in reversed(arena.buckets.items()):  # a bucket plan that was at this key: its state put back
             if slot[0] == uid:  # (one bound to an older buffer too: it holds that buffer, valid as its own plans are)
                 st = plan.bucket
-                if key == st.key:
-                    return plan
+                if key == st.key:  # (its own plan once called ks.OWN_PLAN_IN_A_ROW times in a row: a single shape)
+                    calls = self.stats_.calls
+                    st.in_a_row, st.last_call = (st.in_a_row + 1 if st.last_call == calls - 1 else 1), calls
+                    return None if st.in_a_row >= ks.OWN_PLAN_IN_A_ROW and len(arena.plans) < self.options.plan_cache \
+                        else plan
                 made = st.remembered.get(key)
                 if made is None:
                     continue
@@ -551,12 +554,14 @@ class Executable:
         while len(arena.buckets) >= BUCKETS_PER_ARENA:
             arena.buckets.pop(next(iter(arena.buckets)))
         arena.buckets[slot] = plan
+        plan.bucket.last_call = self.stats_.calls
         return plan
 
     def _leave(self, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
         """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
         calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
         generation passes the same buffers, so nothing is patched again)."""
+        plan.bucket.in_a_row, plan.bucket.last_call = 1, self.stats_.calls  # (this call: the first at the next key)
         if plan.bucket.key not in plan.bucket.remembered:
             ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,
                      self.memory.plan_bytes() - arena.plans.held, spare)  # (one budget for plans and states)

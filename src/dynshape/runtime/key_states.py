@@ -34,6 +34,10 @@ from dynshape.runtime.rekey import BucketState
 # as 60-90 recalls' overhead on a decoder step (~1.1 ms against 12-18 us), so a key called this often pays for it,
 # and one called less never does (the rent-or-buy rule: never more than twice the better choice's cost)
 OWN_PLAN_AFTER = 64
+# calls in a row at the key a bucket plan is at after which the key gets its own plan (laid out for it, not for its
+# bucket's largest key: resnet18_nn ran 1-5% slower on the bucket plan's layout; a single-shape stream gets there
+# on its 4th call, a decode loop or a stream of mixed shapes practically never)
+OWN_PLAN_IN_A_ROW = 4
 STATES_PER_PLAN = 4  # states remembered per arena for each plan the plan cache may hold (a state is lighter)
 
 class _State:
@@ -154,6 +158,6 @@ def remembered_bytes(arena: Any) -> int:
 def rule(plan_cache: int, plan_bytes: int) -> str:
     """How an arena serves keys with plans, for explain."""
     return (f"a key first seen is served by its bucket's plan moved to it; the plan's state at each key is remembered "
-            f"as it leaves and put back when the key comes again; a key recalled {OWN_PLAN_AFTER} times binds its "
-            f"own plan; per arena at most {plan_cache} plans, {STATES_PER_PLAN * plan_cache} states and "
-            f"{plan_bytes / 2**20:.0f} MiB of per-key values between them")
+            f"as it leaves and put back when the key comes again; a key called {OWN_PLAN_IN_A_ROW} times in a row or "
+            f"recalled {OWN_PLAN_AFTER} times binds its own plan; per arena at most {plan_cache} plans, "
+            f"{STATES_PER_PLAN * plan_cache} states and {plan_bytes / 2**20:.0f} MiB of per-key values between them")

@@ -154,6 +154,8 @@ class BucketState:
     gather: Any = None
     scatter_args: tuple = ()
     mutable_bytes: int = 0
+    in_a_row: int = 1  # calls in a row at `key` (key_states.OWN_PLAN_IN_A_ROW), the last one's number in `stats`
+    last_call: int = -2
 
     def covers(self, key: tuple) -> bool:
         return self.top is None or all(k <= t for k, t in zip(key, self.top))
