@@ -175,12 +175,6 @@ class Options:
     def __post_init__(self) -> None:
         if self.buckets is not None and not isinstance(self.buckets, tuple):
             object.__setattr__(self, "buckets", tuple(self.buckets))
-        if isinstance(self.winograd_min_tiles, bool) or not isinstance(self.winograd_min_tiles, int) \
-                or self.winograd_min_tiles < 0:
-            raise DynshapeError(f"winograd_min_tiles={self.winograd_min_tiles!r}: a count of tiles, 0 or more")
-        if isinstance(self.bf16_min_conv_macs, bool) or not isinstance(self.bf16_min_conv_macs, int) \
-                or self.bf16_min_conv_macs < 0:
-            raise DynshapeError(f"bf16_min_conv_macs={self.bf16_min_conv_macs!r}: a count of multiply-adds, 0 or more")
         if self.winograd_tile not in (2, 4):
             raise DynshapeError(f"winograd_tile={self.winograd_tile!r}: choose 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3))")
         if self.strategy not in STRATEGIES:
@@ -201,7 +195,8 @@ class Options:
             raise DynshapeError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if self.blas not in BLAS_CHOICES:
             raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
-        for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes"):
+        for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes", "winograd_min_tiles",
+                     "bf16_min_conv_macs"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
                 raise DynshapeError(f"{name}={v!r}: expected an int in [0, 2**62)")

@@ -39,18 +39,29 @@ OWN_PLAN_AFTER = 64
 # on its 4th call, a decode loop or a stream of mixed shapes practically never)
 OWN_PLAN_IN_A_ROW = 4
 STATES_PER_PLAN = 4  # states remembered per arena for each plan the plan cache may hold (a state is lighter)
+_COPY: list = []  # ds_scatter_bytes and ds_gather_bytes, once the program library is loaded
+
+
+def _copiers() -> list:
+    """[scatter, gather] (csrc/ds_program.c), or [] without the program library (no bucket plan then either)."""
+    if not _COPY:
+        lib = program.LIBRARY.try_load()
+        if lib is not None:
+            _COPY.extend((lib.ds_scatter_bytes, lib.ds_gather_bytes))
+    return _COPY
+
 
 class _State:
     """One remembered state: the words, and in one flat tuple (few objects: the collector walks every state kept)
-    the plan's `_FIELDS`, the bucket state's `_STATE_FIELDS`, the calls, the in-place addresses, and each movable
-    step's calls, held tables and shapes."""
+    the plan's and the bucket state's fields a move assigns (the order `recall` unpacks), the calls, the in-place
+    addresses, and each movable step's calls, held tables and shapes."""
 
     __slots__ = ("words", "at", "values", "nbytes", "hits")
 
     def __init__(self, plan: BoundPlan, st: BucketState) -> None:
         self.words = bytearray(max(1, st.mutable_bytes))
         self.at = ctypes.addressof(ctypes.c_char.from_buffer(self.words))  # (kept alive by `words`)
-        st.gather(*st.scatter_args, self.at)
+        _COPY[1](*st.copy_args, self.at)
         steps = st.steps
         self.values = (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes,
                        plan.want, plan.copy_in, st.key, st.shapes, st.arrays, st.at, st.fixed, tuple(plan.calls),
@@ -69,15 +80,8 @@ def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int, spare
     bucket plans (the oldest of this plan first, then of the others; never its state at `spare`, the key about to
     be recalled); a state alone over the caps is not kept."""
     st: BucketState = plan.bucket
-    if st.key in st.remembered:
+    if st.key in st.remembered or st.mutable is None or not _copiers():
         return
-    if st.scatter is None:
-        lib = program.LIBRARY.try_load()
-        if lib is None or st.mutable is None:
-            return
-        st.scatter, st.gather = lib.ds_scatter_bytes, lib.ds_gather_bytes
-        st.scatter_args = (st.mutable.ctypes.data, len(st.mutable) // 2)
-        st.mutable_bytes = int(st.mutable[1::2].sum())
     made = _State(plan, st)
     if made.nbytes > cap_bytes or cap_states < 1:
         return
@@ -109,7 +113,7 @@ def recall(plan: BoundPlan, key: tuple) -> bool:
     made = st.remembered.get(key)
     if made is None:
         return False
-    st.scatter(*st.scatter_args, made.at)
+    _COPY[0](*st.copy_args, made.at)
     (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes, plan.want,
      plan.copy_in, st.key, st.shapes, st.arrays, st.at, st.fixed, calls, current, out_current) = made.values[:17]
     plan.calls[:] = calls

@@ -145,15 +145,14 @@ class BucketState:
     # calls do not read (no array)
     io: tuple = ()
     # what the key_states.py memory of this plan needs: [address, bytes, ...] of every buffer of words a move or a
-    # call rewrites in place (programs, sealed tables); the steps a move may rebind; the remembered keys and bytes
+    # call rewrites in place (programs, sealed tables), as ds_scatter_bytes' first arguments (its address, its
+    # count) and those bytes in all; the steps a move may rebind; the remembered keys and bytes
     mutable: Any = None
+    copy_args: tuple = ()
+    mutable_bytes: int = 0
     movable: tuple = ()
     remembered: dict = field(default_factory=dict)
     remembered_bytes: int = 0
-    scatter: Any = None  # ds_scatter_bytes, ds_gather_bytes and their first arguments, once a state is remembered
-    gather: Any = None
-    scatter_args: tuple = ()
-    mutable_bytes: int = 0
     in_a_row: int = 1  # calls in a row at `key` (key_states.OWN_PLAN_IN_A_ROW), the last one's number in `stats`
     last_call: int = -2
 
@@ -219,6 +218,7 @@ class BucketState:
         self.io = (*(io(v.name, v.name in pl.base) for v in g.inputs), *(io(v.name, True) for v in g.outputs))
         buffers = [b for b in (*programs, *(b for k in keeps for b in k.buffers)) if b.nbytes]
         self.mutable = np.array([x for b in buffers for x in (b.ctypes.data, b.nbytes)], np.int64)
+        self.copy_args, self.mutable_bytes = (self.mutable.ctypes.data, len(buffers)), sum(b.nbytes for b in buffers)
         # the steps whose calls, held tables or shapes a move may assign (a traced retable's and a kernel's without
         # per-key inputs change words only)
         self.movable = tuple(k for k in sorted({k for ks in (*self.by_symbol.values(), *self.by_value.values())

@@ -156,7 +156,7 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
     if bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
-        ctx = replace(ctx, options=replace(ctx.options, precision="fp32"))  # (explain then says float32)
+        ctx = replace(ctx, options=ctx.options.replace(precision="fp32"))  # (explain then says float32)
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
     # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
     # on AMX tiles the products are ~4x VDPBF16PS's rate, and Winograd's input and output transforms (float32 vector
