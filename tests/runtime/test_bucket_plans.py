@@ -203,6 +203,27 @@ def test_bucket_plans_stay_within_a_bounded_arena():
     assert exe.stats()["arena_bytes"] == size
 
 
+def test_a_decode_loop_binds_one_bucket_plan_per_octave():
+    """past and past_plus_1 grow together and straddle each octave's end (past 31, past_plus_1 32): a new bucket
+    takes the next value's bucket of each symbol that grew since the last key, so past 16..62 binds 2 bucket
+    plans (16..30, 31..62), not 3 (the bucket of past 31 alone held that one key). The answers stay those of each
+    key's own plan; batch, which did not grow, keeps its own bucket (1, not 1..3)."""
+    exe = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(9)
+    binds = []
+    real = exe.generic.planner.bind
+    exe.generic.planner.bind = lambda *a, **k: binds.append(k.get("bucket")) or real(*a, **k)
+    for past in range(16, 63):
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert all(b is not None for b in binds)
+    tops = [dict(zip(exe.generic.planner.symbol_names, b.top)) for b in binds]
+    assert [(t["b"], t["past_plus_1"], t["past"]) for t in tops] == [(1, 31, 31), (1, 63, 63)]
+
+
 def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():
     """A stream cycling over more keys than the states remembered (STATES_PER_PLAN x plan_cache) and the plan
     cache hold: a key whose state was dropped binds its own plan while the cache has room, then stays on the

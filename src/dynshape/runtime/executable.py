@@ -518,10 +518,11 @@ class Executable:
         pl, w = variant.planner, variant.worst
         shapes = dict(zip(pl.values, pl.shapes(key)))
         symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
-        stale = False
+        stale, last = False, None
         for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
             if slot[0] != uid:
                 continue
+            last = last or plan.bucket.key
             if plan.arena is not buf:
                 stale = True
             elif plan.bucket.covers(key) and plan.bucket.fits(pl, shapes):
@@ -535,7 +536,7 @@ class Executable:
         if w is not None and w.monotone and w.reserve <= buf.size:
             top, offsets, total, sizes = None, w.offsets, w.layout, None
         else:
-            made = bucket_layout(pl, key, shapes, tuple(s.hi for s in self.symbols))
+            made = bucket_layout(pl, key, shapes, tuple(s.hi for s in self.symbols), last)
             if made is None:
                 return None
             top, offsets, total, sizes = made

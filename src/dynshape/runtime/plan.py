@@ -388,6 +388,31 @@ class Planner:
         names = key_names(self.symbol_names)
         body = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[x].shape) + ")" for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
+        self._key_views, self.view_shapes = self._per_key_views(names)
+
+    def _per_key_views(self, names: dict) -> tuple[dict, Callable | None]:
+        """The per-key steps that only view their input (Unsqueeze, Reshape, Squeeze, Flatten, Identity of a
+        per-key value), each -> (its index in `view_shapes(key)`, the function giving their outputs' shapes; its
+        dtype). Why:
+        `key_values` makes such an output as the input's array reshaped to that shape, where the reference (its
+        argument checks, a Scope, the memo's key) cost ~12 us a step: six of GPT-2's thirteen per-key steps,
+        run at every token of a first generation."""
+        g, views, shapes = self.graph, {}, []
+        known = set(self.symbol_names)
+        for i in self.per_key:
+            s = self.build.steps[i]
+            outs = [o for o in s.outputs if o]
+            if type(s) is not NodeStep or not is_view(s.node) or len(outs) != 1 or not s.inputs or not s.inputs[0]:
+                continue
+            t, src = g.types.get(outs[0]), g.types.get(s.inputs[0])
+            if not isinstance(t, TensorType) or not isinstance(src, TensorType) or t.dtype != src.dtype or any(
+                    isinstance(d, Expr) and not d.free_symbols <= known for d in t.shape):
+                continue
+            views[i] = (len(shapes), np.dtype(t.dtype))
+            shapes.append("(" + "".join(to_py(d, names) + ", " for d in t.shape) + ")")
+        if not views:
+            return {}, None
+        return views, compile_key_function("view_shapes", list(names), f"return [{', '.join(shapes)}]")
 
     def _readable_in_place(self, inputs: list[str]) -> list[str]:
         """The inputs a call can read where the caller's array lies instead of copying them into the arena: large
@@ -574,7 +599,7 @@ class Planner:
             fixed[k] = v
             addrs[id(v)] = at[k] = address(v)
             keep.append(v)
-        per_key_bytes = 0
+        per_key_bytes, vshapes = 0, None
         for i in self.per_key:
             s = self.build.steps[i]
             if previous is not None and all(not x or x in self.fixed or fixed[x] is previous.get(x)
@@ -583,6 +608,18 @@ class Planner:
                     if name:
                         v = fixed[name] = previous[name]
                         per_key_bytes += v.nbytes
+                continue
+            view = self._key_views.get(i)
+            if view is not None and fixed[s.inputs[0]].dtype == view[1]:  # the input's array at the output's
+                vshapes = vshapes or self.view_shapes(key)  # shape (_per_key_views; it holds no bytes of its own)
+                try:
+                    v = fixed[s.inputs[0]].reshape(vshapes[view[0]])
+                except ValueError as e:
+                    raise ConstraintViolation(f"{s.label} failed for this shape: ValueError: {e}") from e
+                name = next(o for o in s.outputs if o)
+                fixed[name] = v
+                addrs[id(v)] = at[name] = address(v)
+                keep.append(v)
                 continue
             args = [fixed[x] if x else None for x in s.inputs]
             memo = self._memo_key(i, s.inputs, args)
