@@ -387,7 +387,7 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
         DS_AMX_STORE(0, 1, s, i - s, e - s)
         i = e;
     }
-    _tile_release();
+    /* (the tiles stay configured for the thread's next call: ds_amx_config) */
 }
 #endif
 

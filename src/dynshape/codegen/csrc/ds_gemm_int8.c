@@ -503,8 +503,7 @@ static int64_t ds_q8_amx_block(const ds_q8_act *a, const ds_q8_panel_at *p, int6
         }
         i += rows;
     }
-    _tile_release();
-    return i;
+    return i; /* (the tiles stay configured for the thread's next call: ds_amx_config) */
 #else
     (void)a; (void)p; (void)i1; (void)c; (void)ldc; (void)cv; (void)mult; (void)yzp; (void)is_signed;
     return i0;
