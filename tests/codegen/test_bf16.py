@@ -129,6 +129,23 @@ def tile_path():
     lib.ds_bf16_use_amx(1)
 
 
+@needs_amx
+def test_amx_products_load_their_tile_configuration_after_another_librarys() -> None:
+    """The tiles stay configured between calls (csrc/ds_amx.h: no LDTILECFG / TILERELEASE per call); a call whose
+    thread's tiles another library configured otherwise (here 8 rows a tile) loads its own again, and answers as
+    before (with 8-row tiles half of every tile's rows would be lost)."""
+    model = _product_model(256, 64, False)
+    exe = ds.compile(ds.load_onnx(model), precision="bf16")
+    x = np.random.default_rng(5).standard_normal((96, 256)).astype(np.float32)
+    first = exe.run({"x": x})["y"]
+    lib = bf16.LIBRARY.load()
+    for rows in (8, 1, 16):
+        assert lib.ds_amx_configure_other(rows) == 1
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], first)
+    want, scale = _reference(model, x, False)
+    assert np.all(np.abs(first - want) <= 4 * 256 * 2.0**-24 * scale + 1e-30)
+
+
 @pytest.mark.parametrize("amx", [pytest.param(0, marks=needs_native, id="vdpbf16ps"),
                                  pytest.param(1, marks=needs_amx, id="amx")])
 @pytest.mark.parametrize("m,k,n", [(16, 32, 32), (17, 33, 7), (64, 256, 96), (60, 300, 100), (48, 31, 40),

@@ -33,7 +33,8 @@ BF16_PRECISIONS = ("bf16", "bf16-emulated")
 PAIR_COLUMNS = 64  # bf16 values in one row of a packed panel: 32 columns x a pair of consecutive k
 
 LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
-    "ds_bf16_native": (), "ds_bf16_use_amx": (ctypes.c_int,), "ds_bf16_epoch": (), "ds_round_bf16": (P, I64, P),
+    "ds_bf16_native": (), "ds_bf16_use_amx": (ctypes.c_int,), "ds_amx_configure_other": (ctypes.c_int,),
+    "ds_bf16_epoch": (), "ds_round_bf16": (P, I64, P),
     "ds_gemm_block_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
     "ds_gemm_panel_bf16": (P, I64, P, P, I64, I64, I64, I64, I64, I64),
     "ds_gemm_block_bf16e": (P, I64, P, P, I64, I64, I64, I64, I64, I64, I64),
@@ -45,7 +46,8 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
     "ds_conv_tile2_bf16_addr": (), "ds_conv_tile2_bf16e_addr": ()},
     share=True, needs=(packed_gemm.LIBRARY,),
-    restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_use_amx": ctypes.c_int, "ds_bf16_epoch": I64,
+    restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_use_amx": ctypes.c_int, "ds_amx_configure_other": ctypes.c_int,
+              "ds_bf16_epoch": I64,
               "ds_conv_tile2_bf16_addr": I64, "ds_conv_tile2_bf16e_addr": I64})
 
 

@@ -50,21 +50,27 @@ static inline int ds_amx_use(int want) {
     return ds_amx_on();
 }
 
+/* LDTILECFG and STTILECFG over the whole 64-byte configuration: GCC 12's _tile_loadconfig / _tile_storeconfig tell
+   the compiler they read / write 8 bytes (`*(void **)p`), so the stores that fill a configuration before the load
+   may be dropped as dead (a test's LDTILECFG then took a configuration with no rows and faulted), and the reads
+   after a store may be taken from before it. */
 /* Tiles 0..7 as 16 rows x 64 bytes, for this thread, loaded only where its configuration is another (none yet,
    or another library's: read back with STTILECFG, all zeros in the released state). The configuration is kept
    after each call, not released: a LDTILECFG and a TILERELEASE per call cost ~3% of bert_small's bf16 call at
    (8, 128) on one thread (15.0 -> 14.5 ms, Sapphire Rapids-class Xeon), whose products make one call per 64 rows
    and panel of 32 columns (~1,000 cycles of tile products each). Every call zeroes and loads the tiles it uses. */
+static inline void ds_ldtilecfg(const ds_tilecfg *c) { __asm__ volatile("ldtilecfg\t%X0" : : "m"(*c)); }
+static inline void ds_sttilecfg(ds_tilecfg *c) { __asm__ volatile("sttilecfg\t%X0" : "=m"(*c)); }
 static inline void ds_amx_config(void) {
     _Alignas(64) ds_tilecfg cfg;
-    _tile_storeconfig(&cfg);
+    ds_sttilecfg(&cfg);
     int same = cfg.palette == 1;
     for (int t = 0; t < 8 && same; t++) same = cfg.rows[t] == 16 && cfg.colsb[t] == 64;
     if (same) return;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    _tile_loadconfig(&cfg);
+    ds_ldtilecfg(&cfg);
 }
 
 /* A panel's rows of 128 bytes are two B tiles side by side (columns 0..15, then 16..31). Its `rows` rows past row

@@ -626,6 +626,24 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
 int64_t ds_conv_tile2_bf16_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16; }
 int64_t ds_conv_tile2_bf16e_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16e; }
 
+/* For the tests: this thread's tiles configured as another library might leave them (palette 1, each tile `rows`
+   rows of 64 bytes), to check that the next product loads its own configuration (ds_amx_config reads it back);
+   returns whether it did (0 without the tiles). */
+int ds_amx_configure_other(int rows) {
+#if DS_BF16_AMX
+    if (!ds_amx_on() || rows < 1 || rows > 16) return 0;
+    _Alignas(64) ds_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = (uint8_t)rows; cfg.colsb[t] = 64; }
+    ds_ldtilecfg(&cfg);
+    return 1;
+#else
+    (void)rows;
+    return 0;
+#endif
+}
+
 /* Whether bf16 products run on AMX tiles (Sapphire Rapids and later) rather than VDPBF16PS alone: `want` 0 or 1
    sets the wish (the tests run both paths on one machine), -1 only asks. 1 only where this library was compiled
    with AMX and Linux granted the tiles' state; a refusal leaves the VDPBF16PS path, which every AMX CPU has. */
