@@ -393,10 +393,9 @@ class Planner:
     def _per_key_views(self, names: dict) -> tuple[dict, Callable | None]:
         """The per-key steps that only view their input (Unsqueeze, Reshape, Squeeze, Flatten, Identity of a
         per-key value), each -> (its index in `view_shapes(key)`, the function giving their outputs' shapes; its
-        dtype). Why:
-        `key_values` makes such an output as the input's array reshaped to that shape, where the reference (its
-        argument checks, a Scope, the memo's key) cost ~12 us a step: six of GPT-2's thirteen per-key steps,
-        run at every token of a first generation."""
+        dtype). Why: `key_values` makes such an output as the input's array reshaped to that shape, where the
+        reference (its argument checks, a Scope, the memo's key) cost ~12 us a step: six of GPT-2's thirteen
+        per-key steps, run at every token of a first generation."""
         g, views, shapes = self.graph, {}, []
         known = set(self.symbol_names)
         for i in self.per_key:

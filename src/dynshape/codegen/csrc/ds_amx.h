@@ -54,13 +54,13 @@ static inline int ds_amx_use(int want) {
    the compiler they read / write 8 bytes (`*(void **)p`), so the stores that fill a configuration before the load
    may be dropped as dead (a test's LDTILECFG then took a configuration with no rows and faulted), and the reads
    after a store may be taken from before it. */
+static inline void ds_ldtilecfg(const ds_tilecfg *c) { __asm__ volatile("ldtilecfg\t%X0" : : "m"(*c)); }
+static inline void ds_sttilecfg(ds_tilecfg *c) { __asm__ volatile("sttilecfg\t%X0" : "=m"(*c)); }
 /* Tiles 0..7 as 16 rows x 64 bytes, for this thread, loaded only where its configuration is another (none yet,
    or another library's: read back with STTILECFG, all zeros in the released state). The configuration is kept
    after each call, not released: a LDTILECFG and a TILERELEASE per call cost ~3% of bert_small's bf16 call at
    (8, 128) on one thread (15.0 -> 14.5 ms, Sapphire Rapids-class Xeon), whose products make one call per 64 rows
    and panel of 32 columns (~1,000 cycles of tile products each). Every call zeroes and loads the tiles it uses. */
-static inline void ds_ldtilecfg(const ds_tilecfg *c) { __asm__ volatile("ldtilecfg\t%X0" : : "m"(*c)); }
-static inline void ds_sttilecfg(ds_tilecfg *c) { __asm__ volatile("sttilecfg\t%X0" : "=m"(*c)); }
 static inline void ds_amx_config(void) {
     _Alignas(64) ds_tilecfg cfg;
     ds_sttilecfg(&cfg);
