@@ -563,9 +563,8 @@ class Executable:
         calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
         generation passes the same buffers, so nothing is patched again)."""
         plan.bucket.in_a_row, plan.bucket.last_call = 1, self.stats_.calls  # (this call: the first at the next key)
-        if plan.bucket.key not in plan.bucket.remembered:
-            ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,
-                     self.memory.plan_bytes() - arena.plans.held, spare)  # (one budget for plans and states)
+        ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,
+                    self.memory.plan_bytes() - arena.plans.held, spare)  # (one budget for plans and states)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)

@@ -300,6 +300,11 @@ def plannable(b: Build, symbols: list[Symbol]) -> bool:
     return all(isinstance(g.types.get(v.name), TensorType) for v in (*g.inputs, *g.outputs))
 
 
+def _shape_py(shape: tuple, names: dict) -> str:
+    """A shape's tuple as Python source over the key's names (compile_key_function's body)."""
+    return "(" + "".join(to_py(d, names) + ", " for d in shape) + ")"
+
+
 def _contiguous(a: np.ndarray) -> np.ndarray:
     """C-contiguous without changing the rank (np.ascontiguousarray turns 0-d arrays into 1-d)."""
     a = np.asarray(a)
@@ -386,7 +391,7 @@ class Planner:
         self.dtypes = {x: np.dtype(g.types[x].dtype) for x in self.values}
         self.symbol_names = [s.name for s in symbols]
         names = key_names(self.symbol_names)
-        body = ", ".join("(" + "".join(to_py(d, names) + ", " for d in g.types[x].shape) + ")" for x in self.values)
+        body = ", ".join(_shape_py(g.types[x].shape, names) for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
         self._key_views, self.view_shapes = self._per_key_views(names)
 
@@ -408,7 +413,7 @@ class Planner:
                     isinstance(d, Expr) and not d.free_symbols <= known for d in t.shape):
                 continue
             views[i] = (len(shapes), np.dtype(t.dtype))
-            shapes.append("(" + "".join(to_py(d, names) + ", " for d in t.shape) + ")")
+            shapes.append(_shape_py(t.shape, names))
         if not views:
             return {}, None
         return views, compile_key_function("view_shapes", list(names), f"return [{', '.join(shapes)}]")

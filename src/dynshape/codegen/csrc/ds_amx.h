@@ -61,16 +61,19 @@ static inline void ds_sttilecfg(ds_tilecfg *c) { __asm__ volatile("sttilecfg\t%X
    after each call, not released: a LDTILECFG and a TILERELEASE per call cost ~3% of bert_small's bf16 call at
    (8, 128) on one thread (15.0 -> 14.5 ms, Sapphire Rapids-class Xeon), whose products make one call per 64 rows
    and panel of 32 columns (~1,000 cycles of tile products each). Every call zeroes and loads the tiles it uses. */
+static inline void ds_amx_load_config(int rows) { /* palette 1, tiles 0..7 of `rows` rows x 64 bytes */
+    _Alignas(64) ds_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = (uint8_t)rows; cfg.colsb[t] = 64; }
+    ds_ldtilecfg(&cfg);
+}
 static inline void ds_amx_config(void) {
     _Alignas(64) ds_tilecfg cfg;
     ds_sttilecfg(&cfg);
     int same = cfg.palette == 1;
     for (int t = 0; t < 8 && same; t++) same = cfg.rows[t] == 16 && cfg.colsb[t] == 64;
-    if (same) return;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    ds_ldtilecfg(&cfg);
+    if (!same) ds_amx_load_config(16);
 }
 
 /* A panel's rows of 128 bytes are two B tiles side by side (columns 0..15, then 16..31). Its `rows` rows past row

@@ -632,11 +632,7 @@ int64_t ds_conv_tile2_bf16e_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile
 int ds_amx_configure_other(int rows) {
 #if DS_BF16_AMX
     if (!ds_amx_on() || rows < 1 || rows > 16) return 0;
-    _Alignas(64) ds_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { cfg.rows[t] = (uint8_t)rows; cfg.colsb[t] = 64; }
-    ds_ldtilecfg(&cfg);
+    ds_amx_load_config(rows);
     return 1;
 #else
     (void)rows;
