@@ -208,9 +208,10 @@ def test_amx_builds_take_row_blocks_of_its_tiles() -> None:
 
 @needs_amx
 def test_amx_takes_3x3_convs_as_implicit_gemm() -> None:
-    """On AMX a 3x3 stride-1 conv under bf16 is an implicit GEMM on the tiles, not Winograd (whose float32
-    transforms cost more than the multiplies they save there), and equals the float32 conv of the rounded input
-    and weights up to float32 accumulation; float32 builds keep Winograd."""
+    """On AMX a 3x3 stride-1 conv under bf16 runs on the tiles, not Winograd (whose float32 transforms cost more
+    than the multiplies they save there): its taps read from a padded bf16 copy (tests/codegen/test_conv_amx.py),
+    and equals the float32 conv of the rounded input and weights up to float32 accumulation; float32 builds keep
+    Winograd."""
     ci, co, h = 32, 48, 21
     rng = np.random.default_rng(9)
     w = (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32)
@@ -218,7 +219,8 @@ def test_amx_takes_3x3_convs_as_implicit_gemm() -> None:
     r = rng.standard_normal((2, co, h, h)).astype(np.float32)
     exe = ds.compile(ds.load_onnx(_conv_model(ci, co, 3, 1, 1, 1, w)), precision="bf16")
     methods = [getattr(st, "method", "") for st in exe.generic.steps if getattr(st, "method", "")]
-    assert any(m.startswith("implicit GEMM on packed weights; bf16") and "AMX" in m for m in methods), methods
+    assert any(m.startswith("taps read from a padded bf16 copy on AMX tiles") and "AMX TDPBF16PS" in m
+               for m in methods), methods
     fp32 = ds.compile(ds.load_onnx(_conv_model(ci, co, 3, 1, 1, 1, w)))
     assert any(getattr(st, "method", "").startswith("Winograd") for st in fp32.generic.steps)
     want = ds.compile(ds.load_onnx(_conv_model(ci, co, 3, 1, 1, 1, bf16.rounded(w))), winograd=False).run(

@@ -233,26 +233,6 @@ void ds_pack_panels_t_bf16e(const float *restrict a, int64_t lda, int64_t k, int
     ds_round_panels(out, k, n);
 }
 
-/* What a convolution tile applies to its rows of one panel as they are finished (ds_conv_finish, or ds_amx_rows'
-   stores): a bias by column and a residual (rows `ldr` apart), both offset to the panel's first column, then an
-   activation (DS_ACT_*). */
-typedef struct {
-    const float *bias, *res;
-    int64_t ldr, act;
-} ds_finish;
-
-/* Row r of a tile: src's ncols values finished into dst (which may be src), 16 columns at a time (ds_conv_common.h's
-   ds_act, as ds_conv.c's tiles finish theirs; a scalar loop here was 12% of resnet18's bf16 convolutions). */
-static inline void ds_finish_row(float *dst, const float *src, int64_t ncols, const ds_finish *fin, int64_t r) {
-    for (int64_t j = 0; j < ncols; j += 16) {
-        const ds_cmask m = ds_cmask16(ncols - j);
-        ds_v16 v = ds_mld16(src + j, m);
-        if (fin->bias) v += ds_mld16(fin->bias + j, m);
-        if (fin->res) v += ds_mld16(fin->res + r * fin->ldr + j, m);
-        ds_mst16(dst + j, ds_act(v, fin->act), m);
-    }
-}
-
 /* ---- native: VDPBF16PS ---------------------------------------------------------------------------------------- */
 #if DS_BF16_NATIVE
 #include <immintrin.h>
@@ -357,7 +337,7 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
     } else {                                                                                                 \
         _tile_stored(T0, tmp, 128); _tile_stored(T1, tmp + 16, 128);                                         \
         for (int64_t r = (r0); r < (r1); r++) {                                                              \
-            if (fin) ds_finish_row(c + ((at) + r) * ldc, tmp + r * 32, ncols, fin, (at) + r);                \
+            if (fin) ds_finish_row_fast(c + ((at) + r) * ldc, tmp + r * 32, ncols, fin, &fast, (at) + r);   \
             else memcpy(c + ((at) + r) * ldc, tmp + r * 32, (size_t)ncols * 4);                               \
         }                                                                                                    \
     }
@@ -372,6 +352,7 @@ static void ds_amx_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint16_
     _Alignas(64) float tmp[16 * 32];
     const int64_t chunks = ls / 16, whole = k2 / 16, sa = ls * 4;
     if (whole < chunks) ds_amx_tail((const uint8_t *)panel, whole, k2, (uint8_t *)tail);
+    const ds_fast_finish fast = ds_fast_finish_of(fin, ncols);
     ds_amx_config();
     int64_t i = 0;
     for (; i + 32 <= m; i += 32) {

@@ -19,6 +19,7 @@ from dynshape.codegen import bf16, kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
+from dynshape.codegen.lower import conv_amx
 from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.product import AMX_TILING, epilogue_loop
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
@@ -36,6 +37,7 @@ MICRO_ROWS = 12  # the widest micro-tile's pixels: the fewest a block is made sm
 BLOCK_ALIGN = 6  # blocks start at multiples of the two-panel micro-tile's pixels (ds_conv_tile2's 6 x 64)
 MIN_TILES_PER_THREAD = 4
 BLOCK_MAJOR_BYTES = 256 << 10  # packed weights up to this size: tiles in block-major order (see _implicit_gemm)
+AMX_BLOCK_MAJOR_BYTES = 2 << 20  # the same for bf16 weights on AMX tiles
 
 
 def _i(x: int) -> kir.Const:
@@ -262,8 +264,8 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     """What the conv's C applies in registers before storing (csrc/ds_conv.c's DS_FIN_ROWS), so that the generated
     epilogue need not: (the bias operand when it is a per-output-channel vector, the ACT_* of an epilogue that is
     exactly one of FINISHING_ACTS of the conv's output (rules.finishing_act), or with `residual` (the
-    implicit-GEMM tiles) exactly Add(conv, R) or Add(conv, R) then Relu, R a float32 map like the output: R's
-    operand). (None, ACT_NONE, None) where the option is off or none of these holds."""
+    implicit-GEMM tiles) exactly Add(conv, R) (or a Sum of the two) or that then Relu, R a float32 map like the
+    output: R's operand). (None, ACT_NONE, None) where the option is off or none of these holds."""
     if not ctx.options.conv_bias_in_tiles:
         return None, ACT_NONE, None
     node = cv.node
@@ -278,7 +280,8 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     if act is not None and last:
         return bias, _ACTS[act], None
     add = group[0]
-    if not (residual and add.op_type == "Add" and len(add.inputs) == 2 and node.outputs[0] in add.inputs):
+    # (a Sum of two is an Add: Caffe2's ResNet-50, the onnx package's light_resnet50, sums its residuals)
+    if not (residual and add.op_type in ("Add", "Sum") and len(add.inputs) == 2 and node.outputs[0] in add.inputs):
         return bias, ACT_NONE, None
     res = add.inputs[1] if add.inputs[0] == node.outputs[0] else add.inputs[0]
     full = res in ops.ptrs and all(ops.patterns[ops.ptrs.index(res)]) and len(ops.patterns[ops.ptrs.index(res)]) > 1
@@ -306,13 +309,15 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) 
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}  # output pixels a key slot apart
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
-    body = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0)
+    body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0)
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
     low = bf16.active(ctx.options)
+    how = ("taps read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call finds none)" if direct
+           else "implicit GEMM on packed weights")
     return Lowered(kernel, cv.outputs, (cv.node.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs),
-                   needs=("conv", "packed_gemm", "packed_gemm_bf16") if low else ("conv",), row_stride=True,
-                   method=f"implicit GEMM on packed weights; {bf16.method(ctx.options)}" if low else
-                   "implicit GEMM on packed weights")
+                   needs=("conv", "packed_gemm", "packed_gemm_bf16", *(("conv_amx",) if direct else ()))
+                   if low else ("conv",), row_stride=True,
+                   method=f"{how}; {bf16.method(ctx.options)}" if low else how)
 
 
 def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
@@ -322,8 +327,10 @@ def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
 
 
 def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir.Buffer, bp: kir.Buffer,
-                        o0: kir.Buffer) -> list[kir.Stmt]:
-    """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD"."""
+                        o0: kir.Buffer) -> tuple[list[kir.Stmt], bool]:
+    """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD".
+    And whether its taps are read from a padded copy on AMX tiles where the call finds them (conv_amx), the
+    implicit GEMM kept for a call that does not."""
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
@@ -333,18 +340,12 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     # a tile is a block of pixels times a pair of panels (64 output channels: ds_conv_tile2's 6 x 64 micro-tiles
     # read each input value once for both), or a group's last, odd panel
     pairs = (ocg + 2 * NR - 1) // (2 * NR)
-    gq, pb, gi, q, p0, p1, r, j = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1", "r", "j"))
     pixels = kir.product([E["N"], E["OH"], E["OW"]])
     flops = pixels * (oc * geo["KH"] * geo["KW"] * cg)
     # few pixels by large weights (a classifier's 1x1 conv on the pooled 1x1 map): the threads share the stream
     weights_shared = oc * geo["KH"] * geo["KW"] * cg >= ctx.options.par_min_weights
     par = kir.Const(1, I64) if weights_shared else flops >= ctx.options.par_min_flops
-    # the pixels in NBLK blocks of about ROWS, more where the tiles would not give each thread
-    # MIN_TILES_PER_THREAD of them (SqueezeNet's 1x1 convs on 9x15 maps: 5 blocks of one panel pair, shared 3 / 2
-    # between two threads), as many as a multiple of the threads, and of equal size to a micro-tile: the threads
-    # share the tiles in equal runs, so one that got 60 + 60 pixels while the other got 60 + 16 (a 14x14 map's
-    # 196 in blocks of 60) kept its team waiting: 256 -> 256 1x1 on 14x14 at 2 threads ran 148 us, 122 balanced
-    blocks, b0, bt, threads = kir.Var("NBLK"), kir.Var("NB0"), kir.Var("NBT"), kir.Var("NT")
+    threads = kir.Var("NT")
     gp = geo["G"] * pairs
     body.append(kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))))
     want = threads * MIN_TILES_PER_THREAD
@@ -353,44 +354,77 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     amx = bf16.amx_tiles(ctx.options)
     rows, micro, align = (2 * AMX_TILING.block, AMX_TILING.align, AMX_TILING.align) if amx else (ROWS, MICRO_ROWS,
                                                                                                BLOCK_ALIGN)
-    by_rows = (pixels + (rows - 1)) / rows
-    by_want = kir.minimum((want + gp - 1) / gp, (pixels + (micro - 1)) / micro)
-    body += [kir.Let(b0, kir.Select(by_rows * gp < want, kir.maximum(by_rows, by_want), by_rows)),
-             kir.Let(bt, (b0 + threads - 1) / threads * threads),
-             kir.Let(blocks, kir.Select(bt * align <= pixels, bt, b0))]
-
-    def bound(b: kir.Expr) -> kir.Expr:
-        """Where block b starts: an equal share of the pixels, down to a multiple of the micro-tile's pixels."""
-        return kir.Select(b < blocks, b * pixels / blocks / align * align, pixels)
-
     # bf16: the block's patches gathered and rounded once per call and thread (the epoch), weights in pairs
     low = bf16.active(ctx.options)
     ep = kir.Var("ep")
     tile_fn, low_args = (bf16.conv_call(ctx.options), (ep,)) if low else ("ds_conv_tile2", ())
-    tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, bound(pb)), kir.Let(p1, bound(pb + 1)),
-            _call(tile_fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp), kir.Addr(o0), kir.Addr(zeros), p0,
-                  p1, gi, q, bias_arg, res_arg, *low_args)]
-    col0 = gi * ocg + q * NR
-    col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
     # a bias the tiles add is not the epilogue's to add again (it sees the node without it); an activation they
     # apply leaves no epilogue
     seen = _without_bias(node) if bias is not None else node
-    epilogue = [] if done else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
-                                              r, j, (col0, col1), oc)
-    if epilogue:
-        tile.append(kir.For(r, p1, tuple(epilogue), start=p0))
-    # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2 meanwhile;
-    # block-major where all the weights stay in L2 anyway (<= BLOCK_MAJOR_BYTES): a block's tiles then read and
-    # write the same rows one after another (its epilogue's residual rows arrive as one stream, not 64 columns
-    # of every row at a time)
-    weight_bytes = 4 * geo["G"] * pairs * 2 * NR * geo["KH"] * geo["KW"] * cg
-    by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
-    (v0, n0), (v1, n1) = (by_block, by_pair) if weight_bytes <= BLOCK_MAJOR_BYTES else (by_pair, by_block)
-    loop = kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2, if_=par))
+    r, j = kir.Var("r"), kir.Var("j")
+
+    def epilogue(p0: kir.Expr, p1: kir.Expr, gi: kir.Expr, q: kir.Expr) -> list[kir.Stmt]:
+        if done:
+            return []
+        col0 = gi * ocg + q * NR
+        col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
+        loop = epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j,
+                             (col0, col1), oc)
+        return [kir.For(r, p1, tuple(loop), start=p0)] if loop else []
+
+    def tiles(pixels: kir.Expr, call) -> list[kir.Stmt]:
+        """The tiles of `pixels` rows in blocks (call(p0, p1, g, q) computes one)."""
+        # the pixels in NBLK blocks of about ROWS, more where the tiles would not give each thread
+        # MIN_TILES_PER_THREAD of them (SqueezeNet's 1x1 convs on 9x15 maps: 5 blocks of one panel pair, shared
+        # 3 / 2 between two threads), as many as a multiple of the threads, and of equal size to a micro-tile: the
+        # threads share the tiles in equal runs, so one that got 60 + 60 pixels while the other got 60 + 16 (a
+        # 14x14 map's 196 in blocks of 60) kept its team waiting: 256 -> 256 1x1 on 14x14 at 2 threads ran 148 us,
+        # 122 balanced
+        blocks, b0, bt = kir.Var("NBLK"), kir.Var("NB0"), kir.Var("NBT")
+        gq, pb, gi, q, p0, p1 = (kir.Var(v) for v in ("gq", "pb", "g", "q", "p0", "p1"))
+        by_rows = (pixels + (rows - 1)) / rows
+        by_want = kir.minimum((want + gp - 1) / gp, (pixels + (micro - 1)) / micro)
+        made: list[kir.Stmt] = [
+            kir.Let(b0, kir.Select(by_rows * gp < want, kir.maximum(by_rows, by_want), by_rows)),
+            kir.Let(bt, (b0 + threads - 1) / threads * threads),
+            kir.Let(blocks, kir.Select(bt * align <= pixels, bt, b0))]
+
+        def bound(b: kir.Expr) -> kir.Expr:
+            """Where block b starts: an equal share of the pixels, down to a multiple of the micro-tile's pixels."""
+            return kir.Select(b < blocks, b * pixels / blocks / align * align, pixels)
+
+        tile = [kir.Let(gi, gq / pairs), kir.Let(q, (gq % pairs) * 2), kir.Let(p0, bound(pb)),
+                kir.Let(p1, bound(pb + 1)), call(p0, p1, gi, q), *epilogue(p0, p1, gi, q)]
+        # panel-major: each thread's consecutive tiles share a pair of panels of weights, which stays in L2
+        # meanwhile; block-major where all the weights stay in L2 anyway (<= BLOCK_MAJOR_BYTES): a block's tiles
+        # then read and write the same rows one after another (its epilogue's residual rows arrive as one stream,
+        # not 64 columns of every row at a time)
+        # (AMX: block-major up to AMX_BLOCK_MAJOR_BYTES of bf16 weights, as a block's gathered patches, which
+        # panel-major would gather again for each pair, cost as much as its products there)
+        weights = geo["G"] * pairs * 2 * NR * geo["KH"] * geo["KW"] * cg
+        block_major = 2 * weights <= AMX_BLOCK_MAJOR_BYTES if amx else 4 * weights <= BLOCK_MAJOR_BYTES
+        by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
+        (v0, n0), (v1, n1) = (by_block, by_pair) if block_major else (by_pair, by_block)
+        return [*made, kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2,
+                                                                                     if_=par))]
+
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
-    body += [kir.Alloc(zeros, _i(cg), zero=True), loop, kir.Free(zeros)]
-    return body
+    gathered = [kir.Alloc(zeros, _i(cg), zero=True),
+                *tiles(pixels, lambda p0, p1, gi, q: _call(tile_fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp),
+                                                           kir.Addr(o0), kir.Addr(zeros), p0, p1, gi, q, bias_arg,
+                                                           res_arg, *low_args)),
+                kir.Free(zeros)]
+    # (the direct tiles store output pixels, not rows of a block: no epilogue loop after them)
+    if not conv_amx.fits(geo, ctx.options) or epilogue(_i(0), _i(0), _i(0), _i(0)):
+        return body + gathered, False
+    # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy, made once per call
+    xp = kir.Buffer("xp", kir.F32, const=False)
+    fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par)
+    direct = [*fill, *tiles(conv_amx.rows(geo_buf, E["N"]),
+                            lambda p0, p1, gi, q: conv_amx.tile(geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)),
+              free]
+    return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], True
 
 
 # tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv_dw_wino.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
@@ -549,7 +583,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
         inputs.append(bp)
         weights.insert(-1, _direct_weight(cv, ctx, geo))
         pays = wino_pays(E["N"], E["OH"], E["OW"], ctx.options.winograd_min_tiles, div=div)
-        body.append(kir.If(pays, wino, tuple(_implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0))))
+        body.append(kir.If(pays, wino, tuple(_implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0)[0])))
         method += f"; implicit GEMM where the call's map has under {ctx.options.winograd_min_tiles} F(2x2) tiles " \
                   "(wino_pays)"
         needs = (*needs, "conv")

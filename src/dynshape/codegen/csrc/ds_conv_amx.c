@@ -1,0 +1,139 @@
+/* Direct convolutions on AMX tiles (TDPBF16PS), bf16 operands, float32 sums: the contract in ds_conv_amx.h.
+
+   Why: the implicit GEMM (ds_gemm_bf16.c's ds_conv_tile2_bf16) gathers each block's patches into scratch, K =
+   KH * KW * C values a pixel rounded to bf16 per block and panel pair, and its tiles then read those rows from L2
+   (a 128-pixel block of a 3x3 conv on 128 channels: 295 KB of patches). On AMX a tile product takes 16 cycles and
+   reads 2 KB, so those reads, not the products, bound the conv (perf: a third of its samples wait on tile loads),
+   and the gather itself was 14-16% of ResNet-50's bf16 time. Here the input is rounded once per call into a
+   zero-padded copy (Hp = OH + KH - 1 rows of Wp = OW + KW - 1 pixels an image, C bf16 a pixel), and output pixel
+   (oh, ow) is virtual row v = oh * Wp + ow, whose tap (kh, kw) reads padded pixel v + kh * Wp + kw: 16 virtual
+   rows at a tap and 32 channels are one A tile, a plain strided load (a pixel apart), and the rows a pass reads
+   over all taps (32 + (KH - 1) * Wp + KW - 1 pixels) stay in L1 across them. The price: the Wp - OW columns past a
+   row's end (and, between images, the KH - 1 rows past an image's end) are computed and dropped (2 of 30
+   columns on a 28-wide map, 2 of 16 on 14). The weights are the implicit GEMM's packed panels (k = (kh * KW + kw)
+   * C + c in pairs): with C a multiple of 32, a chunk of 32 k is one tap's 32 channels. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ds_amx.h"
+#include "ds_conv.h"
+#include "ds_conv_amx.h"
+#include "ds_conv_common.h"
+#include "ds_simd.h"
+
+#if DS_AMX && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define DS_CONV_AMX 1
+#include <immintrin.h>
+#else
+#define DS_CONV_AMX 0
+#endif
+
+/* zero pixels after the last image: a pass's 32 rows past the last virtual row, plus its last tap's offset */
+#define DS_PAD_SLACK 48
+
+int64_t ds_conv_amx_padded(const int64_t *geo, int64_t n) {
+    const int64_t hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1, wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+    return (n * hp * wp + wp + DS_PAD_SLACK) * geo[DS_CONV_C];
+}
+
+int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n) {
+    const int64_t hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1, wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+    return n > 0 ? ((n - 1) * hp + geo[DS_CONV_OH]) * wp : 0;
+}
+
+void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
+                     int64_t r1) {
+#if DS_CONV_AMX
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PT = geo[DS_CONV_PT];
+    const int64_t PL = geo[DS_CONV_PL], hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1;
+    const int64_t wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / hp, ih = r % hp - PT;
+        uint16_t *row = xp + r * wp * C;
+        if (ih < 0 || ih >= H) {
+            memset(row, 0, (size_t)(wp * C) * 2);
+            continue;
+        }
+        const int64_t left = PL < wp ? PL : wp, right = PL + W < wp ? PL + W : wp;
+        memset(row, 0, (size_t)(left * C) * 2);
+        const float *src = x + (img * H + ih) * W * C;
+        for (int64_t i = 0; i < (right - left) * C; i += 32) /* C % 32 == 0: whole vectors */
+            _mm512_storeu_si512(row + left * C + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16),
+                                                                                _mm512_loadu_ps(src + i)));
+        memset(row + right * C, 0, (size_t)((wp - right) * C) * 2);
+    }
+    if (r1 == n * hp) /* the slack after the last image: what the last passes read past it */
+        memset(xp + n * hp * wp * C, 0, (size_t)((wp + DS_PAD_SLACK) * C) * 2);
+#else
+    (void)geo; (void)n; (void)x; (void)xp; (void)r0; (void)r1;
+    abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */
+#endif
+}
+
+#if DS_CONV_AMX
+/* Rows 0..rows of tmp (32 floats each: virtual rows v.., a panel's columns col0..) to the output pixels they stand
+   for, finished: bias, residual, activation. */
+static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t rows, int64_t v1, int64_t col0,
+                              int64_t ncols, const float *bias, const float *res, const float *tmp) {
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t hp = OH + geo[DS_CONV_KH] - 1, wp = OW + geo[DS_CONV_KW] - 1;
+    ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT]};
+    const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
+    int64_t img = v / (hp * wp), oh = v % (hp * wp) / wp, ow = v % wp;
+    if (v + rows > v1) rows = v1 - v;
+    for (int64_t r = 0; r < rows; r++) {
+        if (oh < OH && ow < OW) {
+            const int64_t p = (img * OH + oh) * OW + ow;
+            ds_finish_row_fast(y + p * LDY + col0, tmp + r * 32, ncols, &fin, &fast, p);
+        }
+        if (++ow == wp) {
+            ow = 0;
+            if (++oh == hp) { oh = 0; img++; }
+        }
+    }
+}
+#endif
+
+void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const void *bp, float *restrict y,
+                       int64_t v0, int64_t v1, int64_t q, const float *restrict bias, const float *restrict res) {
+#if DS_CONV_AMX
+    const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];
+    const int64_t wp = geo[DS_CONV_OW] + KW - 1, cch = C / 32, k2 = KH * KW * C / 2, panels = (OC + 31) / 32;
+    const int64_t sa = C * 2; /* a tile row (a pixel) apart, in bytes */
+    _Alignas(64) float tmp[32 * 32];
+    ds_amx_config();
+    for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
+        const uint8_t *panel = (const uint8_t *)bp + qq * k2 * 128;
+        const int64_t col0 = qq * 32, ncols = OC - col0 < 32 ? OC - col0 : 32;
+        for (int64_t v = v0; v < v1; v += 32) {
+            const int two = v1 - v > 16;
+            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+            const uint8_t *b = panel;
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    const uint8_t *a = (const uint8_t *)(xp + (v + kh * wp + kw) * C);
+                    for (int64_t c = 0; c < cch; c++, b += 16 * 128) {
+                        _tile_loadd(4, a + c * 64, sa);
+                        _tile_loadd(6, b, 128);
+                        _tile_loadd(7, b + 64, 128);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        if (two) {
+                            _tile_loadd(5, a + 16 * sa + c * 64, sa);
+                            _tile_dpbf16ps(2, 5, 6);
+                            _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                }
+            _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
+            if (two) { _tile_stored(2, tmp + 16 * 32, 128); _tile_stored(3, tmp + 16 * 32 + 16, 128); }
+            ds_conv_amx_store(geo, y, v, two ? 32 : 16, v1, col0, ncols, bias, res, tmp);
+        }
+    }
+    /* (the tiles stay configured for the thread's next call: ds_amx.h's ds_amx_config) */
+#else
+    (void)geo; (void)xp; (void)bp; (void)y; (void)v0; (void)v1; (void)q; (void)bias; (void)res;
+    abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */
+#endif
+}

@@ -1,0 +1,21 @@
+/* Direct convolutions on AMX tiles in bf16 (csrc/ds_conv_amx.c), for generated kernels: a stride-1, undilated,
+   ungrouped convolution whose input channels are a multiple of 32, its input converted once per call into a
+   zero-padded bf16 copy, each tap's A tile read from that copy where it lies (no patches gathered). */
+#ifndef DS_CONV_AMX_H
+#define DS_CONV_AMX_H
+#include <stdint.h>
+
+/* The uint16 values of the padded copy of N images (geometry geo: ds_conv.h's DS_CONV_* order). */
+int64_t ds_conv_amx_padded(const int64_t *geo, int64_t n);
+/* Padded rows r0..r1 (flat over images, OH + KH - 1 rows an image) of x (channels last) into xp, rounded to bf16;
+   the zeros after the last image too when r1 is the last row. */
+void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
+                     int64_t r1);
+/* The virtual rows of N images: v = (n * (OH + KH - 1) + oh) * (OW + KW - 1) + ow, the last image's last row's
+   end; rows whose ow >= OW or oh >= OH are computed and not stored. */
+int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n);
+/* Virtual rows v0..v1 times panels q and q + 1 of the packed weights bp (pack_conv_bf16's panels), stored with
+   bias, residual and activation as ds_conv_tile2's: only on AMX (ds_bf16_use_amx(-1)); aborts elsewhere. */
+void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const void *bp, float *restrict y,
+                       int64_t v0, int64_t v1, int64_t q, const float *restrict bias, const float *restrict res);
+#endif

@@ -1,0 +1,64 @@
+"""Direct bf16 convolutions on AMX tiles (csrc/ds_conv_amx.c): which convolutions take them, and the statements
+that run one.
+
+Why: on AMX the implicit GEMM's gathered patches (a block's K = KH * KW * C values a pixel, rounded per block and
+panel pair) cost as much as the tile products they feed, and the tiles then read them from L2; a stride-1 conv
+reads its taps instead from one zero-padded bf16 copy of the input made per call (ds_conv_amx.h's virtual rows).
+The kernel keeps the implicit GEMM beside it, taken where the call finds no AMX tiles (a test's
+ds_bf16_use_amx(0), an artefact loaded on a CPU without them): the same packed weights serve both.
+"""
+
+from __future__ import annotations
+
+from dynshape.codegen import bf16, kir
+from dynshape.codegen.clib import I64 as C_I64
+from dynshape.codegen.clib import P, declare
+from dynshape.codegen.library import register_helper
+from dynshape.options import Options
+
+I64 = kir.I64
+
+LIBRARY = declare("conv_amx", "ds_conv_amx.c", {
+    "ds_conv_amx_padded": (P, C_I64), "ds_conv_amx_rows": (P, C_I64),
+    "ds_conv_amx_pad": (P, C_I64, P, P, C_I64, C_I64),
+    "ds_conv_amx_tile2": (P, P, P, P, C_I64, C_I64, C_I64, P, P)},
+    share=True, restypes={"ds_conv_amx_padded": C_I64, "ds_conv_amx_rows": C_I64})
+register_helper("conv_amx", LIBRARY, "ds_conv_amx.h")
+
+
+def fits(geo: dict, options: Options) -> bool:
+    """Whether a conv with geometry `geo` runs its tiles directly from a padded copy here: bf16 on AMX tiles
+    (compile time; the call checks again), stride 1, undilated, ungrouped, input channels a multiple of 32 (a
+    tile's 64 bytes are one tap's 32 channels)."""
+    return (options.amx_direct_conv and (geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1, 1, 1)
+            and geo["KH"] * geo["KW"] > 1 and isinstance(geo["C"], int) and geo["C"] % 32 == 0
+            and bf16.amx_tiles(options))
+
+
+def on_tiles() -> kir.Expr:
+    """The call's test: AMX tiles in use now (csrc/ds_gemm_bf16.c's ds_bf16_use_amx(-1))."""
+    return kir.Call("ds_bf16_use_amx", (kir.Const(-1, I64),), "int")
+
+
+def rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
+    """The virtual rows of n images (ds_conv_amx_rows): what the blocks divide."""
+    return kir.Call("ds_conv_amx_rows", (kir.Addr(geo_buf), n), I64)
+
+
+def padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Expr, xp: kir.Buffer,
+           par: kir.Expr) -> tuple[list[kir.Stmt], kir.Stmt]:
+    """(the statements that allocate xp and fill it with the padded bf16 copy of x, its Free): xp is a float
+    buffer of half as many values (two bf16 a float); its rows filled by the threads where `par`."""
+    r = kir.Var("pr")
+    count = (kir.Call("ds_conv_amx_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
+    fill = kir.Eval(kir.Call("ds_conv_amx_pad", (kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1),
+                             "void"))
+    return ([kir.Alloc(xp, count), kir.For(r, padded_rows, (fill,), omp=kir.Omp(parallel=True, if_=par))],
+            kir.Free(xp))
+
+
+def tile(geo_buf: kir.Buffer, xp: kir.Buffer, bp: kir.Buffer, o0: kir.Buffer, v0: kir.Expr, v1: kir.Expr,
+         q: kir.Expr, bias: kir.Expr, res: kir.Expr) -> kir.Eval:
+    """Virtual rows v0..v1 times panels q and q + 1, finished (ds_conv_amx_tile2)."""
+    return kir.Eval(kir.Call("ds_conv_amx_tile2", (kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bp), kir.Addr(o0), v0,
+                                                   v1, q, bias, res), "void"))
