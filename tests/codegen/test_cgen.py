@@ -221,7 +221,7 @@ def test_fast_math_vectorises() -> None:
         "  for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]) + ds_tanhf(x[i]) * ds_expf(x[i]);\n}\n"
     )
     lib = cc.build_shared(src, "vec", flags=[*cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized"])
-    proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, f"-I{cc.CSRC}", "-fopt-info-vec-optimized",
+    proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, *cc.include_flags(), "-fopt-info-vec-optimized",
                            str(lib.with_suffix(".c")), "-o", "/dev/null"], capture_output=True, text=True)
     assert "loop vectorized" in proc.stderr, proc.stderr
 

@@ -224,15 +224,15 @@ def test_conv_pixel_blocks_split_among_threads_cover_every_pixel_once(threads):
 
 @pytest.mark.parametrize("k, winograd", [(1, False), (3, False), (3, True)])
 def test_the_geometry_array_fills_every_slot_the_c_reads(k, winograd):
-    """The generated kernel's `geo` array has one entry per DS_CONV_* slot of csrc/ds_conv.h, each stored (the C
-    reads NPIX and WREST past the activation: a shorter array would be read past its end, silently)."""
+    """The generated kernel's `geo` array has one entry per DS_CONV_* slot the C reads (ds_shared.h, generated from
+    codegen/cshared.py), each stored (the C reads NPIX and WREST past the activation: a shorter array would be read
+    past its end, silently)."""
     import re
-    from pathlib import Path
 
-    from dynshape.codegen.cc import CSRC
+    from dynshape.codegen import cshared
 
-    header = (Path(CSRC) / "ds_conv.h").read_text()
-    body = header[header.index("enum {"):header.index("DS_CONV_GEO")]
+    header = cshared.header()
+    body = header[header.index("enum { DS_CONV_"):header.index("DS_CONV_GEO")]
     slots = len(re.findall(r"\bDS_CONV_[A-Z]+\b", body))
     w = (RNG.standard_normal((64, 32, k, k)) * 0.1).astype(np.float32)
     pads = [k // 2] * 4

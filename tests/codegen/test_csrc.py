@@ -19,7 +19,7 @@ EXTRAS = {"omp": ["-fopenmp"], "libm": ["-DDS_LIBM_MATH", "-fopenmp"]}
 
 
 def _strict_compile(name: str, extra: list, out: Path) -> subprocess.CompletedProcess:
-    argv = [*cc.find_compiler(), *cc.DEFAULT_FLAGS, *STRICT, *extra, f"-I{cc.CSRC}"]
+    argv = [*cc.find_compiler(), *cc.DEFAULT_FLAGS, *STRICT, *extra, *cc.include_flags()]
     if name == "ds_trampoline.c":
         argv.append(f"-I{sysconfig.get_paths()['include']}")
     return subprocess.run([*argv, str(cc.CSRC / name), "-o", str(out)], capture_output=True, text=True)
@@ -49,7 +49,7 @@ def test_every_header_is_self_contained(tmp_path: Path) -> None:
     for h in sorted(p.name for p in cc.CSRC.iterdir() if p.suffix == ".h"):
         src = tmp_path / "one.c"
         src.write_text(f'#include "{h}"\nint ds_unused_symbol_for_{h[:-2]};\n')
-        proc = subprocess.run([*cc.find_compiler(), *cc.DEFAULT_FLAGS, *STRICT, "-fopenmp", f"-I{cc.CSRC}",
+        proc = subprocess.run([*cc.find_compiler(), *cc.DEFAULT_FLAGS, *STRICT, "-fopenmp", *cc.include_flags(),
                                str(src), "-o", str(tmp_path / "x.so")], capture_output=True, text=True)
         assert proc.returncode == 0, f"{h}: {proc.stderr}"
 

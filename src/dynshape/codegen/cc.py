@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dynshape.codegen import cshared
 from dynshape.errors import DynshapeError
 from dynshape.options import compiler_command, default_cache_dir, default_openmp_spin
 
@@ -51,6 +52,7 @@ __all__ = [
     "compiler_identity",
     "csrc_digest",
     "find_compiler",
+    "include_flags",
     "is_offline",
     "machine_tag",
     "offline",
@@ -183,12 +185,18 @@ def machine_tag() -> str:
 
 @functools.cache
 def csrc_digest() -> str:
-    """sha256 over every file in csrc/: a source that #includes one of them is a different build when it changes."""
+    """sha256 over every file in csrc/: a source that #includes one of them is a different build when it changes
+    (ds_shared.h, generated, enters the key by cshared.DIGEST)."""
     h = hashlib.sha256()
     for f in sorted(CSRC.iterdir()):
         if f.suffix in (".c", ".h"):
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+def include_flags() -> list[str]:
+    """The include path of every build: csrc/ and the generated ds_shared.h's directory (codegen/cshared.py)."""
+    return [f"-I{CSRC}", f"-I{cshared.include_dir()}"]
 
 
 def read_csrc(name: str) -> str:
@@ -198,7 +206,8 @@ def read_csrc(name: str) -> str:
 
 def _cache_key(source: str, flags: Sequence[str], link: Sequence[str], ident: str) -> str:
     h = hashlib.sha256()
-    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, machine_tag(), csrc_digest()):
+    for part in (_FORMAT, source, "\0".join(flags), "\0".join(link), ident, machine_tag(), csrc_digest(),
+                 cshared.DIGEST):
         h.update(part.encode())
         h.update(b"\0\1\0")
     return h.hexdigest()
@@ -465,8 +474,9 @@ def _plan(
     cc = [] if ident is not None else find_compiler()
     flags = [*flags, "-fopenmp"] if openmp else list(flags)
     key = _cache_key(source, flags, link, ident if ident is not None else _compiler_identity(tuple(cc)))
-    # csrc/ enters the key by content (csrc_digest), not by where it is installed
-    return cache_dir() / key[:2] / f"{name}-{key[:40]}.so", cc, [*flags, f"-I{CSRC}"]
+    # csrc/ and the generated ds_shared.h enter the key by content (csrc_digest, cshared.DIGEST), not by where they
+    # are
+    return cache_dir() / key[:2] / f"{name}-{key[:40]}.so", cc, [*flags, *include_flags()]
 
 
 def _need_build(source: str, name: str, flags: Sequence[str], link: Sequence[str], cc: list[str],

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.codegen import cshared
 from dynshape.codegen.clib import F32, I64, P, declare
 from dynshape.ir.buffers import OWN_PAGES_BYTES, fresh_array
 
-NR = 32  # columns per packed panel: two 16-float vectors
+NR = cshared.NR  # columns per packed panel: two 16-float vectors (DS_NR)
 ROW_BLOCK = 60  # rows per block (a multiple of every micro-tile height): the block stays in cache for the epilogue
 ROW_TAIL = 12  # a last block of up to this many rows joins the one before it
 MR_WIDE = 12  # rows per micro-tile with 32 vector registers (AVX-512): 24 accumulators; 12 measured 6-10% over 8

@@ -8,23 +8,15 @@
 #define DS_CONV_INCLUDED
 #include <stdint.h>
 
-/* geo[]: the convolution's geometry, in this order (H = KH = 1 for 1-D). */
-enum {
-    DS_CONV_H, DS_CONV_W, DS_CONV_C,        /* input rows, columns, channels (a pixel is C floats) */
-    DS_CONV_OH, DS_CONV_OW, DS_CONV_OC,     /* output rows, columns, channels */
-    DS_CONV_KH, DS_CONV_KW, DS_CONV_SH, DS_CONV_SW, DS_CONV_DH, DS_CONV_DW,
-    DS_CONV_PT, DS_CONV_PL,                 /* begin pads (top, left) */
-    DS_CONV_G, DS_CONV_CG, DS_CONV_OCG,     /* groups, input and output channels per group */
-    DS_CONV_LDY,                            /* output pixel stride in floats (>= OC: a concat slice) */
-    DS_CONV_ACT,                            /* what the tiles apply after their bias: DS_ACT_* */
-    DS_CONV_NPIX,                           /* output pixels in all (N * OH * OW): which block is a pair's last */
-    DS_CONV_WREST,                          /* packed weight floats from bp on that the caller's tiles run through
-                                               (0: the conv's own, G * panels * K * 32) */
-    DS_CONV_GEO
-};
-enum { DS_ACT_NONE, DS_ACT_RELU, DS_ACT_HARDSWISH, DS_ACT_SILU };
-
-#define DS_CONV_ROWS 60 /* output pixels per block: a multiple of every micro-tile height */
+/* geo[]: the convolution's geometry, indexed by DS_CONV_<field> (H = KH = 1 for 1-D): input rows, columns and
+   channels (a pixel is C floats) H, W, C; output rows, columns, channels OH, OW, OC; KH, KW, SH, SW, DH, DW; the
+   begin pads (top, left) PT, PL; groups and the input and output channels per group G, CG, OCG; LDY, the output
+   pixel stride in floats (>= OC: a concat slice); ACT, what the tiles apply after their bias (DS_ACT_*); NPIX, the
+   output pixels in all (N * OH * OW: which block is a pair's last); WREST, the packed weight floats from bp on
+   that the caller's tiles run through (0: the conv's own, G * panels * K * 32). The fields' order, DS_ACT_*, and
+   DS_CONV_ROWS (output pixels per block: a multiple of every micro-tile height) come from ds_shared.h, generated
+   from codegen/cshared.py, which the lowerings read too. */
+#include "ds_shared.h"
 
 /* y[p][g * OCG + q * 32 + j] = sum_k x[...] * w[...] for the flat output pixels p0 <= p < p1 (p = (n * OH + ho)
    * OW + wo) and the columns of panel q of group g; `zeros` holds at least CG zero floats (what a padded tap
@@ -59,8 +51,7 @@ void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x,
    image), `up` the 16 transformed weight matrices packed as 1x1 convolutions' (pack_winograd), `scratch`
    DS_WINO_SCRATCH(C, OC) floats of the caller's. With `par`, the call's own OpenMP team shares the work.
    `bias` as in ds_conv_tile: added (then geo[DS_CONV_ACT]) as each output tile is stored. */
-/* DS_WINO_TILES / DS_WINO4_TILES, the tiles per chunk of F(2x2) / F(4x4), come from the library's build flags:
-   codegen/lower/conv.py's WINO_TILES, which also sizes the scratch its kernels allocate */
+/* DS_WINO_TILES / DS_WINO4_TILES, the tiles per chunk of F(2x2) / F(4x4): ds_shared.h's */
 #define DS_WINO_SCRATCH(C, OC) (16 * DS_WINO_TILES * ((C) + (OC)))
 void ds_wino_f2(const int64_t *geo, const float *restrict x, const float *restrict up, float *restrict y,
                 const float *restrict zeros, int64_t t0, int64_t t1, int64_t par, float *restrict scratch,

@@ -5,14 +5,8 @@
 
 #include "ds_conv_common.h"
 
-/* Winograd's tiles per chunk: the library is built with codegen/lower/conv.py's WINO_TILES (which also sizes the
-   scratch its kernels allocate); these defaults only serve a build of this file on its own, as ds_gemm.c's do */
-#ifndef DS_WINO_TILES
-#define DS_WINO_TILES 96
-#endif
-#ifndef DS_WINO4_TILES
-#define DS_WINO4_TILES 48
-#endif
+/* Winograd's tiles per chunk, DS_WINO_TILES and DS_WINO4_TILES: ds_shared.h's (codegen/cshared.py's WINO_TILES,
+   which also sizes the scratch its kernels allocate) */
 
 /* A Winograd output tile's finish: + bias (n values from p, zeros past them and for no bias), then the
    activation (ds_conv.c's dense tiles finish theirs in registers, row by row: DS_FIN_ROWS) */

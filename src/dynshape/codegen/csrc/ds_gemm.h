@@ -4,7 +4,7 @@
 #define DS_GEMM_H
 #include <stdint.h>
 
-#define DS_NR 32 /* columns per packed panel: two 16-float vectors */
+#include "ds_shared.h" /* DS_NR: columns per packed panel (two 16-float vectors) */
 
 void ds_pack_panels(const float *restrict b, int64_t ldb, int64_t k, int64_t n, float *restrict bp);
 void ds_pack_panels_t(const float *restrict a, int64_t lda, int64_t k, int64_t n, float *restrict bp);

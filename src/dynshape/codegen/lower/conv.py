@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dynshape.codegen import bf16, kir
+from dynshape.codegen import bf16, cshared, kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
@@ -32,7 +32,7 @@ from dynshape.passes.values import const_value, row_pattern
 from dynshape.sym import eq, prove, sym
 
 I64 = kir.I64
-ROWS = 60  # output pixels per tile (DS_CONV_ROWS)
+ROWS = cshared.CONV_ROWS  # output pixels per tile
 MICRO_ROWS = 12  # the widest micro-tile's pixels: the fewest a block is made smaller to
 BLOCK_ALIGN = 6  # blocks start at multiples of the two-panel micro-tile's pixels (ds_conv_tile2's 6 x 64)
 MIN_TILES_PER_THREAD = 4
@@ -227,7 +227,8 @@ def winograd_fits(geo: dict) -> bool:
         and geo["C"] >= 16 and geo["OC"] >= 16
 
 
-ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU = 0, 1, 2, 3  # csrc/ds_conv.h's DS_ACT_*
+ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU = (cshared.Act.NONE, cshared.Act.RELU, cshared.Act.HARDSWISH,
+                                             cshared.Act.SILU)  # what the conv's C applies (DS_ACT_*)
 # an epilogue that is just one of these: applied in the C (the order of passes/rules.py's FINISHING_ACTS, which the
 # 1x1 -> depthwise rule checks)
 _ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH, ACT_SILU), strict=True))
@@ -235,20 +236,20 @@ _ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH, ACT_SILU), strict=Tru
 
 def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None
                ) -> tuple[kir.Buffer, list[kir.Stmt]]:
-    """The geometry array the conv libraries read (csrc/ds_conv.h's DS_CONV_* order), filled from the key."""
+    """The geometry array the conv libraries read (cshared.CONV_GEO's fields, ds_shared.h's DS_CONV_* indices),
+    filled from the key."""
     geo_buf = kir.Buffer("geo", I64, const=False)
-    order = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG")
-    body: list[kir.Stmt] = [kir.Array(geo_buf, len(order) + 4)]
-    for i, k in enumerate(order):
-        body.append(kir.Store(geo_buf, _i(i), E[k] if k in E else _i(geo[k])))
-    # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel, or
-    # a Concat's wider one), else the pixel itself
-    body.append(kir.Store(geo_buf, _i(len(order)), E.get("LD", _i(geo["OC"]))))
-    body.append(kir.Store(geo_buf, _i(len(order) + 1), _i(act)))
-    # NPIX, the output pixels of the call: a pair's last block (p1 == NPIX) prefetches the next pair's weights
-    body.append(kir.Store(geo_buf, _i(len(order) + 2),
-                          kir.product([E["N"], E["OH"], E["OW"]]) if npix is None else npix))
-    body.append(kir.Store(geo_buf, _i(len(order) + 3), _i(0)))  # WREST: the conv's own packed weights
+    fields = {
+        # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel,
+        # or a Concat's wider one), else the pixel itself
+        "LDY": E.get("LD", _i(geo["OC"])),
+        "ACT": _i(act),
+        # NPIX, the output pixels of the call: a pair's last block (p1 == NPIX) prefetches the next pair's weights
+        "NPIX": kir.product([E["N"], E["OH"], E["OW"]]) if npix is None else npix,
+        "WREST": _i(0)}  # the conv's own packed weights
+    body: list[kir.Stmt] = [kir.Array(geo_buf, len(cshared.CONV_GEO))]
+    for i, k in enumerate(cshared.CONV_GEO):
+        body.append(kir.Store(geo_buf, _i(i), fields[k] if k in fields else E[k] if k in E else _i(geo[k])))
     return geo_buf, body
 
 
@@ -427,9 +428,9 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], True
 
 
-# tiles per chunk of ds_wino_f2 / ds_wino_f4 (passed to ds_conv_dw_wino.c as DS_WINO_TILES, DS_WINO4_TILES): a chunk's V
-# and M stay in L2 for 256 + 256 channels
-WINO_TILES = {2: 96, 4: 48}
+# tiles per chunk of ds_wino_f2 / ds_wino_f4 (ds_shared.h's DS_WINO_TILES, DS_WINO4_TILES): a chunk's V and M stay
+# in L2 for 256 + 256 channels
+WINO_TILES = cshared.WINO_TILES
 
 
 WINO4_MAX_WEIGHTS = 512 * 512  # C * OC from which F(2x2) is kept: 36 weight matrices a chunk outweigh the products
@@ -763,8 +764,7 @@ DW_WINO_LIBRARY = declare(
                                                            C_I64),
                                           "ds_wino_f4_t": (P, P, P, P, P, C_I64, C_I64, C_I64, P, P, C_I64, C_I64,
                                                            C_I64)},
-    share=True, openmp=True, needs=(LIBRARY,),
-    flags=(f"-DDS_WINO_TILES={WINO_TILES[2]}", f"-DDS_WINO4_TILES={WINO_TILES[4]}"))
+    share=True, openmp=True, needs=(LIBRARY,))
 register_helper("conv", LIBRARY, "ds_conv.h")
 register_helper("conv_dw_wino", DW_WINO_LIBRARY, "ds_conv.h")
 register_lowering("conv", "kernel", lower_conv)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dynshape.codegen import kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
+from dynshape.codegen.cshared import POOL_GEO, PoolMode
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower.operands import computable
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
@@ -138,11 +139,13 @@ def _windowed(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     o0, x = kir.Buffer("o0", F32, const=False), kir.Buffer("i0")
     geo = kir.Buffer("geo", I64, const=False)
-    mode = MODE_MAX if kind is PoolKind.MAX else MODE_AVG_PADS if a.get("count_include_pad", 0) else MODE_AVG
-    fields = (E["H"], E["W"], _i(c), E["OH"], E["OW"], _i(kernel[0]), _i(kernel[1]), _i(strides[0]),
-              _i(strides[1]), _i(dilations[0]), _i(dilations[1]), E["PT"], E["PL"], E["PB"], E["PR"], _i(mode))
-    body: list[kir.Stmt] = [kir.Array(geo, len(fields))]
-    body += [kir.Store(geo, _i(i), f) for i, f in enumerate(fields)]
+    mode = PoolMode.MAX if kind is PoolKind.MAX else PoolMode.AVG_PADS if a.get("count_include_pad", 0) \
+        else PoolMode.AVG
+    fields = {"H": E["H"], "W": E["W"], "C": _i(c), "OH": E["OH"], "OW": E["OW"], "KH": _i(kernel[0]),
+              "KW": _i(kernel[1]), "SH": _i(strides[0]), "SW": _i(strides[1]), "DH": _i(dilations[0]),
+              "DW": _i(dilations[1]), "PT": E["PT"], "PL": E["PL"], "PB": E["PB"], "PR": E["PR"], "MODE": _i(mode)}
+    body: list[kir.Stmt] = [kir.Array(geo, len(POOL_GEO))]  # ds_shared.h's DS_POOL_* indices
+    body += [kir.Store(geo, _i(i), fields[k]) for i, k in enumerate(POOL_GEO)]
     nho, n, ho = kir.Var("nho"), kir.Var("n"), kir.Var("ho")
     row = (kir.Let(n, nho / E["OH"]), kir.Let(ho, nho % E["OH"]),
            kir.Eval(kir.Call("ds_pool_row", (kir.Addr(geo), kir.Addr(x), kir.Addr(o0, nho * E["OW"] * c), n, ho),
@@ -154,7 +157,6 @@ def _windowed(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     return Lowered(kern, p.outputs, (node.inputs[0],), needs=("pool",))
 
 
-MODE_MAX, MODE_AVG, MODE_AVG_PADS = 0, 1, 2  # csrc/ds_pool.h's DS_POOL_*
 LIBRARY = declare("pool", "ds_pool.c", {"ds_pool_row": (P, P, P, C_I64, C_I64)}, share=True)
 register_helper("pool", LIBRARY, "ds_pool.h")
 register_lowering("pool", "kernel", lower_pool)

@@ -1,0 +1,81 @@
+"""The constants that Python and the static C share, each defined once, here: the C reads them from a header made
+from this module (`ds_shared.h`, on every build's include path; its digest in every build's cache key), the
+lowerings import them.
+
+Why: a lowering fills an array the C reads by position (a conv's or pool's geometry), passes a code the C switches
+on (an activation, a pool's mode) or sizes scratch the C fills (Winograd's chunks); these were defined twice, in a
+.h and in a .py, kept equal by a comment, so a field added on one side only would have shifted every field after it
+with no error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import functools
+import hashlib
+import shutil
+import tempfile
+from pathlib import Path
+
+HEADER = "ds_shared.h"
+
+NR = 32  # columns of a packed weight panel: two 16-float vectors (DS_NR)
+CONV_ROWS = 60  # output pixels per block of ds_conv_tile2: a multiple of every micro-tile height (DS_CONV_ROWS)
+WINO_TILES = {2: 96, 4: 48}  # tiles per chunk of ds_wino_f2 / ds_wino_f4 (DS_WINO_TILES, DS_WINO4_TILES)
+
+
+class Act(enum.IntEnum):
+    """What a conv's tiles apply after their bias (DS_ACT_*; csrc/ds_conv_common.h's ds_act)."""
+
+    NONE = 0
+    RELU = 1
+    HARDSWISH = 2
+    SILU = 3
+
+
+class PoolMode(enum.IntEnum):
+    """How ds_pool_row reduces a window (DS_POOL_*): the max, the mean over the taps inside the input, or over the
+    padded input's (count_include_pad)."""
+
+    MAX = 0
+    AVG = 1
+    AVG_PADS = 2
+
+
+# a conv's geometry array (DS_CONV_<field> is its index; csrc/ds_conv.h says what each holds)
+CONV_GEO = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG",
+            "LDY", "ACT", "NPIX", "WREST")
+# a pool's geometry array (DS_POOL_<field>; csrc/ds_pool.h)
+POOL_GEO = ("H", "W", "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "PB", "PR", "MODE")
+
+
+def _enum(prefix: str, names: tuple[str, ...], last: str) -> str:
+    return f"enum {{ {', '.join(f'{prefix}_{n}' for n in names)}, {prefix}_{last} }};\n"
+
+
+def header() -> str:
+    """The text of ds_shared.h."""
+    return "".join([
+        "/* Generated from src/dynshape/codegen/cshared.py: the constants Python and the C share. Do not edit. */\n",
+        "#ifndef DS_SHARED_H\n#define DS_SHARED_H\n",
+        f"#define DS_NR {NR}\n#define DS_CONV_ROWS {CONV_ROWS}\n",
+        f"#define DS_WINO_TILES {WINO_TILES[2]}\n#define DS_WINO4_TILES {WINO_TILES[4]}\n",
+        "enum { " + ", ".join(f"DS_ACT_{a.name} = {a.value}" for a in Act) + " };\n",
+        "enum { " + ", ".join(f"DS_POOL_{m.name} = {m.value}" for m in PoolMode) + " };\n",
+        _enum("DS_CONV", CONV_GEO, "GEO"),
+        _enum("DS_POOL", POOL_GEO, "GEO"),
+        "#endif\n"])
+
+
+DIGEST = hashlib.sha256(header().encode()).hexdigest()
+
+
+@functools.cache
+def include_dir() -> Path:
+    """A directory holding ds_shared.h, made once per process (a temporary one: the package's own csrc/ may be
+    read-only where it is installed), for every build's -I."""
+    where = Path(tempfile.mkdtemp(prefix="dynshape-include-"))
+    atexit.register(shutil.rmtree, where, True)
+    (where / HEADER).write_text(header())
+    return where
