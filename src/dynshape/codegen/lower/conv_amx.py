@@ -28,8 +28,9 @@ register_helper("conv_amx", LIBRARY, "ds_conv_amx.h")
 
 def fits(geo: dict, options: Options) -> bool:
     """Whether a conv with geometry `geo` runs its tiles directly from a padded copy here: bf16 on AMX tiles
-    (compile time; the call checks again), stride 1, undilated, ungrouped, input channels a multiple of 32 (a
-    tile's 64 bytes are one tap's 32 channels)."""
+    (compile time; the call checks again), stride 1, undilated, ungrouped, a window wider than 1x1 (a 1x1 conv's
+    gathered rows are its input rows, converted per block in cache: a padded copy would only add a pass through
+    memory), input channels a multiple of 32 (a tile's 64 bytes are one tap's 32 channels)."""
     return (options.amx_direct_conv and (geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1, 1, 1)
             and geo["KH"] * geo["KW"] > 1 and isinstance(geo["C"], int) and geo["C"] % 32 == 0
             and bf16.amx_tiles(options))
