@@ -99,27 +99,33 @@ enum { DS_AMX_BF16, DS_AMX_U8S8 };
 #define DS_AMX_DP(kind, c, x, y)                                                                             \
     if ((kind) == DS_AMX_BF16) DS_AMX_DPBF16(c, x, y); else DS_AMX_DPBUSD(c, x, y)
 
+/* One chunk of k (16 rows of B, 64 bytes of A a row): `rows` (16 or 32) rows of A from `a` (rows `sa` bytes apart)
+   times the two B tiles side by side at `b` (rows of 128 bytes), added into tiles 0, 1 and, for 32 rows, 2, 3;
+   TDPBF16PS or TDPBUSD by `kind`. Always inlined: a constant `rows` or `kind` leaves no test in the loop. */
+static inline __attribute__((always_inline)) void ds_amx_chunk(const uint8_t *a, int64_t sa, const uint8_t *b,
+                                                                const int rows, const int kind) {
+    _tile_loadd(4, a, sa);
+    _tile_loadd(6, b, 128);
+    _tile_loadd(7, b + 64, 128);
+    DS_AMX_DP(kind, 0, 4, 6);
+    DS_AMX_DP(kind, 1, 4, 7);
+    if (rows == 32) {
+        _tile_loadd(5, a + 16 * sa, sa);
+        DS_AMX_DP(kind, 2, 5, 6);
+        DS_AMX_DP(kind, 3, 5, 7);
+    }
+}
+
 /* `rows` (16 or 32) rows of A (64 bytes of k a tile row, rows `sa` bytes apart: bf16 pairs or u8 quads) times one
    packed panel (rows of 128 bytes, two B tiles side by side: 16 rows a chunk of k; the last, short chunk from
    `tail`), TDPBF16PS or TDPBUSD by `kind`: the sums in tiles 0, 1 (rows 0..15, columns 0..15 and 16..31) and, for
-   32 rows, 2, 3. Always inlined: a constant `rows` or `kind` leaves no test in the loop. */
+   32 rows, 2, 3. */
 static inline __attribute__((always_inline)) void ds_amx_pass(const uint8_t *a, int64_t sa, const uint8_t *panel,
                                                                const uint8_t *tail, int64_t whole, int64_t chunks,
                                                                const int rows, const int kind) {
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (int64_t kc = 0; kc < chunks; kc++) {
-        const uint8_t *b = kc < whole ? panel + kc * 16 * 128 : tail;
-        _tile_loadd(4, a + kc * 64, sa);
-        _tile_loadd(6, b, 128);
-        _tile_loadd(7, b + 64, 128);
-        DS_AMX_DP(kind, 0, 4, 6);
-        DS_AMX_DP(kind, 1, 4, 7);
-        if (rows == 32) {
-            _tile_loadd(5, a + 16 * sa + kc * 64, sa);
-            DS_AMX_DP(kind, 2, 5, 6);
-            DS_AMX_DP(kind, 3, 5, 7);
-        }
-    }
+    for (int64_t kc = 0; kc < chunks; kc++)
+        ds_amx_chunk(a + kc * 64, sa, kc < whole ? panel + kc * 16 * 128 : tail, rows, kind);
 }
 #else
 #define DS_AMX 0

@@ -32,13 +32,21 @@
 /* zero pixels after the last image: a pass's 32 rows past the last virtual row, plus its last tap's offset */
 #define DS_PAD_SLACK 48
 
+/* The padded map of one image: OH + KH - 1 rows (*hp) of OW + KW - 1 pixels (*wp), stride 1. */
+static inline void ds_padded_map(const int64_t *geo, int64_t *hp, int64_t *wp) {
+    *hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1;
+    *wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+}
+
 int64_t ds_conv_amx_padded(const int64_t *geo, int64_t n) {
-    const int64_t hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1, wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+    int64_t hp, wp;
+    ds_padded_map(geo, &hp, &wp);
     return (n * hp * wp + wp + DS_PAD_SLACK) * geo[DS_CONV_C];
 }
 
 int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n) {
-    const int64_t hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1, wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+    int64_t hp, wp;
+    ds_padded_map(geo, &hp, &wp);
     return n > 0 ? ((n - 1) * hp + geo[DS_CONV_OH]) * wp : 0;
 }
 
@@ -46,8 +54,9 @@ void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uin
                      int64_t r1) {
 #if DS_CONV_AMX
     const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PT = geo[DS_CONV_PT];
-    const int64_t PL = geo[DS_CONV_PL], hp = geo[DS_CONV_OH] + geo[DS_CONV_KH] - 1;
-    const int64_t wp = geo[DS_CONV_OW] + geo[DS_CONV_KW] - 1;
+    const int64_t PL = geo[DS_CONV_PL];
+    int64_t hp, wp;
+    ds_padded_map(geo, &hp, &wp);
     for (int64_t r = r0; r < r1; r++) {
         const int64_t img = r / hp, ih = r % hp - PT;
         uint16_t *row = xp + r * wp * C;
@@ -77,7 +86,8 @@ void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uin
 static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t rows, int64_t v1, int64_t col0,
                               int64_t ncols, const float *bias, const float *res, const float *tmp) {
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
-    const int64_t hp = OH + geo[DS_CONV_KH] - 1, wp = OW + geo[DS_CONV_KW] - 1;
+    int64_t hp, wp;
+    ds_padded_map(geo, &hp, &wp);
     ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT]};
     const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
     int64_t img = v / (hp * wp), oh = v % (hp * wp) / wp, ow = v % wp;
@@ -99,7 +109,10 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
                        int64_t v0, int64_t v1, int64_t q, const float *restrict bias, const float *restrict res) {
 #if DS_CONV_AMX
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];
-    const int64_t wp = geo[DS_CONV_OW] + KW - 1, cch = C / 32, k2 = KH * KW * C / 2, panels = (OC + 31) / 32;
+    const int64_t cch = C / 32, k2 = KH * KW * C / 2, panels = (OC + 31) / 32;
+    int64_t hp, wp;
+    ds_padded_map(geo, &hp, &wp);
+    (void)hp;
     const int64_t sa = C * 2; /* a tile row (a pixel) apart, in bytes */
     _Alignas(64) float tmp[32 * 32];
     ds_amx_config();
@@ -114,16 +127,8 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
                 for (int64_t kw = 0; kw < KW; kw++) {
                     const uint8_t *a = (const uint8_t *)(xp + (v + kh * wp + kw) * C);
                     for (int64_t c = 0; c < cch; c++, b += 16 * 128) {
-                        _tile_loadd(4, a + c * 64, sa);
-                        _tile_loadd(6, b, 128);
-                        _tile_loadd(7, b + 64, 128);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 4, 7);
-                        if (two) {
-                            _tile_loadd(5, a + 16 * sa + c * 64, sa);
-                            _tile_dpbf16ps(2, 5, 6);
-                            _tile_dpbf16ps(3, 5, 7);
-                        }
+                        if (two) ds_amx_chunk(a + c * 64, sa, b, 32, DS_AMX_BF16);
+                        else ds_amx_chunk(a + c * 64, sa, b, 16, DS_AMX_BF16);
                     }
                 }
             _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
