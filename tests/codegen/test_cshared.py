@@ -10,7 +10,7 @@ from dynshape.codegen.lower import conv, pool
 
 _NAMES = ([f"DS_CONV_{f}" for f in (*cshared.CONV_GEO, "GEO")] + [f"DS_POOL_{f}" for f in (*cshared.POOL_GEO, "GEO")]
           + [f"DS_ACT_{a.name}" for a in cshared.Act] + [f"DS_POOL_{m.name}" for m in cshared.PoolMode]
-          + ["DS_NR", "DS_CONV_ROWS", "DS_WINO_TILES", "DS_WINO4_TILES"])
+          + ["DS_NR", "DS_CONV_ROWS", "DS_WINO_TILES", "DS_WINO4_TILES", "DS_CONV_AMX_MAX_KH"])
 
 
 def test_the_c_headers_see_the_python_constants() -> None:
@@ -27,7 +27,7 @@ def test_the_c_headers_see_the_python_constants() -> None:
             **{f"DS_ACT_{a.name}": int(a) for a in cshared.Act}, **{f"DS_POOL_{m.name}": int(m) for m in
                                                                       cshared.PoolMode},
             "DS_NR": cshared.NR, "DS_CONV_ROWS": cshared.CONV_ROWS, "DS_WINO_TILES": cshared.WINO_TILES[2],
-            "DS_WINO4_TILES": cshared.WINO_TILES[4]}
+            "DS_WINO4_TILES": cshared.WINO_TILES[4], "DS_CONV_AMX_MAX_KH": cshared.CONV_AMX_MAX_KH}
     assert seen == want
 
 

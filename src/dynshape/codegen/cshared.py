@@ -23,6 +23,9 @@ HEADER = "ds_shared.h"
 NR = 32  # columns of a packed weight panel: two 16-float vectors (DS_NR)
 CONV_ROWS = 60  # output pixels per block of ds_conv_tile2: a multiple of every micro-tile height (DS_CONV_ROWS)
 WINO_TILES = {2: 96, 4: 48}  # tiles per chunk of ds_wino_f2 / ds_wino_f4 (DS_WINO_TILES, DS_WINO4_TILES)
+# window rows of a direct AMX conv whose rows end in a half chunk (ds_conv_amx_tile2 keeps a B tile each on its
+# stack: 2 KB a row): conv_amx.fits admits no taller window (DS_CONV_AMX_MAX_KH)
+CONV_AMX_MAX_KH = 16
 
 
 class Act(enum.IntEnum):
@@ -61,6 +64,7 @@ def header() -> str:
         "#ifndef DS_SHARED_H\n#define DS_SHARED_H\n",
         f"#define DS_NR {NR}\n#define DS_CONV_ROWS {CONV_ROWS}\n",
         f"#define DS_WINO_TILES {WINO_TILES[2]}\n#define DS_WINO4_TILES {WINO_TILES[4]}\n",
+        f"#define DS_CONV_AMX_MAX_KH {CONV_AMX_MAX_KH}\n",
         "enum { " + ", ".join(f"DS_ACT_{a.name} = {a.value}" for a in Act) + " };\n",
         "enum { " + ", ".join(f"DS_POOL_{m.name} = {m.value}" for m in PoolMode) + " };\n",
         _enum("DS_CONV", CONV_GEO, "GEO"),

@@ -7,11 +7,13 @@
    and the gather itself was 14-16% of ResNet-50's bf16 time. Here the input is rounded once per call into a
    zero-padded copy (Hp = OH + KH - 1 rows of Wp = OW + KW - 1 pixels an image, C bf16 a pixel), and output pixel
    (oh, ow) is virtual row v = oh * Wp + ow, whose tap (kh, kw) reads padded pixel v + kh * Wp + kw: 16 virtual
-   rows at a tap and 32 channels are one A tile, a plain strided load (a pixel apart), and the rows a pass reads
+   rows at 32 values of a window row (KW * C contiguous values from padded pixel v + kh * Wp) are one A tile, a
+   plain strided load (a pixel apart), and the rows a pass reads
    over all taps (32 + (KH - 1) * Wp + KW - 1 pixels) stay in L1 across them. The price: the Wp - OW columns past a
    row's end (and, between images, the KH - 1 rows past an image's end) are computed and dropped (2 of 30
    columns on a 28-wide map, 2 of 16 on 14). The weights are the implicit GEMM's packed panels (k = (kh * KW + kw)
-   * C + c in pairs): with C a multiple of 32, a chunk of 32 k is one tap's 32 channels. */
+   * C + c in pairs): a chunk of 32 k is 32 values of a window row (one tap's 32 channels where C is a multiple of
+   32; two taps of 16 channels on a UNet's 16-channel convs, whose 48-value rows end in a half chunk). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,9 +69,14 @@ void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uin
         const int64_t left = PL < wp ? PL : wp, right = PL + W < wp ? PL + W : wp;
         memset(row, 0, (size_t)(left * C) * 2);
         const float *src = x + (img * H + ih) * W * C;
-        for (int64_t i = 0; i < (right - left) * C; i += 32) /* C % 32 == 0: whole vectors */
-            _mm512_storeu_si512(row + left * C + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16),
-                                                                                _mm512_loadu_ps(src + i)));
+        const int64_t count = (right - left) * C; /* C % 16 == 0: whole halves of a vector */
+        for (int64_t i = 0; i < count; i += 32) {
+            if (count - i >= 32)
+                _mm512_storeu_si512(row + left * C + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16),
+                                                                                    _mm512_loadu_ps(src + i)));
+            else
+                _mm256_storeu_si256((__m256i *)(row + left * C + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+        }
         memset(row + right * C, 0, (size_t)((wp - right) * C) * 2);
     }
     if (r1 == n * hp) /* the slack after the last image: what the last passes read past it */
@@ -109,28 +116,41 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
                        int64_t v0, int64_t v1, int64_t q, const float *restrict bias, const float *restrict res) {
 #if DS_CONV_AMX
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];
-    const int64_t cch = C / 32, k2 = KH * KW * C / 2, panels = (OC + 31) / 32;
+    /* a window row: KW * C contiguous values, `whole` chunks of 32 and (C an odd multiple of 16) a half */
+    const int64_t run = KW * C, whole = run / 32, half = run % 32 != 0;
+    const int64_t k2 = KH * run / 2, panels = (OC + 31) / 32;
+    if (run % 16 || run < 32 || (half && KH > DS_CONV_AMX_MAX_KH)) abort(); /* conv_amx.fits admits none */
     int64_t hp, wp;
     ds_padded_map(geo, &hp, &wp);
     (void)hp;
     const int64_t sa = C * 2; /* a tile row (a pixel) apart, in bytes */
     _Alignas(64) float tmp[32 * 32];
+    /* a window row's half chunk: its last 16 values read as the last 32 of the row (the 16 before them are the
+       row's own, so nothing outside the window enters the sums), times B rows zero for those 16 then the half's */
+    _Alignas(64) uint8_t halves[half ? KH : 1][16 * 128];
     ds_amx_config();
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const uint8_t *panel = (const uint8_t *)bp + qq * k2 * 128;
         const int64_t col0 = qq * 32, ncols = OC - col0 < 32 ? OC - col0 : 32;
+        for (int64_t kh = 0; kh < KH && half; kh++) {
+            memset(halves[kh], 0, 8 * 128);
+            memcpy(halves[kh] + 8 * 128, panel + (kh * run / 2 + whole * 16) * 128, 8 * 128);
+        }
         for (int64_t v = v0; v < v1; v += 32) {
             const int two = v1 - v > 16;
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-            const uint8_t *b = panel;
-            for (int64_t kh = 0; kh < KH; kh++)
-                for (int64_t kw = 0; kw < KW; kw++) {
-                    const uint8_t *a = (const uint8_t *)(xp + (v + kh * wp + kw) * C);
-                    for (int64_t c = 0; c < cch; c++, b += 16 * 128) {
-                        if (two) ds_amx_chunk(a + c * 64, sa, b, 32, DS_AMX_BF16);
-                        else ds_amx_chunk(a + c * 64, sa, b, 16, DS_AMX_BF16);
-                    }
+            for (int64_t kh = 0; kh < KH; kh++) {
+                const uint8_t *a = (const uint8_t *)(xp + (v + kh * wp) * C);
+                const uint8_t *b = panel + kh * run / 2 * 128;
+                for (int64_t c = 0; c < whole; c++, b += 16 * 128) {
+                    if (two) ds_amx_chunk(a + c * 64, sa, b, 32, DS_AMX_BF16);
+                    else ds_amx_chunk(a + c * 64, sa, b, 16, DS_AMX_BF16);
                 }
+                if (half) {
+                    if (two) ds_amx_chunk(a + (run - 32) * 2, sa, halves[kh], 32, DS_AMX_BF16);
+                    else ds_amx_chunk(a + (run - 32) * 2, sa, halves[kh], 16, DS_AMX_BF16);
+                }
+            }
             _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
             if (two) { _tile_stored(2, tmp + 16 * 32, 128); _tile_stored(3, tmp + 16 * 32 + 16, 128); }
             ds_conv_amx_store(geo, y, v, two ? 32 : 16, v1, col0, ncols, bias, res, tmp);

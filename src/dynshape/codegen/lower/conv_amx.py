@@ -10,7 +10,7 @@ ds_bf16_use_amx(0), an artefact loaded on a CPU without them): the same packed w
 
 from __future__ import annotations
 
-from dynshape.codegen import bf16, kir
+from dynshape.codegen import bf16, cshared, kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
@@ -30,10 +30,15 @@ def fits(geo: dict, options: Options) -> bool:
     """Whether a conv with geometry `geo` runs its tiles directly from a padded copy here: bf16 on AMX tiles
     (compile time; the call checks again), stride 1, undilated, ungrouped, a window wider than 1x1 (a 1x1 conv's
     gathered rows are its input rows, converted per block in cache: a padded copy would only add a pass through
-    memory), input channels a multiple of 32 (a tile's 64 bytes are one tap's 32 channels)."""
-    return (options.amx_direct_conv and (geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1, 1, 1)
-            and geo["KH"] * geo["KW"] > 1 and isinstance(geo["C"], int) and geo["C"] % 32 == 0
-            and bf16.amx_tiles(options))
+    memory), input channels a multiple of 16 and a window row of at least 32 values (a tile row's 64 bytes are 32
+    values of a window row, KW * C contiguous values in the copy; a row that ends in a half chunk reads its last 32,
+    cshared.CONV_AMX_MAX_KH rows at most). 16 channels: UNet's full-resolution convs, ~2x their gathered patches'
+    time."""
+    if not (options.amx_direct_conv and (geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1, 1, 1)
+            and geo["KH"] * geo["KW"] > 1 and isinstance(geo["C"], int) and bf16.amx_tiles(options)):
+        return False
+    run = geo["KW"] * geo["C"]
+    return geo["C"] % 16 == 0 and run >= 32 and (run % 32 == 0 or geo["KH"] <= cshared.CONV_AMX_MAX_KH)
 
 
 def on_tiles() -> kir.Expr:
