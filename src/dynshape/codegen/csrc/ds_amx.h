@@ -101,18 +101,19 @@ enum { DS_AMX_BF16, DS_AMX_U8S8 };
 
 /* One chunk of k (16 rows of B, 64 bytes of A a row): `rows` (16 or 32) rows of A from `a` (rows `sa` bytes apart)
    times the two B tiles side by side at `b` (rows of 128 bytes), added into tiles 0, 1 and, for 32 rows, 2, 3;
-   TDPBF16PS or TDPBUSD by `kind`. Always inlined: a constant `rows` or `kind` leaves no test in the loop. */
+   `cols` 16: the first B tile only (a panel of at most 16 columns: tiles 1 and 3 untouched); TDPBF16PS or TDPBUSD
+   by `kind`. Always inlined: constant `rows`, `cols` and `kind` leave no test in the loop. */
 static inline __attribute__((always_inline)) void ds_amx_chunk(const uint8_t *a, int64_t sa, const uint8_t *b,
-                                                                const int rows, const int kind) {
+                                                                const int rows, const int cols, const int kind) {
     _tile_loadd(4, a, sa);
     _tile_loadd(6, b, 128);
-    _tile_loadd(7, b + 64, 128);
+    if (cols == 32) _tile_loadd(7, b + 64, 128);
     DS_AMX_DP(kind, 0, 4, 6);
-    DS_AMX_DP(kind, 1, 4, 7);
+    if (cols == 32) DS_AMX_DP(kind, 1, 4, 7);
     if (rows == 32) {
         _tile_loadd(5, a + 16 * sa, sa);
         DS_AMX_DP(kind, 2, 5, 6);
-        DS_AMX_DP(kind, 3, 5, 7);
+        if (cols == 32) DS_AMX_DP(kind, 3, 5, 7);
     }
 }
 
@@ -125,7 +126,7 @@ static inline __attribute__((always_inline)) void ds_amx_pass(const uint8_t *a, 
                                                                const int rows, const int kind) {
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
     for (int64_t kc = 0; kc < chunks; kc++)
-        ds_amx_chunk(a + kc * 64, sa, kc < whole ? panel + kc * 16 * 128 : tail, rows, kind);
+        ds_amx_chunk(a + kc * 64, sa, kc < whole ? panel + kc * 16 * 128 : tail, rows, 32, kind);
 }
 #else
 #define DS_AMX 0

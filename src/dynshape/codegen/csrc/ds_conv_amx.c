@@ -88,6 +88,26 @@ void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uin
 }
 
 #if DS_CONV_AMX
+/* One pass over the window: `rows` (16 or 32) virtual rows from `a` (the padded copy at the first row's first
+   tap) times a panel's first `cols` (16 or 32) columns, the sums in tiles 0..3. A window row is `run` contiguous
+   values (`whole` chunks of 32, then the half chunk, if any, read as the row's last 32 values times halves[kh]);
+   window rows are `ldr` bytes apart in the copy. Always inlined: constant `rows` and `cols`. */
+static inline __attribute__((always_inline)) void ds_conv_amx_pass(const uint8_t *a, int64_t sa, int64_t ldr,
+                                                                    const uint8_t *panel, int64_t KH, int64_t run,
+                                                                    int64_t whole, int64_t half,
+                                                                    const uint8_t (*halves)[16 * 128], const int rows,
+                                                                    const int cols) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t kh = 0; kh < KH; kh++) {
+        const uint8_t *ar = a + kh * ldr, *b = panel + kh * run / 2 * 128;
+        for (int64_t c = 0; c < whole; c++, b += 16 * 128)
+            ds_amx_chunk(ar + c * 64, sa, b, rows, cols, DS_AMX_BF16);
+        if (half) ds_amx_chunk(ar + (run - 32) * 2, sa, halves[kh], rows, cols, DS_AMX_BF16);
+    }
+}
+#endif
+
+#if DS_CONV_AMX
 /* Rows 0..rows of tmp (32 floats each: virtual rows v.., a panel's columns col0..) to the output pixels they stand
    for, finished: bias, residual, activation. */
 static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t rows, int64_t v1, int64_t col0,
@@ -136,23 +156,21 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
             memset(halves[kh], 0, 8 * 128);
             memcpy(halves[kh] + 8 * 128, panel + (kh * run / 2 + whole * 16) * 128, 8 * 128);
         }
+        const uint8_t(*hv)[16 * 128] = (const uint8_t(*)[16 * 128])halves;
+        const int narrow = ncols <= 16; /* one B tile of columns (a UNet's 16 outputs: half the products) */
         for (int64_t v = v0; v < v1; v += 32) {
             const int two = v1 - v > 16;
-            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-            for (int64_t kh = 0; kh < KH; kh++) {
-                const uint8_t *a = (const uint8_t *)(xp + (v + kh * wp) * C);
-                const uint8_t *b = panel + kh * run / 2 * 128;
-                for (int64_t c = 0; c < whole; c++, b += 16 * 128) {
-                    if (two) ds_amx_chunk(a + c * 64, sa, b, 32, DS_AMX_BF16);
-                    else ds_amx_chunk(a + c * 64, sa, b, 16, DS_AMX_BF16);
-                }
-                if (half) {
-                    if (two) ds_amx_chunk(a + (run - 32) * 2, sa, halves[kh], 32, DS_AMX_BF16);
-                    else ds_amx_chunk(a + (run - 32) * 2, sa, halves[kh], 16, DS_AMX_BF16);
-                }
+            const uint8_t *a = (const uint8_t *)(xp + v * C);
+            if (two && narrow) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 32, 16);
+            else if (two) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 32, 32);
+            else if (narrow) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 16, 16);
+            else ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 16, 32);
+            _tile_stored(0, tmp, 128);
+            if (!narrow) _tile_stored(1, tmp + 16, 128);
+            if (two) {
+                _tile_stored(2, tmp + 16 * 32, 128);
+                if (!narrow) _tile_stored(3, tmp + 16 * 32 + 16, 128);
             }
-            _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
-            if (two) { _tile_stored(2, tmp + 16 * 32, 128); _tile_stored(3, tmp + 16 * 32 + 16, 128); }
             ds_conv_amx_store(geo, y, v, two ? 32 : 16, v1, col0, ncols, bias, res, tmp);
         }
     }
