@@ -104,6 +104,8 @@ packed_gemm.PACKERS["bf16"] = lambda w, trans, groups: pack_b_bf16(w, trans)
 packed_gemm.PACKERS["bf16e"] = lambda w, trans, groups: pack_b_rounded(w, trans)
 packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_conv(w, groups))
 packed_gemm.PACKERS["conv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_conv(w, groups))
+packed_gemm.PACKERS["deconv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_deconv(w))
+packed_gemm.PACKERS["deconv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_deconv(w))
 for _m, _name in ((2, "winograd"), (4, "winograd4")):  # Winograd's transformed weights, per position
     packed_gemm.PACKERS[_name + "_bf16"] = lambda w, trans, groups, m=_m: pairs_of(packed_gemm.pack_winograd(w, m))
     packed_gemm.PACKERS[_name + "_bf16e"] = lambda w, trans, groups, m=_m: rounded(packed_gemm.pack_winograd(w, m))

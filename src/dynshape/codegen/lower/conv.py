@@ -80,6 +80,10 @@ def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
     nh, wb, w0, m, q, i, t, r, j, c = (kir.Var(v) for v in ("nh", "wb", "w0", "m", "q", "i", "t", "r", "j", "c"))
     n, h = kir.Var("n"), kir.Var("h")
     rows = (W + (ROWS - 1)) / ROWS
+    # bf16: the block's rows rounded once (the epoch's memo) for all panels, products on bf16 pairs; a deconv
+    # of few multiply-adds an output pixel (Ci x Co, bf16_min_conv_macs) stays float32 as a narrow conv does
+    low = bf16.active(ctx.options) and ci * co >= ctx.options.bf16_min_conv_macs
+    ep = kir.Var("ep")
     # per kernel row kh, the block's pixels fill one contiguous run of m * KW * Co output floats: copied pixel by
     # pixel (KW * Co contiguous floats each), then the epilogue along the run: one loop over all of it for one
     # channel (a detector's sigmoid head ran its epilogue one scalar value at a time: 0.95 -> 0.68 ms for 480x640
@@ -100,16 +104,33 @@ def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
             place.append(kir.For(px, r + m * kw_, tuple(per_pixel), start=r))
     block = [kir.Let(n, nh / H), kir.Let(h, nh % H), kir.Let(w0, wb * ROWS),
              kir.Let(m, kir.Select(w0 + ROWS < W, _i(ROWS), W - w0)),
-             kir.For(q, _i(panels), (_call("ds_gemm_tile", kir.Addr(x, (nh * W + w0) * ci), _i(ci), kir.Addr(bp),
-                                           kir.Addr(sb), _i(tc), _i(0), m, q, _i(tc), _i(ci)),)),
+             kir.For(q, _i(panels), (_deconv_panel(ctx, kir.Addr(x, (nh * W + w0) * ci), ci, bp, sb, tc, m, q, ep)
+                                     if low else _call("ds_gemm_tile", kir.Addr(x, (nh * W + w0) * ci), _i(ci),
+                                                       kir.Addr(bp), kir.Addr(sb), _i(tc), _i(0), m, q, _i(tc),
+                                                       _i(ci)),)),
              kir.For(t, _i(kh_), tuple(place))]
     flops = kir.product([N, H, W, _i(ci * tc)])
     loop = kir.For(nh, N * H, (kir.For(wb, rows, tuple(block)),), omp=kir.Omp(shared=True, collapse=2))
-    body = (kir.Region((kir.Alloc(sb, _i(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops),)
+    body = (*((kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)),) if low else ()),
+            kir.Region((kir.Alloc(sb, _i(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops))
     kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), body, ctx.symbols)
-    return Lowered(kernel_ir, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="deconv"), *ops.ptrs),
-                   method="ConvTranspose: blocks of input pixels times every tap's weights",
-                   needs=("packed_gemm",))
+    layout = {"bf16": "deconv_bf16", "bf16-emulated": "deconv_bf16e"}.get(ctx.options.precision) if low else "deconv"
+    how = "ConvTranspose: blocks of input pixels times every tap's weights"
+    return Lowered(kernel_ir, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout=layout), *ops.ptrs),
+                   method=f"{how}; {bf16.method(ctx.options)}" if low else how,
+                   needs=("packed_gemm", "packed_gemm_bf16") if low else ("packed_gemm",))
+
+
+def _deconv_panel(ctx: LowerCtx, a: kir.Expr, ci: int, bp: kir.Buffer, sb: kir.Buffer, tc: int, m: kir.Expr,
+                  q: kir.Expr, ep: kir.Expr) -> kir.Stmt:
+    """Rows 0..m of the block `a` (ci values a row) times panel q of the bf16 deconv weights (pairs_of
+    pack_deconv: ceil(ci / 2) rows of 64 bf16 a panel; bf16-emulated: ci rows of 32 rounded floats), into
+    columns q * 32.. of the scratch tile sb (tc columns a row)."""
+    _, panel_fn = bf16.product_calls(ctx.options)
+    floats = (ci + 1) // 2 * 32 if ctx.options.precision == "bf16" else ci * 32  # a panel, in floats
+    ncols = kir.Select((q + 1) * NR <= tc, _i(NR), tc - q * NR)
+    return _call(panel_fn, a, _i(ci), kir.Addr(bp, q * floats), kir.Addr(sb, q * NR), _i(tc), _i(0), m, ncols,
+                 _i(ci), ep)
 
 
 def geometry(cv: Conv, ctx: LowerCtx) -> dict:
