@@ -41,6 +41,7 @@ from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes import hoist
+from dynshape.passes.commute import pointwise_before_resize
 from dynshape.passes.cse import eliminate_common
 from dynshape.passes.fold import drop_identities, fold_batchnorm
 from dynshape.passes.fusion import fuse
@@ -188,6 +189,8 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
                              (options.fuse and options.packed_gemm, fuse_qlinear),
                              (options.fuse, drop_identities),
                              (options.fuse and options.fold_batchnorm, fold_batchnorm),
+                             (options.fuse and options.pointwise_before_resize,
+                              functools.partial(pointwise_before_resize, opset=graph.opset)),
                              (options.fuse and options.channels_last, functools.partial(channels_last,
                                                                                          opset=graph.opset))):
         if enabled:
