@@ -369,7 +369,9 @@ def test_concat_branches_are_written_into_their_slice():
     assert sorted(c["columns"] for c in slices) == [[0, 20], [20, 32]]
 
 
-def test_a_branch_read_elsewhere_keeps_the_copying_concat():
+def test_a_branch_read_elsewhere_is_copied_and_the_other_written_in_place():
+    """c = Concat(a, b) where a is also read by a second Concat: b's conv writes its columns of c, the Concat copies
+    a only (ds_concat skips an input at its own columns); d = Concat(a, a) keeps its copies."""
     w1 = (RNG.standard_normal((4, 3, 1, 1)) * 0.3).astype(np.float32)
     w2 = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
@@ -378,7 +380,33 @@ def test_a_branch_read_elsewhere_keeps_the_copying_concat():
              helper.make_node("Concat", ["a", "a"], ["d"], axis=1), helper.make_node("Add", ["c", "d"], ["y"])]
     exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w1": w1, "w2": w2}), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
                  [(1, 3, 4, 5), (2, 3, 9, 1)])
-    assert _joined(exe) == {}
+    assert [v[1:] for v in _joined(exe).values()] == [(4, 8)]  # b (channels last: a new name) at columns 4..8
+    assert [s.op for s in exe.generic.steps].count("Concat") == 2  # both still run a step
+
+
+def test_a_unet_skip_is_copied_beside_the_upsampled_map_written_in_place():
+    """A UNet level: the skip map is read by the pool below and by the Concat; the map coming back up (a 1x1 conv
+    then Resize x2, native, at the Concat's pixel stride) writes its columns; the Concat copies the skip only.
+    Values as the reference at every shape, each a new plan (bucket and own plans re-address the Concat)."""
+    w0 = (RNG.standard_normal((6, 3, 3, 3)) * 0.3).astype(np.float32)
+    w1 = (RNG.standard_normal((5, 6, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (RNG.standard_normal((4, 5, 1, 1)) * 0.3).astype(np.float32)
+    w3 = (RNG.standard_normal((3, 10, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["s0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["s0"], ["s"]),
+             helper.make_node("MaxPool", ["s"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w1"], ["d0"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["d0"], ["d"]),
+             helper.make_node("Resize", ["d", "", "sc"], ["u0"], mode="linear"),
+             helper.make_node("Conv", ["u0", "w2"], ["u"]),
+             helper.make_node("Concat", ["u", "s"], ["c"], axis=1),
+             helper.make_node("Conv", ["c", "w3"], ["y"], pads=[1, 1, 1, 1])]
+    sc = np.array([1, 1, 2, 2], np.float32)
+    exe = _check(_model(nodes, ["n", 3, "h", "w"], {"w0": w0, "w1": w1, "w2": w2, "w3": w3, "sc": sc}),
+                 {"n": (1, 2), "h": {"min": 2, "max": 24, "multiple_of": 2}, "w": {"min": 2, "max": 24,
+                                                                                  "multiple_of": 2}},
+                 [(1, 3, 8, 10), (2, 3, 2, 24), (1, 3, 24, 4), (1, 3, 8, 10), (1, 3, 8, 10), (1, 3, 8, 10),
+                  (1, 3, 8, 10), (2, 3, 6, 6)])
+    joined = _joined(exe)
+    assert [v[1:] for v in joined.values()] == [(0, 10)] and [s.op for s in exe.generic.steps].count("Concat") == 1
 
 
 @pytest.mark.parametrize("co, k, scale", [(5, 2, False), (1, 2, False), (3, 3, True), (1, 3, True)])

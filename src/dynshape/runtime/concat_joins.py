@@ -8,9 +8,11 @@ upsampling), the plan instead points that step at its columns of the Concat's bu
 width as the stride); the Concat runs no step. The plan decides this per build, so the same kernel serves a dense
 output (unplanned runs, per-key steps) and a slice.
 
-A join needs, for every input of the Concat: a distinct value, made by a row-stride kernel step as its only
-output, read by nothing else, not a graph output, not computed per key; static channel counts that add up
-to the Concat's; the same leading dims as the Concat's output. Anything else keeps the copying Concat.
+A join needs, for an input of the Concat: a distinct value, made by a row-stride kernel step as its only
+output, read by nothing else, not a graph output, not computed per key; and of the Concat: static channel
+counts that add up to its own, the same leading dims as its output. Where only some inputs can be joined (a
+UNet's skip connection is read by the next level's pool too), those are written in place and the Concat's step
+copies the others only (ds_concat skips an input that already lies at its columns).
 """
 
 from __future__ import annotations
@@ -52,15 +54,19 @@ def concat_joins(build: Build, per_key: set[int], graph_outputs: set[str]) -> tu
         if not (isinstance(s, NodeStep) and s.node.op_type == "Concat" and is_default_domain(s.node)) \
                 or i in per_key or len(s.outputs) != 1:
             continue
-        found = _join(s, i, g, steps, producer, readers, per_key, graph_outputs)
-        if found is not None:
+        made = _join(s, i, g, steps, producer, readers, per_key, graph_outputs)
+        if made is not None:
+            found, whole = made
             joins.update(found)
-            skipped.add(i)
+            if whole:  # every input in place: the Concat runs no step (else it copies the others only)
+                skipped.add(i)
     return joins, skipped
 
 
 def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key: set[int],
-          graph_outputs: set[str]) -> dict[str, Join] | None:
+          graph_outputs: set[str]) -> tuple[dict[str, Join], bool] | None:
+    """(the joins of the Concat at step i's inputs that can be written in place, whether that is all of them),
+    None where none can."""
     out = s.outputs[0]
     t = g.types.get(out)
     if not is_float32(t) or len(t.shape) < 2 or not isinstance(t.shape[-1], int) or out in graph_outputs:
@@ -74,17 +80,26 @@ def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key:
     found: dict[str, Join] = {}
     col = 0
     for x in xs:
-        xt, j = g.types.get(x), producer.get(x)
+        xt = g.types.get(x)
         if not is_float32(xt) or len(xt.shape) != rank or not isinstance(xt.shape[-1], int) \
-                or tuple(xt.shape[:-1]) != tuple(t.shape[:-1]) or x in graph_outputs or readers.get(x) != 1:
+                or tuple(xt.shape[:-1]) != tuple(t.shape[:-1]):
             return None
-        if j is None or j > i or j in per_key:
-            return None
-        p = steps[j]
-        kernel = isinstance(p, KernelStep) and p.row_stride
-        native = isinstance(p, NodeStep) and p.how == "native" and p.native is not None and p.native.strided(p.node)
-        if not ((kernel or native) and p.outputs == (x,)):
-            return None
-        found[x] = Join(out, col)
+        if _writes_its_columns(x, i, steps, producer, readers, per_key, graph_outputs):
+            found[x] = Join(out, col)
         col += xt.shape[-1]
-    return found if col == t.shape[-1] else None
+    return (found, len(found) == len(xs)) if col == t.shape[-1] and found else None
+
+
+def _writes_its_columns(x: str, i: int, steps, producer: dict, readers: dict, per_key: set[int],
+                        graph_outputs: set[str]) -> bool:
+    """Whether input x of the Concat at step i can be written by its producer straight into its columns: the
+    Concat is its only reader, it is not a graph output, and its producer (before i, not per key) has it as its
+    only output and writes rows a stride apart (a row-stride kernel, or a native step that reads its output's
+    strides)."""
+    j = producer.get(x)
+    if x in graph_outputs or readers.get(x) != 1 or j is None or j > i or j in per_key:
+        return False
+    p = steps[j]
+    kernel = isinstance(p, KernelStep) and p.row_stride
+    native = isinstance(p, NodeStep) and p.how == "native" and p.native is not None and p.native.strided(p.node)
+    return bool((kernel or native) and p.outputs == (x,))

@@ -156,6 +156,9 @@ void ds_permute_rows(const int64_t *a) {
    (read by later layers too, so not written in place) were 2.3 ms of a 34 ms call on one thread, and the only
    steps a second thread did not help. */
 #define DS_CONCAT_PAR_BYTES (1 << 20)
+/* An input whose address is its own columns of the output's first row was written there by its producer (a
+   partial join, runtime/concat_joins.py: a kernel writing rows a stride apart): it is skipped. (A separate
+   input cannot start there: the input and output buffers of a step are disjoint unless joined.) */
 void ds_concat(const int64_t *a) {
     char *out = (char *)a[0];
     const int64_t outer = a[1], n = a[2], row = a[3];
@@ -164,7 +167,8 @@ void ds_concat(const int64_t *a) {
         char *dst = out + o * row;
         for (int64_t i = 0; i < n; i++) {
             const int64_t bytes = a[5 + 2 * i];
-            memcpy(dst, (const char *)a[4 + 2 * i] + o * bytes, (size_t)bytes);
+            const char *src = (const char *)a[4 + 2 * i];
+            if (src != dst - o * row) memcpy(dst, src + o * bytes, (size_t)bytes);
             dst += bytes;
         }
     }

@@ -174,9 +174,15 @@ def _bind_concat(r: BindRequest) -> list | None:
     lib = program.LIBRARY.try_load()
     if lib is None or out is None or not out.flags.c_contiguous or any(x is None for x in r.ins):
         return None
-    srcs = [np.ascontiguousarray(x) for x in r.ins]
-    desc = _concat_desc(int(r.attrs.get("axis", 0)), out.shape, out.itemsize, r.addr(out),
-                        [x.shape for x in srcs], [r.addr(x) for x in srcs])
+    axis = int(r.attrs.get("axis", 0)) % out.ndim
+    inner = math.prod(out.shape[axis + 1:]) * out.itemsize
+    srcs, col = [], 0
+    for x in r.ins:  # an input already at its columns of the output (a partial join) stays where it is
+        at_home = x.size > 0 and r.addr(x) == r.addr(out) + col
+        srcs.append(x if at_home else np.ascontiguousarray(x))
+        col += x.shape[axis] * inner
+    desc = _concat_desc(axis, out.shape, out.itemsize, r.addr(out), [x.shape for x in srcs],
+                        [r.addr(x) for x in srcs])
     for x in srcs:
         r.keep.hold(x)
     return [NativeCall(lib.ds_concat, (r.keep.table(desc),))]
