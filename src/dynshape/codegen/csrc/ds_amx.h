@@ -97,7 +97,7 @@ enum { DS_AMX_BF16, DS_AMX_U8S8 };
 #define DS_AMX_DPBUSD(c, x, y) __builtin_trap()
 #endif
 #define DS_AMX_DP(kind, c, x, y)                                                                             \
-    if ((kind) == DS_AMX_BF16) DS_AMX_DPBF16(c, x, y); else DS_AMX_DPBUSD(c, x, y)
+    do { if ((kind) == DS_AMX_BF16) DS_AMX_DPBF16(c, x, y); else DS_AMX_DPBUSD(c, x, y); } while (0)
 
 /* One chunk of k (16 rows of B, 64 bytes of A a row): `rows` (16 or 32) rows of A from `a` (rows `sa` bytes apart)
    times the two B tiles side by side at `b` (rows of 128 bytes), added into tiles 0, 1 and, for 32 rows, 2, 3;
