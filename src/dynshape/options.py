@@ -88,6 +88,10 @@ class Options:
                                       "DYNSHAPE_CONV_BIAS_IN_TILES", True)
     fold_batchnorm: bool = _build("an inference BatchNormalization, and a per-channel Mul / Add / Sub by "
                                   "constants, folds into the weights and bias of the conv before it", default=True)
+    conv_prologue: bool = _build("bf16: a per-channel scale, shift and Relu that alone feeds a 1x1 convolution "
+                                 "(DenseNet's BatchNormalization + Relu before each layer) is applied as the "
+                                 "convolution rounds its input rows, instead of a pass of its own over the map",
+                                 "DYNSHAPE_CONV_PROLOGUE", True)
     pointwise_before_resize: bool = _build("a 1x1 convolution that alone reads an upsampling Resize runs before it, "
                                            "on the smaller map (UNet / FPN decoders: 4x fewer multiply-adds at scale "
                                            "2; the sums in another order, a few float32 ulp)", default=True)

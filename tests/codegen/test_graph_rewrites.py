@@ -64,6 +64,25 @@ def test_batchnorm_without_a_conv_becomes_a_per_channel_multiply_add():
     assert "BatchNormalization" not in _ops(exe)
 
 
+def test_a_chain_of_scales_and_shifts_without_a_conv_becomes_one_multiply_add():
+    """Relu -> BatchNormalization -> Mul -> Add -> Sub (DenseNet's normalisation and Caffe Scale before each layer,
+    with nothing to fold into): one Mul and one Add of the combined constants; a lone Mul after a Relu read
+    twice stays as written (nothing to combine)."""
+    c = 5
+    inits = {**_bn_inits(c), "k": RNG.uniform(0.5, 2, (c, 1)).astype(np.float32),
+             "t": RNG.standard_normal((1, c, 1)).astype(np.float32), "u": np.float32(0.25)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "s", "b", "m", "v"], ["bn"]),
+             helper.make_node("Mul", ["bn", "k"], ["m1"]), helper.make_node("Add", ["t", "m1"], ["a1"]),
+             helper.make_node("Sub", ["a1", "u"], ["y"]),
+             helper.make_node("Mul", ["r", "k"], ["z0"]), helper.make_node("Add", ["z0", "r"], ["z"])]
+    exe = _run_both(_model(nodes, ["n", c, "l"], inits, outputs=("y", "z")), {"n": (1, 3), "l": (1, 20)},
+                    (3, c, 11), names=("y", "z"))
+    ops = _ops(exe)
+    assert "BatchNormalization" not in ops and "Sub" not in ops
+    assert ops.count("Mul") == 2 and ops.count("Add") == 2  # the chain's one of each; z's own
+
+
 def test_batchnorm_after_a_conv_read_twice_is_not_folded_into_it():
     w = (RNG.standard_normal((4, 4, 1, 1))).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),

@@ -44,6 +44,8 @@ LIBRARY = declare("packed_gemm_bf16", "ds_gemm_bf16.c", {
     "ds_pack_panels_bf16e": (P, I64, I64, I64, P), "ds_pack_panels_t_bf16e": (P, I64, I64, I64, P),
     "ds_conv_tile2_bf16": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
     "ds_conv_tile2_bf16e": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64),
+    "ds_conv_tile2_bf16_pre": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64, P, P, I64),
+    "ds_conv_tile2_bf16e_pre": (P, P, P, P, P, I64, I64, I64, I64, P, P, I64, P, P, I64),
     "ds_conv_tile2_bf16_addr": (), "ds_conv_tile2_bf16e_addr": ()},
     share=True, needs=(packed_gemm.LIBRARY,),
     restypes={"ds_bf16_native": ctypes.c_int, "ds_bf16_use_amx": ctypes.c_int, "ds_amx_configure_other": ctypes.c_int,

@@ -76,11 +76,40 @@ class _Fold:
     out: str
 
 
+@dataclasses.dataclass
+class _Chain:
+    """A run of per-channel scalings and shifts with no conv to fold into, from `first` (reading x): `out` = x * k
+    + shift per channel (axis 1 of a tensor of `rank` dims), `length` nodes."""
+
+    first: Node
+    x: str
+    k: np.ndarray
+    shift: np.ndarray
+    out: str
+    length: int
+    rank: int
+
+
+def _mul_add(c: _Chain, types: dict, rw: Rewrite) -> list[Node]:
+    """The chain as one Mul by its k and one Add of its shift (constants (C, 1, ...), rounded once)."""
+    shape = (len(c.k), *[1] * (c.rank - 2))
+    name = c.first.name or "affine"
+    kn, sn, mid = rw.fresh(f"{name}_k", types), rw.fresh(f"{name}_shift", types), rw.fresh(c.x, types)
+    for v_name, v in ((kn, c.k.astype(np.float32).reshape(shape)), (sn, c.shift.astype(np.float32).reshape(shape))):
+        rw.consts[v_name] = v
+        rw.types[v_name] = TensorType(v.dtype, v.shape, v)
+    rw.types[mid] = types[c.out]
+    return [Node("Mul", "", f"{name}__scale", {}, [c.x, kn], [mid]), Node("Add", "", f"{name}__shift", {}, [mid, sn],
+                                                                          [c.out])]
+
+
 def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str]) -> Rewrite:
     """Each inference BatchNormalization, and each per-channel Mul / Add / Sub by constants, after a conv whose
     output nothing else reads folds into the conv's weights and bias, a chain of them (BatchNormalization, then
-    the converted Caffe Scale's Mul and Add) into the same conv; a BatchNormalization with no conv to fold into
-    becomes Mul and Add."""
+    the converted Caffe Scale's Mul and Add) into the same conv. With no conv to fold into, a chain of them
+    (each value between read by the next alone) becomes one Mul and one Add (DenseNet's BatchNormalization and
+    Scale before each layer's Relu: four elementwise ops, two after; a conv can then take the two as its
+    prologue, rules.match_conv_prologue), as does a BatchNormalization alone."""
     readers: dict[str, int] = {}
     for n in nodes:
         for x in n.inputs:
@@ -91,6 +120,8 @@ def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str])
     dropped: set[int] = set()
     folds: dict[int, _Fold] = {}  # id(conv) -> what folded into it
     folded_out: dict[str, int] = {}  # the value a folded conv now produces -> id(conv)
+    chains: list[_Chain] = []  # runs of them with no conv before: each one Mul and one Add
+    chain_out: dict[str, _Chain] = {}
     for n in nodes:
         aff = _channel_affine(n, consts, types)
         if aff is None:
@@ -113,17 +144,18 @@ def fold_batchnorm(nodes: list[Node], types: dict, consts: dict, keep: set[str])
             folded_out[n.outputs[0]] = fid
             dropped.add(id(n))
             continue
-        if n.op_type != "BatchNormalization":
-            continue  # a Mul / Add with nothing to fold into stays as it is
-        rank = len(t.shape)
-        shape = (len(k), *[1] * (rank - 2))
-        kn, sn, mid = rw.fresh(f"{n.name}_k", types), rw.fresh(f"{n.name}_shift", types), rw.fresh(x, types)
-        for name, v in ((kn, k.astype(np.float32).reshape(shape)), (sn, shift.astype(np.float32).reshape(shape))):
-            rw.consts[name] = v
-            rw.types[name] = TensorType(v.dtype, v.shape, v)
-        rw.types[mid] = types[n.outputs[0]]
-        replaced[id(n)] = [Node("Mul", "", f"{n.name}__scale", {}, [x, kn], [mid]),
-                           Node("Add", "", f"{n.name}__shift", {}, [mid, sn], [n.outputs[0]])]
+        c = chain_out.get(x)
+        if c is not None and readers.get(x, 0) == 1 and x not in keep and len(k) == len(c.k):
+            c.k, c.shift, c.out, c.length = c.k * k, c.shift * k + shift, n.outputs[0], c.length + 1
+            chain_out[n.outputs[0]] = c
+            dropped.add(id(n))
+            continue
+        c = _Chain(n, x, k, shift, n.outputs[0], 1, len(t.shape))
+        chains.append(c)
+        chain_out[n.outputs[0]] = c
+    for c in chains:  # a lone Mul / Add with nothing to fold into stays as it is
+        if c.length > 1 or c.first.op_type == "BatchNormalization":
+            replaced[id(c.first)] = _mul_add(c, types, rw)
     scalings: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (w, k, out): run after the walk, _scale_all
     for fid, f in folds.items():
         conv = f.conv

@@ -122,7 +122,7 @@ def fuse(nodes: list[Node], graph: Graph, known: set[str], options: Options, fus
          rules: tuple[Rule, ...] | None = None) -> list[Item]:
     """The schedule of `nodes`: elementwise groups, then every rule whose option is on, in order."""
     sched = Schedule(group_elementwise(nodes, graph, known, fusible), graph, readers(nodes),
-                     {v.name for v in graph.outputs})
+                     {v.name for v in graph.outputs}, options)
     for rule in RULES if rules is None else rules:
         if getattr(options, rule.option):
             sched = sched.apply(rule)

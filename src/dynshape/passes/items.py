@@ -105,18 +105,22 @@ class Product(Item):
 @dataclass(frozen=True, eq=False)
 class Conv(Item):
     """A channels-last Conv (`dynshape::ChannelsLast(op=Conv)`) with constant weights and the elementwise group
-    that alone reads it as its epilogue. inputs: [X, bias?, *epilogue operands]; `shape` is the output's
-    (N, *spatial, C)."""
+    that alone reads it as its epilogue. inputs: [X, bias?, *epilogue operands, *prologue operands]; `shape` is
+    the output's (N, *spatial, C). `prologue` (rules.match_conv_prologue): a per-input-channel scale, shift and
+    Relu that alone produced the conv's input, applied as the kernel rounds its input rows (X is then the
+    prologue's input)."""
 
     node: Node | None = None
     weight: str = ""
     epilogue: Elementwise | None = None
     shape: tuple = ()
+    prologue: Elementwise | None = None
     kind: ClassVar[str] = "conv"
 
     @property
     def nodes(self) -> tuple[Node, ...]:
-        return (self.node, *(self.epilogue.nodes if self.epilogue else ()))
+        return (*(self.prologue.nodes if self.prologue else ()), self.node,
+                *(self.epilogue.nodes if self.epilogue else ()))
 
 
 @dataclass(frozen=True, eq=False)

@@ -253,6 +253,79 @@ def match_pw_dw(s: Schedule, i: int, item: Item) -> Match | None:
     return Match(ConvChain(inputs, dw.outputs, item, dw), j, frozenset((i, j)))
 
 
+PROLOGUE_OPS = ("Mul", "Add", "Relu")  # the prologue's steps, in this order, each at most once
+
+
+def prologue_of(group: tuple[Node, ...] | list[Node], x: str, channels: int, graph: Graph) -> dict[str, str] | None:
+    """{"x": its input, "Mul": scale, "Add": shift, "Relu": ""} (the steps present) where an elementwise `group`
+    computes Relu(x * scale + shift) of a channels-last `x`, scale and shift constants of one value a channel
+    (`channels` of them), any of the three absent but one; else None."""
+    steps: dict[str, str] = {}
+    cur = None
+    order = list(PROLOGUE_OPS)
+    for n in group:
+        if not is_default_domain(n) or n.op_type not in order or len(n.outputs) != 1:
+            return None
+        order = order[order.index(n.op_type) + 1:]
+        if n.op_type == "Relu":
+            if cur is None or list(n.inputs) != [cur]:
+                return None
+            steps["Relu"] = ""
+        else:
+            ins = list(n.inputs)
+            if len(ins) != 2:
+                return None
+            if cur is not None and cur in ins:
+                v, c = cur, ins[1 - ins.index(cur)]
+            elif cur is None:
+                known = [z for z in ins if const_value(z, graph) is not None]
+                if len(known) != 1:
+                    return None
+                c = known[0]
+                v = ins[1 - ins.index(c)]
+                steps["x"] = v
+            else:
+                return None
+            cv = const_value(c, graph)
+            if cv is None or cv.dtype != np.float32 or cv.size != channels or cv.shape[-1] != channels:
+                return None
+            steps[n.op_type] = c
+        cur = n.outputs[0]
+    return steps if cur == x and "x" in steps else None
+
+
+def match_conv_prologue(s: Schedule, i: int, item: Item) -> Match | None:
+    """bf16: a 1x1 stride-1 unpadded ungrouped conv on at least 32 channels that runs in bf16 (not under
+    bf16_min_conv_macs) takes the elementwise group that alone made its input, where that group is a
+    per-channel scale, shift and Relu (prologue_of): the kernel applies it to each input row as it rounds the row
+    to bf16 (csrc/ds_gemm_bf16.c), and the map it would have written and the conv read back is never made.
+    DenseNet: every layer's BatchNormalization + Relu of the growing concatenation."""
+    o = s.options
+    if o is None or o.precision not in ("bf16", "bf16-emulated") or not isinstance(item, Conv) \
+            or item.prologue is not None or (geo := _conv_geometry(item, s)) is None:
+        return None
+    w, a = geo
+    x = item.node.inputs[0]
+    if w.shape[2:] != (1, 1) or int(a.get("group", 1)) != 1 or any(a.get("pads", [0] * 4)) \
+            or any(st != 1 for st in a.get("strides", [1, 1])) or w.shape[1] < 32 \
+            or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") \
+            or w.shape[0] * w.shape[1] < o.bf16_min_conv_macs or x in s.graph_outputs:
+        return None
+    j = s.slot_of.get(x)
+    pro = s.items[j] if j is not None else None
+    if not isinstance(pro, Elementwise) or pro.outputs != (x,) or not s.read_only_by(x, i):
+        return None
+    steps = prologue_of(pro.group, x, int(w.shape[1]), s.graph)
+    if steps is None:
+        return None
+    ops = [steps[k] for k in ("Mul", "Add") if k in steps]
+    if set(ops) & set(item.inputs[1:]):  # a constant of both: the epilogue's operands are the conv's own
+        return None
+    inputs = _dedup([steps["x"]], list(item.inputs[1:]), ops)
+    new = Conv(inputs, item.outputs, item.node, item.weight, item.epilogue, item.shape, pro)
+    return Match(new, i, frozenset((i, j)))
+
+
 # the pool kinds codegen/lower/pool.py's kernel computes (an Lp pool stays the wrapped op's own lowering)
 _KERNEL_POOLS = frozenset({PoolKind.MAX, PoolKind.AVERAGE})
 
@@ -410,6 +483,8 @@ RULES: tuple[Rule, ...] = (
     Rule("int8 products (quantized models) with their epilogues", "packed_gemm", match_qproduct),
     Rule("convolutions with their epilogues", "packed_gemm", match_conv),
     Rule("a 1x1 conv into the depthwise conv that alone reads it", "fused_pw_dw", match_pw_dw),
+    Rule("a per-channel scale, shift and Relu into the bf16 1x1 conv that alone reads it", "conv_prologue",
+         match_conv_prologue),
     Rule("pools and global reductions of channels-last tensors", "channels_last", match_pool),
     Rule("layer norm on a product's blocks of rows", "fused_layernorm", match_layernorm),
     Rule("softmax on a product's blocks of rows", "fused_product_softmax", match_product_softmax),

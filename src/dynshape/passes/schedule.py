@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
+from dynshape.options import Options
 from dynshape.passes.items import Elementwise, Item
 from dynshape.passes.values import broadcast_pattern, row_pattern, scalar_const
 
@@ -19,8 +20,10 @@ from dynshape.passes.values import broadcast_pattern, row_pattern, scalar_const
 class Schedule:
     """Items in execution order plus the lookups rules ask for (recomputed per rule pass)."""
 
-    def __init__(self, items: list[Item], graph: Graph, consumers: dict[str, list[Node]], graph_outputs: set[str]):
+    def __init__(self, items: list[Item], graph: Graph, consumers: dict[str, list[Node]], graph_outputs: set[str],
+                 options: Options | None = None):
         self.items = items
+        self.options = options  # the build's (rules whose match depends on the precision read it)
         self.graph = graph
         self.consumers = consumers
         self.graph_outputs = graph_outputs
@@ -59,7 +62,7 @@ class Schedule:
             made[m.at] = m.item
             taken |= m.absorbed
         items = [made.get(i, item) for i, item in enumerate(self.items) if i not in taken or i in made]
-        return Schedule(items, self.graph, self.consumers, self.graph_outputs)
+        return Schedule(items, self.graph, self.consumers, self.graph_outputs, self.options)
 
 
 @dataclass(frozen=True)

@@ -486,9 +486,18 @@ static inline const float *ds_conv_src(const int64_t *geo, ds_window w, int64_t 
     return w.img + (ih * geo[DS_CONV_W] + iw) * geo[DS_CONV_C];
 }
 
-/* Patches of pixels p0..p1 as float32 rows of K values, rounded to bf16 (the emulated path). */
+/* A conv's prologue (ds_conv_tile2_bf16_pre): v -> max(v * scale[c] + shift[c], 0) per input channel c. */
+typedef struct { const float *scale, *shift; int64_t relu; } ds_pre;
+
+static inline float ds_pre_one(const ds_pre *pre, float v, int64_t c) {
+    v = v * (pre->scale ? pre->scale[c] : 1.0f) + (pre->shift ? pre->shift[c] : 0.0f);
+    return pre->relu && !(v > 0.0f) ? (v != v ? v : 0.0f) : v; /* Relu(NaN) is NaN, as the elementwise op's */
+}
+
+/* Patches of pixels p0..p1 as float32 rows of K values, rounded to bf16 (the emulated path); `pre` (or NULL)
+   applied first. */
 static const float *ds_patches_rounded(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
-                                       int64_t ep) {
+                                       int64_t ep, const ds_pre *pre) {
     const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
     float *buf = ds_scratch_for((p1 - p0) * K * 4);
     if (!buf) abort();
@@ -499,25 +508,41 @@ static const float *ds_patches_rounded(const int64_t *geo, const float *x, int64
             for (int64_t kw = 0; kw < KW; kw++) {
                 const float *src = ds_conv_src(geo, w, kh, kw);
                 float *dst = buf + (p - p0) * K + (kh * KW + kw) * CG;
-                for (int64_t c = 0; c < CG; c++) dst[c] = src ? ds_from_bf16(ds_to_bf16(src[c])) : 0.0f;
+                for (int64_t c = 0; c < CG; c++)
+                    dst[c] = src ? ds_from_bf16(ds_to_bf16(pre ? ds_pre_one(pre, src[c], g * CG + c) : src[c])) : 0.0f;
             }
     }
     return buf;
 }
 
-void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
-                         const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                         const float *restrict bias, const float *restrict res, int64_t ep) {
-    (void)zeros;
+static void ds_conv_tile2_bf16e_of(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                                   int64_t p0, int64_t p1, int64_t g, int64_t q, const float *restrict bias,
+                                   const float *restrict res, int64_t ep, const ds_pre *pre) {
     const int64_t CG = geo[DS_CONV_CG], OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
-    const float *a = ds_patches_rounded(geo, x, p0, p1, g, ep);
+    const float *a = ds_patches_rounded(geo, x, p0, p1, g, ep, pre);
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
         ds_gemm_panel(a, K, (const float *)bp + (g * panels + qq) * K * 32, 32, y + p0 * LDY + col0, LDY, 0, p1 - p0,
                       ncols, K);
         ds_conv_finish(geo, y, p0, p1 - p0, col0, ncols, bias, res);
     }
+}
+
+void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                         const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                         const float *restrict bias, const float *restrict res, int64_t ep) {
+    (void)zeros;
+    ds_conv_tile2_bf16e_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, NULL);
+}
+
+void ds_conv_tile2_bf16e_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                             const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                             const float *restrict bias, const float *restrict res, int64_t ep,
+                             const float *restrict scale, const float *restrict shift, int64_t relu) {
+    (void)zeros;
+    const ds_pre pre = {scale, shift, relu};
+    ds_conv_tile2_bf16e_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, &pre);
 }
 
 #if DS_BF16_NATIVE
@@ -530,6 +555,29 @@ static inline void ds_round_run(uint16_t *dst, const float *src, int64_t n) {
     }
 }
 
+/* ds_round_run of the values after `pre`, channels c0.. (scale, shift and Relu in registers, 32 at a time). */
+static inline void ds_round_run_pre(uint16_t *dst, const float *src, int64_t n, const ds_pre *pre, int64_t c0) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (int64_t c = 0; c < n; c += 32) {
+        const int64_t cnt = n - c;
+        const __mmask16 m0 = cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1);
+        const __mmask16 m1 = cnt >= 32 ? 0xFFFF : cnt <= 16 ? 0 : (__mmask16)((1u << (cnt - 16)) - 1);
+        __m512 v[2] = {_mm512_maskz_loadu_ps(m0, src + c), _mm512_maskz_loadu_ps(m1, src + c + 16)};
+        const __mmask16 m[2] = {m0, m1};
+        for (int h = 0; h < 2; h++) {
+            const int64_t at = c0 + c + 16 * h;
+            const __m512 k = pre->scale ? _mm512_maskz_loadu_ps(m[h], pre->scale + at) : one;
+            const __m512 t = pre->shift ? _mm512_maskz_loadu_ps(m[h], pre->shift + at) : zero;
+            v[h] = _mm512_add_ps(_mm512_mul_ps(v[h], k), t); /* not fused: as the elementwise Mul then Add */
+            /* Relu keeping NaN (max(NaN, 0) would give 0): zero where v < 0 only */
+            if (pre->relu) v[h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v[h], zero, _CMP_LT_OQ), v[h], zero);
+        }
+        const __m512i r = (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]);
+        if (cnt >= 32) _mm512_storeu_si512(dst + c, r);
+        else _mm512_mask_storeu_epi16(dst + c, (__mmask32)((1ull << cnt) - 1), r);
+    }
+}
+
 /* Patches of pixels p0..p1 as bf16 rows of k2 = ceil(K / 2) pairs. Wide groups (CG >= 32) are rounded tap by tap
    from the input; narrow ones (a stem's 3 channels, a UNet's 16) window row by window row: a row of the window
    inside the input (one group, undilated) is KW * CG contiguous floats, rounded where it lies; one that crosses
@@ -537,10 +585,11 @@ static inline void ds_round_run(uint16_t *dst, const float *src, int64_t n) {
    every window row into that buffer first cost 10% of unet_nn's bf16 call in memcpy: 3 copies of 192 bytes a
    pixel on its 16-channel 3x3 convs.) */
 static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64_t p0, int64_t p1, int64_t g,
-                                       int64_t ls, int amx, int64_t ep) {
+                                       int64_t ls, int amx, int64_t ep, const ds_pre *pre) {
     const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
     const int64_t rows = p1 - p0, span = KW * CG;
     const int narrow = CG < 32;
+    if (pre && narrow) abort(); /* a prologue only on 32 channels or more (rules.match_conv_prologue) */
     /* one group, undilated: a window row's KW pixels are KW * CG contiguous floats */
     const int whole_rows = geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1;
     /* the bf16 rows, then (narrow) one float32 window row of KW * CG + 32 values */
@@ -575,6 +624,7 @@ static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64
                     const float *src = ds_conv_src(geo, w, kh, kw);
                     uint16_t *dst = row + (kh * KW + kw) * CG;
                     if (!src) memset(dst, 0, (size_t)CG * 2);
+                    else if (pre) ds_round_run_pre(dst, src, CG, pre, g * CG);
                     else ds_round_run(dst, src, CG);
                 }
         }
@@ -584,17 +634,16 @@ static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64
 }
 #endif
 
-void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
-                        const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                        const float *restrict bias, const float *restrict res, int64_t ep) {
-    (void)zeros;
+static void ds_conv_tile2_bf16_of(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                                  int64_t p0, int64_t p1, int64_t g, int64_t q, const float *restrict bias,
+                                  const float *restrict res, int64_t ep, const ds_pre *pre) {
 #if DS_BF16_NATIVE
     const int64_t OCG = geo[DS_CONV_OCG], LDY = geo[DS_CONV_LDY];
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * geo[DS_CONV_CG], k2 = (K + 1) / 2;
     const int64_t panels = (OCG + 31) / 32;
     int amx;
     const int64_t ls = ds_pair_stride(K, p1 - p0, &amx);
-    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, amx, ep);
+    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, amx, ep, pre);
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
         ds_finish f;
@@ -603,8 +652,25 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
     }
 #else
     (void)geo; (void)x; (void)bp; (void)y; (void)p0; (void)p1; (void)g; (void)q; (void)bias; (void)res; (void)ep;
+    (void)pre;
     abort();
 #endif
+}
+
+void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                        const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                        const float *restrict bias, const float *restrict res, int64_t ep) {
+    (void)zeros;
+    ds_conv_tile2_bf16_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, NULL);
+}
+
+void ds_conv_tile2_bf16_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                            const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                            const float *restrict bias, const float *restrict res, int64_t ep,
+                            const float *restrict scale, const float *restrict shift, int64_t relu) {
+    (void)zeros;
+    const ds_pre pre = {scale, shift, relu};
+    ds_conv_tile2_bf16_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, &pre);
 }
 
 /* The tiles' addresses, for ds_wino_f2_t / _f4_t (csrc/ds_conv_dw_wino.c), which a generated kernel hands them. */

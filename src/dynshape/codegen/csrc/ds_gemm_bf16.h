@@ -28,6 +28,17 @@ void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void 
 void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
                          const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
                          const float *restrict bias, const float *restrict res, int64_t ep);
+/* The same tiles with a prologue: each input value v becomes max(v * scale[c] + shift[c], 0) (scale, shift NULL
+   where absent: 1, 0; relu 0: no max) before it is rounded, c its input channel; 1x1, ungrouped convs of at
+   least 32 input channels (rules.match_conv_prologue); aborts on another. */
+void ds_conv_tile2_bf16_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                            const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                            const float *restrict bias, const float *restrict res, int64_t ep,
+                            const float *restrict scale, const float *restrict shift, int64_t relu);
+void ds_conv_tile2_bf16e_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
+                             const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
+                             const float *restrict bias, const float *restrict res, int64_t ep,
+                             const float *restrict scale, const float *restrict shift, int64_t relu);
 int64_t ds_conv_tile2_bf16_addr(void);
 int64_t ds_conv_tile2_bf16e_addr(void);
 #endif

@@ -20,6 +20,7 @@ from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower import conv_amx
+from dynshape.codegen.lower.deconv import lower_deconv
 from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.product import AMX_TILING, epilogue_loop
 from dynshape.codegen.lowering import ROW_STRIDE, LowerCtx, Lowered, PackedWeight, Unsupported, register_lowering
@@ -27,9 +28,9 @@ from dynshape.codegen.packed_gemm import NR
 from dynshape.ir.opdef import is_default_domain
 from dynshape.ops.conv import window_out, window_params
 from dynshape.passes.items import Conv, ConvChain
-from dynshape.passes.rules import FINISHING_ACTS, finishing_act
+from dynshape.passes.rules import FINISHING_ACTS, finishing_act, prologue_of
 from dynshape.passes.values import const_value, row_pattern
-from dynshape.sym import eq, prove, sym
+from dynshape.sym import sym
 
 I64 = kir.I64
 ROWS = cshared.CONV_ROWS  # output pixels per tile
@@ -46,91 +47,6 @@ def _i(x: int) -> kir.Const:
 
 def _call(fn: str, *args: kir.Expr) -> kir.Eval:
     return kir.Eval(kir.Call(fn, tuple(args), "void"))
-
-
-def _deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
-    """ConvTranspose whose kernel equals its stride (no overlap: each input pixel writes its own KH x KW block, the
-    FPN heads' 2x2 / stride-2 upsampling): blocks of an input row's pixels times the (Ci, KH*KW*Co) matrix of
-    every tap at once (so even one output channel fills the panels), into a scratch tile in cache, then each
-    value to its place in the output, through the epilogue."""
-    g, node = ctx.graph, cv.node
-    w = const_value(node.inputs[1], g)
-    x_t, y_t = g.types[node.inputs[0]], g.types[node.outputs[0]]
-    nd = len(x_t.shape) - 2
-    a = node.attrs
-    kernel = list(w.shape[2:])
-    strides = list(a.get("strides", [1] * nd))
-    if nd != 2 or kernel != strides or int(a.get("group", 1)) != 1 or any(a.get("pads", [0] * 4)) \
-            or any(a.get("output_padding", [0] * 2)) or any(d != 1 for d in a.get("dilations", [1, 1])) \
-            or a.get("output_shape") is not None or a.get("auto_pad", "NOTSET") != "NOTSET":
-        raise Unsupported("a ConvTranspose whose kernel is not its stride (overlapping taps), or grouped / padded")
-    for o, i, k in zip(y_t.shape[1:3], x_t.shape[1:3], kernel):
-        if prove(eq(o, i * k)) is not True:  # H == 32 * (H // 32) when 32 | H: proved, not compared as text
-            raise Unsupported(f"output {y_t.shape} is not the input times the stride")
-    kh_, kw_ = kernel
-    ci, co = int(w.shape[0]), int(w.shape[1])
-    tc = kh_ * kw_ * co  # the product's columns: every tap's output channels
-    ext = (x_t.shape[0], x_t.shape[1], x_t.shape[2])
-    N, H, W = (kir.Extent(i) for i in range(3))
-    OW = W * kw_
-    o0 = kir.Buffer("o0", kir.F32, const=False)
-    x, bp = kir.Buffer("i0"), kir.Buffer("i1")
-    sb = kir.Buffer("sb", kir.F32, const=False)
-    panels = (tc + NR - 1) // NR
-    nh, wb, w0, m, q, i, t, r, j, c = (kir.Var(v) for v in ("nh", "wb", "w0", "m", "q", "i", "t", "r", "j", "c"))
-    n, h = kir.Var("n"), kir.Var("h")
-    rows = (W + (ROWS - 1)) / ROWS
-    # bf16: the block's rows rounded once (the epoch's memo) for all panels, products on bf16 pairs; a deconv
-    # of few multiply-adds an output pixel (Ci x Co, bf16_min_conv_macs) stays float32 as a narrow conv does
-    low = bf16.active(ctx.options) and ci * co >= ctx.options.bf16_min_conv_macs
-    ep = kir.Var("ep")
-    # per kernel row kh, the block's pixels fill one contiguous run of m * KW * Co output floats: copied pixel by
-    # pixel (KW * Co contiguous floats each), then the epilogue along the run: one loop over all of it for one
-    # channel (a detector's sigmoid head ran its epilogue one scalar value at a time: 0.95 -> 0.68 ms for 480x640
-    # outputs), else pixel by pixel over the channels (a channel index j % Co kept the loop from vectorising)
-    run = kw_ * co
-    place = [kir.Let(r, ((n * H + h) * kh_ + t) * OW + w0 * kw_),
-             kir.For(i, m, (kir.For(c, _i(run), (kir.Store(o0, (r + i * kw_) * co + c,
-                                                           kir.Load(sb, i * tc + t * run + c)),),
-                                    omp=kir.Omp(simd=True, schedule=None)),))]
-    if co == 1:
-        place += epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, r + j, r, j, (_i(0), m * kw_), 1,
-                               channel=_i(0))
-    else:
-        px = kir.Var("px")
-        per_pixel = epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, px * co + j, px, j, (_i(0), _i(co)),
-                                  co)
-        if per_pixel:
-            place.append(kir.For(px, r + m * kw_, tuple(per_pixel), start=r))
-    block = [kir.Let(n, nh / H), kir.Let(h, nh % H), kir.Let(w0, wb * ROWS),
-             kir.Let(m, kir.Select(w0 + ROWS < W, _i(ROWS), W - w0)),
-             kir.For(q, _i(panels), (_deconv_panel(ctx, kir.Addr(x, (nh * W + w0) * ci), ci, bp, sb, tc, m, q, ep)
-                                     if low else _call("ds_gemm_tile", kir.Addr(x, (nh * W + w0) * ci), _i(ci),
-                                                       kir.Addr(bp), kir.Addr(sb), _i(tc), _i(0), m, q, _i(tc),
-                                                       _i(ci)),)),
-             kir.For(t, _i(kh_), tuple(place))]
-    flops = kir.product([N, H, W, _i(ci * tc)])
-    loop = kir.For(nh, N * H, (kir.For(wb, rows, tuple(block)),), omp=kir.Omp(shared=True, collapse=2))
-    body = (*((kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)),) if low else ()),
-            kir.Region((kir.Alloc(sb, _i(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops))
-    kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), body, ctx.symbols)
-    layout = {"bf16": "deconv_bf16", "bf16-emulated": "deconv_bf16e"}.get(ctx.options.precision) if low else "deconv"
-    how = "ConvTranspose: blocks of input pixels times every tap's weights"
-    return Lowered(kernel_ir, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout=layout), *ops.ptrs),
-                   method=f"{how}; {bf16.method(ctx.options)}" if low else how,
-                   needs=("packed_gemm", "packed_gemm_bf16") if low else ("packed_gemm",))
-
-
-def _deconv_panel(ctx: LowerCtx, a: kir.Expr, ci: int, bp: kir.Buffer, sb: kir.Buffer, tc: int, m: kir.Expr,
-                  q: kir.Expr, ep: kir.Expr) -> kir.Stmt:
-    """Rows 0..m of the block `a` (ci values a row) times panel q of the bf16 deconv weights (pairs_of
-    pack_deconv: ceil(ci / 2) rows of 64 bf16 a panel; bf16-emulated: ci rows of 32 rounded floats), into
-    columns q * 32.. of the scratch tile sb (tc columns a row)."""
-    _, panel_fn = bf16.product_calls(ctx.options)
-    floats = (ci + 1) // 2 * 32 if ctx.options.precision == "bf16" else ci * 32  # a panel, in floats
-    ncols = kir.Select((q + 1) * NR <= tc, _i(NR), tc - q * NR)
-    return _call(panel_fn, a, _i(ci), kir.Addr(bp, q * floats), kir.Addr(sb, q * NR), _i(tc), _i(0), m, ncols,
-                 _i(ci), ep)
 
 
 def geometry(cv: Conv, ctx: LowerCtx) -> dict:
@@ -166,11 +82,11 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     computable(tuple(g.types[cv.node.inputs[0]].shape), ctx.key_names)
     if not isinstance(shape[-1], int) or not isinstance(g.types[cv.node.inputs[0]].shape[-1], int):
         raise Unsupported("channels must be static")
-    ops = operands(cv.inputs[1:], shape, g, first_param=2)
+    ops = operands([z for z in cv.inputs[1:] if z not in prologue_operands(cv)], shape, g, first_param=2)
     if not all(row_pattern(p) for p in ops.patterns):
         raise Unsupported("an epilogue operand is neither a full tensor, a per-channel vector nor one value")
     if cv.node.attrs["op"] == "ConvTranspose":
-        return _deconv(cv, ctx, ops)
+        return lower_deconv(cv, ctx, ops)
     geo = geometry(cv, ctx)
     if not all(isinstance(geo[k], int) for k in ("C", "OC", "KH", "KW", "G")):
         raise Unsupported("channels, kernel size and groups must be static")
@@ -327,16 +243,48 @@ def _without_bias(node):
     return type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs)
 
 
+def prologue_operands(cv: Conv) -> list[str]:
+    """The prologue's scale and shift (rules.prologue_of), those present."""
+    if cv.prologue is None:
+        return []
+    return [z for n in cv.prologue.group if n.op_type in ("Mul", "Add") for z in n.inputs if z in cv.inputs[1:]]
+
+
+def _prologue(cv: Conv, ctx: LowerCtx, ops) -> tuple[list[kir.Buffer], list[str], tuple[kir.Expr, ...]]:
+    """(the prologue's kernel buffers, their values, the tile call's last three arguments: scale, shift (NULL
+    where absent), 1 for a Relu)."""
+    steps = prologue_of(cv.prologue.group, cv.node.inputs[0], int(ctx.graph.types[cv.inputs[0]].shape[-1]),
+                        ctx.graph)
+    if steps is None or cv.node.attrs["op"] != "Conv":
+        raise Unsupported("a conv prologue that is not a per-channel scale, shift and Relu")
+    bufs, names, args = [], [], []
+    for k in ("Mul", "Add"):
+        if k in steps:
+            b = kir.Buffer(f"i{2 + len(ops.buffers) + len(bufs)}")
+            bufs.append(b)
+            names.append(steps[k])
+            args.append(kir.Addr(b))
+        else:
+            args.append(kir.NULL)
+    return bufs, names, (*args, _i(int("Relu" in steps)))
+
+
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}  # output pixels a key slot apart
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
-    body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0)
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers), tuple(body), (*ctx.symbols, ROW_STRIDE))
+    pro_bufs, pro_names, pro_args = _prologue(cv, ctx, ops) if cv.prologue is not None else ([], [], ())
+    if pro_args and not bf16.active(ctx.options):
+        raise Unsupported("a conv prologue outside bf16 (rules.match_conv_prologue admits none)")
+    body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args)
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers, *pro_bufs), tuple(body),
+                        (*ctx.symbols, ROW_STRIDE))
     low = bf16.active(ctx.options)
     how = ("taps read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call finds none)" if direct
            else "implicit GEMM on packed weights")
-    return Lowered(kernel, cv.outputs, (cv.node.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs),
+    if pro_args:
+        how += "; its input's per-channel scale, shift and Relu applied as its rows are rounded"
+    return Lowered(kernel, cv.outputs, (cv.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs, *pro_names),
                    needs=("conv", "packed_gemm", "packed_gemm_bf16", *(("conv_amx",) if direct else ()))
                    if low else ("conv",), row_stride=True,
                    method=f"{how}; {bf16.method(ctx.options)}" if low else how)
@@ -349,7 +297,7 @@ def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
 
 
 def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir.Buffer, bp: kir.Buffer,
-                        o0: kir.Buffer) -> tuple[list[kir.Stmt], bool]:
+                        o0: kir.Buffer, pro_args: tuple = ()) -> tuple[list[kir.Stmt], bool]:
     """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD".
     And whether its taps are read from a padded copy on AMX tiles where the call finds them (conv_amx), the
     implicit GEMM kept for a call that does not."""
@@ -380,6 +328,8 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     low = bf16.active(ctx.options)
     ep = kir.Var("ep")
     tile_fn, low_args = (bf16.conv_call(ctx.options), (ep,)) if low else ("ds_conv_tile2", ())
+    if pro_args:  # the prologue: the bf16 tiles' entry that applies it (ds_gemm_bf16.h)
+        tile_fn, low_args = f"{tile_fn}_pre", (*low_args, *pro_args)
     # a bias the tiles add is not the epilogue's to add again (it sees the node without it); an activation they
     # apply leaves no epilogue
     seen = _without_bias(node) if bias is not None else node
@@ -438,7 +388,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
                                                            res_arg, *low_args)),
                 kir.Free(zeros)]
     # (the direct tiles store output pixels, not rows of a block: no epilogue loop after them)
-    if not conv_amx.fits(geo, ctx.options) or epilogue(_i(0), _i(0), _i(0), _i(0)):
+    if not conv_amx.fits(geo, ctx.options) or epilogue(_i(0), _i(0), _i(0), _i(0)) or pro_args:
         return body + gathered, False
     # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy, made once per call
     xp = kir.Buffer("xp", kir.F32, const=False)
