@@ -108,3 +108,4 @@ def test_where_the_prologue_is_not_taken(case: str) -> None:
     want = g.run({"x": x})["y"]
     tol = (1e-5 if case == "fp32" else 3e-2) * np.abs(want).max()
     assert np.abs(exe.run({"x": x})["y"] - want).max() <= tol
+

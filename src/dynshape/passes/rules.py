@@ -276,14 +276,13 @@ def prologue_of(group: tuple[Node, ...] | list[Node], x: str, channels: int, gra
             if len(ins) != 2:
                 return None
             if cur is not None and cur in ins:
-                v, c = cur, ins[1 - ins.index(cur)]
+                c = ins[1 - ins.index(cur)]
             elif cur is None:
                 known = [z for z in ins if const_value(z, graph) is not None]
                 if len(known) != 1:
                     return None
                 c = known[0]
-                v = ins[1 - ins.index(c)]
-                steps["x"] = v
+                steps["x"] = ins[1 - ins.index(c)]
             else:
                 return None
             cv = const_value(c, graph)
@@ -291,7 +290,12 @@ def prologue_of(group: tuple[Node, ...] | list[Node], x: str, channels: int, gra
                 return None
             steps[n.op_type] = c
         cur = n.outputs[0]
-    return steps if cur == x and "x" in steps else None
+    if cur != x or "x" not in steps:
+        return None
+    # the input itself is the conv's input's shape (no broadcast: the kernel reads it as the conv's rows)
+    tx, ty = graph.types.get(steps["x"]), graph.types.get(x)
+    same = is_float32(tx) and is_float32(ty) and tuple(tx.shape) == tuple(ty.shape)
+    return steps if same else None
 
 
 def match_conv_prologue(s: Schedule, i: int, item: Item) -> Match | None:
