@@ -109,3 +109,26 @@ def test_where_the_prologue_is_not_taken(case: str) -> None:
     tol = (1e-5 if case == "fp32" else 3e-2) * np.abs(want).max()
     assert np.abs(exe.run({"x": x})["y"] - want).max() <= tol
 
+
+
+def test_a_prologue_that_broadcasts_its_input_is_not_taken() -> None:
+    """A one-channel map times a per-channel scale (a broadcast to 64 channels) before the conv: its input is not
+    the conv's rows, so the rule leaves the elementwise kernel and the conv kernel as they are (taken, the
+    lowering would refuse it and the three nodes would run one by one)."""
+    rng = np.random.default_rng(9)
+    s = rng.choice([0.5, 2.0], 64).astype(np.float32).reshape(1, 64, 1, 1)
+    w = (rng.standard_normal((48, 64, 1, 1)) * 0.2).astype(np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["x0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["x0", "s"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Conv", ["r", "W"], ["y"])]
+    graph = helper.make_graph(nodes, "bc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(s, "s"), numpy_helper.from_array(w, "W")])
+    g = ds.load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    exe = ds.compile(g, precision="bf16-emulated")
+    kinds = [getattr(st, "kind", None) for st in exe.generic.steps]
+    assert kinds.count("elementwise") == 1 and kinds.count("conv") == 1, kinds
+    assert not any(PRO in m for m in _methods(exe)), _methods(exe)
+    x = rng.standard_normal((2, 1, 5, 6)).astype(np.float32)
+    want = g.run({"x": x})["y"]
+    assert np.abs(exe.run({"x": x})["y"] - want).max() <= 3e-2 * np.abs(want).max()
