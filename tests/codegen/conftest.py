@@ -5,7 +5,7 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from dynshape.codegen import program
+from dynshape.codegen import bf16, program
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -55,3 +55,13 @@ def spy_row_kernels(monkeypatch: pytest.MonkeyPatch) -> list:
 
     monkeypatch.setattr(row_kernels, "library", lambda: Proxy())
     return used
+
+
+@pytest.fixture
+def tile_path():
+    """Set which native path bf16 products take (0: VDPBF16PS, 1: AMX tiles) for one test; AMX again after (both
+    paths tested on an AMX machine). Only where the native library loads (the tests that take it skip elsewhere)."""
+    lib = bf16.LIBRARY.load() if bf16.native_available() else None
+    yield lambda amx: lib.ds_bf16_use_amx(amx)
+    if lib is not None:
+        lib.ds_bf16_use_amx(1)

@@ -121,13 +121,6 @@ def test_products_match_rounded_reference(precision: str, k: int, n: int, gemm: 
     assert np.abs(exe.run({"x": x})["y"] - exact).max() > 1e-4
 
 
-@pytest.fixture
-def tile_path():
-    """Set which native path bf16 products take (0: VDPBF16PS, 1: AMX tiles) for one test; AMX again after."""
-    lib = bf16.LIBRARY.load()
-    yield lambda amx: lib.ds_bf16_use_amx(amx)
-    lib.ds_bf16_use_amx(1)
-
 
 @needs_amx
 def test_amx_products_load_their_tile_configuration_after_another_librarys() -> None:

@@ -17,13 +17,6 @@ NATIVE = bf16.native_available()
 AMX = NATIVE and bool(bf16.LIBRARY.load().ds_bf16_use_amx(-1))
 
 
-@pytest.fixture
-def tile_path():
-    lib = bf16.LIBRARY.load() if NATIVE else None
-    yield lambda amx: lib.ds_bf16_use_amx(amx)
-    if lib is not None:
-        lib.ds_bf16_use_amx(1)
-
 
 def _model(w: np.ndarray, k: int) -> onnx.ModelProto:
     """ConvTranspose(x, w, b) with kernel and stride k, then Relu."""

@@ -22,13 +22,6 @@ pytestmark = pytest.mark.skipif(not AMX, reason="no AMX-BF16 here (or Linux refu
 DIRECT = "taps read from a padded bf16 copy"
 
 
-@pytest.fixture
-def tile_path():
-    """Which native path bf16 products take for one test (0: VDPBF16PS, 1: AMX tiles); AMX again after."""
-    lib = bf16.LIBRARY.load()
-    yield lambda amx: lib.ds_bf16_use_amx(amx)
-    lib.ds_bf16_use_amx(1)
-
 
 def _model(ci: int, co: int, kernel: tuple[int, int], pads: list[int], w: np.ndarray, tail: str) -> onnx.ModelProto:
     """conv(x, w) + bias, then `tail`: "relu", "sum_relu" (Sum(conv, r) then Relu: a residual as Caffe2's ResNet

@@ -21,13 +21,6 @@ AMX = NATIVE and bool(bf16.LIBRARY.load().ds_bf16_use_amx(-1))
 PRO = "its input's per-channel scale, shift and Relu applied as its rows are rounded"
 
 
-@pytest.fixture
-def tile_path():
-    lib = bf16.LIBRARY.load() if NATIVE else None
-    yield lambda amx: lib.ds_bf16_use_amx(amx)
-    if lib is not None:
-        lib.ds_bf16_use_amx(1)
-
 
 def _model(ci: int, co: int, s: np.ndarray, t: np.ndarray, w: np.ndarray, k: int = 1, relu: bool = True,
            extra_reader: bool = False) -> onnx.ModelProto:

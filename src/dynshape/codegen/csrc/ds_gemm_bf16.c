@@ -529,21 +529,23 @@ static void ds_conv_tile2_bf16e_of(const int64_t *geo, const float *restrict x, 
     }
 }
 
-void ds_conv_tile2_bf16e(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
-                         const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                         const float *restrict bias, const float *restrict res, int64_t ep) {
-    (void)zeros;
-    ds_conv_tile2_bf16e_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, NULL);
-}
-
-void ds_conv_tile2_bf16e_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
-                             const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                             const float *restrict bias, const float *restrict res, int64_t ep,
-                             const float *restrict scale, const float *restrict shift, int64_t relu) {
-    (void)zeros;
-    const ds_pre pre = {scale, shift, relu};
-    ds_conv_tile2_bf16e_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, &pre);
-}
+/* A tile implementation's two entries (ds_gemm_bf16.h): NAME without a prologue, NAME_pre with one. */
+#define DS_CONV_TILE2_ENTRIES(NAME, IMPL)                                                                   \
+    void NAME(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,                \
+              const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,                    \
+              const float *restrict bias, const float *restrict res, int64_t ep) {                          \
+        (void)zeros;                                                                                        \
+        IMPL(geo, x, bp, y, p0, p1, g, q, bias, res, ep, NULL);                                             \
+    }                                                                                                       \
+    void NAME##_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,         \
+                    const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,              \
+                    const float *restrict bias, const float *restrict res, int64_t ep,                      \
+                    const float *restrict scale, const float *restrict shift, int64_t relu) {               \
+        (void)zeros;                                                                                        \
+        const ds_pre pre = {scale, shift, relu};                                                            \
+        IMPL(geo, x, bp, y, p0, p1, g, q, bias, res, ep, &pre);                                             \
+    }
+DS_CONV_TILE2_ENTRIES(ds_conv_tile2_bf16e, ds_conv_tile2_bf16e_of)
 
 #if DS_BF16_NATIVE
 /* n floats from src as n bf16 at dst, 32 at a time (the last masked: nothing past either end is touched). */
@@ -657,21 +659,7 @@ static void ds_conv_tile2_bf16_of(const int64_t *geo, const float *restrict x, c
 #endif
 }
 
-void ds_conv_tile2_bf16(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
-                        const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                        const float *restrict bias, const float *restrict res, int64_t ep) {
-    (void)zeros;
-    ds_conv_tile2_bf16_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, NULL);
-}
-
-void ds_conv_tile2_bf16_pre(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
-                            const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
-                            const float *restrict bias, const float *restrict res, int64_t ep,
-                            const float *restrict scale, const float *restrict shift, int64_t relu) {
-    (void)zeros;
-    const ds_pre pre = {scale, shift, relu};
-    ds_conv_tile2_bf16_of(geo, x, bp, y, p0, p1, g, q, bias, res, ep, &pre);
-}
+DS_CONV_TILE2_ENTRIES(ds_conv_tile2_bf16, ds_conv_tile2_bf16_of)
 
 /* The tiles' addresses, for ds_wino_f2_t / _f4_t (csrc/ds_conv_dw_wino.c), which a generated kernel hands them. */
 int64_t ds_conv_tile2_bf16_addr(void) { return (int64_t)(intptr_t)&ds_conv_tile2_bf16; }
