@@ -81,10 +81,12 @@ def _join(s: NodeStep, i: int, g, steps, producer: dict, readers: dict, per_key:
     col = 0
     for x in xs:
         xt = g.types.get(x)
-        if not is_float32(xt) or len(xt.shape) != rank or not isinstance(xt.shape[-1], int) \
-                or tuple(xt.shape[:-1]) != tuple(t.shape[:-1]):
+        if not is_float32(xt) or len(xt.shape) != rank or not isinstance(xt.shape[-1], int):
             return None
-        if _writes_its_columns(x, i, steps, producer, readers, per_key, graph_outputs):
+        # a joined input has the Concat's leading dims as written (its rows are the Concat's); one it copies may
+        # spell them otherwise (a UNet's skip map: H//2 where the Concat says 8*(H//16), equal by its guards)
+        if tuple(xt.shape[:-1]) == tuple(t.shape[:-1]) \
+                and _writes_its_columns(x, i, steps, producer, readers, per_key, graph_outputs):
             found[x] = Join(out, col)
         col += xt.shape[-1]
     return (found, len(found) == len(xs)) if col == t.shape[-1] and found else None
