@@ -115,7 +115,7 @@ class Options:
                                      "precision: gathering and rounding its patches onto mostly empty tiles costs "
                                      "more than its few products save (unet's 3 -> 16 3x3 and 16 -> 2 1x1: 2.6x and "
                                      "2.3x slower in bf16); 0: every convolution in bf16", default=2048)
-    amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 32 input channels read their "
+    amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels read their "
                                    "taps from a padded bf16 copy of the input made once per call, on AMX tiles, "
                                    "instead of gathering each block's patches (csrc/ds_conv_amx.c); False: the "
                                    "implicit GEMM's gathered patches", "DYNSHAPE_AMX_DIRECT_CONV", True)
