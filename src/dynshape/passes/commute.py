@@ -31,6 +31,8 @@ def pointwise_before_resize(nodes: list[Node], types: dict, consts: dict, keep: 
     """Each Resize (opset 11 and later) that only scales the spatial axes up, by constant scales or sizes, and
     whose output only a 1x1 / stride 1 / unpadded / ungrouped Conv with constant weights reads: the Conv reads
     the Resize's input, and a Resize of the Conv's output makes the Conv's old output."""
+    if opset < 11:  # (Resize-10 reads (X, scales): left as written)
+        return Rewrite(list(nodes), {}, {})
     readers: dict[str, int] = {}
     for n in nodes:
         for x in (*n.inputs, *n.free_names()):
@@ -39,8 +41,6 @@ def pointwise_before_resize(nodes: list[Node], types: dict, consts: dict, keep: 
     rw = Rewrite([], {}, {})
     moved: dict[int, list[Node]] = {}  # id(conv) -> [conv on the small map, resize]
     dropped: set[int] = set()
-    if opset < 11:
-        return Rewrite(list(nodes), {}, {})
     for conv in nodes:
         resize = producer.get(conv.inputs[0]) if conv.inputs else None
         if resize is None or id(resize) in dropped or not _pointwise(conv, consts) \
@@ -87,11 +87,7 @@ def _pointwise(conv: Node, consts: dict) -> bool:
             and (len(conv.inputs) < 3 or not conv.inputs[2] or conv.inputs[2] in consts)
             and int(a.get("group", 1)) == 1 and not any(a.get("pads", [0] * 4))
             and all(int(v) == 1 for v in (*a.get("strides", [1, 1]), *a.get("dilations", [1, 1])))
-            and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID"))
-
-
-def _text(v: object) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+            and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))
 
 
 def _upsampling(resize: Node, types: dict, consts: dict) -> tuple[str, np.ndarray | None] | None:
@@ -99,10 +95,10 @@ def _upsampling(resize: Node, types: dict, consts: dict) -> tuple[str, np.ndarra
     tensor, each by at least 1, with interpolation weights that sum to 1; else None."""
     a = resize.attrs
     if resize.op_type != "Resize" or not is_default_domain(resize) or len(resize.outputs) != 1 \
-            or _text(a.get("mode", "nearest")) not in _MODES \
-            or _text(a.get("coordinate_transformation_mode", "half_pixel")) == "tf_crop_and_resize" \
+            or a.get("mode", "nearest") not in _MODES \
+            or a.get("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" \
             or int(a.get("antialias", 0)) or a.get("axes") is not None \
-            or _text(a.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+            or a.get("keep_aspect_ratio_policy", "stretch") != "stretch":
         return None
     x = resize.inputs[0]
     t = types.get(x)

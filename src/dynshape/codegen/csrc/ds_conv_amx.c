@@ -19,12 +19,13 @@
 #include <string.h>
 
 #include "ds_amx.h"
+#include "ds_bf16_round.h"
 #include "ds_conv.h"
 #include "ds_conv_amx.h"
 #include "ds_conv_common.h"
 #include "ds_simd.h"
 
-#if DS_AMX && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#if DS_AMX && defined(__AMX_BF16__) && DS_BF16_ROUND
 #define DS_CONV_AMX 1
 #include <immintrin.h>
 #else
@@ -69,14 +70,7 @@ void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uin
         const int64_t left = PL < wp ? PL : wp, right = PL + W < wp ? PL + W : wp;
         memset(row, 0, (size_t)(left * C) * 2);
         const float *src = x + (img * H + ih) * W * C;
-        const int64_t count = (right - left) * C; /* C % 16 == 0: whole halves of a vector */
-        for (int64_t i = 0; i < count; i += 32) {
-            if (count - i >= 32)
-                _mm512_storeu_si512(row + left * C + i, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16),
-                                                                                    _mm512_loadu_ps(src + i)));
-            else
-                _mm256_storeu_si256((__m256i *)(row + left * C + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
-        }
+        ds_round_run(row + left * C, src, (right - left) * C);
         memset(row + right * C, 0, (size_t)((wp - right) * C) * 2);
     }
     if (r1 == n * hp) /* the slack after the last image: what the last passes read past it */

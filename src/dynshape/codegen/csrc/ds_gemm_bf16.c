@@ -35,6 +35,7 @@
 #define DS_BF16_NATIVE 0
 #endif
 #include "ds_amx.h"
+#include "ds_bf16_round.h"
 #if DS_BF16_NATIVE && DS_AMX && defined(__AMX_BF16__)
 #define DS_BF16_AMX 1
 #else
@@ -151,16 +152,6 @@ void ds_pack_panels_t_bf16_ref(const float *restrict a, int64_t lda, int64_t k, 
         }
 }
 
-#if DS_BF16_NATIVE
-#include <immintrin.h>
-/* 32 floats from p (the first `cnt`, zeros after) as 32 bf16 */
-static inline __m512i ds_bf16x32(const float *p, int64_t cnt) {
-    if (cnt >= 32) return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p));
-    const __mmask16 m0 = cnt >= 16 ? 0xFFFF : cnt <= 0 ? 0 : (__mmask16)((1u << cnt) - 1);
-    const __mmask16 m1 = cnt >= 32 ? 0xFFFF : cnt <= 16 ? 0 : (__mmask16)((1u << (cnt - 16)) - 1);
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, p + 16), _mm512_maskz_loadu_ps(m0, p));
-}
-#endif
 
 /* B (k x n, row stride ldb) as bf16 panels: row p of panel q holds (B[2p][j], B[2p + 1][j]) for its 32 columns,
    zero past k and n (pack_b_bf16's layout). Native: two rows rounded 32 columns at a time, their bf16 interleaved
@@ -548,24 +539,14 @@ static void ds_conv_tile2_bf16e_of(const int64_t *geo, const float *restrict x, 
 DS_CONV_TILE2_ENTRIES(ds_conv_tile2_bf16e, ds_conv_tile2_bf16e_of)
 
 #if DS_BF16_NATIVE
-/* n floats from src as n bf16 at dst, 32 at a time (the last masked: nothing past either end is touched). */
-static inline void ds_round_run(uint16_t *dst, const float *src, int64_t n) {
-    for (int64_t c = 0; c < n; c += 32) {
-        const __m512i v = ds_bf16x32(src + c, n - c);
-        if (n - c >= 32) _mm512_storeu_si512(dst + c, v);
-        else _mm512_mask_storeu_epi16(dst + c, (__mmask32)((1ull << (n - c)) - 1), v);
-    }
-}
-
 /* ds_round_run of the values after `pre`, channels c0.. (scale, shift and Relu in registers, 32 at a time). */
 static inline void ds_round_run_pre(uint16_t *dst, const float *src, int64_t n, const ds_pre *pre, int64_t c0) {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
     for (int64_t c = 0; c < n; c += 32) {
         const int64_t cnt = n - c;
-        const __mmask16 m0 = cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1);
-        const __mmask16 m1 = cnt >= 32 ? 0xFFFF : cnt <= 16 ? 0 : (__mmask16)((1u << (cnt - 16)) - 1);
-        __m512 v[2] = {_mm512_maskz_loadu_ps(m0, src + c), _mm512_maskz_loadu_ps(m1, src + c + 16)};
-        const __mmask16 m[2] = {m0, m1};
+        __mmask16 m[2];
+        ds_bf16_masks(cnt, &m[0], &m[1]);
+        __m512 v[2] = {_mm512_maskz_loadu_ps(m[0], src + c), _mm512_maskz_loadu_ps(m[1], src + c + 16)};
         for (int h = 0; h < 2; h++) {
             const int64_t at = c0 + c + 16 * h;
             const __m512 k = pre->scale ? _mm512_maskz_loadu_ps(m[h], pre->scale + at) : one;
@@ -574,9 +555,7 @@ static inline void ds_round_run_pre(uint16_t *dst, const float *src, int64_t n, 
             /* Relu keeping NaN (max(NaN, 0) would give 0): zero where v < 0 only */
             if (pre->relu) v[h] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v[h], zero, _CMP_LT_OQ), v[h], zero);
         }
-        const __m512i r = (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]);
-        if (cnt >= 32) _mm512_storeu_si512(dst + c, r);
-        else _mm512_mask_storeu_epi16(dst + c, (__mmask32)((1ull << cnt) - 1), r);
+        ds_put_bf16x32(dst + c, (__m512i)_mm512_cvtne2ps_pbh(v[1], v[0]), cnt);
     }
 }
 

@@ -82,7 +82,8 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     computable(tuple(g.types[cv.node.inputs[0]].shape), ctx.key_names)
     if not isinstance(shape[-1], int) or not isinstance(g.types[cv.node.inputs[0]].shape[-1], int):
         raise Unsupported("channels must be static")
-    ops = operands([z for z in cv.inputs[1:] if z not in prologue_operands(cv)], shape, g, first_param=2)
+    pro = _prologue_steps(cv, ctx)
+    ops = operands([z for z in cv.inputs[1:] if z not in _scale_shift(pro)], shape, g, first_param=2)
     if not all(row_pattern(p) for p in ops.patterns):
         raise Unsupported("an epilogue operand is neither a full tensor, a per-channel vector nor one value")
     if cv.node.attrs["op"] == "ConvTranspose":
@@ -96,6 +97,8 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
     if bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
         ctx = replace(ctx, options=ctx.options.replace(precision="fp32"))  # (explain then says float32)
+    if pro is not None:  # a 1x1 conv in bf16 (rules.match_conv_prologue): the implicit GEMM's tiles apply it
+        return _implicit_gemm(cv, ctx, geo, ops, ext, E, pro)
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
     # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
     # on AMX tiles the products are ~4x VDPBF16PS's rate, and Winograd's input and output transforms (float32 vector
@@ -243,20 +246,25 @@ def _without_bias(node):
     return type(node)(node.op_type, node.domain, node.name, node.attrs, node.inputs[:2], node.outputs)
 
 
-def prologue_operands(cv: Conv) -> list[str]:
-    """The prologue's scale and shift (rules.prologue_of), those present."""
+def _prologue_steps(cv: Conv, ctx: LowerCtx) -> dict[str, str] | None:
+    """The conv's prologue as rules.prologue_of reads it (None: it has none)."""
     if cv.prologue is None:
-        return []
-    return [z for n in cv.prologue.group if n.op_type in ("Mul", "Add") for z in n.inputs if z in cv.inputs[1:]]
-
-
-def _prologue(cv: Conv, ctx: LowerCtx, ops) -> tuple[list[kir.Buffer], list[str], tuple[kir.Expr, ...]]:
-    """(the prologue's kernel buffers, their values, the tile call's last three arguments: scale, shift (NULL
-    where absent), 1 for a Relu)."""
+        return None
     steps = prologue_of(cv.prologue.group, cv.node.inputs[0], int(ctx.graph.types[cv.inputs[0]].shape[-1]),
                         ctx.graph)
     if steps is None or cv.node.attrs["op"] != "Conv":
         raise Unsupported("a conv prologue that is not a per-channel scale, shift and Relu")
+    return steps
+
+
+def _scale_shift(steps: dict[str, str] | None) -> list[str]:
+    """The prologue's scale and shift values, those present."""
+    return [steps[k] for k in ("Mul", "Add") if k in steps] if steps else []
+
+
+def _prologue(steps: dict[str, str], ops) -> tuple[list[kir.Buffer], list[str], tuple[kir.Expr, ...]]:
+    """(the prologue's kernel buffers, their values, the tile call's last three arguments: scale, shift (NULL
+    where absent), 1 for a Relu)."""
     bufs, names, args = [], [], []
     for k in ("Mul", "Add"):
         if k in steps:
@@ -269,11 +277,13 @@ def _prologue(cv: Conv, ctx: LowerCtx, ops) -> tuple[list[kir.Buffer], list[str]
     return bufs, names, (*args, _i(int("Relu" in steps)))
 
 
-def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> Lowered:
+def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
+                   steps: dict[str, str] | None = None) -> Lowered:
+    """The implicit GEMM's kernel; `steps`: its prologue (_prologue_steps), if any."""
     ext, E = [*ext, sym(ROW_STRIDE)], {**E, "LD": kir.Extent(len(ext))}  # output pixels a key slot apart
     o0 = kir.Buffer("o0", kir.F32, const=False)
     x, bp = kir.Buffer("i0"), kir.Buffer("i1")
-    pro_bufs, pro_names, pro_args = _prologue(cv, ctx, ops) if cv.prologue is not None else ([], [], ())
+    pro_bufs, pro_names, pro_args = _prologue(steps, ops) if steps is not None else ([], [], ())
     if pro_args and not bf16.active(ctx.options):
         raise Unsupported("a conv prologue outside bf16 (rules.match_conv_prologue admits none)")
     body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args)

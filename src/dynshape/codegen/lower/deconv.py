@@ -14,10 +14,7 @@ from dynshape.sym import eq, prove
 
 I64 = kir.I64
 ROWS = cshared.CONV_ROWS  # input pixels per block
-
-
-def _i(x: int) -> kir.Const:
-    return kir.Const(x, I64)
+_i = kir.i64
 
 
 def _call(fn: str, *args: kir.Expr) -> kir.Eval:

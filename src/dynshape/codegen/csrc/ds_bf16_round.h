@@ -1,0 +1,39 @@
+/* Float32 runs rounded to bf16 (VCVTNE2PS2BF16: round to nearest even) where a library reads activations: the bf16
+   products' rows and patches (ds_gemm_bf16.c) and the direct AMX convs' padded copy (ds_conv_amx.c). Defined only
+   where the compiler targets AVX512-BF16 (DS_BF16_ROUND 1); the callers keep their own fallbacks elsewhere. */
+#ifndef DS_BF16_ROUND_H
+#define DS_BF16_ROUND_H
+#include <stdint.h>
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define DS_BF16_ROUND 1
+#include <immintrin.h>
+
+/* The load masks of 32 values of which the first `cnt` are there: the low 16 (*m0) and the high 16 (*m1). */
+static inline void ds_bf16_masks(int64_t cnt, __mmask16 *m0, __mmask16 *m1) {
+    *m0 = cnt >= 16 ? 0xFFFF : cnt <= 0 ? 0 : (__mmask16)((1u << cnt) - 1);
+    *m1 = cnt >= 32 ? 0xFFFF : cnt <= 16 ? 0 : (__mmask16)((1u << (cnt - 16)) - 1);
+}
+
+/* 32 floats from p (the first `cnt`, zeros after) as 32 bf16 */
+static inline __m512i ds_bf16x32(const float *p, int64_t cnt) {
+    if (cnt >= 32) return (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p));
+    __mmask16 m0, m1;
+    ds_bf16_masks(cnt, &m0, &m1);
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, p + 16), _mm512_maskz_loadu_ps(m0, p));
+}
+
+/* The first `cnt` of the 32 bf16 in v (all 32 from 32 on) at dst: nothing past them is touched. */
+static inline void ds_put_bf16x32(uint16_t *dst, __m512i v, int64_t cnt) {
+    if (cnt >= 32) _mm512_storeu_si512(dst, v);
+    else _mm512_mask_storeu_epi16(dst, (__mmask32)((1ull << cnt) - 1), v);
+}
+
+/* n floats from src as n bf16 at dst, 32 at a time (the last masked: nothing past either end is touched). */
+static inline void ds_round_run(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t c = 0; c < n; c += 32) ds_put_bf16x32(dst + c, ds_bf16x32(src + c, n - c), n - c);
+}
+#else
+#define DS_BF16_ROUND 0
+#endif
+#endif
