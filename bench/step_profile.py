@@ -81,6 +81,9 @@ def main() -> None:
     ap.add_argument("--file", default=None,
                     help="profile this ONNX file with the model's feed (e.g. a rewritten copy of a corpus model)")
     ap.add_argument("--precision", default="fp32", help="fp32, bf16, bf16-emulated or int8 (ds.compile's precision)")
+    ap.add_argument("--plan-order", action="store_true",
+                    help="list the steps in the plan's order (to set beside another runtime's per-layer profile), "
+                         "not by time")
     ap.add_argument("--in-order", action="store_true",
                     help="time each step once per call, in the call's order (caches as the call leaves them), "
                          "instead of --reps times back to back")
@@ -158,7 +161,7 @@ def main() -> None:
     total = sum(t for t, _, _ in by_step)
     print(f"{name} {args.shape}, {args.threads} thread(s): whole call {whole * 1e3:.3f} ms, "
           f"{len(by_step)} steps summing to {total * 1e3:.3f} ms")
-    for t, label, m in sorted(by_step, key=lambda r: -r[0])[:args.top]:
+    for t, label, m in (by_step if args.plan_order else sorted(by_step, key=lambda r: -r[0]))[:args.top]:
         rate = f"{2 * m / t / 1e9:6.1f} GF/s" if m else " " * 11
         print(f"  {t * 1e6:9.1f} us  {100 * t / total:5.1f}%  {rate}  {label[:args.label_width]}")
 

@@ -115,10 +115,11 @@ class Options:
                                      "precision: gathering and rounding its patches onto mostly empty tiles costs "
                                      "more than its few products save (unet's 3 -> 16 3x3 and 16 -> 2 1x1: 2.6x and "
                                      "2.3x slower in bf16); 0: every convolution in bf16", default=2048)
-    amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels read their "
-                                   "taps from a padded bf16 copy of the input made once per call, on AMX tiles, "
-                                   "instead of gathering each block's patches (csrc/ds_conv_amx.c); False: the "
-                                   "implicit GEMM's gathered patches", "DYNSHAPE_AMX_DIRECT_CONV", True)
+    amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels, and those on "
+                                   "at most 8 input channels (a stem: 3 -> 64 7x7 stride 2) at any stride, read "
+                                   "their taps from a padded bf16 copy of the input made once per call, on AMX "
+                                   "tiles, instead of gathering each block's patches (csrc/ds_conv_amx.c); False: "
+                                   "the implicit GEMM's gathered patches", "DYNSHAPE_AMX_DIRECT_CONV", True)
     inplace_weights: bool = _build("products of at most 8 rows (every declared shape) read a large transposed "
                                    "weight (Gemm transB, >= 4 MB) in place, several rows at once, instead of a "
                                    "packed copy", "DYNSHAPE_INPLACE_WEIGHTS", True)

@@ -1,5 +1,6 @@
 """Direct bf16 convolutions on AMX tiles (codegen/lower/conv_amx.py, csrc/ds_conv_amx.c): a stride-1 conv on a
-multiple of 16 input channels reads its taps from a padded bf16 copy of the input instead of gathered patches.
+multiple of 16 input channels, and a conv of any stride on at most 8 (a stem's whole window rows, "narrow"), read
+their taps from a padded bf16 copy of the input instead of gathered patches.
 
 The reference is the float32 conv of the bf16-rounded input and weights (their products are exact in float32), so
 the tolerance is float32 accumulation's; the gathered implicit GEMM (Options.amx_direct_conv=False) computes the
@@ -23,12 +24,14 @@ DIRECT = "taps read from a padded bf16 copy"
 
 
 
-def _model(ci: int, co: int, kernel: tuple[int, int], pads: list[int], w: np.ndarray, tail: str) -> onnx.ModelProto:
+def _model(ci: int, co: int, kernel: tuple[int, int], pads: list[int], w: np.ndarray, tail: str,
+           strides: tuple[int, int] = (1, 1)) -> onnx.ModelProto:
     """conv(x, w) + bias, then `tail`: "relu", "sum_relu" (Sum(conv, r) then Relu: a residual as Caffe2's ResNet
     writes it), "add" (Add(r, conv), no activation) or "concat" (Relu, then joined with r along channels: the conv
     writes into a wider buffer, its pixels LDY apart)."""
     bias = np.linspace(-1, 1, co).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=list(kernel), pads=pads)]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], kernel_shape=list(kernel), pads=pads,
+                              strides=list(strides))]
     ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", ci, "h", "w"]),
            helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", co, "oh", "ow"])]
     if tail == "relu":
@@ -141,3 +144,126 @@ def test_a_half_chunk_reads_nothing_outside_its_window() -> None:
     assert finite.sum() == finite.size - 32 * 9  # the 3x3 outputs around the infinity, every channel
     assert (np.isfinite(got) == finite).all()
     assert np.abs(got[finite] - want[finite]).max() <= 1e-5 * np.abs(want[finite]).max()
+
+
+NARROW = "narrow window rows read from a padded bf16 copy"
+NARROW_CASES = [  # (ci, co, kernel, strides, pads, tail, (n, h, w) calls)
+    # a ResNet stem (3 -> 64 7x7 stride 2): 3 channels in pixels of 4; maps whose output rows are not whole tiles
+    # of 16, two images, one under a tile
+    (3, 64, (7, 7), (2, 2), [3, 3, 3, 3], "relu", [(1, 64, 64), (2, 33, 47), (1, 7, 9)]),
+    (3, 40, (3, 3), (1, 1), [1, 0, 1, 2], "sum_relu", [(1, 20, 21), (2, 5, 40)]),
+    (8, 48, (3, 4), (2, 1), [1, 1, 1, 1], "add", [(2, 19, 23), (1, 4, 4)]),
+    (1, 96, (5, 5), (3, 2), [2, 2, 2, 2], "concat", [(1, 16, 31), (2, 11, 7)]),
+    (5, 20, (2, 3), (1, 3), [0, 1, 1, 0], "relu", [(1, 9, 50)]),
+]
+
+
+@pytest.mark.parametrize("ci,co,kernel,strides,pads,tail,calls", NARROW_CASES)
+def test_narrow_convs_match_rounded_reference_and_the_gathered_tiles(tile_path, ci, co, kernel, strides, pads, tail,
+                                                                     calls) -> None:
+    """At most 8 input channels, any stride: whole window rows (KW x Cp values) read from a padded copy of Cp-channel
+    pixels, against the rounded reference; the gathered build and the kernel's own fallback against it too."""
+    rng = np.random.default_rng(ci * co + kernel[1])
+    w = (rng.standard_normal((co, ci, *kernel)) * 0.2).astype(np.float32)
+    g = ds.load_onnx(_model(ci, co, kernel, pads, w, tail, strides))
+    direct = ds.compile(g, precision="bf16", bf16_min_conv_macs=0)
+    gathered = ds.compile(g, precision="bf16", bf16_min_conv_macs=0, amx_direct_conv=False)
+    assert any(m.startswith(NARROW) for m in _methods(direct)), _methods(direct)
+    assert not any(m.startswith(NARROW) for m in _methods(gathered))
+    exact = ds.compile(ds.load_onnx(_model(ci, co, kernel, pads, bf16.rounded(w), tail, strides)), winograd=False)
+    for n, h, wd in calls:
+        oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+        ow = (wd + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+        feed = {"x": rng.standard_normal((n, ci, h, wd)).astype(np.float32),
+                "r": rng.standard_normal((n, co, oh, ow)).astype(np.float32)}
+        feed = {k: v for k, v in feed.items() if k in {i.name for i in g.inputs}}
+        want = exact.run({**feed, "x": bf16.rounded(feed["x"])})["y"]
+        tol = 1e-5 * np.abs(want).max()
+        got = direct.run(feed)["y"]
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= tol, (n, h, wd)
+        assert np.abs(gathered.run(feed)["y"] - want).max() <= tol
+        tile_path(0)
+        try:
+            assert np.abs(direct.run(feed)["y"] - want).max() <= tol  # the kernel's fallback: no tiles
+        finally:
+            tile_path(1)
+
+
+def test_narrow_windows_read_nothing_outside_them() -> None:
+    """A stem's window row is 7 pixels of 4 channels (28 values), its tiles configured that wide: an infinity in
+    the input reaches only the outputs whose windows hold it (a row read as 32 values, the last 4 weighted zero,
+    would turn the outputs whose windows end just before it NaN)."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((32, 3, 7, 7)) * 0.2).astype(np.float32)
+    pads = [3, 3, 3, 3]
+    g = ds.load_onnx(_model(3, 32, (7, 7), pads, w, "add", (2, 2)))
+    direct = ds.compile(g, precision="bf16", bf16_min_conv_macs=0)
+    assert any(m.startswith(NARROW) for m in _methods(direct)), _methods(direct)
+    exact = ds.compile(ds.load_onnx(_model(3, 32, (7, 7), pads, bf16.rounded(w), "add", (2, 2))), winograd=False)
+    x = rng.standard_normal((1, 3, 30, 40)).astype(np.float32)
+    x[0, 1, 13, 20] = np.inf  # padded column 23: the eighth pixel of output column 8's window row
+    feed = {"x": x, "r": np.zeros((1, 32, 15, 20), np.float32)}
+    want = exact.run({**feed, "x": bf16.rounded(x)})["y"]
+    got = direct.run(feed)["y"]
+    finite = np.isfinite(want)
+    assert finite.sum() == finite.size - 32 * 4 * 3  # the 4 x 3 outputs whose windows hold it, every channel
+    assert (np.isfinite(got) == finite).all()
+    assert np.abs(got[finite] - want[finite]).max() <= 1e-5 * np.abs(want[finite]).max()
+
+
+def test_only_few_channels_in_short_window_rows_go_narrow() -> None:
+    """9 input channels, 8 channels under a 5-wide window (40 values a row), a dilated and a grouped conv keep the
+    gathered tiles; a stem goes narrow, and stays float32 where its products are too few (bf16_min_conv_macs)."""
+    rng = np.random.default_rng(4)
+
+    def methods(ci: int, k: int, co: int = 64, dilation: int = 1, group: int = 1, **options) -> list[str]:
+        w = (rng.standard_normal((co, ci // group, k, k)) * 0.2).astype(np.float32)
+        node = helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[k, k], strides=[2, 2], pads=[k // 2] * 4,
+                                dilations=[dilation] * 2, group=group)
+        graph = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              [1, ci, "h", "w"])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(w, "W")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return _methods(ds.compile(ds.load_onnx(model), precision="bf16", **options))
+
+    assert any(m.startswith(NARROW) for m in methods(3, 7))
+    assert any(m.startswith(NARROW) for m in methods(8, 3, bf16_min_conv_macs=0))
+    for ci, k, extra in ((9, 3, {}), (8, 5, {}), (3, 7, {"dilation": 2}), (4, 3, {"group": 2}),
+                         (3, 7, {"amx_direct_conv": False})):
+        got = methods(ci, k, bf16_min_conv_macs=0, **extra)
+        assert got and not any(m.startswith(NARROW) for m in got), (ci, k, extra, got)
+    got = methods(3, 3, co=16)  # 3 x 3 x 3 x 16 multiply-adds a pixel: under 2048, float32
+    assert got and not any("bf16" in m or m.startswith(NARROW) for m in got), got
+
+
+def test_products_after_a_narrow_conv_take_their_own_tile_configuration() -> None:
+    """The narrow tiles leave the thread's tiles configured to their window row's width: the direct conv and the 1x1
+    conv after the stem (in the same call, on the same thread) must load the common configuration back. Against
+    float32 on rounded weights: bf16 rounding of the stem's output is the only difference (~1e-2 of the output),
+    a product on a wrong configuration is off by the output's size."""
+    rng = np.random.default_rng(11)
+    ws = [(rng.standard_normal(shape) * 0.2).astype(np.float32)
+          for shape in ((32, 3, 7, 7), (32, 32, 3, 3), (64, 32, 1, 1))]
+
+    def model(weights: list[np.ndarray]) -> onnx.ModelProto:
+        nodes = [helper.make_node("Conv", ["x", "W0"], ["a"], kernel_shape=[7, 7], strides=[2, 2], pads=[3] * 4),
+                 helper.make_node("Relu", ["a"], ["b"]),
+                 helper.make_node("Conv", ["b", "W1"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+                 helper.make_node("Relu", ["c"], ["d"]),
+                 helper.make_node("Conv", ["d", "W2"], ["y"], kernel_shape=[1, 1])]
+        graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                             [1, 3, "h", "w"])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(weights)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    exe = ds.compile(ds.load_onnx(model(ws)), precision="bf16", bf16_min_conv_macs=0)
+    methods = _methods(exe)
+    assert any(m.startswith(NARROW) for m in methods) and any(m.startswith(DIRECT) for m in methods), methods
+    exact = ds.compile(ds.load_onnx(model([bf16.rounded(w) for w in ws])), winograd=False)
+    x = rng.standard_normal((1, 3, 40, 36)).astype(np.float32)
+    want = exact.run({"x": bf16.rounded(x)})["y"]
+    got = exe.run({"x": x})["y"]
+    assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()

@@ -102,10 +102,37 @@ def pairs_of(f: np.ndarray) -> np.ndarray:
     return out
 
 
+def narrow_channels(c: int) -> int:
+    """The channels of a pixel in a narrow conv's padded copy (csrc/ds_conv_amx.c's ds_conv_amx_narrow_cp): C
+    rounded up to 2, 4 or 8, so a window row's KW x Cp values come in whole bf16 pairs and 16 / Cp pixels fill a
+    vector."""
+    return 2 if c <= 2 else 4 if c <= 4 else 8
+
+
+def pack_conv_narrow(w: np.ndarray) -> np.ndarray:
+    """A conv's weights (Co, C, KH, KW), C <= 8, as the narrow-window tiles read them (csrc/ds_conv_amx.c's
+    ds_conv_amx_narrow_tile2): per panel of 32 outputs and tap row kh, the window row's k = kw * Cp + c (Cp: C
+    rounded up to 2, 4 or 8; the channels past C zero, as the padded copy's) padded to 32 and taken in pairs:
+    uint16 [ceil(Co / 32), KH, 16, 64]."""
+    w = np.asarray(w, dtype=np.float32)
+    co, c, kh, kw = w.shape
+    cp = narrow_channels(c)
+    if kw * cp > 32:
+        raise ValueError(f"a narrow conv's window row holds at most 32 values, not {kw} x {cp}")
+    nr = packed_gemm.NR
+    panels = -(-co // nr)
+    f = np.zeros((kh, kw, cp, panels * nr), np.float32)
+    f[:, :, :c, :co] = w.transpose(2, 3, 1, 0)
+    rows = np.zeros((kh, 32, panels, nr), np.float32)
+    rows[:, :kw * cp] = f.reshape(kh, kw * cp, panels, nr)
+    return pairs_of(np.ascontiguousarray(rows.transpose(2, 0, 1, 3)))
+
+
 packed_gemm.PACKERS["bf16"] = lambda w, trans, groups: pack_b_bf16(w, trans)
 packed_gemm.PACKERS["bf16e"] = lambda w, trans, groups: pack_b_rounded(w, trans)
 packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_conv(w, groups))
 packed_gemm.PACKERS["conv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_conv(w, groups))
+packed_gemm.PACKERS["conv_narrow_bf16"] = lambda w, trans, groups: pack_conv_narrow(w)
 packed_gemm.PACKERS["deconv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_deconv(w))
 packed_gemm.PACKERS["deconv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_deconv(w))
 for _m, _name in ((2, "winograd"), (4, "winograd4")):  # Winograd's transformed weights, per position

@@ -126,6 +126,179 @@ static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t r
 }
 #endif
 
+/* ---- Narrow windows: a stem's conv (3 -> 64 7x7 stride 2), any stride, at most 8 input channels ----
+   Why: the implicit GEMM gathers each output pixel's KH x KW x C patch (147 values on a 7x7 RGB stem) and rounds it
+   per block, which cost 3x OpenVINO's time on ResNet-50's first conv (857 against 294 us, 1 thread). Here the input
+   is rounded once into a zero-padded copy whose pixels hold Cp channels (C rounded up to 2, 4 or 8, the rest zero),
+   so a window row (KW x Cp <= 32 values) is contiguous: for 16 output pixels of one row the tap row kh is one A
+   tile of 16 rows (SW pixels apart) of exactly KW x Cp values, read where it lies. Nothing outside a window enters
+   a sum (the tiles are configured to the window row's width, not read as a zero-weighted 32), so an infinity
+   reaches only the outputs whose windows hold it. Virtual rows: v = (img * OH + oh) * OWt + ow, OWt = OW rounded up
+   to 16 (a 16-row tile never spans two output rows); the padded copy's rows are (OWt - 1) * SW + KW pixels wide,
+   so the columns past OW read zeros and are dropped. The weights: pack "conv_narrow_bf16", per panel of 32 outputs
+   and tap row, the window row's pairs as 16 rows of 128 bytes (two B tiles side by side). */
+
+int64_t ds_conv_amx_narrow_cp(int64_t c) { return c <= 2 ? 2 : c <= 4 ? 4 : 8; }
+
+static inline void ds_narrow_map(const int64_t *geo, int64_t *hp, int64_t *wx, int64_t *owt) {
+    *owt = (geo[DS_CONV_OW] + 15) / 16 * 16;
+    *hp = (geo[DS_CONV_OH] - 1) * geo[DS_CONV_SH] + geo[DS_CONV_KH];
+    *wx = (*owt - 1) * geo[DS_CONV_SW] + geo[DS_CONV_KW];
+}
+
+int64_t ds_conv_amx_narrow_padded(const int64_t *geo, int64_t n) {
+    int64_t hp, wx, owt;
+    ds_narrow_map(geo, &hp, &wx, &owt);
+    return n * hp * wx * ds_conv_amx_narrow_cp(geo[DS_CONV_C]) + 32; /* + 32: a last masked store's slack */
+}
+
+int64_t ds_conv_amx_narrow_rows(const int64_t *geo, int64_t n) {
+    int64_t hp, wx, owt;
+    ds_narrow_map(geo, &hp, &wx, &owt);
+    return geo[DS_CONV_OH] > 0 && geo[DS_CONV_OW] > 0 ? n * geo[DS_CONV_OH] * owt : 0;
+}
+
+#if DS_CONV_AMX
+/* `pixels` pixels of C floats at src as pixels of Cp bf16 at dst, channels C..Cp zero: 16 / Cp pixels a vector,
+   spread by an expanding load (lanes l with l % Cp < C), two vectors rounded into 32 bf16. */
+static void ds_narrow_round(uint16_t *dst, const float *src, int64_t pixels, int64_t C, int64_t Cp) {
+    if (C == Cp) {
+        ds_round_run(dst, src, pixels * C);
+        return;
+    }
+    __mmask16 pat = 0;
+    for (int l = 0; l < 16; l++)
+        if (l % Cp < C) pat |= (__mmask16)(1u << l);
+    const int64_t per = 16 / Cp; /* pixels a vector */
+    for (int64_t p = 0; p < pixels; p += 2 * per) {
+        const int64_t n = (pixels - p) * Cp; /* values left to write */
+        __mmask16 m0, m1;
+        ds_bf16_masks(n, &m0, &m1);
+        const __m512 lo = _mm512_maskz_expandloadu_ps(pat & m0, src + p * C);
+        const __m512 hi = n > 16 ? _mm512_maskz_expandloadu_ps(pat & m1, src + (p + per) * C) : _mm512_setzero_ps();
+        ds_put_bf16x32(dst + p * Cp, (__m512i)_mm512_cvtne2ps_pbh(hi, lo), n);
+    }
+}
+#endif
+
+void ds_conv_amx_narrow_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp,
+                            int64_t r0, int64_t r1) {
+#if DS_CONV_AMX
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PT = geo[DS_CONV_PT];
+    const int64_t PL = geo[DS_CONV_PL], Cp = ds_conv_amx_narrow_cp(C);
+    int64_t hp, wx, owt;
+    ds_narrow_map(geo, &hp, &wx, &owt);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t img = r / hp, ih = r % hp - PT;
+        uint16_t *row = xp + r * wx * Cp;
+        if (ih < 0 || ih >= H) {
+            memset(row, 0, (size_t)(wx * Cp) * 2);
+            continue;
+        }
+        const int64_t left = PL < wx ? PL : wx, right = PL + W < wx ? PL + W : wx;
+        memset(row, 0, (size_t)(left * Cp) * 2);
+        if (right > left) ds_narrow_round(row + left * Cp, x + ((img * H + ih) * W + left - PL) * C, right - left, C, Cp);
+        memset(row + right * Cp, 0, (size_t)((wx - right) * Cp) * 2);
+    }
+#else
+    (void)geo; (void)n; (void)x; (void)xp; (void)r0; (void)r1;
+    abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */
+#endif
+}
+
+#if DS_CONV_AMX
+/* Tiles 0..3 the sums (16 x 64 bytes), 4..5 A (16 rows of a window row's 2 * run bytes), 6..7 B (run / 2 pair
+   rows of 64 bytes): loaded where the thread holds another configuration (the next library call that wants the
+   common one loads it back: ds_amx_config). */
+static void ds_narrow_config(int64_t run) {
+    _Alignas(64) ds_tilecfg cfg, want;
+    memset(&want, 0, sizeof want);
+    want.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        want.rows[t] = (uint8_t)(t >= 6 ? run / 2 : 16);
+        want.colsb[t] = (uint16_t)(t == 4 || t == 5 ? 2 * run : 64);
+    }
+    ds_sttilecfg(&cfg);
+    int same = cfg.palette == 1;
+    for (int t = 0; t < 8 && same; t++) same = cfg.rows[t] == want.rows[t] && cfg.colsb[t] == want.colsb[t];
+    if (!same) ds_ldtilecfg(&want);
+}
+
+/* The window's KH tap rows for 16 (a1 null) or 32 virtual rows (a0's 16, a1's 16) times a panel's first `cols`
+   (16 or 32) columns, into tiles 0..3; tap rows `ldr` bytes apart, a tile's rows `sa` apart. */
+static inline __attribute__((always_inline)) void ds_narrow_pass(const uint8_t *a0, const uint8_t *a1, int64_t sa,
+                                                                  int64_t ldr, const uint8_t *b, int64_t KH,
+                                                                  const int two, const int cols) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t kh = 0; kh < KH; kh++, b += 16 * 128) {
+        _tile_loadd(4, a0 + kh * ldr, sa);
+        _tile_loadd(6, b, 128);
+        if (cols == 32) _tile_loadd(7, b + 64, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        if (cols == 32) _tile_dpbf16ps(1, 4, 7);
+        if (two) {
+            _tile_loadd(5, a1 + kh * ldr, sa);
+            _tile_dpbf16ps(2, 5, 6);
+            if (cols == 32) _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+}
+#endif
+
+void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, const void *bn, float *restrict y,
+                              int64_t v0, int64_t v1, int64_t q, const float *restrict bias,
+                              const float *restrict res) {
+#if DS_CONV_AMX
+    const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
+    const int64_t LDY = geo[DS_CONV_LDY], Cp = ds_conv_amx_narrow_cp(C), run = KW * Cp;
+    const int64_t panels = (OC + 31) / 32;
+    if (C > 8 || run > 32 || v0 % 16 || v1 % 16) abort(); /* conv_amx.narrow_fits and the tiles' bounds admit none */
+    int64_t hp, wx, owt;
+    ds_narrow_map(geo, &hp, &wx, &owt);
+    const int64_t sa = SW * Cp * 2, ldr = wx * Cp * 2; /* bytes between a tile's rows, between tap rows */
+    _Alignas(64) float tmp[32 * 32];
+    ds_narrow_config(run);
+    for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
+        const uint8_t *panel = (const uint8_t *)bn + qq * KH * 16 * 128;
+        const int64_t col0 = qq * 32, ncols = OC - col0 < 32 ? OC - col0 : 32;
+        const ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT]};
+        const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
+        const int narrow = ncols <= 16;
+        for (int64_t v = v0; v < v1; v += 32) {
+            const int two = v1 - v > 16;
+            const uint8_t *a[2];
+            int64_t first[2]; /* each 16-row half's first output pixel */
+            for (int h = 0; h < 1 + two; h++) {
+                const int64_t u = v + 16 * h, ow = u % owt, r = u / owt, img = r / OH, oh = r % OH;
+                a[h] = (const uint8_t *)(xp + ((img * hp + oh * SH) * wx + ow * SW) * Cp);
+                first[h] = r * OW + ow;
+            }
+            if (two && narrow) ds_narrow_pass(a[0], a[1], sa, ldr, panel, KH, 1, 16);
+            else if (two) ds_narrow_pass(a[0], a[1], sa, ldr, panel, KH, 1, 32);
+            else if (narrow) ds_narrow_pass(a[0], 0, sa, ldr, panel, KH, 0, 16);
+            else ds_narrow_pass(a[0], 0, sa, ldr, panel, KH, 0, 32);
+            _tile_stored(0, tmp, 128);
+            if (!narrow) _tile_stored(1, tmp + 16, 128);
+            if (two) {
+                _tile_stored(2, tmp + 16 * 32, 128);
+                if (!narrow) _tile_stored(3, tmp + 16 * 32 + 16, 128);
+            }
+            for (int h = 0; h < 1 + two; h++) {
+                const int64_t ow0 = (v + 16 * h) % owt, m = OW - ow0 < 16 ? OW - ow0 : 16;
+                for (int64_t i = 0; i < m; i++) {
+                    const int64_t p = first[h] + i;
+                    ds_finish_row_fast(y + p * LDY + col0, tmp + (16 * h + i) * 32, ncols, &fin, &fast, p);
+                }
+            }
+        }
+    }
+#else
+    (void)geo; (void)xp; (void)bn; (void)y; (void)v0; (void)v1; (void)q; (void)bias; (void)res;
+    abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */
+#endif
+}
+
 void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const void *bp, float *restrict y,
                        int64_t v0, int64_t v1, int64_t q, const float *restrict bias, const float *restrict res) {
 #if DS_CONV_AMX

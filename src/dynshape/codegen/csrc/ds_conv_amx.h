@@ -19,4 +19,16 @@ int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n);
    bias, residual and activation as ds_conv_tile2's: only on AMX (ds_bf16_use_amx(-1)); aborts elsewhere. */
 void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const void *bp, float *restrict y,
                        int64_t v0, int64_t v1, int64_t q, const float *restrict bias, const float *restrict res);
+/* Narrow windows (any stride, undilated, ungrouped, C <= 8 with KW * Cp <= 32, Cp = ds_conv_amx_narrow_cp(C)): the
+   padded copy's uint16 values for N images, its rows (flat over images, (OH - 1) * SH + KH an image) r0..r1 filled
+   from x, the virtual rows (N * OH * OW rounded up to 16 a row), and virtual rows v0..v1 (multiples of 16) times
+   panels q and q + 1 of the "conv_narrow_bf16" weights bn, finished as ds_conv_amx_tile2's: only on AMX. */
+int64_t ds_conv_amx_narrow_cp(int64_t c);
+int64_t ds_conv_amx_narrow_padded(const int64_t *geo, int64_t n);
+void ds_conv_amx_narrow_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp,
+                            int64_t r0, int64_t r1);
+int64_t ds_conv_amx_narrow_rows(const int64_t *geo, int64_t n);
+void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, const void *bn, float *restrict y,
+                              int64_t v0, int64_t v1, int64_t q, const float *restrict bias,
+                              const float *restrict res);
 #endif

@@ -286,15 +286,18 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
     pro_bufs, pro_names, pro_args = _prologue(steps, ops) if steps is not None else ([], [], ())
     if pro_args and not bf16.active(ctx.options):
         raise Unsupported("a conv prologue outside bf16 (rules.match_conv_prologue admits none)")
-    body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args)
-    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers, *pro_bufs), tuple(body),
-                        (*ctx.symbols, ROW_STRIDE))
+    bn = kir.Buffer(f"i{2 + len(ops.buffers) + len(pro_bufs)}")  # the narrow-window weights, where taken
+    body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args, bn)
+    narrow = (PackedWeight(cv.weight, layout="conv_narrow_bf16"),) if direct == "narrow" else ()
+    kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers, *pro_bufs, *((bn,) if narrow else ())),
+                        tuple(body), (*ctx.symbols, ROW_STRIDE))
     low = bf16.active(ctx.options)
-    how = ("taps read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call finds none)" if direct
-           else "implicit GEMM on packed weights")
+    how = {"direct": "taps read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call finds none)",
+           "narrow": "narrow window rows read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call "
+                     "finds none)"}.get(direct, "implicit GEMM on packed weights")
     if pro_args:
         how += "; its input's per-channel scale, shift and Relu applied as its rows are rounded"
-    return Lowered(kernel, cv.outputs, (cv.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs, *pro_names),
+    return Lowered(kernel, cv.outputs, (cv.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs, *pro_names, *narrow),
                    needs=("conv", "packed_gemm", "packed_gemm_bf16", *(("conv_amx",) if direct else ()))
                    if low else ("conv",), row_stride=True,
                    method=f"{how}; {bf16.method(ctx.options)}" if low else how)
@@ -307,10 +310,12 @@ def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
 
 
 def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir.Buffer, bp: kir.Buffer,
-                        o0: kir.Buffer, pro_args: tuple = ()) -> tuple[list[kir.Stmt], bool]:
+                        o0: kir.Buffer, pro_args: tuple = (), bn: kir.Buffer | None = None
+                        ) -> tuple[list[kir.Stmt], str | None]:
     """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD".
-    And whether its taps are read from a padded copy on AMX tiles where the call finds them (conv_amx), the
-    implicit GEMM kept for a call that does not."""
+    And whether its taps are read from a padded copy on AMX tiles where the call finds them (conv_amx): "direct"
+    (a multiple of 16 channels, stride 1), "narrow" (at most 8 channels, any stride: the weights bn, packed
+    "conv_narrow_bf16", an input of the kernel then), None; the implicit GEMM kept for a call that finds none."""
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
@@ -398,15 +403,21 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
                                                            res_arg, *low_args)),
                 kir.Free(zeros)]
     # (the direct tiles store output pixels, not rows of a block: no epilogue loop after them)
-    if not conv_amx.fits(geo, ctx.options) or epilogue(_i(0), _i(0), _i(0), _i(0)) or pro_args:
-        return body + gathered, False
-    # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy, made once per call
+    kind = "direct" if conv_amx.fits(geo, ctx.options) else \
+        "narrow" if bn is not None and conv_amx.narrow_fits(geo, ctx.options) else None
+    if kind is None or epilogue(_i(0), _i(0), _i(0), _i(0)) or pro_args:
+        return body + gathered, None
     xp = kir.Buffer("xp", kir.F32, const=False)
-    fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par)
-    direct = [*fill, *tiles(conv_amx.rows(geo_buf, E["N"]),
-                            lambda p0, p1, gi, q: conv_amx.tile(geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)),
-              free]
-    return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], True
+    if kind == "direct":  # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy per call
+        fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par)
+        direct = [*fill, *tiles(conv_amx.rows(geo_buf, E["N"]), lambda p0, p1, gi, q: conv_amx.tile(
+            geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)), free]
+    else:  # AMX, a few channels, any stride: whole window rows read from a padded copy of Cp-channel pixels
+        rows_each = (E["OH"] - 1) * geo["SH"] + geo["KH"]
+        fill, free = conv_amx.narrow_padded(geo_buf, x, E["N"], E["N"] * rows_each, xp, par)
+        direct = [*fill, *tiles(conv_amx.narrow_rows(geo_buf, E["N"]), lambda p0, p1, gi, q: conv_amx.narrow_tile(
+            geo_buf, xp, bn, o0, p0, p1, q, bias_arg, res_arg)), free]
+    return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], kind
 
 
 # tiles per chunk of ds_wino_f2 / ds_wino_f4 (ds_shared.h's DS_WINO_TILES, DS_WINO4_TILES): a chunk's V and M stay

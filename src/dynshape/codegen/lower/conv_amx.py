@@ -21,8 +21,12 @@ I64 = kir.I64
 LIBRARY = declare("conv_amx", "ds_conv_amx.c", {
     "ds_conv_amx_padded": (P, C_I64), "ds_conv_amx_rows": (P, C_I64),
     "ds_conv_amx_pad": (P, C_I64, P, P, C_I64, C_I64),
-    "ds_conv_amx_tile2": (P, P, P, P, C_I64, C_I64, C_I64, P, P)},
-    share=True, restypes={"ds_conv_amx_padded": C_I64, "ds_conv_amx_rows": C_I64})
+    "ds_conv_amx_tile2": (P, P, P, P, C_I64, C_I64, C_I64, P, P),
+    "ds_conv_amx_narrow_padded": (P, C_I64), "ds_conv_amx_narrow_rows": (P, C_I64),
+    "ds_conv_amx_narrow_pad": (P, C_I64, P, P, C_I64, C_I64),
+    "ds_conv_amx_narrow_tile2": (P, P, P, P, C_I64, C_I64, C_I64, P, P)},
+    share=True, restypes={"ds_conv_amx_padded": C_I64, "ds_conv_amx_rows": C_I64,
+                          "ds_conv_amx_narrow_padded": C_I64, "ds_conv_amx_narrow_rows": C_I64})
 register_helper("conv_amx", LIBRARY, "ds_conv_amx.h")
 
 
@@ -39,6 +43,18 @@ def fits(geo: dict, options: Options) -> bool:
         return False
     run = geo["KW"] * geo["C"]
     return geo["C"] % 16 == 0 and run >= 32 and (run % 32 == 0 or geo["KH"] <= cshared.CONV_AMX_MAX_KH)
+
+
+def narrow_fits(geo: dict, options: Options) -> bool:
+    """Whether a conv takes the narrow-window tiles (ds_conv_amx_narrow_tile2): bf16 on AMX tiles, undilated,
+    ungrouped, at most 8 input channels and a window row of at most 32 values in the padded copy (KW x Cp: a 7x7
+    RGB stem is 7 x 4), any stride. Why: its patches are a few channels gathered from KH x KW pixels each, the
+    gather costing more than the products (ResNet-50's 3 -> 64 7x7 stride-2 stem: 857 us gathered, 294 us in
+    OpenVINO); read from a padded copy, each tap row of 16 output pixels is one tile load."""
+    if not (options.amx_direct_conv and (geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1) and isinstance(geo["C"], int)
+            and bf16.amx_tiles(options)):
+        return False
+    return geo["C"] <= 8 and geo["KW"] * bf16.narrow_channels(geo["C"]) <= 32
 
 
 def on_tiles() -> kir.Expr:
@@ -68,3 +84,27 @@ def tile(geo_buf: kir.Buffer, xp: kir.Buffer, bp: kir.Buffer, o0: kir.Buffer, v0
     """Virtual rows v0..v1 times panels q and q + 1, finished (ds_conv_amx_tile2)."""
     return kir.Eval(kir.Call("ds_conv_amx_tile2", (kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bp), kir.Addr(o0), v0,
                                                    v1, q, bias, res), "void"))
+
+
+def narrow_padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Expr, xp: kir.Buffer,
+                  par: kir.Expr) -> tuple[list[kir.Stmt], kir.Stmt]:
+    """`padded`'s statements for the narrow-window copy (ds_conv_amx_narrow_pad: pixels of Cp channels, rows
+    (OW rounded up to 16 - 1) x SW + KW pixels wide); `padded_rows`: N x ((OH - 1) x SH + KH)."""
+    r = kir.Var("pr")
+    count = (kir.Call("ds_conv_amx_narrow_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
+    fill = kir.Eval(kir.Call("ds_conv_amx_narrow_pad", (kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1),
+                             "void"))
+    return ([kir.Alloc(xp, count), kir.For(r, padded_rows, (fill,), omp=kir.Omp(parallel=True, if_=par))],
+            kir.Free(xp))
+
+
+def narrow_rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
+    """The narrow-window tiles' virtual rows of n images (ds_conv_amx_narrow_rows: a row's OW rounded up to 16)."""
+    return kir.Call("ds_conv_amx_narrow_rows", (kir.Addr(geo_buf), n), I64)
+
+
+def narrow_tile(geo_buf: kir.Buffer, xp: kir.Buffer, bn: kir.Buffer, o0: kir.Buffer, v0: kir.Expr, v1: kir.Expr,
+                q: kir.Expr, bias: kir.Expr, res: kir.Expr) -> kir.Eval:
+    """Virtual rows v0..v1 times panels q and q + 1 of the narrow weights bn, finished (ds_conv_amx_narrow_tile2)."""
+    return kir.Eval(kir.Call("ds_conv_amx_narrow_tile2", (kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bn),
+                                                          kir.Addr(o0), v0, v1, q, bias, res), "void"))
