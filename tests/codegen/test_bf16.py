@@ -312,7 +312,8 @@ def test_convolutions_match_rounded_reference(tile_path, precision: str, ci: int
     want = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, bf16.rounded(w)))).run(
         {"x": bf16.rounded(x), "r": r})["y"]
     exe = ds.compile(ds.load_onnx(_conv_model(ci, co, k, s, g, pad, w)), precision=precision,
-                     bf16_min_conv_macs=0)  # (the narrow ones too: these test the bf16 tiles)
+                     bf16_min_conv_macs=0,  # (the narrow ones too: these test the bf16 tiles)
+                     amx_direct_conv=False)  # (gathered patches: the direct paths are test_conv_amx.py's)
     got = exe.run({"x": x, "r": r})["y"]
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
     methods = [getattr(st, "method", "") for st in exe.generic.steps]
