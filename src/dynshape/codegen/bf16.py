@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynshape.codegen import packed_gemm
+from dynshape.codegen import cshared, packed_gemm
 from dynshape.codegen.clib import I64, CLibrary, P, declare
 from dynshape.errors import DynshapeError
 from dynshape.options import Options
@@ -103,10 +103,9 @@ def pairs_of(f: np.ndarray) -> np.ndarray:
 
 
 def narrow_channels(c: int) -> int:
-    """The channels of a pixel in a narrow conv's padded copy (csrc/ds_conv_amx.c's ds_conv_amx_narrow_cp): C
-    rounded up to 2, 4 or 8, so a window row's KW x Cp values come in whole bf16 pairs and 16 / Cp pixels fill a
-    vector."""
-    return 2 if c <= 2 else 4 if c <= 4 else 8
+    """The channels of a pixel in a narrow conv's padded copy (ds_shared.h's DS_NARROW_CP): C rounded up to 2, 4 or
+    8, so a window row's KW x Cp values come in whole bf16 pairs and 16 / Cp pixels fill a vector; None past 8."""
+    return next((n for n in cshared.NARROW_PIXEL_CHANNELS if c <= n), None)
 
 
 def pack_conv_narrow(w: np.ndarray) -> np.ndarray:
@@ -117,13 +116,14 @@ def pack_conv_narrow(w: np.ndarray) -> np.ndarray:
     w = np.asarray(w, dtype=np.float32)
     co, c, kh, kw = w.shape
     cp = narrow_channels(c)
-    if kw * cp > 32:
-        raise ValueError(f"a narrow conv's window row holds at most 32 values, not {kw} x {cp}")
+    if cp is None or kw * cp > cshared.NARROW_ROW:
+        raise ValueError(f"a narrow conv's window row holds at most {cshared.NARROW_ROW} values of at most "
+                         f"{cshared.NARROW_PIXEL_CHANNELS[-1]} channels, not {kw} x {c}")
     nr = packed_gemm.NR
     panels = -(-co // nr)
     f = np.zeros((kh, kw, cp, panels * nr), np.float32)
     f[:, :, :c, :co] = w.transpose(2, 3, 1, 0)
-    rows = np.zeros((kh, 32, panels, nr), np.float32)
+    rows = np.zeros((kh, cshared.NARROW_ROW, panels, nr), np.float32)
     rows[:, :kw * cp] = f.reshape(kh, kw * cp, panels, nr)
     return pairs_of(np.ascontiguousarray(rows.transpose(2, 0, 1, 3)))
 

@@ -26,6 +26,11 @@ WINO_TILES = {2: 96, 4: 48}  # tiles per chunk of ds_wino_f2 / ds_wino_f4 (DS_WI
 # window rows of a direct AMX conv whose rows end in a half chunk (ds_conv_amx_tile2 keeps a B tile each on its
 # stack: 2 KB a row): conv_amx.fits admits no taller window (DS_CONV_AMX_MAX_KH)
 CONV_AMX_MAX_KH = 16
+# a narrow conv's padded copy holds pixels of the first of these channel counts at least C (ds_conv_amx_narrow_cp;
+# bf16.narrow_channels): whole bf16 pairs in any window row, 16 / Cp pixels a vector; a window row of KW x Cp
+# values is one tile row of at most NARROW_ROW values (64 bytes)
+NARROW_PIXEL_CHANNELS = (2, 4, 8)
+NARROW_ROW = 32
 
 
 class Act(enum.IntEnum):
@@ -65,6 +70,8 @@ def header() -> str:
         f"#define DS_NR {NR}\n#define DS_CONV_ROWS {CONV_ROWS}\n",
         f"#define DS_WINO_TILES {WINO_TILES[2]}\n#define DS_WINO4_TILES {WINO_TILES[4]}\n",
         f"#define DS_CONV_AMX_MAX_KH {CONV_AMX_MAX_KH}\n",
+        "#define DS_NARROW_CP(c) (" + "".join(f"(c) <= {n} ? {n} : " for n in NARROW_PIXEL_CHANNELS[:-1])
+        + f"{NARROW_PIXEL_CHANNELS[-1]})\n#define DS_NARROW_ROW {NARROW_ROW}\n",
         "enum { " + ", ".join(f"DS_ACT_{a.name} = {a.value}" for a in Act) + " };\n",
         "enum { " + ", ".join(f"DS_POOL_{m.name} = {m.value}" for m in PoolMode) + " };\n",
         _enum("DS_CONV", CONV_GEO, "GEO"),

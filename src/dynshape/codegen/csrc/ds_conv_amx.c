@@ -138,7 +138,7 @@ static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t r
    so the columns past OW read zeros and are dropped. The weights: pack "conv_narrow_bf16", per panel of 32 outputs
    and tap row, the window row's pairs as 16 rows of 128 bytes (two B tiles side by side). */
 
-int64_t ds_conv_amx_narrow_cp(int64_t c) { return c <= 2 ? 2 : c <= 4 ? 4 : 8; }
+int64_t ds_conv_amx_narrow_cp(int64_t c) { return DS_NARROW_CP(c); }
 
 static inline void ds_narrow_map(const int64_t *geo, int64_t *hp, int64_t *wx, int64_t *owt) {
     *owt = (geo[DS_CONV_OW] + 15) / 16 * 16;
@@ -198,7 +198,8 @@ void ds_conv_amx_narrow_pad(const int64_t *geo, int64_t n, const float *restrict
         }
         const int64_t left = PL < wx ? PL : wx, right = PL + W < wx ? PL + W : wx;
         memset(row, 0, (size_t)(left * Cp) * 2);
-        if (right > left) ds_narrow_round(row + left * Cp, x + ((img * H + ih) * W + left - PL) * C, right - left, C, Cp);
+        if (right > left)
+            ds_narrow_round(row + left * Cp, x + ((img * H + ih) * W + left - PL) * C, right - left, C, Cp);
         memset(row + right * Cp, 0, (size_t)((wx - right) * Cp) * 2);
     }
 #else
@@ -254,7 +255,7 @@ void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, c
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
     const int64_t LDY = geo[DS_CONV_LDY], Cp = ds_conv_amx_narrow_cp(C), run = KW * Cp;
     const int64_t panels = (OC + 31) / 32;
-    if (C > 8 || run > 32 || v0 % 16 || v1 % 16) abort(); /* conv_amx.narrow_fits and the tiles' bounds admit none */
+    if (C > Cp || run > DS_NARROW_ROW || v0 % 16 || v1 % 16) abort(); /* narrow_fits, the tiles' bounds: never */
     int64_t hp, wx, owt;
     ds_narrow_map(geo, &hp, &wx, &owt);
     const int64_t sa = SW * Cp * 2, ldr = wx * Cp * 2; /* bytes between a tile's rows, between tap rows */

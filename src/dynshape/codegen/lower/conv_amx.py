@@ -54,7 +54,8 @@ def narrow_fits(geo: dict, options: Options) -> bool:
     if not (options.amx_direct_conv and (geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1) and isinstance(geo["C"], int)
             and bf16.amx_tiles(options)):
         return False
-    return geo["C"] <= 8 and geo["KW"] * bf16.narrow_channels(geo["C"]) <= 32
+    cp = bf16.narrow_channels(geo["C"])
+    return cp is not None and geo["KW"] * cp <= cshared.NARROW_ROW
 
 
 def on_tiles() -> kir.Expr:
