@@ -30,6 +30,17 @@ from benchutil import limit_threads
 from bf16_bench import SHAPES
 
 
+def _option_value(text: str):
+    """--option's value as the field wants it: an int, a bool (true / false), else the string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def median_time(fn, reps: int) -> float:
     fn()
     ts = []
@@ -81,6 +92,8 @@ def main() -> None:
     ap.add_argument("--file", default=None,
                     help="profile this ONNX file with the model's feed (e.g. a rewritten copy of a corpus model)")
     ap.add_argument("--precision", default="fp32", help="fp32, bf16, bf16-emulated or int8 (ds.compile's precision)")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="a compile option (dynshape.Options field), e.g. bf16_min_conv_macs=0; repeatable")
     ap.add_argument("--plan-order", action="store_true",
                     help="list the steps in the plan's order (to set beside another runtime's per-layer profile), "
                          "not by time")
@@ -114,7 +127,8 @@ def main() -> None:
             raise SystemExit(f"{zm.name}: probes are {labels}")
         feed, path, dims, name = zm.make_feed(labels.index(args.shape)), zm.path(), None, zm.name
     path = args.file or path
-    exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision)
+    options = {k: _option_value(v) for k, v in (o.split("=", 1) for o in args.option)}
+    exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision, **options)
     limit_threads(args.threads)  # compiling loaded dynshape's OpenMP runtime: limit it too
     whole = median_time(lambda: exe.run(feed), args.reps)
 
@@ -123,7 +137,7 @@ def main() -> None:
     # every native step its own call (its tables' addresses resolved, as the program pass would)
     plan_mod.pack_programs = lambda calls, labels, keep, *_, **__: ([resolved(c) for c in calls], labels)
     exe_split = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision,
-                           bucket_plans=False)  # the key's own plan at once
+                           bucket_plans=False, **options)  # the key's own plan at once
     # the plan's words point at this call's output arrays (written in place, then handed to the caller): keep
     # them alive while its steps run again below, or they write into freed memory
     alive = exe_split.run(feed)

@@ -114,7 +114,9 @@ class Options:
                                      "output channels) below which a convolution stays in float32 under a bf16 "
                                      "precision: gathering and rounding its patches onto mostly empty tiles costs "
                                      "more than its few products save (unet's 3 -> 16 3x3 and 16 -> 2 1x1: 2.6x and "
-                                     "2.3x slower in bf16); 0: every convolution in bf16", default=2048)
+                                     "2.3x slower in bf16); on AMX a conv on at most 8 input channels reads whole "
+                                     "window rows instead (amx_direct_conv) and takes bf16 whatever its count; 0: "
+                                     "every convolution in bf16", default=2048)
     amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels, and those on "
                                    "at most 8 input channels (a stem: 3 -> 64 7x7 stride 2) at any stride, read "
                                    "their taps from a padded bf16 copy of the input made once per call, on AMX "

@@ -214,7 +214,8 @@ def test_narrow_windows_read_nothing_outside_them() -> None:
 
 def test_only_few_channels_in_short_window_rows_go_narrow() -> None:
     """9 input channels, 8 channels under a 5-wide window (40 values a row), a dilated and a grouped conv keep the
-    gathered tiles; a stem goes narrow, and stays float32 where its products are too few (bf16_min_conv_macs)."""
+    gathered tiles; a stem goes narrow. Under bf16_min_conv_macs a conv stays float32 unless it goes narrow (which
+    gathers nothing): 3 -> 16 3x3 goes narrow, 9 -> 16 1x1 and, without direct convs, 3 -> 16 3x3 stay float32."""
     rng = np.random.default_rng(4)
 
     def methods(ci: int, k: int, co: int = 64, dilation: int = 1, group: int = 1, **options) -> list[str]:
@@ -234,8 +235,10 @@ def test_only_few_channels_in_short_window_rows_go_narrow() -> None:
                          (3, 7, {"amx_direct_conv": False})):
         got = methods(ci, k, bf16_min_conv_macs=0, **extra)
         assert got and not any(m.startswith(NARROW) for m in got), (ci, k, extra, got)
-    got = methods(3, 3, co=16)  # 3 x 3 x 3 x 16 multiply-adds a pixel: under 2048, float32
-    assert got and not any("bf16" in m or m.startswith(NARROW) for m in got), got
+    assert any(m.startswith(NARROW) for m in methods(3, 3, co=16))  # 432 multiply-adds a pixel: under 2048
+    for ci, k, extra in ((9, 1, {}), (3, 3, {"amx_direct_conv": False})):
+        got = methods(ci, k, co=16, **extra)
+        assert got and not any("bf16" in m or m.startswith(NARROW) for m in got), (ci, k, extra, got)
 
 
 def test_products_after_a_narrow_conv_take_their_own_tile_configuration() -> None:

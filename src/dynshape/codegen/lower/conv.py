@@ -95,7 +95,8 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     ext = [geo[k] for k in names]
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
-    if bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
+    if bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs) \
+            and not conv_amx.narrow_fits(geo, ctx.options):  # (the narrow tiles gather nothing: 1.1-3.5x float32)
         ctx = replace(ctx, options=ctx.options.replace(precision="fp32"))  # (explain then says float32)
     if pro is not None:  # a 1x1 conv in bf16 (rules.match_conv_prologue): the implicit GEMM's tiles apply it
         return _implicit_gemm(cv, ctx, geo, ops, ext, E, pro)
@@ -124,7 +125,10 @@ def bf16_too_narrow(geo: dict, min_macs: int) -> bool:
     8 -> 8 3x3 1.20, 3 -> 32 3x3 1.15, 32 -> 16 1x1 1.12 (all under 2048), 16 -> 16 3x3 (2304) 1.02, 16 -> 32 3x3
     (4608) 1.04, 32 -> 16 3x3 0.80, 24 -> 24 3x3 0.89, 3 -> 64 7x7 0.73, 64 -> 64 3x3 0.61. unet_nn's first conv
     (3 -> 16) and its head (16 -> 2) ran 2.6x and 2.3x slower in bf16 than in float32. Float32 is also the
-    more exact choice, so the rule holds on AVX512-BF16 without AMX too (the same gather and rounding)."""
+    more exact choice, so the rule holds on AVX512-BF16 without AMX too (the same gather and rounding). A conv the
+    narrow AMX tiles take (conv_amx.narrow_fits: at most 8 input channels) gathers nothing and takes bf16 whatever
+    its count: one conv + ReLU, 1 thread, float32 / narrow bf16: 3 -> 16 3x3 on 160x192 294 / 160 us, 1 -> 8 3x3
+    177 / 140, 8 -> 8 3x3 on 128x128 318 / 90, 4 -> 16 1x1 73 / 66, 3 -> 24 3x3 stride 2 on 224x224 169 / 107."""
     return geo["KH"] * geo["KW"] * geo["CG"] * geo["OCG"] < min_macs
 
 
