@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import packed_gemm
+from dynshape.codegen import bf16, packed_gemm
 from dynshape.codegen.bf16 import native_in
 from dynshape.codegen.clib import I64, P, declare
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
@@ -60,7 +60,7 @@ class NotSupported(DynshapeError):
 LIBRARY = declare("ds_rnn", "ds_rnn.c", {**{fn: (P,) for fn in ENTRY.values()},
                                           "ds_rnn_workspace": (I64, I64, I64, I64, I64),
                                           "ds_rnn_activation_f32": (P, P, I64, I64), "ds_rnn_q8_native": ()},
-                  openmp=True, needs=(packed_gemm.LIBRARY,),
+                  openmp=True, needs=(packed_gemm.LIBRARY, bf16.LIBRARY),
                   restypes={"ds_rnn_workspace": ctypes.c_int64, "ds_rnn_q8_native": ctypes.c_int})
 
 
@@ -175,6 +175,7 @@ class RnnKernel:
     rq: np.ndarray | None = None  # R as 8-bit integers (pack_q8_weights), used instead of rp
     wq: np.ndarray | None = None  # W as 8-bit integers (one "direction" of dirs * gates * hidden rows), for wp
     portable: bool = False  # rq's and wq's products in plain C instead of VPDPBUSD (tests)
+    wbf16: bool = False  # wp holds W as bf16 pairs (bf16.pack_b_bf16): the input projection on bf16 tiles
 
     @property
     def entry(self) -> int:
@@ -188,7 +189,7 @@ class RnnKernel:
         if self.op == "RNN":
             for d, acts in enumerate(a.acts):
                 f |= RNN_ACT_CODE[acts[0].name] << (8 + 2 * d)
-        return f | (self.portable << 5)
+        return f | (self.portable << 5) | (self.wbf16 << 6)
 
     def workspace_floats(self, seq: Any, batch: Any) -> Any:
         nd = self.attrs.num_directions
@@ -261,14 +262,16 @@ def _f32(v: np.ndarray, name: str, rank: int) -> np.ndarray:
 
 
 def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = None, w_scale: Any = None,
-         q8: str = "auto") -> RnnKernel:
+         q8: str = "auto", low: bool = False) -> RnnKernel:
     """Pack a node's W and R for the kernel (once: at bind / compile time); NotSupported says why not.
 
     With `r_scale` (an LSTM's R is that scale times 8-bit integers: pack_q8_weights), `q8` says how its
     recurrent product runs: "auto" on the integers where VPDPBUSD runs, else in float; "native" / "portable"
     on the integers (VPDPBUSD / plain C; NotSupported when R has no 8-bit form or, native, the CPU no VNNI);
     "off" in float. `w_scale` does the same for W and the input projection (best effort: a W without an
-    8-bit form runs in float)."""
+    8-bit form runs in float). `low` (precision="bf16", a CPU with its native tiles): the input projection, a
+    product by constant weights, takes W as bf16 pairs and X's rows rounded to bf16 (float32 sums), where W has
+    no 8-bit form; the recurrent product, the gates and the state stay float32."""
     reason = supported(op, attrs, np.asarray(w).dtype)
     if reason is not None:
         raise NotSupported(reason)
@@ -282,7 +285,10 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = N
     if w.shape[1] != g * hid or r.shape[1] != g * hid or (a.hidden_size is not None and a.hidden_size != hid):
         raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
     rq, wq = _q8_forms(op, w, r, nd * g * hid, r_scale, w_scale, q8)
-    wp = packed_gemm.pack_b(w.reshape(nd * g * hid, w.shape[2]), trans=True).reshape(-1) if wq is None else []
+    wide = w.reshape(nd * g * hid, w.shape[2])
+    wbf16 = low and wq is None
+    wp = [] if wq is not None else bf16.pack_b_bf16(wide, trans=True).reshape(-1) if wbf16 else \
+        packed_gemm.pack_b(wide, trans=True).reshape(-1)
     if rq is not None:
         rp: list = []
     elif op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
@@ -290,10 +296,11 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = N
               for m in (r[d, :2 * hid], r[d, 2 * hid:])]
     else:
         rp = [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
-    wa, ra = packed_gemm.aligned(len(wp)), packed_gemm.aligned(sum(p.size for p in rp))
+    wa = packed_gemm.aligned(len(wp), np.uint16) if wbf16 else packed_gemm.aligned(len(wp))
+    ra = packed_gemm.aligned(sum(p.size for p in rp))
     wa[:] = wp
     ra[:] = np.concatenate(rp) if rp else []
-    return RnnKernel(op, a, int(w.shape[2]), int(hid), wa, ra, rq, wq, q8 == "portable")
+    return RnnKernel(op, a, int(w.shape[2]), int(hid), wa, ra, rq, wq, q8 == "portable", wbf16)
 
 
 def _q8_forms(op: str, w: np.ndarray, r: np.ndarray, rows: int, r_scale: Any, w_scale: Any,
@@ -346,17 +353,17 @@ def rnn_f32(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = 
 _bound: dict[tuple, tuple] = {}  # (op, id(W), id(R), attrs) -> (weakref W, weakref R, RnnKernel)
 
 
-def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict) -> RnnKernel:
+def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, low: bool = False) -> RnnKernel:
     """bind() once per node's weights (shared by every plan, key and variant), while the weights live; an
     `_r_scale` attribute (frontends/onnx_contrib.py) lets an LSTM's recurrent product run on 8-bit R."""
     params = {k: v for k, v in attrs.items() if not k.startswith("_")}
     r_scale, w_scale = attrs.get("_r_scale"), attrs.get("_w_scale")
     scales = tuple(None if v is None else tuple(v) for v in (r_scale, w_scale))
-    key = (op, id(w), id(r), repr(sorted(params.items())), scales)
+    key = (op, id(w), id(r), repr(sorted(params.items())), scales, low)
     hit = _bound.get(key)
     if hit is not None and hit[0]() is w and hit[1]() is r:
         return hit[2]
-    k = bind(op, w, r, params, r_scale=r_scale, w_scale=w_scale)
+    k = bind(op, w, r, params, r_scale=r_scale, w_scale=w_scale, low=low)
     try:
         _bound[key] = (weakref.ref(w), weakref.ref(r), k)
     except TypeError:  # not weak-referenceable: no sharing
@@ -407,7 +414,7 @@ def _bind_native(r: BindRequest) -> list:
     op, node = r.node.op_type, r.node
     ins = list(r.ins) + [None] * (8 - len(r.ins))
     outs = list(r.outs) + [None] * (3 - len(r.outs))
-    k = _kernel_for(op, ins[1], ins[2], node.attrs)
+    k = _kernel_for(op, ins[1], ins[2], node.attrs, low=r.options.precision == "bf16")
     x = ins[0]
     seq, batch = (x.shape[0], x.shape[1]) if k.attrs.layout == 0 else (x.shape[1], x.shape[0])
     floats = int(k.workspace_floats(seq, batch))
@@ -441,7 +448,7 @@ def _numpy_for(op: str):
             if x.dtype != np.float32 or supported(op, params, x.dtype) is not None:
                 return reference(args, attrs)
             b, lens, h0, c0, p = (list(args[3:]) + [None] * 5)[:5]
-            k = _kernel_for(op, w, r, attrs)
+            k = _kernel_for(op, w, r, attrs, low=options.precision == "bf16")
             if lens is not None:
                 lens = np.asarray(lens)
                 _check_lens(lens, x.shape[0] if k.attrs.layout == 0 else x.shape[1], op)

@@ -43,6 +43,9 @@
      a[19] wq           const uint8*  or 0: W of all directions as 8-bit integers, the same layout with
                                        W.reshape(dirs*gates*hidden, input) as one direction, used instead of
                                        wp; the workspace grows by seq * batch * dsq_row_floats(input) floats more
+   flags bit 6: wp holds W as bf16 pairs (bf16.pack_b_bf16 of the same matrix) and the input projection runs on
+   them (csrc/ds_gemm_bf16.c's tiles: AMX or VDPBF16PS, X's rows rounded as they are read), for precision="bf16";
+   the recurrent product and the gates stay float32.
    Outputs past an entry's sequence length are zero; Y_h / Y_c hold its last valid step (zero for length 0). */
 
 #include <math.h>
@@ -52,6 +55,12 @@
    entry points resolve at load time. */
 #include "ds_gemm.h"
 #include "ds_rnn_q8.h"
+
+/* The bf16 tiles (csrc/ds_gemm_bf16.c, loaded global before this library): flags bit 6's input projection. */
+void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, float *restrict c, int64_t ldc,
+                        int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k, int64_t ep);
+int64_t ds_bf16_epoch(void);
+#define DSR_BF16_ROWS 64 /* rows of X a bf16 tile rounds once and takes through every panel of W */
 
 enum { DSR_LSTM = 0, DSR_GRU = 1, DSR_RNN = 2 };
 #define DSR_PAR_MIN (1 << 20)          /* multiply-adds per step below which a step stays on one thread */
@@ -267,6 +276,7 @@ typedef struct {
     const int32_t *lens;
     const uint8_t *rq, *wq; /* 8-bit R and W (ds_rnn_q8.h) or 0 */
     int portable;
+    int wbf16; /* wp holds bf16 pairs (flags bit 6) */
     float *y, *yh, *yc, *gx, *bias, *rbh, *zeros, *dirws, *q8ws;
 } dsr_layer;
 
@@ -451,6 +461,7 @@ static void dsr_layer_run(int op, const int64_t *a) {
     L.rq = op == DSR_LSTM ? (const uint8_t *)a[18] : 0;
     L.wq = (const uint8_t *)a[19];
     L.portable = (int)(flags >> 5 & 1);
+    L.wbf16 = (int)(flags >> 6 & 1);
     L.nd = L.dir == 2 ? 2 : 1;
     L.gates = dsr_gates(op);
     const int64_t hid = L.hid, gh = L.gates * hid, rows = L.seq * L.batch;
@@ -480,7 +491,16 @@ static void dsr_layer_run(int op, const int64_t *a) {
         float *scratch = L.q8ws + (L.rq ? L.nd * L.batch * dsq_row_floats(hid) : 0);
         dsq_product(L.x, L.wq, L.gx, L.n, rows, L.n, L.in, scratch, rows * L.n * L.in >= DSR_PAR_MIN, L.portable);
     }
-    for (int64_t q = 0; q < (L.wq ? 0 : panels); q += step) {
+    if (L.wbf16 && !L.wq) { /* a block of X's rows rounded once per thread, then every panel of W */
+        const int64_t ep = ds_bf16_epoch(), nb = (rows + DSR_BF16_ROWS - 1) / DSR_BF16_ROWS;
+        #pragma omp parallel for schedule(static) if (rows * L.n * L.in >= DSR_PAR_MIN && nb > 1)
+        for (int64_t rb = 0; rb < nb; rb++)
+            for (int64_t q = 0; q < panels; q++)
+                ds_gemm_block_bf16(L.x, L.in, L.wp, L.gx, L.n, rb * DSR_BF16_ROWS,
+                                   rb * DSR_BF16_ROWS + DSR_BF16_ROWS < rows ? rb * DSR_BF16_ROWS + DSR_BF16_ROWS
+                                                                             : rows, q, L.n, L.in, ep);
+    }
+    for (int64_t q = 0; q < (L.wq || L.wbf16 ? 0 : panels); q += step) {
         const int64_t ncols = (q + step < panels ? step * 32 : L.n - q * 32);
         ds_gemm_packed(L.x, L.in, L.wp + q * L.in * 32, L.gx + q * 32, L.n, rows, ncols, L.in);
     }
