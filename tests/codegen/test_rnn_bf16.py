@@ -62,3 +62,18 @@ def test_a_bf16_layer_is_the_float32_layer_of_rounded_inputs(tile_path, amx: int
             assert np.abs(got[name] - v).max() <= 1e-5 * (np.abs(v).max() + 1), (op, name, seq, batch)
         apart = max(apart, *(float(np.abs(got[k] - far[k]).max()) for k in want))
     assert apart > 1e-4  # the projection took bf16 (a length-0 batch alone may not show it)
+
+
+def test_explain_says_the_projection_runs_in_bf16(tmp_path) -> None:
+    """explain's library steps name the bf16 projection under precision="bf16", and nothing of it in float32."""
+    from dynshape.cli.explain_cmd import report
+
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((1, 64, 24)) * 0.1).astype(np.float32)
+    r = (rng.standard_normal((1, 64, 16)) * 0.1).astype(np.float32)
+    b = np.zeros((1, 128), np.float32)
+    graph = ds.load_onnx(_model("LSTM", 24, 16, "forward", 0, w, r, b, False))
+    low = report(ds.compile(graph, precision="bf16"), tmp_path, "test")["library_steps"]
+    assert any(k.startswith("LSTM (native: input projection in bf16") for k in low), low
+    plain = report(ds.compile(graph), tmp_path, "test")["library_steps"]
+    assert plain and not any("bf16" in k for k in plain), plain

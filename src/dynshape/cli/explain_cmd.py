@@ -95,9 +95,10 @@ def binding(exe: Any) -> tuple[dict[str, dict], list[dict]]:
     return bound, guards
 
 
-def _precision(step: NodeStep, graph: Any) -> str:
+def _precision(step: NodeStep, graph: Any, options: Any) -> str:
     """", on 8-bit weights..." for a native step that does not compute in plain float32 (NativeRule.describe)."""
-    said = step.native.describe(step.node, graph) if step.how == "native" and step.native is not None else None
+    said = step.native.describe(step.node, graph, options) if step.how == "native" and step.native is not None \
+        else None
     return f": {said}" if said else ""
 
 
@@ -117,7 +118,7 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
                 "method": s.method}
                for i, s in enumerate(kernel_steps(exe), 1)]
     built_graph = exe.generic.build.graph
-    lowered = Counter(f"{s.node.op_type} ({s.how}{_precision(s, built_graph)})"
+    lowered = Counter(f"{s.node.op_type} ({s.how}{_precision(s, built_graph, exe.options)})"
                       for s in exe.generic.steps if isinstance(s, NodeStep))
     built = exe.explain_build()
     mem = graph.memory_bound()

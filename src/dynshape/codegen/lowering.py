@@ -175,15 +175,16 @@ class NativeRule:
     by explain); `bind(request)`: zero-argument calls filling the outputs, or None when this key's shapes are
     not covered (the step then runs its numpy path into the planned buffers). `strided(node)`: whether bind
     takes an output that is a slice of a wider channels-last buffer (a Concat's, read from its strides), so the
-    plan may point the node at its columns of a Concat (runtime/concat_joins.py). `describe(node, graph)`: what
-    the native step computes in other than plain float32 (an LSTM on 8-bit weights), or None; explain prints it,
-    so a user sees which steps do not run in the precision they asked for. `retable(request)`: for a binder whose
-    calls take only tables that follow from its buffers' shapes and addresses (no array's contents), the words of
-    each table, in the order `bind` made them, for a `RetableRequest`; None: bind again. A bucket plan moving to
-    a new key writes these words instead of binding (a decoder's KV Concat: ~40 us a step less per token)."""
+    plan may point the node at its columns of a Concat (runtime/concat_joins.py). `describe(node, graph,
+    options)`: what the native step computes in other than plain float32 (an LSTM on 8-bit weights, its input
+    projection in bf16), or None; explain prints it, so a user sees which steps run in which precision.
+    `retable(request)`: for a binder whose calls take only tables that follow from its buffers' shapes and
+    addresses (no array's contents), the words of each table, in the order `bind` made them, for a
+    `RetableRequest`; None: bind again. A bucket plan moving to a new key writes these words instead of binding
+    (a decoder's KV Concat: ~40 us a step less per token)."""
 
     accepts: Callable[[Node, Graph], str | None]
     bind: Callable[[BindRequest], list[Callable[[], None]] | None]
     strided: Callable[[Node], bool] = lambda node: False
-    describe: Callable[[Node, Graph], str | None] = lambda node, graph: None
+    describe: Callable[[Node, Graph, Options], str | None] = lambda node, graph, options: None
     retable: Callable[[RetableRequest], list[list[int]] | None] | None = None

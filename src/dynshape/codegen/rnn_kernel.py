@@ -388,20 +388,23 @@ def _accepts(node: Node, graph: Graph) -> str | None:
     return None
 
 
-def _describe(node: Node, graph: Graph) -> str | None:
-    """Which of the node's products run on 8-bit weights (what explain prints): only those bind could pack
-    exactly, on a CPU with VPDPBUSD; the rest run in float32."""
+def _describe(node: Node, graph: Graph, options: Options) -> str | None:
+    """Which of the node's products run on 8-bit weights or in bf16 (what explain prints): 8-bit only where bind
+    could pack them exactly, on a CPU with VPDPBUSD; the input projection in bf16 under precision="bf16" where W
+    has no 8-bit form; the rest in float32."""
+    low = options.precision == "bf16"
     if "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
-        return None
+        return "input projection in bf16 (bf16 operands, float32 sums); the recurrent product in float32" \
+            if low else None
     w, r = (const_value(x, graph) for x in node.inputs[1:3])
     try:
-        k = _kernel_for(node.op_type, np.asarray(w, np.float32), np.asarray(r, np.float32), node.attrs)
+        k = _kernel_for(node.op_type, np.asarray(w, np.float32), np.asarray(r, np.float32), node.attrs, low=low)
     except NotSupported:
         return None
     int8 = [name for name, q in (("W", k.wq), ("R", k.rq)) if q is not None]
-    if not int8:
-        return "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI here)"
-    return f"{' and '.join(int8)} products on 8-bit weights (VPDPBUSD, exact int32 sums)"
+    said = f"{' and '.join(int8)} products on 8-bit weights (VPDPBUSD, exact int32 sums)" if int8 else \
+        "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI here)"
+    return f"{said}; input projection in bf16" if k.wbf16 else said
 
 
 def _check_lens(lens: np.ndarray, seq: int, label: str) -> None:
