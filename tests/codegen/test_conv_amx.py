@@ -270,3 +270,22 @@ def test_products_after_a_narrow_conv_take_their_own_tile_configuration() -> Non
     want = exact.run({"x": bf16.rounded(x)})["y"]
     got = exe.run({"x": x})["y"]
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
+
+
+def test_passes_past_an_image_s_last_row_are_skipped_not_its_rows() -> None:
+    """Two or three images of few rows: a pass whose rows lie past an image's last output row is not computed, and
+    one that holds 1..16 of its last rows is cut to 16: map sizes that put an image's last output row at
+    every place in a pass against the rounded reference."""
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32)
+    g = ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], w, "relu"))
+    direct = ds.compile(g, precision="bf16")
+    assert any(m.startswith(DIRECT) for m in _methods(direct)), _methods(direct)
+    exact = ds.compile(ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], bf16.rounded(w), "relu")), winograd=False)
+    sizes = [(2, h, wd) for h in range(1, 5) for wd in range(1, 35)] + [(3, h, wd) for h in (5, 6)
+                                                                        for wd in range(1, 14)]
+    for n, h, wd in sizes:
+        x = rng.standard_normal((n, 16, h, wd)).astype(np.float32)
+        want = exact.run({"x": bf16.rounded(x)})["y"]
+        got = direct.run({"x": x})["y"]
+        assert np.abs(got - want).max() <= 1e-5 * (np.abs(want).max() + 1), (n, h, wd)

@@ -101,6 +101,15 @@ static inline __attribute__((always_inline)) void ds_conv_amx_pass(const uint8_t
 }
 #endif
 
+/* Of `n` virtual rows from v, how many to compute: n, or where the rows from some point on all lie past their image's
+   last output row (an image is `per` virtual rows, its first `out` those of output rows) and never reach the next
+   image, the rows before that point. */
+static inline int64_t ds_live_rows(int64_t v, int64_t n, int64_t per, int64_t out) {
+    const int64_t at = v % per; /* v's place in its image */
+    if (at >= out) return at + n <= per ? 0 : n; /* dead from v on, unless the rows reach the next image */
+    return at + n <= per && at + n > out ? out - at : n; /* live up to the image's last output row */
+}
+
 #if DS_CONV_AMX
 /* Rows 0..rows of tmp (32 floats each: virtual rows v.., a panel's columns col0..) to the output pixels they stand
    for, finished: bias, residual, activation. */
@@ -328,7 +337,12 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
         const uint8_t(*hv)[16 * 128] = (const uint8_t(*)[16 * 128])halves;
         const int narrow = ncols <= 16; /* one B tile of columns (a UNet's 16 outputs: half the products) */
         for (int64_t v = v0; v < v1; v += 32) {
-            const int two = v1 - v > 16;
+            /* rows past their image's last output row (the KH - 1 padded rows between images: 2 of every 8 rows
+               of a 6-row map, a text recogniser's) are never stored: a pass, or its second half, made only of
+               them is not computed */
+            const int64_t live = ds_live_rows(v, v1 - v < 32 ? v1 - v : 32, hp * wp, geo[DS_CONV_OH] * wp);
+            if (live == 0) continue;
+            const int two = live > 16;
             const uint8_t *a = (const uint8_t *)(xp + v * C);
             if (two && narrow) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 32, 16);
             else if (two) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 32, 32);
