@@ -48,8 +48,43 @@ def _model(ci: int, co: int, kernel: tuple[int, int], pads: list[int], w: np.nda
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _one_conv_methods(w: np.ndarray, attrs: dict, **options) -> list[str]:
+    """The methods of a bf16 build of one Conv (weights w, its attributes), on 1 x C x h x w inputs."""
+    ci = w.shape[1] * attrs.get("group", 1)
+    node = helper.make_node("Conv", ["x", "W"], ["y"], **attrs)
+    graph = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, ci, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return _methods(ds.compile(ds.load_onnx(model), precision="bf16", **options))
+
+
 def _methods(exe) -> list[str]:
     return [getattr(s, "method", "") for s in exe.generic.steps if getattr(s, "method", "")]
+
+
+def _check_calls(tile_path, g, direct, gathered, exact, conv: tuple, calls: list, rng,
+                 strides: tuple[int, int] = (1, 1)) -> None:
+    """Each (n, h, w) call of `direct` (and of `gathered`, and of `direct` with its tiles off: the kernel's own
+    fallback) against `exact` on the rounded input: `conv` is (ci, co, kernel, pads)."""
+    ci, co, kernel, pads = conv
+    for n, h, wd in calls:
+        oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
+        ow = (wd + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
+        feed = {"x": rng.standard_normal((n, ci, h, wd)).astype(np.float32),
+                "r": rng.standard_normal((n, co, oh, ow)).astype(np.float32)}
+        feed = {k: v for k, v in feed.items() if k in {i.name for i in g.inputs}}
+        want = exact.run({**feed, "x": bf16.rounded(feed["x"])})["y"]
+        tol = 1e-5 * np.abs(want).max()
+        got = direct.run(feed)["y"]
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= tol, (n, h, wd)
+        assert np.abs(gathered.run(feed)["y"] - want).max() <= tol
+        tile_path(0)
+        try:
+            assert np.abs(direct.run(feed)["y"] - want).max() <= tol  # the kernel's fallback: no tiles
+        finally:
+            tile_path(1)
 
 
 CASES = [  # (ci, co, kernel, pads (top, left, bottom, right), tail, (n, h, w) calls)
@@ -80,22 +115,7 @@ def test_direct_convs_match_rounded_reference_and_the_gathered_tiles(tile_path, 
     assert any(m.startswith(DIRECT) for m in _methods(direct)), _methods(direct)
     assert not any(m.startswith(DIRECT) for m in _methods(gathered))
     exact = ds.compile(ds.load_onnx(_model(ci, co, kernel, pads, bf16.rounded(w), tail)), winograd=False)
-    for n, h, wd in calls:
-        oh, ow = h + pads[0] + pads[2] - kernel[0] + 1, wd + pads[1] + pads[3] - kernel[1] + 1
-        feed = {"x": rng.standard_normal((n, ci, h, wd)).astype(np.float32),
-                "r": rng.standard_normal((n, co, oh, ow)).astype(np.float32)}
-        feed = {k: v for k, v in feed.items() if k in {i.name for i in g.inputs}}
-        want = exact.run({**feed, "x": bf16.rounded(feed["x"])})["y"]
-        tol = 1e-5 * np.abs(want).max()
-        got = direct.run(feed)["y"]
-        assert got.shape == want.shape
-        assert np.abs(got - want).max() <= tol, (n, h, wd)
-        assert np.abs(gathered.run(feed)["y"] - want).max() <= tol
-        tile_path(0)
-        try:
-            assert np.abs(direct.run(feed)["y"] - want).max() <= tol  # the kernel's fallback: no tiles
-        finally:
-            tile_path(1)
+    _check_calls(tile_path, g, direct, gathered, exact, (ci, co, kernel, pads), calls, rng)
 
 
 def test_only_stride_one_convs_on_whole_tiles_of_channels_go_direct() -> None:
@@ -108,14 +128,8 @@ def test_only_stride_one_convs_on_whole_tiles_of_channels_go_direct() -> None:
     def methods(ci: int, k: int | tuple[int, int], stride: int, **options) -> list[str]:
         kh, kw = (k, k) if isinstance(k, int) else k
         w = (rng.standard_normal((64, ci, kh, kw)) * 0.2).astype(np.float32)
-        node = helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[kh, kw], strides=[stride] * 2,
-                                pads=[kh // 2, kw // 2] * 2)
-        graph = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                              [1, ci, "h", "w"])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                                  [numpy_helper.from_array(w, "W")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        return _methods(ds.compile(ds.load_onnx(model), precision="bf16", **options))
+        return _one_conv_methods(w, dict(kernel_shape=[kh, kw], strides=[stride] * 2, pads=[kh // 2, kw // 2] * 2),
+                                 **options)
 
     assert any(m.startswith(DIRECT) for m in methods(64, 3, 1))
     assert any(m.startswith(DIRECT) for m in methods(16, (1, 3), 1))
@@ -125,16 +139,22 @@ def test_only_stride_one_convs_on_whole_tiles_of_channels_go_direct() -> None:
         assert got and not any(m.startswith(DIRECT) for m in got), (ci, k, stride, options, got)
 
 
+def _direct_16_to_32(rng, tail: str) -> tuple:
+    """A 16 -> 32 3x3 conv (random weights) then `tail`: its bf16 build on direct tiles, and the float32 build of its
+    rounded weights (the reference, fed the rounded input)."""
+    w = (rng.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32)
+    direct = ds.compile(ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], w, tail)), precision="bf16")
+    assert any(m.startswith(DIRECT) for m in _methods(direct)), _methods(direct)
+    exact = ds.compile(ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], bf16.rounded(w), tail)), winograd=False)
+    return direct, exact
+
+
 def test_a_half_chunk_reads_nothing_outside_its_window() -> None:
     """A 16-channel 3x3 conv's window row ends in a half chunk, read as the row's last 32 values: an infinity in
     the input reaches only the outputs whose windows hold it (read one pixel further instead, and the outputs to
     its left would turn NaN). Finite outputs equal the rounded reference's."""
     rng = np.random.default_rng(5)
-    w = (rng.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32)
-    g = ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], w, "add"))
-    direct = ds.compile(g, precision="bf16")
-    assert any(m.startswith(DIRECT) for m in _methods(direct)), _methods(direct)
-    exact = ds.compile(ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], bf16.rounded(w), "add")), winograd=False)
+    direct, exact = _direct_16_to_32(rng, "add")
     x = rng.standard_normal((1, 16, 9, 12)).astype(np.float32)
     x[0, :, 4, 7] = np.inf
     feed = {"x": x, "r": np.zeros((1, 32, 9, 12), np.float32)}
@@ -171,23 +191,7 @@ def test_narrow_convs_match_rounded_reference_and_the_gathered_tiles(tile_path, 
     assert any(m.startswith(NARROW) for m in _methods(direct)), _methods(direct)
     assert not any(m.startswith(NARROW) for m in _methods(gathered))
     exact = ds.compile(ds.load_onnx(_model(ci, co, kernel, pads, bf16.rounded(w), tail, strides)), winograd=False)
-    for n, h, wd in calls:
-        oh = (h + pads[0] + pads[2] - kernel[0]) // strides[0] + 1
-        ow = (wd + pads[1] + pads[3] - kernel[1]) // strides[1] + 1
-        feed = {"x": rng.standard_normal((n, ci, h, wd)).astype(np.float32),
-                "r": rng.standard_normal((n, co, oh, ow)).astype(np.float32)}
-        feed = {k: v for k, v in feed.items() if k in {i.name for i in g.inputs}}
-        want = exact.run({**feed, "x": bf16.rounded(feed["x"])})["y"]
-        tol = 1e-5 * np.abs(want).max()
-        got = direct.run(feed)["y"]
-        assert got.shape == want.shape
-        assert np.abs(got - want).max() <= tol, (n, h, wd)
-        assert np.abs(gathered.run(feed)["y"] - want).max() <= tol
-        tile_path(0)
-        try:
-            assert np.abs(direct.run(feed)["y"] - want).max() <= tol  # the kernel's fallback: no tiles
-        finally:
-            tile_path(1)
+    _check_calls(tile_path, g, direct, gathered, exact, (ci, co, kernel, pads), calls, rng, strides)
 
 
 def test_narrow_windows_read_nothing_outside_them() -> None:
@@ -220,14 +224,8 @@ def test_only_few_channels_in_short_window_rows_go_narrow() -> None:
 
     def methods(ci: int, k: int, co: int = 64, dilation: int = 1, group: int = 1, **options) -> list[str]:
         w = (rng.standard_normal((co, ci // group, k, k)) * 0.2).astype(np.float32)
-        node = helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[k, k], strides=[2, 2], pads=[k // 2] * 4,
-                                dilations=[dilation] * 2, group=group)
-        graph = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                              [1, ci, "h", "w"])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                                  [numpy_helper.from_array(w, "W")])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        return _methods(ds.compile(ds.load_onnx(model), precision="bf16", **options))
+        return _one_conv_methods(w, dict(kernel_shape=[k, k], strides=[2, 2], pads=[k // 2] * 4,
+                                         dilations=[dilation] * 2, group=group), **options)
 
     assert any(m.startswith(NARROW) for m in methods(3, 7))
     assert any(m.startswith(NARROW) for m in methods(8, 3, bf16_min_conv_macs=0))
@@ -277,11 +275,7 @@ def test_passes_past_an_image_s_last_row_are_skipped_not_its_rows() -> None:
     one that holds 1..16 of its last rows is cut to 16: map sizes that put an image's last output row at
     every place in a pass against the rounded reference."""
     rng = np.random.default_rng(9)
-    w = (rng.standard_normal((32, 16, 3, 3)) * 0.2).astype(np.float32)
-    g = ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], w, "relu"))
-    direct = ds.compile(g, precision="bf16")
-    assert any(m.startswith(DIRECT) for m in _methods(direct)), _methods(direct)
-    exact = ds.compile(ds.load_onnx(_model(16, 32, (3, 3), [1, 1, 1, 1], bf16.rounded(w), "relu")), winograd=False)
+    direct, exact = _direct_16_to_32(rng, "relu")
     sizes = [(2, h, wd) for h in range(1, 5) for wd in range(1, 35)] + [(3, h, wd) for h in (5, 6)
                                                                         for wd in range(1, 14)]
     for n, h, wd in sizes:

@@ -53,26 +53,53 @@ int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n) {
     return n > 0 ? ((n - 1) * hp + geo[DS_CONV_OH]) * wp : 0;
 }
 
+#if DS_CONV_AMX
+/* `pixels` pixels of C floats at src as pixels of Cp bf16 at dst, channels C..Cp zero: one run where C == Cp, else
+   16 / Cp pixels a vector, spread by an expanding load (lanes l with l % Cp < C), two vectors into 32 bf16. */
+static void ds_narrow_round(uint16_t *dst, const float *src, int64_t pixels, int64_t C, int64_t Cp) {
+    if (C == Cp) {
+        ds_round_run(dst, src, pixels * C);
+        return;
+    }
+    __mmask16 pat = 0;
+    for (int l = 0; l < 16; l++)
+        if (l % Cp < C) pat |= (__mmask16)(1u << l);
+    const int64_t per = 16 / Cp; /* pixels a vector */
+    for (int64_t p = 0; p < pixels; p += 2 * per) {
+        const int64_t n = (pixels - p) * Cp; /* values left to write */
+        __mmask16 m0, m1;
+        ds_bf16_masks(n, &m0, &m1);
+        const __m512 lo = _mm512_maskz_expandloadu_ps(pat & m0, src + p * C);
+        const __m512 hi = n > 16 ? _mm512_maskz_expandloadu_ps(pat & m1, src + (p + per) * C) : _mm512_setzero_ps();
+        ds_put_bf16x32(dst + p * Cp, (__m512i)_mm512_cvtne2ps_pbh(hi, lo), n);
+    }
+}
+
+/* Row r of a padded copy (rows flat over the images, hp an image; wx pixels of cp channels): zeros where the row
+   or its columns fall in the pads, else the input's pixels rounded (C channels each, zeros after them to cp). */
+static void ds_pad_row(const int64_t *geo, const float *restrict x, uint16_t *restrict row, int64_t r, int64_t hp,
+                       int64_t wx, int64_t cp) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PL = geo[DS_CONV_PL];
+    const int64_t img = r / hp, ih = r % hp - geo[DS_CONV_PT];
+    if (ih < 0 || ih >= H) {
+        memset(row, 0, (size_t)(wx * cp) * 2);
+        return;
+    }
+    const int64_t left = PL < wx ? PL : wx, right = PL + W < wx ? PL + W : wx;
+    memset(row, 0, (size_t)(left * cp) * 2);
+    if (right > left)
+        ds_narrow_round(row + left * cp, x + ((img * H + ih) * W + left - PL) * C, right - left, C, cp);
+    memset(row + right * cp, 0, (size_t)((wx - right) * cp) * 2);
+}
+#endif
+
 void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
                      int64_t r1) {
 #if DS_CONV_AMX
-    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PT = geo[DS_CONV_PT];
-    const int64_t PL = geo[DS_CONV_PL];
+    const int64_t C = geo[DS_CONV_C];
     int64_t hp, wp;
     ds_padded_map(geo, &hp, &wp);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t img = r / hp, ih = r % hp - PT;
-        uint16_t *row = xp + r * wp * C;
-        if (ih < 0 || ih >= H) {
-            memset(row, 0, (size_t)(wp * C) * 2);
-            continue;
-        }
-        const int64_t left = PL < wp ? PL : wp, right = PL + W < wp ? PL + W : wp;
-        memset(row, 0, (size_t)(left * C) * 2);
-        const float *src = x + (img * H + ih) * W * C;
-        ds_round_run(row + left * C, src, (right - left) * C);
-        memset(row + right * C, 0, (size_t)((wp - right) * C) * 2);
-    }
+    for (int64_t r = r0; r < r1; r++) ds_pad_row(geo, x, xp + r * wp * C, r, hp, wp, C);
     if (r1 == n * hp) /* the slack after the last image: what the last passes read past it */
         memset(xp + n * hp * wp * C, 0, (size_t)((wp + DS_PAD_SLACK) * C) * 2);
 #else
@@ -167,50 +194,15 @@ int64_t ds_conv_amx_narrow_rows(const int64_t *geo, int64_t n) {
     return geo[DS_CONV_OH] > 0 && geo[DS_CONV_OW] > 0 ? n * geo[DS_CONV_OH] * owt : 0;
 }
 
-#if DS_CONV_AMX
-/* `pixels` pixels of C floats at src as pixels of Cp bf16 at dst, channels C..Cp zero: 16 / Cp pixels a vector,
-   spread by an expanding load (lanes l with l % Cp < C), two vectors rounded into 32 bf16. */
-static void ds_narrow_round(uint16_t *dst, const float *src, int64_t pixels, int64_t C, int64_t Cp) {
-    if (C == Cp) {
-        ds_round_run(dst, src, pixels * C);
-        return;
-    }
-    __mmask16 pat = 0;
-    for (int l = 0; l < 16; l++)
-        if (l % Cp < C) pat |= (__mmask16)(1u << l);
-    const int64_t per = 16 / Cp; /* pixels a vector */
-    for (int64_t p = 0; p < pixels; p += 2 * per) {
-        const int64_t n = (pixels - p) * Cp; /* values left to write */
-        __mmask16 m0, m1;
-        ds_bf16_masks(n, &m0, &m1);
-        const __m512 lo = _mm512_maskz_expandloadu_ps(pat & m0, src + p * C);
-        const __m512 hi = n > 16 ? _mm512_maskz_expandloadu_ps(pat & m1, src + (p + per) * C) : _mm512_setzero_ps();
-        ds_put_bf16x32(dst + p * Cp, (__m512i)_mm512_cvtne2ps_pbh(hi, lo), n);
-    }
-}
-#endif
 
 void ds_conv_amx_narrow_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp,
                             int64_t r0, int64_t r1) {
 #if DS_CONV_AMX
-    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PT = geo[DS_CONV_PT];
-    const int64_t PL = geo[DS_CONV_PL], Cp = ds_conv_amx_narrow_cp(C);
+    const int64_t Cp = ds_conv_amx_narrow_cp(geo[DS_CONV_C]);
     int64_t hp, wx, owt;
     ds_narrow_map(geo, &hp, &wx, &owt);
     (void)n; /* (the rows are flat over the images: no slack after the last, whose tiles read inside its rows) */
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t img = r / hp, ih = r % hp - PT;
-        uint16_t *row = xp + r * wx * Cp;
-        if (ih < 0 || ih >= H) {
-            memset(row, 0, (size_t)(wx * Cp) * 2);
-            continue;
-        }
-        const int64_t left = PL < wx ? PL : wx, right = PL + W < wx ? PL + W : wx;
-        memset(row, 0, (size_t)(left * Cp) * 2);
-        if (right > left)
-            ds_narrow_round(row + left * Cp, x + ((img * H + ih) * W + left - PL) * C, right - left, C, Cp);
-        memset(row + right * Cp, 0, (size_t)((wx - right) * Cp) * 2);
-    }
+    for (int64_t r = r0; r < r1; r++) ds_pad_row(geo, x, xp + r * wx * Cp, r, hp, wx, Cp);
 #else
     (void)geo; (void)n; (void)x; (void)xp; (void)r0; (void)r1;
     abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */

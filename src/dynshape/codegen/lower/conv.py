@@ -418,7 +418,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
             geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)), free]
     else:  # AMX, a few channels, any stride: whole window rows read from a padded copy of Cp-channel pixels
         rows_each = (E["OH"] - 1) * geo["SH"] + geo["KH"]
-        fill, free = conv_amx.narrow_padded(geo_buf, x, E["N"], E["N"] * rows_each, xp, par)
+        fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * rows_each, xp, par, narrow=True)
         direct = [*fill, *tiles(conv_amx.narrow_rows(geo_buf, E["N"]), lambda p0, p1, gi, q: conv_amx.narrow_tile(
             geo_buf, xp, bn, o0, p0, p1, q, bias_arg, res_arg)), free]
     return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], kind

@@ -69,12 +69,14 @@ def rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
 
 
 def padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Expr, xp: kir.Buffer,
-           par: kir.Expr) -> tuple[list[kir.Stmt], kir.Stmt]:
+           par: kir.Expr, narrow: bool = False) -> tuple[list[kir.Stmt], kir.Stmt]:
     """(the statements that allocate xp and fill it with the padded bf16 copy of x, its Free): xp is a float
-    buffer of half as many values (two bf16 a float); its rows filled by the threads where `par`."""
-    r = kir.Var("pr")
-    count = (kir.Call("ds_conv_amx_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
-    fill = kir.Eval(kir.Call("ds_conv_amx_pad", (kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1),
+    buffer of half as many values (two bf16 a float); its rows filled by the threads where `par`. `narrow`: the
+    narrow-window copy (ds_conv_amx_narrow_pad: pixels of Cp channels, rows (OW rounded up to 16 - 1) x SW + KW
+    pixels wide; `padded_rows` N x ((OH - 1) x SH + KH))."""
+    r, kind = kir.Var("pr"), "_narrow" if narrow else ""
+    count = (kir.Call(f"ds_conv_amx{kind}_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
+    fill = kir.Eval(kir.Call(f"ds_conv_amx{kind}_pad", (kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1),
                              "void"))
     return ([kir.Alloc(xp, count), kir.For(r, padded_rows, (fill,), omp=kir.Omp(parallel=True, if_=par))],
             kir.Free(xp))
@@ -85,18 +87,6 @@ def tile(geo_buf: kir.Buffer, xp: kir.Buffer, bp: kir.Buffer, o0: kir.Buffer, v0
     """Virtual rows v0..v1 times panels q and q + 1, finished (ds_conv_amx_tile2)."""
     return kir.Eval(kir.Call("ds_conv_amx_tile2", (kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bp), kir.Addr(o0), v0,
                                                    v1, q, bias, res), "void"))
-
-
-def narrow_padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Expr, xp: kir.Buffer,
-                  par: kir.Expr) -> tuple[list[kir.Stmt], kir.Stmt]:
-    """`padded`'s statements for the narrow-window copy (ds_conv_amx_narrow_pad: pixels of Cp channels, rows
-    (OW rounded up to 16 - 1) x SW + KW pixels wide); `padded_rows`: N x ((OH - 1) x SH + KH)."""
-    r = kir.Var("pr")
-    count = (kir.Call("ds_conv_amx_narrow_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
-    fill = kir.Eval(kir.Call("ds_conv_amx_narrow_pad", (kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1),
-                             "void"))
-    return ([kir.Alloc(xp, count), kir.For(r, padded_rows, (fill,), omp=kir.Omp(parallel=True, if_=par))],
-            kir.Free(xp))
 
 
 def narrow_rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
