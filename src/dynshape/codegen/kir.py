@@ -299,6 +299,11 @@ class Eval(Stmt):
     call: Call
 
 
+def call_void(fn: str, *args: Expr) -> Eval:
+    """A C function's call for its effect (a micro-kernel, a library entry) as a statement."""
+    return Eval(Call(fn, tuple(args), "void"))
+
+
 @dataclass(frozen=True, eq=False)
 class Region(Stmt):
     """`#pragma omp parallel if(if_) { body }`: per-thread scratch and work-shared loops inside."""

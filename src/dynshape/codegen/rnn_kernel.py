@@ -388,11 +388,17 @@ def _accepts(node: Node, graph: Graph) -> str | None:
     return None
 
 
+def _low(options: Options) -> bool:
+    """Whether the input projection runs in bf16: precision="bf16" (native; the emulated precision keeps it
+    float32, the tests' reference for the product kernels)."""
+    return options.precision == "bf16"
+
+
 def _describe(node: Node, graph: Graph, options: Options) -> str | None:
     """Which of the node's products run on 8-bit weights or in bf16 (what explain prints): 8-bit only where bind
     could pack them exactly, on a CPU with VPDPBUSD; the input projection in bf16 under precision="bf16" where W
     has no 8-bit form; the rest in float32."""
-    low = options.precision == "bf16"
+    low = _low(options)
     if "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
         return "input projection in bf16 (bf16 operands, float32 sums); the recurrent product in float32" \
             if low else None
@@ -417,7 +423,7 @@ def _bind_native(r: BindRequest) -> list:
     op, node = r.node.op_type, r.node
     ins = list(r.ins) + [None] * (8 - len(r.ins))
     outs = list(r.outs) + [None] * (3 - len(r.outs))
-    k = _kernel_for(op, ins[1], ins[2], node.attrs, low=r.options.precision == "bf16")
+    k = _kernel_for(op, ins[1], ins[2], node.attrs, low=_low(r.options))
     x = ins[0]
     seq, batch = (x.shape[0], x.shape[1]) if k.attrs.layout == 0 else (x.shape[1], x.shape[0])
     floats = int(k.workspace_floats(seq, batch))
@@ -451,7 +457,7 @@ def _numpy_for(op: str):
             if x.dtype != np.float32 or supported(op, params, x.dtype) is not None:
                 return reference(args, attrs)
             b, lens, h0, c0, p = (list(args[3:]) + [None] * 5)[:5]
-            k = _kernel_for(op, w, r, attrs, low=options.precision == "bf16")
+            k = _kernel_for(op, w, r, attrs, low=_low(options))
             if lens is not None:
                 lens = np.asarray(lens)
                 _check_lens(lens, x.shape[0] if k.attrs.layout == 0 else x.shape[1], op)

@@ -117,6 +117,18 @@ static inline __attribute__((always_inline)) void ds_amx_chunk(const uint8_t *a,
     }
 }
 
+/* The sums in tiles 0..3 (`rows` 16 or 32 rows, `cols` 16 or 32 columns: tiles 1 and 3 only for 32 columns, 2
+   and 3 only for 32 rows) into `out`, 32 values (128 bytes) a row: a pass's results, read back row by row. */
+static inline __attribute__((always_inline)) void ds_amx_store_sums(void *out, const int rows, const int cols) {
+    uint8_t *o = (uint8_t *)out;
+    _tile_stored(0, o, 128);
+    if (cols == 32) _tile_stored(1, o + 64, 128);
+    if (rows == 32) {
+        _tile_stored(2, o + 16 * 128, 128);
+        if (cols == 32) _tile_stored(3, o + 16 * 128 + 64, 128);
+    }
+}
+
 /* `rows` (16 or 32) rows of A (64 bytes of k a tile row, rows `sa` bytes apart: bf16 pairs or u8 quads) times one
    packed panel (rows of 128 bytes, two B tiles side by side: 16 rows a chunk of k; the last, short chunk from
    `tail`), TDPBF16PS or TDPBUSD by `kind`: the sums in tiles 0, 1 (rows 0..15, columns 0..15 and 16..31) and, for

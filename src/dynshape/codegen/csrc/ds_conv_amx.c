@@ -185,7 +185,7 @@ static inline void ds_narrow_map(const int64_t *geo, int64_t *hp, int64_t *wx, i
 int64_t ds_conv_amx_narrow_padded(const int64_t *geo, int64_t n) {
     int64_t hp, wx, owt;
     ds_narrow_map(geo, &hp, &wx, &owt);
-    return n * hp * wx * ds_conv_amx_narrow_cp(geo[DS_CONV_C]) + 32; /* + 32: a last masked store's slack */
+    return n * hp * wx * ds_conv_amx_narrow_cp(geo[DS_CONV_C]); /* (no slack: the tiles read inside the rows) */
 }
 
 int64_t ds_conv_amx_narrow_rows(const int64_t *geo, int64_t n) {
@@ -281,12 +281,7 @@ void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, c
             else if (two) ds_narrow_pass(a[0], a[1], sa, ldr, panel, KH, 1, 32);
             else if (narrow) ds_narrow_pass(a[0], 0, sa, ldr, panel, KH, 0, 16);
             else ds_narrow_pass(a[0], 0, sa, ldr, panel, KH, 0, 32);
-            _tile_stored(0, tmp, 128);
-            if (!narrow) _tile_stored(1, tmp + 16, 128);
-            if (two) {
-                _tile_stored(2, tmp + 16 * 32, 128);
-                if (!narrow) _tile_stored(3, tmp + 16 * 32 + 16, 128);
-            }
+            ds_amx_store_sums(tmp, two ? 32 : 16, narrow ? 16 : 32);
             for (int h = 0; h < 1 + two; h++) {
                 const int64_t ow0 = (v + 16 * h) % owt, m = OW - ow0 < 16 ? OW - ow0 : 16;
                 for (int64_t i = 0; i < m; i++) {
@@ -312,7 +307,6 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
     if (run % 16 || run < 32 || (half && KH > DS_CONV_AMX_MAX_KH)) abort(); /* conv_amx.fits admits none */
     int64_t hp, wp;
     ds_padded_map(geo, &hp, &wp);
-    (void)hp;
     const int64_t sa = C * 2; /* a tile row (a pixel) apart, in bytes */
     _Alignas(64) float tmp[32 * 32];
     /* a window row's half chunk: its last 16 values read as the last 32 of the row (the 16 before them are the
@@ -340,12 +334,7 @@ void ds_conv_amx_tile2(const int64_t *geo, const uint16_t *restrict xp, const vo
             else if (two) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 32, 32);
             else if (narrow) ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 16, 16);
             else ds_conv_amx_pass(a, sa, wp * sa, panel, KH, run, whole, half, hv, 16, 32);
-            _tile_stored(0, tmp, 128);
-            if (!narrow) _tile_stored(1, tmp + 16, 128);
-            if (two) {
-                _tile_stored(2, tmp + 16 * 32, 128);
-                if (!narrow) _tile_stored(3, tmp + 16 * 32 + 16, 128);
-            }
+            ds_amx_store_sums(tmp, two ? 32 : 16, narrow ? 16 : 32);
             ds_conv_amx_store(geo, y, v, two ? 32 : 16, v1, col0, ncols, bias, res, tmp);
         }
     }

@@ -465,12 +465,7 @@ static inline void ds_q8_panel_cols(const ds_q8_act *a, const void *bp, int64_t 
 static void ds_q8_amx_sums(const ds_q8_act *a, const int8_t *panel, const uint8_t *tail, int64_t whole,
                            int64_t chunks, int64_t i, int rows, int32_t *out) {
     ds_amx_pass(a->q + i * a->ldq, a->ldq, (const uint8_t *)panel, tail, whole, chunks, rows, DS_AMX_U8S8);
-    _tile_stored(0, out, 128);
-    _tile_stored(1, out + 16, 128);
-    if (rows == 32) {
-        _tile_stored(2, out + 16 * 32, 128);
-        _tile_stored(3, out + 16 * 32 + 16, 128);
-    }
+    ds_amx_store_sums(out, rows, 32);
 }
 #endif
 

@@ -54,12 +54,9 @@
 /* The packed micro-kernel library (csrc/ds_gemm.c), loaded with its symbols global before this library, so its
    entry points resolve at load time. */
 #include "ds_gemm.h"
+#include "ds_gemm_bf16.h" /* the bf16 tiles (loaded global before this library): flags bit 6's input projection */
 #include "ds_rnn_q8.h"
 
-/* The bf16 tiles (csrc/ds_gemm_bf16.c, loaded global before this library): flags bit 6's input projection. */
-void ds_gemm_block_bf16(const float *restrict a, int64_t lda, const void *bp, float *restrict c, int64_t ldc,
-                        int64_t i0, int64_t i1, int64_t q, int64_t n, int64_t k, int64_t ep);
-int64_t ds_bf16_epoch(void);
 #define DSR_BF16_ROWS 64 /* rows of X a bf16 tile rounds once and takes through every panel of W */
 
 enum { DSR_LSTM = 0, DSR_GRU = 1, DSR_RNN = 2 };
@@ -494,11 +491,11 @@ static void dsr_layer_run(int op, const int64_t *a) {
     if (L.wbf16 && !L.wq) { /* a block of X's rows rounded once per thread, then every panel of W */
         const int64_t ep = ds_bf16_epoch(), nb = (rows + DSR_BF16_ROWS - 1) / DSR_BF16_ROWS;
         #pragma omp parallel for schedule(static) if (rows * L.n * L.in >= DSR_PAR_MIN && nb > 1)
-        for (int64_t rb = 0; rb < nb; rb++)
+        for (int64_t rb = 0; rb < nb; rb++) {
+            const int64_t i0 = rb * DSR_BF16_ROWS, i1 = i0 + DSR_BF16_ROWS < rows ? i0 + DSR_BF16_ROWS : rows;
             for (int64_t q = 0; q < panels; q++)
-                ds_gemm_block_bf16(L.x, L.in, L.wp, L.gx, L.n, rb * DSR_BF16_ROWS,
-                                   rb * DSR_BF16_ROWS + DSR_BF16_ROWS < rows ? rb * DSR_BF16_ROWS + DSR_BF16_ROWS
-                                                                             : rows, q, L.n, L.in, ep);
+                ds_gemm_block_bf16(L.x, L.in, L.wp, L.gx, L.n, i0, i1, q, L.n, L.in, ep);
+        }
     }
     for (int64_t q = 0; q < (L.wq || L.wbf16 ? 0 : panels); q += step) {
         const int64_t ncols = (q + step < panels ? step * 32 : L.n - q * 32);

@@ -30,8 +30,7 @@ def _i(x: int) -> kir.Const:
     return kir.Const(x, I64)
 
 
-def _call(fn: str, *args: kir.Expr) -> kir.Eval:
-    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+_call = kir.call_void
 
 
 def _mul(*xs: kir.Expr) -> kir.Expr:

@@ -45,8 +45,7 @@ def _i(x: int) -> kir.Const:
     return kir.Const(x, I64)
 
 
-def _call(fn: str, *args: kir.Expr) -> kir.Eval:
-    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+_call = kir.call_void
 
 
 def geometry(cv: Conv, ctx: LowerCtx) -> dict:

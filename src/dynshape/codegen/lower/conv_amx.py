@@ -30,6 +30,13 @@ LIBRARY = declare("conv_amx", "ds_conv_amx.c", {
 register_helper("conv_amx", LIBRARY, "ds_conv_amx.h")
 
 
+def _on_tiles(geo: dict, options: Options) -> bool:
+    """What both direct paths ask: asked for (amx_direct_conv), bf16 on AMX tiles (compile time; the call checks
+    again), undilated, ungrouped, static input channels."""
+    return (options.amx_direct_conv and (geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1) and isinstance(geo["C"], int)
+            and bf16.amx_tiles(options))
+
+
 def fits(geo: dict, options: Options) -> bool:
     """Whether a conv with geometry `geo` runs its tiles directly from a padded copy here: bf16 on AMX tiles
     (compile time; the call checks again), stride 1, undilated, ungrouped, a window wider than 1x1 (a 1x1 conv's
@@ -38,8 +45,7 @@ def fits(geo: dict, options: Options) -> bool:
     values of a window row, KW * C contiguous values in the copy; a row that ends in a half chunk reads its last 32,
     cshared.CONV_AMX_MAX_KH rows at most). 16 channels: UNet's full-resolution convs, ~2x their gathered patches'
     time."""
-    if not (options.amx_direct_conv and (geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1, 1, 1)
-            and geo["KH"] * geo["KW"] > 1 and isinstance(geo["C"], int) and bf16.amx_tiles(options)):
+    if not (_on_tiles(geo, options) and (geo["SH"], geo["SW"]) == (1, 1) and geo["KH"] * geo["KW"] > 1):
         return False
     run = geo["KW"] * geo["C"]
     return geo["C"] % 16 == 0 and run >= 32 and (run % 32 == 0 or geo["KH"] <= cshared.CONV_AMX_MAX_KH)
@@ -51,8 +57,7 @@ def narrow_fits(geo: dict, options: Options) -> bool:
     RGB stem is 7 x 4), any stride. Why: its patches are a few channels gathered from KH x KW pixels each, the
     gather costing more than the products (ResNet-50's 3 -> 64 7x7 stride-2 stem: 857 us gathered, 294 us in
     OpenVINO); read from a padded copy, each tap row of 16 output pixels is one tile load."""
-    if not (options.amx_direct_conv and (geo["DH"], geo["DW"], geo["G"]) == (1, 1, 1) and isinstance(geo["C"], int)
-            and bf16.amx_tiles(options)):
+    if not _on_tiles(geo, options):
         return False
     cp = bf16.narrow_channels(geo["C"])
     return cp is not None and geo["KW"] * cp <= cshared.NARROW_ROW
@@ -76,8 +81,7 @@ def padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Exp
     pixels wide; `padded_rows` N x ((OH - 1) x SH + KH))."""
     r, kind = kir.Var("pr"), "_narrow" if narrow else ""
     count = (kir.Call(f"ds_conv_amx{kind}_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
-    fill = kir.Eval(kir.Call(f"ds_conv_amx{kind}_pad", (kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1),
-                             "void"))
+    fill = kir.call_void(f"ds_conv_amx{kind}_pad", kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1)
     return ([kir.Alloc(xp, count), kir.For(r, padded_rows, (fill,), omp=kir.Omp(parallel=True, if_=par))],
             kir.Free(xp))
 
@@ -85,8 +89,8 @@ def padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Exp
 def tile(geo_buf: kir.Buffer, xp: kir.Buffer, bp: kir.Buffer, o0: kir.Buffer, v0: kir.Expr, v1: kir.Expr,
          q: kir.Expr, bias: kir.Expr, res: kir.Expr) -> kir.Eval:
     """Virtual rows v0..v1 times panels q and q + 1, finished (ds_conv_amx_tile2)."""
-    return kir.Eval(kir.Call("ds_conv_amx_tile2", (kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bp), kir.Addr(o0), v0,
-                                                   v1, q, bias, res), "void"))
+    return kir.call_void("ds_conv_amx_tile2", kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bp), kir.Addr(o0), v0, v1, q,
+                         bias, res)
 
 
 def narrow_rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
@@ -97,5 +101,5 @@ def narrow_rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
 def narrow_tile(geo_buf: kir.Buffer, xp: kir.Buffer, bn: kir.Buffer, o0: kir.Buffer, v0: kir.Expr, v1: kir.Expr,
                 q: kir.Expr, bias: kir.Expr, res: kir.Expr) -> kir.Eval:
     """Virtual rows v0..v1 times panels q and q + 1 of the narrow weights bn, finished (ds_conv_amx_narrow_tile2)."""
-    return kir.Eval(kir.Call("ds_conv_amx_narrow_tile2", (kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bn),
-                                                          kir.Addr(o0), v0, v1, q, bias, res), "void"))
+    return kir.call_void("ds_conv_amx_narrow_tile2", kir.Addr(geo_buf), kir.Addr(xp), kir.Addr(bn), kir.Addr(o0), v0,
+                         v1, q, bias, res)

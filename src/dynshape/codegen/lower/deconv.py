@@ -17,8 +17,7 @@ ROWS = cshared.CONV_ROWS  # input pixels per block
 _i = kir.i64
 
 
-def _call(fn: str, *args: kir.Expr) -> kir.Eval:
-    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+_call = kir.call_void
 
 
 def lower_deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:

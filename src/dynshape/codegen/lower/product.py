@@ -35,8 +35,7 @@ def _i(x: int) -> kir.Const:
     return kir.Const(x, I64)
 
 
-def _call(fn: str, *args: kir.Expr) -> kir.Eval:
-    return kir.Eval(kir.Call(fn, tuple(args), "void"))
+_call = kir.call_void
 
 
 ROW_ALIGN = 4  # balanced row blocks start at multiples of this (every micro-tile height is a multiple of 4)
