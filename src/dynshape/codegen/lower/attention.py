@@ -12,6 +12,7 @@ DECODE_ROWS query rows (a decoder step) nothing is packed: the scores are dot pr
 from __future__ import annotations
 
 from dynshape.codegen import bf16, kir
+from dynshape.codegen.kir import i64
 from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.product import AMX_TILING
 from dynshape.codegen.lower.softmax import deferrable, softmax_passes
@@ -25,9 +26,6 @@ DECODE_ROWS = 4  # query rows up to which K and V are read unpacked (a decoder s
 # so no row is read past its end (a width between would read into the next row, and past V's last)
 V_IN_PLACE = (16, NR)
 
-
-def _i(x: int) -> kir.Const:
-    return kir.Const(x, I64)
 
 
 _call = kir.call_void
@@ -58,15 +56,15 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
         row_s = []
         for i in range(n):
             v = kir.Var(f"S{j}_{i}")
-            body.append(kir.Let(v, kir.product(L[m] for m in range(i + 1, n) if span[m]) if span[i] else _i(0)))
+            body.append(kir.Let(v, kir.product(L[m] for m in range(i + 1, n) if span[m]) if span[i] else i64(0)))
             row_s.append(v)
         table.append(row_s)
     NB, M, N, K, DV = (kir.Var(x) for x in ("NB", "M", "N", "K", "DV"))
     NP, DP = kir.Var("NP"), kir.Var("DP")
     body += [kir.Let(NB, kir.product(L[:n - 2])), kir.Let(M, L[n - 2]), kir.Let(N, L[n - 1]), kir.Let(K, L[n]),
              kir.Let(DV, L[n + 1]),
-             kir.Let(NP, kir.Bin("/", kir.Bin("+", N, _i(NR - 1)), _i(NR))),
-             kir.Let(DP, kir.Bin("/", kir.Bin("+", DV, _i(NR - 1)), _i(NR)))]
+             kir.Let(NP, kir.Bin("/", kir.Bin("+", N, i64(NR - 1)), i64(NR))),
+             kir.Let(DP, kir.Bin("/", kir.Bin("+", DV, i64(NR - 1)), i64(NR)))]
     o0 = kir.Buffer("o0", kir.F32, const=False)
     qb, kb, vb = kir.Buffer("i0"), kir.Buffer("i1"), kir.Buffer("i2")
     kp, vp, sb = (kir.Buffer(x, kir.F32, const=False) for x in ("kp", "vp", "sb"))
@@ -117,9 +115,9 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     ep, sep = kir.Var("ep"), kir.Var("sep")
     q_args, s_args = ((ep,), (sep,)) if low else ((), ())
     block: list[kir.Stmt] = [
-        kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, _i(rb)), M), kir.Bin("+", m0, _i(rb)), M)),
+        kir.Let(m1, kir.Select(kir.Bin("<", kir.Bin("+", m0, i64(rb)), M), kir.Bin("+", m0, i64(rb)), M)),
         kir.For(q, NP, (_call(tile_fn, kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m0), K)), K, kir.Addr(kp),
-                              kir.Addr(sb), N, _i(0), kir.Bin("-", m1, m0), q, N, K, *q_args),)),
+                              kir.Addr(sb), N, i64(0), kir.Bin("-", m1, m0), q, N, K, *q_args),)),
         kir.For(m, m1, tuple(per_row), start=m0)]
     q2 = kir.Var("q")
     # V of 16 or 32 columns is one panel as it lies (rows DV floats apart): the product reads it in place, where
@@ -128,9 +126,9 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     v_at = kir.Addr(vb, _mul(b, N, DV))
     if low:
         block.append(kir.Let(sep, kir.Call("ds_bf16_epoch", (), I64)))
-    block.append(_call("ds_gemm_panel", kir.Addr(sb), N, v_at, DV, o_at, ldc, _i(0), kir.Bin("-", m1, m0), DV, N)
+    block.append(_call("ds_gemm_panel", kir.Addr(sb), N, v_at, DV, o_at, ldc, i64(0), kir.Bin("-", m1, m0), DV, N)
                  if v_in_place else
-                 kir.For(q2, DP, (_call(tile_fn, kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, _i(0),
+                 kir.For(q2, DP, (_call(tile_fn, kir.Addr(sb), N, kir.Addr(vp), o_at, ldc, i64(0),
                                         kir.Bin("-", m1, m0), q2, DV, N, *s_args),)))
     scaled: list[kir.Stmt] = []
     if defer:  # rows of O times their softmax scale
@@ -145,26 +143,26 @@ def lower_attention(at: Attention, ctx: LowerCtx) -> Lowered:
     pack_k = (_call(pack_kt, kir.Addr(kb, _mul(b, N, K)), K, K, N, kir.Addr(kp)) if at.k_rows else
               _call(pack_kn, kir.Addr(kb, _mul(b, K, N)), N, K, N, kir.Addr(kp)))
     packed = (pack_k, *(() if v_in_place else (_call(pack_kn, v_at, DV, N, DV, kir.Addr(vp)),)),
-              kir.For(m0, M, tuple(block), step=_i(rb)))
+              kir.For(m0, M, tuple(block), step=i64(rb)))
     # decode: a few query rows read K's and V's rows where they lie (packing them would be most of the work)
     q_row = kir.Addr(qb, _mul(kir.Bin("+", _mul(b, M), m), K))
     scores = (_call("ds_dot_rows", q_row, kir.Addr(kb, _mul(b, N, K)), N, K, kir.Addr(row)) if at.k_rows else
               _call("ds_axpy_rows", q_row, kir.Addr(kb, _mul(b, K, N)), K, N, kir.Addr(row)))
     m2 = kir.Var("m")
     direct: list[kir.Stmt] = [
-        kir.Let(m0, _i(0)), kir.Let(m1, M),
+        kir.Let(m0, i64(0)), kir.Let(m1, M),
         kir.For(m, m1, (per_row[0], scores, *per_row[1:]), start=m0),
         kir.For(m2, m1, (_call("ds_axpy_rows", kir.Addr(sb, _mul(m2, N)), kir.Addr(vb, _mul(b, N, DV)), N, DV,
                                kir.Addr(o0, kir.Bin("+", o_at.offset, _mul(m2, ldc)))),), start=m0),
         *scaled]  # the rows of O times their softmax scale, when deferred
-    batch = kir.For(b, NB, (kir.If(kir.Bin("<=", M, _i(DECODE_ROWS)), tuple(direct), packed),),
+    batch = kir.For(b, NB, (kir.If(kir.Bin("<=", M, i64(DECODE_ROWS)), tuple(direct), packed),),
                     omp=kir.Omp(shared=True))
-    flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), _i(ctx.options.par_min_flops))
+    flops = kir.Bin(">=", _mul(NB, M, N, kir.Bin("+", K, DV)), i64(ctx.options.par_min_flops))
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
-    vp_floats = _i(1) if v_in_place else _mul(N, DP, _i(NR))
-    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, _i(NR))), kir.Alloc(vp, vp_floats),
-                            kir.Alloc(sb, _mul(_i(rb), N)), kir.Array(scale, rb), batch,
+    vp_floats = i64(1) if v_in_place else _mul(N, DP, i64(NR))
+    body.append(kir.Region((kir.Alloc(kp, _mul(K, NP, i64(NR))), kir.Alloc(vp, vp_floats),
+                            kir.Alloc(sb, _mul(i64(rb), N)), kir.Array(scale, rb), batch,
                             kir.Free(kp), kir.Free(vp), kir.Free(sb)), if_=flops))
     kernel = kir.Kernel(ctx.name, ext, (o0,), (qb, kb, vb, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, at.outputs, (q_name, kt_name, v_name, *ops.ptrs),

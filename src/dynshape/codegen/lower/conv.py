@@ -18,6 +18,7 @@ from dataclasses import replace
 from dynshape.codegen import bf16, cshared, kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
+from dynshape.codegen.kir import i64
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower import conv_amx
 from dynshape.codegen.lower.deconv import lower_deconv
@@ -40,9 +41,6 @@ MIN_TILES_PER_THREAD = 4
 BLOCK_MAJOR_BYTES = 256 << 10  # packed weights up to this size: tiles in block-major order (see _implicit_gemm)
 AMX_BLOCK_MAJOR_BYTES = 2 << 20  # the same for bf16 weights on AMX tiles
 
-
-def _i(x: int) -> kir.Const:
-    return kir.Const(x, I64)
 
 
 _call = kir.call_void
@@ -185,14 +183,14 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = 
     fields = {
         # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel,
         # or a Concat's wider one), else the pixel itself
-        "LDY": E.get("LD", _i(geo["OC"])),
-        "ACT": _i(act),
+        "LDY": E.get("LD", i64(geo["OC"])),
+        "ACT": i64(act),
         # NPIX, the output pixels of the call: a pair's last block (p1 == NPIX) prefetches the next pair's weights
         "NPIX": kir.product([E["N"], E["OH"], E["OW"]]) if npix is None else npix,
-        "WREST": _i(0)}  # the conv's own packed weights
+        "WREST": i64(0)}  # the conv's own packed weights
     body: list[kir.Stmt] = [kir.Array(geo_buf, len(cshared.CONV_GEO))]
     for i, k in enumerate(cshared.CONV_GEO):
-        body.append(kir.Store(geo_buf, _i(i), fields[k] if k in fields else E[k] if k in E else _i(geo[k])))
+        body.append(kir.Store(geo_buf, i64(i), fields[k] if k in fields else E[k] if k in E else i64(geo[k])))
     return geo_buf, body
 
 
@@ -277,7 +275,7 @@ def _prologue(steps: dict[str, str], ops) -> tuple[list[kir.Buffer], list[str], 
             args.append(kir.Addr(b))
         else:
             args.append(kir.NULL)
-    return bufs, names, (*args, _i(int("Relu" in steps)))
+    return bufs, names, (*args, i64(int("Relu" in steps)))
 
 
 def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
@@ -335,7 +333,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     par = kir.Const(1, I64) if weights_shared else flops >= ctx.options.par_min_flops
     threads = kir.Var("NT")
     gp = geo["G"] * pairs
-    body.append(kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))))
+    body.append(kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), i64(1))))
     want = threads * MIN_TILES_PER_THREAD
     # AMX tiles take 16 pixels at a time (csrc/ds_gemm_bf16.c), and wait on the weights' tiles, which each block of
     # pixels streams again from L2: blocks of 128 pixels there (resnet18_nn 224x224 bf16 6.35 -> 5.83 ms against 64)
@@ -357,7 +355,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
         if done:
             return []
         col0 = gi * ocg + q * NR
-        col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, _i(ocg))
+        col1 = gi * ocg + kir.Select((q + 2) * NR < ocg, (q + 2) * NR, i64(ocg))
         loop = epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j, r, j,
                              (col0, col1), oc)
         return [kir.For(r, p1, tuple(loop), start=p0)] if loop else []
@@ -393,14 +391,14 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
         # panel-major would gather again for each pair, cost as much as its products there)
         weights = geo["G"] * pairs * 2 * NR * geo["KH"] * geo["KW"] * cg
         block_major = 2 * weights <= AMX_BLOCK_MAJOR_BYTES if amx else 4 * weights <= BLOCK_MAJOR_BYTES
-        by_pair, by_block = (gq, _i(geo["G"] * pairs)), (pb, blocks)
+        by_pair, by_block = (gq, i64(geo["G"] * pairs)), (pb, blocks)
         (v0, n0), (v1, n1) = (by_block, by_pair) if block_major else (by_pair, by_block)
         return [*made, kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2,
                                                                                      if_=par))]
 
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
-    gathered = [kir.Alloc(zeros, _i(cg), zero=True),
+    gathered = [kir.Alloc(zeros, i64(cg), zero=True),
                 *tiles(pixels, lambda p0, p1, gi, q: _call(tile_fn, kir.Addr(geo_buf), kir.Addr(x), kir.Addr(bp),
                                                            kir.Addr(o0), kir.Addr(zeros), p0, p1, gi, q, bias_arg,
                                                            res_arg, *low_args)),
@@ -408,7 +406,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     # (the direct tiles store output pixels, not rows of a block: no epilogue loop after them)
     kind = "direct" if conv_amx.fits(geo, ctx.options) else \
         "narrow" if bn is not None and conv_amx.narrow_fits(geo, ctx.options) else None
-    if kind is None or epilogue(_i(0), _i(0), _i(0), _i(0)) or pro_args:
+    if kind is None or epilogue(i64(0), i64(0), i64(0), i64(0)) or pro_args:
         return body + gathered, None
     xp = kir.Buffer("xp", kir.F32, const=False)
     if kind == "direct":  # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy per call
@@ -520,15 +518,15 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
         getter, half = bf16.winograd_tile(ctx.options)
         tile_at, ep = kir.Var("tile"), kir.Var("ep")
         body += [kir.Let(tile_at, kir.Call(getter, (), I64)), kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64))]
-        low_args = (tile_at, ep, _i(half))
+        low_args = (tile_at, ep, i64(half))
     seen = _without_bias(node) if bias is not None else node  # the output transform adds it (and the activation)
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
-                                             r, j, (_i(0), _i(oc)), oc)
+                                             r, j, (i64(0), i64(oc)), oc)
 
     def run(m: int) -> tuple[kir.Stmt, ...]:
         """The whole call with F(m x m)."""
         chunk, fn = WINO_TILES[m], f"ds_wino_f{m}"
-        fill = kir.Select(tw >= chunk, _i(1), _i(chunk) / tw)  # tile rows that fill a chunk
+        fill = kir.Select(tw >= chunk, i64(1), i64(chunk) / tw)  # tile rows that fill a chunk
         if (m + 2) ** 2 * c * oc * 4 <= WINO_SMALL_WEIGHTS:
             # weights that stay in L2 across chunks: smaller blocks, so that every thread gets 4 of them
             # (SqueezeNet's 16 -> 64 expand on 55x55: 5 blocks of 3 tile rows shared chunk by chunk scaled 1.24x on
@@ -544,7 +542,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
             stmts: list[kir.Stmt] = [
                 kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
                 _call(fn + ("_t" if low else ""), kir.Addr(geo_buf), kir.Addr(x), kir.Addr(packs[m]), kir.Addr(o0),
-                      kir.Addr(zeros), r0 * tw, r1 * tw, par if shared else _i(0), kir.Addr(scratch), bias_arg,
+                      kir.Addr(zeros), r0 * tw, r1 * tw, par if shared else i64(0), kir.Addr(scratch), bias_arg,
                       *low_args)]
             if epilogue:
                 stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
@@ -552,16 +550,16 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
                                   omp=kir.Omp(parallel=True, if_=par) if shared else None)]
             return tuple(stmts)
 
-        size = _i(_wino_scratch(m, c, oc) // 4)
+        size = i64(_wino_scratch(m, c, oc) // 4)
         per_thread = kir.Region((kir.Alloc(scratch, size), kir.For(b, nb, block(False), omp=kir.Omp(shared=True)),
                                  kir.Free(scratch)))
         team = (kir.Alloc(scratch, size), kir.For(b, nb, block(True)), kir.Free(scratch))
         return (kir.Let(tw, (E["OW"] + (m - 1)) / m), kir.Let(th, (E["OH"] + (m - 1)) / m),
                 kir.Let(rows, E["N"] * th), kir.Let(per, fill), kir.Let(nb, (rows + per - 1) / per),
-                kir.Alloc(zeros, _i(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
+                kir.Alloc(zeros, i64(c), zero=True), kir.If(kir.Bin("&&", par, nb >= threads * 4), (per_thread,), team),
                 kir.Free(zeros))
 
-    div = lambda v, k: v / _i(k)  # noqa: E731 (integer division in C)
+    div = lambda v, k: v / i64(k)  # noqa: E731 (integer division in C)
     if len(tiles) == 2:
         enough, cheaper = wino4_pays(E["N"], E["OH"], E["OW"], div=div)
         wino: tuple[kir.Stmt, ...] = (kir.If(kir.Bin("&&", enough, cheaper), run(4), run(2)),)
@@ -612,13 +610,13 @@ def _depthwise(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict) -> L
     # a bias the C applied is not the epilogue's to add again: it sees the node without it
     seen = _without_bias(node) if in_c else node
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j,
-                                            (_i(0), _i(c)), c)
+                                            (i64(0), i64(c)), c)
     row = [kir.Let(n, nho / oh), kir.Let(ho, nho % oh),
            _call("ds_dwconv_row", kir.Addr(geo_buf), kir.Addr(x), kir.Addr(wt), bias_arg,
                  kir.Addr(o0, nho * ow * c), n, ho)]
     if epilogue:
         row.append(kir.For(r, (nho + 1) * ow, tuple(epilogue), start=nho * ow))
-    work = kir.product([E["N"], oh, ow, _i(c * geo["KH"] * geo["KW"])])
+    work = kir.product([E["N"], oh, ow, i64(c * geo["KH"] * geo["KW"])])
     par = kir.Omp(parallel=True, if_=work >= ctx.options.par_min_elements)
     body.append(kir.For(nho, E["N"] * oh, tuple(row), omp=par))
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
@@ -639,28 +637,28 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
     H, W, oh, ow = E["H"], E["W"], E["OH"], E["OW"]
     simd = kir.Omp(simd=True, schedule=None)
     tap = kh * geo["KW"] + kw
-    accumulate = kir.For(ch, _i(c), (kir.Store(acc, ch, kir.Load(acc, ch) + kir.Load(x, base + ch)
+    accumulate = kir.For(ch, i64(c), (kir.Store(acc, ch, kir.Load(acc, ch) + kir.Load(x, base + ch)
                                                * kir.Load(wt, tap * c + ch)),), omp=simd)
-    per_kw = kir.For(kw, _i(geo["KW"]), (
+    per_kw = kir.For(kw, i64(geo["KW"]), (
         kir.Let(iw, wo * geo["SW"] - E["PL"] + kw * geo["DW"]),
         kir.If(kir.Bin("&&", iw >= 0, iw < W), (kir.Let(base, ((n * H + ih) * W + iw) * c), accumulate)),))
-    per_kh = kir.For(kh, _i(geo["KH"]), (
+    per_kh = kir.For(kh, i64(geo["KH"]), (
         kir.Let(ih, ho * geo["SH"] - E["PT"] + kh * geo["DH"]),
         kir.If(kir.Bin("&&", ih >= 0, ih < H), (per_kw,))))
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
     zero = kir.Const(0.0, kir.F32)
     init = kir.Load(ops.buffers[ops.ptrs.index(bias)], ch_init) if bias in ops.ptrs else \
         ops.scalars.get(bias, zero) if bias else zero
-    store = kir.For(ch_out, _i(c), (kir.Store(o0, r * c + ch_out, kir.Load(acc, ch_out)),), omp=simd)
+    store = kir.For(ch_out, i64(c), (kir.Store(o0, r * c + ch_out, kir.Load(acc, ch_out)),), omp=simd)
     # the bias is in `acc` already: the epilogue sees the node without it
     bare = _without_bias(node)
-    epilogue = epilogue_loop(ctx.graph, ops, bare, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j, (_i(0), _i(c)), c)
-    pixel = (kir.Let(r, nho * ow + wo), kir.For(ch_init, _i(c), (kir.Store(acc, ch_init, init),), omp=simd),
+    epilogue = epilogue_loop(ctx.graph, ops, bare, cv.epilogue, cv.outputs[0], o0, r * c + j, r, j, (i64(0), i64(c)), c)
+    pixel = (kir.Let(r, nho * ow + wo), kir.For(ch_init, i64(c), (kir.Store(acc, ch_init, init),), omp=simd),
              per_kh, store, *epilogue)
     rows = kir.For(nho, E["N"] * oh, (kir.Let(n, nho / oh), kir.Let(ho, nho % oh), kir.For(wo, ow, pixel)),
                    omp=kir.Omp(shared=True))
-    work = kir.product([E["N"], oh, ow, _i(c * geo["KH"] * geo["KW"])])
-    body = [kir.Region((kir.Alloc(acc, _i(c)), rows, kir.Free(acc)), if_=work >= ctx.options.par_min_elements)]
+    work = kir.product([E["N"], oh, ow, i64(c * geo["KH"] * geo["KW"])])
+    body = [kir.Region((kir.Alloc(acc, i64(c)), rows, kir.Free(acc)), if_=work >= ctx.options.par_min_elements)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs),
                    method="depthwise: a loop nest per pixel (few channels)")
@@ -703,7 +701,7 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     ext = [gd[k] for k in names]
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     Ep = {"N": E["N"], "H": E["H"], "W": E["W"], "OH": E["H"], "OW": E["W"]}
-    geo_p, body = _geo_array(gp, Ep, act_p, npix=_i(-1))
+    geo_p, body = _geo_array(gp, Ep, act_p, npix=i64(-1))
     _, act_d, _ = _finish_in_tiles(dw, ctx, ops_d)
     geo_d, body_d = _geo_array(gd, E, act_d)
     body += body_d
@@ -720,13 +718,13 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     j = kir.Var("j")
     oh, ow = E["OH"], E["OW"]
     row_bytes = E["W"] * (gd["SH"] * c * 4)
-    fit = _i(PWDW_SCRATCH_BYTES) / row_bytes
-    body += [kir.Let(rows, kir.Select(fit < _i(1), _i(1), kir.Select(fit > oh, oh, fit))),
+    fit = i64(PWDW_SCRATCH_BYTES) / row_bytes
+    body += [kir.Let(rows, kir.Select(fit < i64(1), i64(1), kir.Select(fit > oh, oh, fit))),
              kir.Let(chunks, (oh + rows - 1) / rows)]
     need = ((rows - 1) * gd["SH"] + (gd["KH"] - 1) * gd["DH"] + 1) * E["W"] * c
     seen = _without_bias(node_d) if in_c else node_d
     epilogue = [] if act_d else epilogue_loop(g, ops_d, seen, dw.epilogue, dw.outputs[0], o0, r * c + j, r, j,
-                                              (_i(0), _i(c)), c)
+                                              (i64(0), i64(c)), c)
     chunk = [kir.Let(n, nc / chunks), kir.Let(ho0, (nc % chunks) * rows),
              kir.Let(ho1, kir.Select(ho0 + rows < oh, ho0 + rows, oh)),
              _call("ds_pwdw_rows", kir.Addr(geo_p), kir.Addr(geo_d), kir.Addr(x), kir.Addr(bp),
@@ -735,8 +733,8 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     if epilogue:
         chunk.append(kir.For(r, (n * oh + ho1) * ow, tuple(epilogue), start=(n * oh + ho0) * ow))
     loop = kir.For(nc, E["N"] * chunks, tuple(chunk), omp=kir.Omp(shared=True))
-    work = kir.product([E["N"], E["H"], E["W"], _i(c * gp["C"])])
-    body += [kir.Alloc(zeros, _i(gp["C"]), zero=True),
+    work = kir.product([E["N"], E["H"], E["W"], i64(c * gp["C"])])
+    body += [kir.Alloc(zeros, i64(gp["C"]), zero=True),
              kir.Region((kir.Alloc(scratch, need), loop, kir.Free(scratch)), if_=work >= ctx.options.par_min_flops),
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops_p.buffers, wd, *ops_d.buffers), tuple(body),

@@ -14,6 +14,7 @@ from dynshape.codegen import kir
 from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.cshared import POOL_GEO, PoolMode
+from dynshape.codegen.kir import i64
 from dynshape.codegen.library import register_helper
 from dynshape.codegen.lower.operands import computable
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, register_lowering
@@ -25,10 +26,6 @@ from dynshape.passes.rules import spatial_reduction
 
 I64, F32 = kir.I64, kir.F32
 CBLOCK = 64  # channels per parallel task of a global pool
-
-
-def _i(x: int) -> kir.Const:
-    return kir.Const(x, I64)
 
 
 def _f(x: float) -> kir.Const:
@@ -104,7 +101,7 @@ def _global(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
             kir.For(hw, HW, (kir.For(ch2, c1, (kir.Store(acc, ch2 - c0, reduce),), start=c0, omp=simd),)),
             kir.For(ch3, c1, (kir.Store(o0, n * c + ch3, out),), start=c0, omp=simd))
     work = N * HW * c
-    region = kir.Region((kir.Alloc(acc, _i(CBLOCK)), kir.For(task, N * blocks, body, omp=kir.Omp(shared=True)),
+    region = kir.Region((kir.Alloc(acc, i64(CBLOCK)), kir.For(task, N * blocks, body, omp=kir.Omp(shared=True)),
                          kir.Free(acc)), if_=work >= ctx.options.par_min_elements)
     kernel = kir.Kernel(ctx.name, ext, (o0,), (x,), (region,), ctx.symbols)
     return Lowered(kernel, p.outputs, (p.node.inputs[0],))
@@ -141,16 +138,16 @@ def _windowed(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     geo = kir.Buffer("geo", I64, const=False)
     mode = PoolMode.MAX if kind is PoolKind.MAX else PoolMode.AVG_PADS if a.get("count_include_pad", 0) \
         else PoolMode.AVG
-    fields = {"H": E["H"], "W": E["W"], "C": _i(c), "OH": E["OH"], "OW": E["OW"], "KH": _i(kernel[0]),
-              "KW": _i(kernel[1]), "SH": _i(strides[0]), "SW": _i(strides[1]), "DH": _i(dilations[0]),
-              "DW": _i(dilations[1]), "PT": E["PT"], "PL": E["PL"], "PB": E["PB"], "PR": E["PR"], "MODE": _i(mode)}
+    fields = {"H": E["H"], "W": E["W"], "C": i64(c), "OH": E["OH"], "OW": E["OW"], "KH": i64(kernel[0]),
+              "KW": i64(kernel[1]), "SH": i64(strides[0]), "SW": i64(strides[1]), "DH": i64(dilations[0]),
+              "DW": i64(dilations[1]), "PT": E["PT"], "PL": E["PL"], "PB": E["PB"], "PR": E["PR"], "MODE": i64(mode)}
     body: list[kir.Stmt] = [kir.Array(geo, len(POOL_GEO))]  # ds_shared.h's DS_POOL_* indices
-    body += [kir.Store(geo, _i(i), fields[k]) for i, k in enumerate(POOL_GEO)]
+    body += [kir.Store(geo, i64(i), fields[k]) for i, k in enumerate(POOL_GEO)]
     nho, n, ho = kir.Var("nho"), kir.Var("n"), kir.Var("ho")
     row = (kir.Let(n, nho / E["OH"]), kir.Let(ho, nho % E["OH"]),
            kir.Eval(kir.Call("ds_pool_row", (kir.Addr(geo), kir.Addr(x), kir.Addr(o0, nho * E["OW"] * c), n, ho),
                              "void")))
-    work = kir.product([E["N"], E["OH"], E["OW"], _i(c * kernel[0] * kernel[1])])
+    work = kir.product([E["N"], E["OH"], E["OW"], i64(c * kernel[0] * kernel[1])])
     body.append(kir.For(nho, E["N"] * E["OH"], row,
                         omp=kir.Omp(parallel=True, if_=work >= ctx.options.par_min_elements)))
     kern = kir.Kernel(ctx.name, ext, (o0,), (x,), tuple(body), ctx.symbols)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dynshape.codegen import bf16, kir
+from dynshape.codegen.kir import i64
 from dynshape.codegen.lower.elementwise import emit_nodes
 from dynshape.codegen.lower.operands import Operands, computable, operands, prod
 from dynshape.codegen.lower.softmax import softmax_passes
@@ -30,9 +31,6 @@ I64 = kir.I64
 INPLACE_MAX_ROWS = 8  # products with at most this many rows (see reads_in_place)
 INPLACE_MIN_BYTES = 4 << 20  # and weights this large
 
-
-def _i(x: int) -> kir.Const:
-    return kir.Const(x, I64)
 
 
 _call = kir.call_void
@@ -63,10 +61,10 @@ def row_tiling(ctx: LowerCtx) -> RowTiling:
 
 def plain_blocks(m: kir.Expr, t: RowTiling = FLOAT_TILING) -> kir.Expr:
     """The number of blocks of t.block rows in m rows, the last one also taking a short tail."""
-    short_tail = kir.Bin("&&", kir.Bin(">", m, _i(t.block)), kir.Bin("<=", kir.Bin("%", m, _i(t.block)),
-                                                                       _i(t.tail)))
-    return kir.Select(short_tail, kir.Bin("/", m, _i(t.block)),
-                      kir.Bin("/", kir.Bin("+", m, _i(t.block - 1)), _i(t.block)))
+    short_tail = kir.Bin("&&", kir.Bin(">", m, i64(t.block)), kir.Bin("<=", kir.Bin("%", m, i64(t.block)),
+                                                                       i64(t.tail)))
+    return kir.Select(short_tail, kir.Bin("/", m, i64(t.block)),
+                      kir.Bin("/", kir.Bin("+", m, i64(t.block - 1)), i64(t.block)))
 
 
 def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr, t: RowTiling = FLOAT_TILING
@@ -81,10 +79,10 @@ def row_blocks(nblk: kir.Var, bal: kir.Var, m: kir.Expr, par: kir.Expr, t: RowTi
     a text recogniser's classifier at 2 threads: 0.77 -> 1.14 ms)."""
     nb0, threads = kir.Var("NB0"), kir.Var("NT")
     nbt = (nb0 + threads - 1) / threads * threads
-    return [kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), _i(1))),
+    return [kir.Let(threads, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), i64(1))),
             kir.Let(nb0, plain_blocks(m, t)),
             kir.Let(bal, kir.Select(kir.Bin("&&", kir.Bin("&&", threads > 1, nb0 >= threads), nbt * t.align <= m),
-                                    _i(1), _i(0))),
+                                    i64(1), i64(0))),
             kir.Let(nblk, kir.Select(bal, nbt, nb0))]
 
 
@@ -99,7 +97,7 @@ def block_rows(nblk: kir.Var, bal: kir.Var, m: kir.Expr, t: RowTiling = FLOAT_TI
         return kir.Select(bal, b * m / nblk / t.align * t.align, b * t.block)
 
     return rb, r0, r1, [kir.Let(r0, start(rb)),
-                        kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, _i(1))), m,
+                        kir.Let(r1, kir.Select(kir.Bin("==", rb, kir.Bin("-", nblk, i64(1))), m,
                                                kir.Select(bal, start(rb + 1), r0 + t.block)))]
 
 
@@ -118,8 +116,8 @@ def epilogue_loop(g: Graph, ops: Operands, node: Node, group: Elementwise | None
     for jj, (x, buf) in enumerate(zip(ops.ptrs, ops.buffers)):
         pat = ops.patterns[jj]
         per_channel = j if channel is None else channel
-        idx = kir.Bin("+", kir.Bin("*", r, _i(n)), j) if all(pat) and len(pat) > 1 else \
-            (per_channel if pat[-1] else _i(0))
+        idx = kir.Bin("+", kir.Bin("*", r, i64(n)), j) if all(pat) and len(pat) > 1 else \
+            (per_channel if pat[-1] else i64(0))
         v = kir.Var(f"v{jj}", buf.dtype)
         body.append(kir.Let(v, kir.Load(buf, idx)))
         env[x] = v
@@ -148,19 +146,19 @@ def seq_blocks(nblk: kir.Var, rb: kir.Var, r0: kir.Var, r1: kir.Var, m: kir.Expr
     parts; a bf16 tile rounds its rows for each part, so the per-thread memo of rounded rows (csrc/ds_gemm_bf16.c)
     missed on every panel, alternating between them (bert_small at batch 8 x 128: 4% on the QKV products)."""
     bps, bb, jb = kir.Var("BPS"), kir.Var("bb"), kir.Var("jb")
-    nb = kir.Select(kir.Bin(">", seq, _i(0)), kir.Bin("*", kir.Bin("/", m, seq), bps), _i(0))
-    last = kir.Bin("==", jb, kir.Bin("-", bps, _i(1)))
-    end = kir.Select(last, kir.Bin("*", kir.Bin("+", bb, _i(1)), seq), kir.Bin("+", r0, _i(t.block)))
+    nb = kir.Select(kir.Bin(">", seq, i64(0)), kir.Bin("*", kir.Bin("/", m, seq), bps), i64(0))
+    last = kir.Bin("==", jb, kir.Bin("-", bps, i64(1)))
+    end = kir.Select(last, kir.Bin("*", kir.Bin("+", bb, i64(1)), seq), kir.Bin("+", r0, i64(t.block)))
     return ([kir.Let(bps, plain_blocks(seq, t)), kir.Let(nblk, nb)],
             [kir.Let(bb, kir.Bin("/", rb, bps)), kir.Let(jb, kir.Bin("%", rb, bps)),
-             kir.Let(r0, kir.Bin("+", kir.Bin("*", bb, seq), kir.Bin("*", jb, _i(t.block)))), kir.Let(r1, end)])
+             kir.Let(r0, kir.Bin("+", kir.Bin("*", bb, seq), kir.Bin("*", jb, i64(t.block)))), kir.Let(r1, end)])
 
 
 def panel_columns(q: kir.Var, n: int) -> tuple[list[kir.Stmt], tuple[kir.Expr, kir.Expr]]:
     """The columns of panel q of an n-column product: [q * 32, min(q * 32 + 32, n))."""
     j1 = kir.Var("j1")
-    panel_end = kir.Bin("+", kir.Bin("*", q, _i(NR)), _i(NR))
-    return [kir.Let(j1, kir.Select(kir.Bin("<", panel_end, _i(n)), panel_end, _i(n)))], (kir.Bin("*", q, _i(NR)), j1)
+    panel_end = kir.Bin("+", kir.Bin("*", q, i64(NR)), i64(NR))
+    return [kir.Let(j1, kir.Select(kir.Bin("<", panel_end, i64(n)), panel_end, i64(n)))], (kir.Bin("*", q, i64(NR)), j1)
 
 
 def reads_in_place(pr: Product, g: Graph, rows: Any, k: int, n: int, ctx: LowerCtx) -> bool:
@@ -191,12 +189,12 @@ def softmax_rows(sm: Softmax, g: Graph, sm_in: str, sm_ops: Operands, at: kir.Ex
         for jj, (x, buf) in enumerate(zip(sm_ops.ptrs, sm_ops.buffers)):
             if x in used:
                 v = kir.Var(f"s{jj}", buf.dtype)
-                stmts.append(kir.Let(v, kir.Load(buf, c if sm_ops.patterns[jj][-1] else _i(0))))
+                stmts.append(kir.Let(v, kir.Load(buf, c if sm_ops.patterns[jj][-1] else i64(0))))
                 env[x] = v
         return stmts, env
 
     body: list[kir.Stmt] = [kir.Pointer(row, at)]
-    softmax_passes(sm, g, body, "c", _i(n), row, load, {sm_in: lambda c: kir.Load(row, c)},
+    softmax_passes(sm, g, body, "c", i64(n), row, load, {sm_in: lambda c: kir.Load(row, c)},
                    lambda c, env: [kir.Store(row, c, env[sm.outputs[0]])])
     return tuple(body)
 
@@ -245,13 +243,13 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
     strided = not heads and ln is None and sm is None  # plain rows: their stride is a key slot (a Concat's slice)
     ext = [rows, shape[1]] if heads else [rows, sym(ROW_STRIDE)] if strided else [rows]
     L0 = kir.Extent(0)
-    ldy: kir.Expr = kir.Extent(1) if strided else _i(n)
+    ldy: kir.Expr = kir.Extent(1) if strided else i64(n)
     q, r, j = kir.Var("q"), kir.Var("r"), kir.Var("j")
     hd = n // heads if heads else 0
     dst = kir.Buffer("dst", kir.F32, const=False)
     rs = kir.Var("rs")
     if heads:
-        at_index = kir.Bin("-", kir.Bin("+", kir.Bin("*", kir.Bin("-", r, rs), _i(hd)), j), kir.Bin("*", q, _i(NR)))
+        at_index = kir.Bin("-", kir.Bin("+", kir.Bin("*", kir.Bin("-", r, rs), i64(hd)), j), kir.Bin("*", q, i64(NR)))
         at_buf = dst
     else:
         at_index, at_buf = kir.Bin("+", kir.Bin("*", r, ldy), j), o0
@@ -269,31 +267,31 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         L1 = kir.Extent(1)
         h, d0, nc = kir.Var("h"), kir.Var("d0"), kir.Var("nc")
         b, sq, re = kir.Var("b"), kir.Var("s"), kir.Var("re")
-        rest = kir.Bin("-", _i(n), kir.Bin("*", q, _i(NR)))
-        next_b = kir.Bin("*", kir.Bin("+", b, _i(1)), L1)
-        tile = [kir.Let(h, kir.Bin("/", kir.Bin("*", q, _i(NR)), _i(hd))),
-                kir.Let(d0, kir.Bin("%", kir.Bin("*", q, _i(NR)), _i(hd))),
-                kir.Let(nc, kir.Select(kir.Bin("<", rest, _i(NR)), rest, _i(NR))),
+        rest = kir.Bin("-", i64(n), kir.Bin("*", q, i64(NR)))
+        next_b = kir.Bin("*", kir.Bin("+", b, i64(1)), L1)
+        tile = [kir.Let(h, kir.Bin("/", kir.Bin("*", q, i64(NR)), i64(hd))),
+                kir.Let(d0, kir.Bin("%", kir.Bin("*", q, i64(NR)), i64(hd))),
+                kir.Let(nc, kir.Select(kir.Bin("<", rest, i64(NR)), rest, i64(NR))),
                 kir.Decl(rs, r0),
                 kir.While(kir.Bin("<", rs, r1), (
                     kir.Let(b, kir.Bin("/", rs, L1)), kir.Let(sq, kir.Bin("%", rs, L1)),
                     kir.Let(re, kir.Select(kir.Bin("<", next_b, r1), next_b, r1)),
                     kir.Pointer(dst, kir.Addr(o0, kir.Bin("+", kir.Bin("*", kir.Bin(
-                        "+", kir.Bin("*", kir.Bin("+", kir.Bin("*", b, _i(heads)), h), L1), sq), _i(hd)), d0))),
-                    _call(panel_fn, kir.Addr(a, kir.Bin("*", rs, _i(k))), _i(k),
-                          kir.Addr(bp, kir.Bin("*", q, _i(panel_floats))), *(() if low else (_i(NR),)),
-                          kir.Addr(dst), _i(hd), _i(0), kir.Bin("-", re, rs), nc, _i(k), *low_args),
+                        "+", kir.Bin("*", kir.Bin("+", kir.Bin("*", b, i64(heads)), h), L1), sq), i64(hd)), d0))),
+                    _call(panel_fn, kir.Addr(a, kir.Bin("*", rs, i64(k))), i64(k),
+                          kir.Addr(bp, kir.Bin("*", q, i64(panel_floats))), *(() if low else (i64(NR),)),
+                          kir.Addr(dst), i64(hd), i64(0), kir.Bin("-", re, rs), nc, i64(k), *low_args),
                     kir.For(r, re, tuple(epilogue), start=rs),
                     kir.Assign(rs, re)))]
     else:
         # rows r0..r1 of the whole product: the block at row 0 prefetches each panel (ds_gemm_block), or B's rows
         # read in place (ds_gemm_block_nt)
-        tile = [_call("ds_gemm_block_nt" if in_place else block_fn, kir.Addr(a), _i(k), kir.Addr(bp),
-                      kir.Addr(o0), ldy, r0, r1, q, _i(n), _i(k), *low_args)]
+        tile = [_call("ds_gemm_block_nt" if in_place else block_fn, kir.Addr(a), i64(k), kir.Addr(bp),
+                      kir.Addr(o0), ldy, r0, r1, q, i64(n), i64(k), *low_args)]
         if epilogue:
             tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     panels = (n + NR - 1) // NR
-    par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
+    par = kir.Bin(">=", kir.Bin("*", L0, i64(n * k)), i64(ctx.options.par_min_flops))
     if n * k >= ctx.options.par_min_weights:  # few rows, large weights: the threads share the stream
         par = kir.Const(1, I64)
     lines: list[kir.Stmt] = row_blocks(nblk, bal, L0, par, tiling)
@@ -303,19 +301,19 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         lines.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
 
     def tiles(omp: kir.Omp | None) -> kir.For:
-        return kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),), omp=omp)
+        return kir.For(rb, nblk, (kir.For(q, i64(panels), (*rows_of, *tile)),), omp=omp)
 
     if sm is not None:
         def normalise(rr: kir.Var) -> tuple[kir.Stmt, ...]:
-            return softmax_rows(sm, g, sm_in, sm_ops, kir.Addr(o0, kir.Bin("*", rr, _i(n))), n)
+            return softmax_rows(sm, g, sm_in, sm_ops, kir.Addr(o0, kir.Bin("*", rr, i64(n))), n)
 
         rr, rr2 = kir.Var("r"), kir.Var("r")
-        per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, _i(panels), tuple(tile)),
+        per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, i64(panels), tuple(tile)),
                                        kir.For(rr, r1, normalise(rr), start=r0)), omp=kir.Omp(parallel=True, if_=par))
         after = kir.Region((tiles(kir.Omp(shared=True, collapse=2)),
                             kir.For(rr2, L0, normalise(rr2), omp=kir.Omp(shared=True))), if_=par)
         threads = kir.Call("omp_get_max_threads", (), I64)
-        lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
+        lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", i64(2), threads)), (per_block,), (after,)))
     elif ln is None:
         lines.append(tiles(kir.Omp(parallel=True, collapse=2, if_=par)))
     else:
@@ -323,18 +321,18 @@ def lower_product(pr: Product, ctx: LowerCtx) -> Lowered:
         scale = kir.Addr(ln_bufs[0])
         bias = kir.Addr(ln_bufs[1]) if len(ln_bufs) > 1 else kir.NULL
         rr = kir.Var("r")
-        row_at = kir.Addr(o0, kir.Bin("*", rr, _i(n)))
+        row_at = kir.Addr(o0, kir.Bin("*", rr, i64(n)))
         ln_fn = bf16.layernorm_row(ctx.options)
-        norm = (_call(ln_fn, row_at, row_at, scale, bias, _i(n), eps),)
-        per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, _i(panels), tuple(tile)), kir.For(rr, r1, norm, start=r0)),
+        norm = (_call(ln_fn, row_at, row_at, scale, bias, i64(n), eps),)
+        per_block = kir.For(rb, nblk, (*rows_of, kir.For(q, i64(panels), tuple(tile)), kir.For(rr, r1, norm, start=r0)),
                             omp=kir.Omp(parallel=True, if_=par))
         rr2 = kir.Var("r")
-        norm2 = (_call(ln_fn, kir.Addr(o0, kir.Bin("*", rr2, _i(n))),
-                       kir.Addr(o0, kir.Bin("*", rr2, _i(n))), scale, bias, _i(n), eps),)
+        norm2 = (_call(ln_fn, kir.Addr(o0, kir.Bin("*", rr2, i64(n))),
+                       kir.Addr(o0, kir.Bin("*", rr2, i64(n))), scale, bias, i64(n), eps),)
         after = kir.Region((tiles(kir.Omp(shared=True, collapse=2)),
                             kir.For(rr2, L0, norm2, omp=kir.Omp(shared=True))), if_=par)
         threads = kir.Call("omp_get_max_threads", (), I64)
-        lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", _i(2), threads)), (per_block,), (after,)))
+        lines.append(kir.If(kir.Bin(">=", nblk, kir.Bin("*", i64(2), threads)), (per_block,), (after,)))
     symbols = (*ctx.symbols, ROW_STRIDE) if strided else ctx.symbols
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (a, bp, *ops.buffers, *ln_bufs, *sm_ops.buffers), tuple(lines),
                         symbols)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dynshape.codegen import int8, kir
+from dynshape.codegen.kir import i64
 from dynshape.codegen.lower.operands import computable, operands, prod
 from dynshape.codegen.lower.product import (
     AMX_TILING,
@@ -31,10 +32,6 @@ from dynshape.passes.qproduct import QProduct
 from dynshape.passes.values import row_pattern
 
 I64 = kir.I64
-
-
-def _i(x: int) -> kir.Const:
-    return kir.Const(x, I64)
 
 
 def _scalar(g, name: str) -> np.ndarray:
@@ -77,7 +74,7 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     L0 = kir.Extent(0)
     q, r, j = kir.Var("q"), kir.Var("r"), kir.Var("j")
     act = kir.Var("act", "ptr")
-    at_index = kir.Bin("+", kir.Bin("*", r, _i(n)), j)
+    at_index = kir.Bin("+", kir.Bin("*", r, i64(n)), j)
     lets, cols = panel_columns(q, n)
     # the epilogue sees the product as a MatMul's result (no bias of its own)
     as_matmul = Node("MatMul", "", node.name, {}, [x_name, w_name], [y])
@@ -86,34 +83,34 @@ def lower_qproduct(pr: QProduct, ctx: LowerCtx) -> Lowered:
     nblk, bal = kir.Var("NBLK"), kir.Var("BAL")
     tiling = AMX_TILING if int8.amx_tiles() else FLOAT_TILING  # AMX's tiles take 16 rows at a time
     rb, r0, r1, rows_of = block_rows(nblk, bal, L0, tiling)
-    common = (act, kir.Addr(bp), kir.Addr(o0), _i(n), r0, r1, q, _i(n), _i(k), kir.Addr(zp), kir.Addr(sc))
+    common = (act, kir.Addr(bp), kir.Addr(o0), i64(n), r0, r1, q, i64(n), i64(k), kir.Addr(zp), kir.Addr(sc))
     if yz_name is None:
         tile: list[kir.Stmt] = [kir.Eval(kir.Call("ds_q8_block", common, "void"))]
     else:
         yz = _scalar(g, yz_name)
-        tile = [kir.Eval(kir.Call("ds_q8_block_rq", (*common, _i(int(yz)), _i(int(yz.dtype == np.int8))), "void"))]
+        tile = [kir.Eval(kir.Call("ds_q8_block_rq", (*common, i64(int(yz)), i64(int(yz.dtype == np.int8))), "void"))]
     if epilogue:
         tile.append(kir.For(r, r1, tuple(epilogue), start=r0))
     if not static:
         fn = "ds_q8_quantize_tokens" if node.attrs.get("per_token", 0) else "ds_q8_quantize"
-        quantize = kir.Call(fn, (kir.Addr(a), L0, _i(k)), "ptr")
+        quantize = kir.Call(fn, (kir.Addr(a), L0, i64(k)), "ptr")
     else:
         xz = _scalar(g, xz_name)
-        signed = _i(int(xz.dtype == np.int8))
+        signed = i64(int(xz.dtype == np.int8))
         if x_dtype == np.float32:
             xs = _scalar(g, xs_name)
-            quantize = kir.Call("ds_q8_quantize_static", (kir.Addr(a), L0, _i(k), kir.Const(float(xs), kir.F32),
-                                                          _i(int(xz)), signed), "ptr")
+            quantize = kir.Call("ds_q8_quantize_static", (kir.Addr(a), L0, i64(k), kir.Const(float(xs), kir.F32),
+                                                          i64(int(xz)), signed), "ptr")
         else:
-            quantize = kir.Call("ds_q8_load", (kir.Addr(a), L0, _i(k), _i(int(xz)), signed), "ptr")
+            quantize = kir.Call("ds_q8_load", (kir.Addr(a), L0, i64(k), i64(int(xz)), signed), "ptr")
     panels = (n + NR - 1) // NR
-    par = kir.Bin(">=", kir.Bin("*", L0, _i(n * k)), _i(ctx.options.par_min_flops))
+    par = kir.Bin(">=", kir.Bin("*", L0, i64(n * k)), i64(ctx.options.par_min_flops))
     if n * k >= ctx.options.par_min_weights:
         par = kir.Const(1, I64)
     body: list[kir.Stmt] = [
         kir.Let(act, quantize),
         *row_blocks(nblk, bal, L0, par, tiling),
-        kir.For(rb, nblk, (kir.For(q, _i(panels), (*rows_of, *tile)),),
+        kir.For(rb, nblk, (kir.For(q, i64(panels), (*rows_of, *tile)),),
                 omp=kir.Omp(parallel=True, collapse=2, if_=par)),
     ]
     kernel = kir.Kernel(ctx.name, (rows,), (o0,), (a, bp, zp, sc, *ops.buffers), tuple(body), ctx.symbols)
