@@ -228,6 +228,8 @@ def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():
     """A stream cycling over more keys than the states remembered (STATES_PER_PLAN x plan_cache) and the plan
     cache hold: a key whose state was dropped binds its own plan while the cache has room, then stays on the
     bucket plan, moved to it (binding its own would evict another key's: a plan bound per call)."""
+    from dynshape.runtime.key_states import STATES_PER_PLAN
+
     exe = ds.compile(GRAPH, strategy="generic", plan_cache=3, arenas=1)
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(8)
@@ -235,7 +237,7 @@ def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():
     real = exe.generic.planner.bind
     exe.generic.planner.bind = lambda *a, **k: binds.append(k.get("bucket") is None) or real(*a, **k)
     for _ in range(3):
-        for past in range(40, 60):
+        for past in range(40, 48 + 3 * STATES_PER_PLAN):
             feed = _feed(rng, 1, past)
             a, b = exe.run(feed), own.run(feed)
             for k in b:
@@ -342,20 +344,72 @@ def test_a_key_recalled_often_gets_its_own_plan(monkeypatch):
 
 
 def test_remembered_states_are_bounded_by_the_plan_cache():
-    """A stream over more keys than STATES_PER_PLAN x plan_cache: at most that many states remembered in the arena
-    (the oldest dropped first), and every answer still each key's own plan's."""
+    """A stream over more keys than STATES_PER_PLAN x plan_cache: at most that many states remembered in the arena,
+    and every answer still each key's own plan's."""
     from dynshape.runtime.key_states import STATES_PER_PLAN
 
     exe = ds.compile(GRAPH, strategy="generic", plan_cache=2, arenas=1)
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(13)
-    for past in [*range(30, 45), *range(44, 29, -1), 31, 44, 37]:
+    keys = range(30, 34 + 2 * STATES_PER_PLAN)
+    for past in [*keys, *reversed(keys), 31, 44, 37]:
         feed = _feed(rng, 1, past)
         a, b = exe.run(feed), own.run(feed)
         for k in b:
             np.testing.assert_array_equal(a[k], b[k])
         assert exe.stats()["plans"]["remembered"] <= 2 * STATES_PER_PLAN
     assert exe.stats()["plans"]["remembered"] == 2 * STATES_PER_PLAN
+
+
+def _recalls(exe) -> dict:
+    """past -> how often its remembered state was put back."""
+    (arena,) = exe.arenas
+    return {k[2]: s.hits for p in arena.buckets.values() for k, s in p.bucket.remembered.items()}
+
+
+def test_a_cycle_of_keys_longer_than_the_states_keeps_its_first_ones():
+    """A decode loop whose past lengths outnumber the states an arena holds, generation after generation: the
+    states of the first lengths stay and are put back on every later generation (dropping the least recently used
+    one for each new length would drop each just before its next use: no state ever recalled)."""
+    from dynshape.runtime.key_states import STATES_PER_PLAN
+
+    exe = ds.compile(GRAPH, strategy="generic", plan_cache=1, arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(15)
+    keys = list(range(40, 40 + 2 * STATES_PER_PLAN))
+    for _ in range(3):
+        for past in keys:
+            feed = _feed(rng, 1, past)
+            a, b = exe.run(feed), own.run(feed)
+            for k in b:
+                np.testing.assert_array_equal(a[k], b[k])
+    hits = _recalls(exe)
+    assert len(hits) == STATES_PER_PLAN
+    assert sorted(hits) == keys[:STATES_PER_PLAN] and all(h == 2 for h in hits.values())
+
+
+def test_states_left_unused_long_enough_make_room_for_new_keys():
+    """The states of a stream that moved to other shapes stay only until they have gone unused for STALE_FACTOR x
+    the states held calls; the new shapes' states then replace them, the least recently used first (a rule that
+    never replaced a state would leave a server that moved to other shapes moving a bucket plan per call)."""
+    from dynshape.runtime.key_states import STALE_FACTOR, STATES_PER_PLAN
+
+    exe = ds.compile(GRAPH, strategy="generic", plan_cache=1, arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(16)
+    old, new = list(range(40, 40 + STATES_PER_PLAN)), list(range(70, 70 + STATES_PER_PLAN))
+    stream = [*old, old[0], *new * (STALE_FACTOR + 1)]
+    for i, past in enumerate(stream):
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+        if i == STATES_PER_PLAN + 2:  # the new keys' first: the old states are in use, none replaced
+            assert sorted(_recalls(exe)) == old
+    # (the first new key, met again with no state while every state was in use, binds its own plan: the cache's
+    # room; the old state recalled last stays while no new key needs its room)
+    held = set(_recalls(exe))
+    assert set(new[1:]) <= held and not held & set(old[1:])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -384,6 +438,10 @@ def test_recalled_states_read_and_write_the_callers_arrays(pair, calls, seed):
             np.testing.assert_array_equal(got[k], want[k])
         if out:
             assert all(got[k] is out[k] for k in out)
+        for arena in fast.arenas:  # each bucket plan's address map agrees with the per-key values it is at
+            for plan in arena.buckets.values():
+                st_ = plan.bucket
+                assert all(st_.at[x] == v.ctypes.data for x, v in st_.fixed.items()), st_.key
 
 
 def test_a_full_memory_of_states_never_drops_the_state_about_to_be_recalled():

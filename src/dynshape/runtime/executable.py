@@ -506,7 +506,7 @@ class Executable:
                     return None
                 made.hits += 1
                 self._leave(plan, arena, spare=key)
-                if ks.recall(plan, key):
+                if ks.recall(plan, key, self.stats_.calls):
                     return plan
                 break  # (not reached: the state at key is spared) moved or bound below
         if ((uid, key) in seen and len(arena.plans) < self.options.plan_cache) or program.LIBRARY.try_load() is None:
@@ -563,8 +563,8 @@ class Executable:
         calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
         generation passes the same buffers, so nothing is patched again)."""
         plan.bucket.in_a_row, plan.bucket.last_call = 1, self.stats_.calls  # (this call: the first at the next key)
-        ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,
-                    self.memory.plan_bytes() - arena.plans.held, spare)  # (one budget for plans and states)
+        ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,  # (one budget for plans and states)
+                    self.memory.plan_bytes() - arena.plans.held, spare, self.stats_.calls)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)

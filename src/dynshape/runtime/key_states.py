@@ -16,9 +16,16 @@ inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching
 `current`, remembered together, so a word and the address `current` says it holds agree after a recall. A state is
 remembered as the plan leaves its key (after the calls at it: their in-place words already point at the caller's
 arrays), and keeps alive every array its words point at (the per-key values in `fixed`, the views, the tables of
-the calls it bound). A key recalled often enough gets its own plan (`OWN_PLAN_AFTER`). Memory is bounded per
-arena by STATES_PER_PLAN x the plan cache's count, and by the plan cache's bytes, shared with the cached plans
-(`remembered_bytes`), the oldest first.
+the calls it bound). A key recalled often enough gets its own plan (`OWN_PLAN_AFTER`). Memory is bounded
+per arena by STATES_PER_PLAN x the plan cache's count, and by the plan cache's bytes, shared with the cached plans
+(`remembered_bytes`).
+
+Which states stay when the memory is full: the least recently used one makes room for a new one only once it has
+gone unused for STALE_FACTOR x the states held calls; before that the new state is not kept. Why: a decode loop
+longer than the states held meets its past lengths in a cycle, and dropping the least recently used state then
+drops each one just before its next use (a 2,048-token generation's second run kept none of the 1,024 states it
+could hold and ran at 0.74x onnxruntime); kept, the states of the cycle's first keys serve every later generation,
+while a stream that moved to other shapes frees the old states once they have gone unused that long.
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ OWN_PLAN_AFTER = 64
 # bucket's largest key: resnet18_nn ran 1-5% slower on the bucket plan's layout; a single-shape stream gets there
 # on its 4th call, a decode loop or a stream of mixed shapes practically never)
 OWN_PLAN_IN_A_ROW = 4
-STATES_PER_PLAN = 4  # states remembered per arena for each plan the plan cache may hold (a state is lighter)
+STATES_PER_PLAN = 8  # states remembered per arena for each plan the plan cache may hold (a state is lighter)
+STALE_FACTOR = 4  # calls unused, in states held, after which the least recently used state may make room
 _COPY: list = []  # ds_scatter_bytes and ds_gather_bytes, once the program library is loaded
 
 
@@ -56,66 +64,76 @@ class _State:
     the plan's and the bucket state's fields a move assigns (the order `recall` unpacks), the calls, the in-place
     addresses, and each movable step's calls, held tables and shapes."""
 
-    __slots__ = ("words", "at", "values", "nbytes", "hits")
+    __slots__ = ("words", "at", "values", "nbytes", "hits", "last")
 
-    def __init__(self, plan: BoundPlan, st: BucketState) -> None:
+    def __init__(self, plan: BoundPlan, st: BucketState, now: int) -> None:
         self.words = bytearray(max(1, st.mutable_bytes))
         self.at = ctypes.addressof(ctypes.c_char.from_buffer(self.words))  # (kept alive by `words`)
         _COPY[1](*st.copy_args, self.at)
         steps = st.steps
         self.values = (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes,
-                       plan.want, plan.copy_in, st.key, st.shapes, st.arrays, st.at, st.fixed, tuple(plan.calls),
+                       plan.want, plan.copy_in, st.key, st.shapes, st.arrays, tuple(st.at[x] for x in st.fixed),
+                       st.fixed, tuple(plan.calls),
                        None if plan.current is None else tuple(plan.current),
                        None if plan.out_current is None else tuple(plan.out_current),
                        *[x for k in st.movable for x in (steps[k].calls, steps[k].held, steps[k].shapes)])
         # its memory, estimated: the words, the per-key values, and the per-value maps a move makes anew (a dict
-        # entry and its object ~100 bytes; GPT-2's step: ~55 KB a state measured by tracemalloc)
-        self.nbytes = len(self.words) + plan.nbytes + 4096 + 100 * (len(st.at) + len(st.shapes) + len(st.arrays)
-                                                                     + len(st.fixed))
+        # entry and its object ~100 bytes), the addresses of the per-key values (the arena's are the bucket's: one
+        # map, `st.at`, written in place) (GPT-2's step: ~33 KB a state at past 530, measured by tracemalloc)
+        self.nbytes = len(self.words) + plan.nbytes + 4096 + 100 * (len(st.shapes) + len(st.arrays) + len(st.fixed))
         self.hits = 0  # recalls so far
+        self.last = now  # the call it was remembered or last recalled at
 
 
-def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int, spare: tuple | None = None) -> None:
-    """Remember the plan's state at its current key, within `cap_states` states and `cap_bytes` over the arena's
-    bucket plans (the oldest of this plan first, then of the others; never its state at `spare`, the key about to
-    be recalled); a state alone over the caps is not kept."""
+def remember(plan: BoundPlan, arena: Any, cap_states: int, cap_bytes: int, spare: tuple | None = None,
+             now: int = 0) -> None:
+    """Remember the plan's state at its current key (`now`: this call's number), within `cap_states` states and
+    `cap_bytes` over the arena's bucket plans: the least recently used state makes room once it has gone unused
+    for STALE_FACTOR x the states held calls (never this plan's state at `spare`, the key about to be recalled),
+    else this state is not kept; a state alone over the caps is not kept either."""
     st: BucketState = plan.bucket
     if st.key in st.remembered or st.mutable is None or not _copiers():
         return
-    made = _State(plan, st)
+    made = _State(plan, st, now)
     if made.nbytes > cap_bytes or cap_states < 1:
         return
-    others = [p.bucket for p in arena.buckets.values() if p.bucket is not None and p.bucket is not st]
-    count = len(st.remembered) + sum(len(o.remembered) for o in others)
-    held = st.remembered_bytes + sum(o.remembered_bytes for o in others)
-    for owner in (st, *others):
-        while count >= cap_states or held + made.nbytes > cap_bytes:
-            keys = iter(owner.remembered)
-            old = next(keys, None)
-            if owner is st and old is not None and old == spare:
-                old = next(keys, None)
-            if old is None:
+    owners = [st, *(p.bucket for p in arena.buckets.values() if p.bucket is not None and p.bucket is not st)]
+    count = sum(len(o.remembered) for o in owners)
+    held = sum(o.remembered_bytes for o in owners)
+    while count >= cap_states or held + made.nbytes > cap_bytes:
+        lru = None  # (its state, owner, key)
+        for o in owners:
+            for k, state in o.remembered.items():  # in order of use: the first is the owner's least recent
+                if o is st and k == spare:
+                    continue
+                if lru is None or state.last < lru[0].last:
+                    lru = (state, o, k)
                 break
-            gone = owner.remembered.pop(old)
-            owner.remembered_bytes -= gone.nbytes
-            count, held = count - 1, held - gone.nbytes
-    if count >= cap_states or held + made.nbytes > cap_bytes:
-        return
+        if lru is None or now - lru[0].last < STALE_FACTOR * count:
+            return  # the states held are in use (a cycle of keys longer than they are): this one is not kept
+        gone, owner, old = lru
+        del owner.remembered[old]
+        owner.remembered_bytes -= gone.nbytes
+        count, held = count - 1, held - gone.nbytes
     st.remembered[st.key] = made
     st.remembered_bytes += made.nbytes
 
 
-def recall(plan: BoundPlan, key: tuple) -> bool:
-    """Put back the plan's state at `key` if remembered (True), else leave it as it is (False)."""
+def recall(plan: BoundPlan, key: tuple, now: int = 0) -> bool:
+    """Put back the plan's state at `key` if remembered (True; `now`, this call's number, is its last use), else
+    leave it as it is (False)."""
     st: BucketState = plan.bucket
     if key == st.key:
         return True
-    made = st.remembered.get(key)
+    made = st.remembered.pop(key, None)
     if made is None:
         return False
+    st.remembered[key] = made  # (last in the order of use)
+    made.last = now
     _COPY[0](*st.copy_args, made.at)
     (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes, plan.want,
-     plan.copy_in, st.key, st.shapes, st.arrays, st.at, st.fixed, calls, current, out_current) = made.values[:17]
+     plan.copy_in, st.key, st.shapes, st.arrays, at, st.fixed, calls, current, out_current) = made.values[:17]
+    st.at.update(zip(st.fixed, at))  # (one map per bucket plan: the per-key values' addresses put back in it)
     plan.calls[:] = calls
     plan.current = None if current is None else list(current)
     plan.out_current = None if out_current is None else list(out_current)

@@ -130,7 +130,8 @@ class BucketState:
     sizes: dict | None  # each buffer's bytes in the layout (None: the layout holds every key)
     total: int = 0  # the layout's arena bytes
     key: tuple = ()
-    at: dict = field(default_factory=dict)
+    at: dict = field(default_factory=dict)  # every value's address at `key`: one map, a move and a recall write its
+    # per-key values' entries in place (the arena's are the layout's, the same at every key of the bucket)
     fixed: dict = field(default_factory=dict)  # per-key values at `key`
     tables: list = field(default_factory=list)  # (TableRef, count, row-stride kernel or None): kernel key tables
     views: list = field(default_factory=list)  # those tables as ctypes int64 arrays, once sealed
@@ -309,8 +310,10 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
     for x in st.signed:  # refused before anything changes (as bind refuses it)
         if min(shapes[x]) < 0:
             pl.addresses(key, arena.ctypes.data, shapes, st.offsets)  # raises, naming the value
+    old = st.shapes  # this key's shapes as the last key's tuples where equal (a remembered state holds fewer objects)
+    shapes = {x: o if (o := old.get(x)) == shp else shp for x, shp in shapes.items()}
     try:
-        _move(pl, plan, st, key, shapes, symvals, dict(st.at))
+        _move(pl, plan, st, key, shapes, symvals, st.at)  # (in place: a move rewrites only its per-key values')
     except Exception:  # noqa: BLE001 - a step that cannot move in place, or a binder failing for this key: the
         return False  # key's own plan's bind names the node
     return True
