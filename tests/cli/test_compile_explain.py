@@ -115,8 +115,9 @@ def test_explain_an_artefact(mlp_artefact):
     assert "other steps" not in text  # the product runs in the kernel, not through numpy/BLAS
     assert "worst-case memory 284 B" in text  # floats at the MatMul: x (8x4), h (8x3), W (4x3), B (3)
     # how keys are served with plans (runtime/key_states.py), with the default caps
-    assert "called 4 times in a row or recalled 64 times binds its own plan; per arena at most 256 plans, 1024 " \
-        "states and 64 MiB" in text
+    assert "called 4 times in a row or recalled 64 times binds its own plan; per arena at most 256 plans, 2048 " \
+        "states and 64 MiB of per-key values between them; a full memory takes a new state only in place of one " \
+        "unused for 4x the states held calls" in text
 
 
 def test_explain_json_cross_input_guards(models):

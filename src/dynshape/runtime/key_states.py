@@ -182,4 +182,5 @@ def rule(plan_cache: int, plan_bytes: int) -> str:
     return (f"a key first seen is served by its bucket's plan moved to it; the plan's state at each key is remembered "
             f"as it leaves and put back when the key comes again; a key called {OWN_PLAN_IN_A_ROW} times in a row or "
             f"recalled {OWN_PLAN_AFTER} times binds its own plan; per arena at most {plan_cache} plans, "
-            f"{STATES_PER_PLAN * plan_cache} states and {plan_bytes / 2**20:.0f} MiB of per-key values between them")
+            f"{STATES_PER_PLAN * plan_cache} states and {plan_bytes / 2**20:.0f} MiB of per-key values between them; "
+            f"a full memory takes a new state only in place of one unused for {STALE_FACTOR}x the states held calls")
