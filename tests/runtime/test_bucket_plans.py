@@ -496,11 +496,13 @@ def test_a_recall_puts_back_every_field_and_word_a_move_changed():
     (plan,) = arena.buckets.values()
     st = plan.bucket
     own = ("remembered", "remembered_bytes", "in_a_row", "last_call")  # (the memory itself, and the call counts)
+    made_again = ("shapes", "arrays")  # (a move's caches, not kept by a state: the next move makes them again)
 
     def state() -> tuple:
         spans = st.mutable.tolist()
         return ({f: getattr(plan, f) for f in BoundPlan.__slots__},
-                {f: getattr(st, f) for f in BucketState.__slots__ if f not in own},
+                {f: dict(st.at) if f == "at" else getattr(st, f)  # (one map, written in place: its contents)
+                 for f in BucketState.__slots__ if f not in own + made_again},
                 [{f: getattr(r, f) for f in StepRecord.__slots__} for r in st.steps],
                 b"".join(ctypes.string_at(a, n) for a, n in zip(spans[::2], spans[1::2])))
 
@@ -515,6 +517,7 @@ def test_a_recall_puts_back_every_field_and_word_a_move_changed():
         for f in before:
             assert _same(before[f], after[f]), f
     assert at41[3] == now[3]
+    assert st.shapes is None and st.arrays == {}
 
 
 def test_cached_plans_and_remembered_states_share_one_byte_budget(monkeypatch):

@@ -72,15 +72,18 @@ class _State:
         _COPY[1](*st.copy_args, self.at)
         steps = st.steps
         self.values = (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes,
-                       plan.want, plan.copy_in, st.key, st.shapes, st.arrays, tuple(st.at[x] for x in st.fixed),
+                       plan.want, plan.copy_in, st.key, tuple(st.at[x] for x in st.fixed),
                        st.fixed, tuple(plan.calls),
                        None if plan.current is None else tuple(plan.current),
                        None if plan.out_current is None else tuple(plan.out_current),
                        *[x for k in st.movable for x in (steps[k].calls, steps[k].held, steps[k].shapes)])
-        # its memory, estimated: the words, the per-key values, and the per-value maps a move makes anew (a dict
-        # entry and its object ~100 bytes), the addresses of the per-key values (the arena's are the bucket's: one
-        # map, `st.at`, written in place) (GPT-2's step: ~33 KB a state at past 530, measured by tracemalloc)
-        self.nbytes = len(self.words) + plan.nbytes + 4096 + 100 * (len(st.shapes) + len(st.arrays) + len(st.fixed))
+        # its memory, estimated: the words, the per-key values and their map (a dict entry and its object ~100
+        # bytes), each movable step's calls, tables and shapes (~500 bytes) and each input's and output's view
+        # (~300). Not kept: the shapes and the views' map (a move after a recall makes them again: a move's cache,
+        # not its state), nor the arena's addresses (one map per bucket plan, `st.at`, written in place; a state
+        # keeps its per-key values'). GPT-2's step at past 530: 31.5 KB measured by tracemalloc, 31 KB estimated.
+        self.nbytes = len(self.words) + plan.nbytes + 1024 + 100 * len(st.fixed) + 500 * len(st.movable) \
+            + 300 * len(st.io)
         self.hits = 0  # recalls so far
         self.last = now  # the call it was remembered or last recalled at
 
@@ -132,12 +135,13 @@ def recall(plan: BoundPlan, key: tuple, now: int = 0) -> bool:
     made.last = now
     _COPY[0](*st.copy_args, made.at)
     (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes, plan.want,
-     plan.copy_in, st.key, st.shapes, st.arrays, at, st.fixed, calls, current, out_current) = made.values[:17]
+     plan.copy_in, st.key, at, st.fixed, calls, current, out_current) = made.values[:15]
+    st.shapes, st.arrays = None, {}  # (made again by the next move: rekey)
     st.at.update(zip(st.fixed, at))  # (one map per bucket plan: the per-key values' addresses put back in it)
     plan.calls[:] = calls
     plan.current = None if current is None else list(current)
     plan.out_current = None if out_current is None else list(out_current)
-    steps, k = st.steps, 17
+    steps, k = st.steps, 15
     for i in st.movable:
         rec = steps[i]
         rec.calls, rec.held, rec.shapes = made.values[k:k + 3]

@@ -139,7 +139,8 @@ class BucketState:
     programs: list = field(default_factory=list)
     int_tables: list = field(default_factory=list)  # the shared keep's int64 tables (the kernels' keys)
     copied: set = field(default_factory=set)
-    shapes: dict = field(default_factory=dict)  # every value's shape at `key`
+    shapes: dict | None = field(default_factory=dict)  # every value's shape at `key` (None: recalled; the next move
+    # makes it again)
     arrays: dict = field(default_factory=dict)  # the views made at `key` (reused where the shape is the same)
     base: int = 0  # the arena's address
     span: tuple | None = None  # (lo, hi): the addresses of the in-place slots, whole (None: find them per key)
@@ -310,6 +311,8 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
     for x in st.signed:  # refused before anything changes (as bind refuses it)
         if min(shapes[x]) < 0:
             pl.addresses(key, arena.ctypes.data, shapes, st.offsets)  # raises, naming the value
+    if st.shapes is None:  # (recalled: a remembered state keeps no shapes)
+        st.shapes = dict(zip(pl.values, pl.shapes(st.key)))
     old = st.shapes  # this key's shapes as the last key's tuples where equal (a remembered state holds fewer objects)
     shapes = {x: o if (o := old.get(x)) == shp else shp for x, shp in shapes.items()}
     try:
