@@ -10,8 +10,10 @@ the objects; `recall` copies the words back and puts the references back, so the
 made, without running a binder or a per-key step.
 
 Soundness: a move only assigns the plan's `inputs`, `outputs`, `runs`, `in_place`, `out_place`, `fresh`,
-`nbytes`, `want`, `copy_in`, `calls` (an item), `current` and `out_current`, the bucket state's `key`, `shapes`,
-`arrays`, `at` and `fixed`, and the `calls`, `held` and `shapes` of the steps in `movable`, and only writes words
+`nbytes`, `want`, `copy_in`, `calls` (an item), `current` and `out_current`, the bucket state's `key`, `fixed`,
+the entries of `at` for the names in `fixed` (the map is written in place: its other entries are the layout's, the
+same at every key of the bucket), and its caches `shapes` and `arrays` (a recall empties them: the next move makes
+them again), and the `calls`, `held` and `shapes` of the steps in `movable`, and only writes words
 inside `mutable` (rekey.py's `_move` and `_restore`); a call's in-place patching writes the same words and
 `current`, remembered together, so a word and the address `current` says it holds agree after a recall. A state is
 remembered as the plan leaves its key (after the calls at it: their in-place words already point at the caller's
@@ -23,8 +25,8 @@ per arena by STATES_PER_PLAN x the plan cache's count, and by the plan cache's b
 Which states stay when the memory is full: the least recently used one makes room for a new one only once it has
 gone unused for STALE_FACTOR x the states held calls; before that the new state is not kept. Why: a decode loop
 longer than the states held meets its past lengths in a cycle, and dropping the least recently used state then
-drops each one just before its next use (a 2,048-token generation's second run kept none of the 1,024 states it
-could hold and ran at 0.74x onnxruntime); kept, the states of the cycle's first keys serve every later generation,
+drops each one just before its next use (a 2,048-token generation's second run found few of its lengths'
+states and ran at 0.75x onnxruntime); kept, the states of the cycle's first keys serve every later generation,
 while a stream that moved to other shapes frees the old states once they have gone unused that long.
 """
 
