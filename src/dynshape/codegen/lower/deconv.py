@@ -5,6 +5,7 @@ hands these to it); in bf16 on bf16 pairs where the precision asks and the produ
 from __future__ import annotations
 
 from dynshape.codegen import bf16, cshared, kir
+from dynshape.codegen.kir import i64
 from dynshape.codegen.lower.product import epilogue_loop
 from dynshape.codegen.lowering import LowerCtx, Lowered, PackedWeight, Unsupported
 from dynshape.codegen.packed_gemm import NR
@@ -14,9 +15,6 @@ from dynshape.sym import eq, prove
 
 I64 = kir.I64
 ROWS = cshared.CONV_ROWS  # input pixels per block
-_i = kir.i64
-
-
 _call = kir.call_void
 
 
@@ -62,29 +60,29 @@ def lower_deconv(cv: Conv, ctx: LowerCtx, ops) -> Lowered:
     # outputs), else pixel by pixel over the channels (a channel index j % Co kept the loop from vectorising)
     run = kw_ * co
     place = [kir.Let(r, ((n * H + h) * kh_ + t) * OW + w0 * kw_),
-             kir.For(i, m, (kir.For(c, _i(run), (kir.Store(o0, (r + i * kw_) * co + c,
+             kir.For(i, m, (kir.For(c, i64(run), (kir.Store(o0, (r + i * kw_) * co + c,
                                                            kir.Load(sb, i * tc + t * run + c)),),
                                     omp=kir.Omp(simd=True, schedule=None)),))]
     if co == 1:
-        place += epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, r + j, r, j, (_i(0), m * kw_), 1,
-                               channel=_i(0))
+        place += epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, r + j, r, j, (i64(0), m * kw_), 1,
+                               channel=i64(0))
     else:
         px = kir.Var("px")
-        per_pixel = epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, px * co + j, px, j, (_i(0), _i(co)),
+        per_pixel = epilogue_loop(g, ops, node, cv.epilogue, cv.outputs[0], o0, px * co + j, px, j, (i64(0), i64(co)),
                                   co)
         if per_pixel:
             place.append(kir.For(px, r + m * kw_, tuple(per_pixel), start=r))
     block = [kir.Let(n, nh / H), kir.Let(h, nh % H), kir.Let(w0, wb * ROWS),
-             kir.Let(m, kir.Select(w0 + ROWS < W, _i(ROWS), W - w0)),
-             kir.For(q, _i(panels), (_deconv_panel(ctx, kir.Addr(x, (nh * W + w0) * ci), ci, bp, sb, tc, m, q, ep)
-                                     if low else _call("ds_gemm_tile", kir.Addr(x, (nh * W + w0) * ci), _i(ci),
-                                                       kir.Addr(bp), kir.Addr(sb), _i(tc), _i(0), m, q, _i(tc),
-                                                       _i(ci)),)),
-             kir.For(t, _i(kh_), tuple(place))]
-    flops = kir.product([N, H, W, _i(ci * tc)])
+             kir.Let(m, kir.Select(w0 + ROWS < W, i64(ROWS), W - w0)),
+             kir.For(q, i64(panels), (_deconv_panel(ctx, kir.Addr(x, (nh * W + w0) * ci), ci, bp, sb, tc, m, q, ep)
+                                     if low else _call("ds_gemm_tile", kir.Addr(x, (nh * W + w0) * ci), i64(ci),
+                                                       kir.Addr(bp), kir.Addr(sb), i64(tc), i64(0), m, q, i64(tc),
+                                                       i64(ci)),)),
+             kir.For(t, i64(kh_), tuple(place))]
+    flops = kir.product([N, H, W, i64(ci * tc)])
     loop = kir.For(nh, N * H, (kir.For(wb, rows, tuple(block)),), omp=kir.Omp(shared=True, collapse=2))
     body = (*((kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)),) if low else ()),
-            kir.Region((kir.Alloc(sb, _i(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops))
+            kir.Region((kir.Alloc(sb, i64(ROWS * tc)), loop, kir.Free(sb)), if_=flops >= ctx.options.par_min_flops))
     kernel_ir = kir.Kernel(ctx.name, ext, (o0,), (x, bp, *ops.buffers), body, ctx.symbols)
     layout = {"bf16": "deconv_bf16", "bf16-emulated": "deconv_bf16e"}.get(ctx.options.precision) if low else "deconv"
     how = "ConvTranspose: blocks of input pixels times every tap's weights"
@@ -100,6 +98,6 @@ def _deconv_panel(ctx: LowerCtx, a: kir.Expr, ci: int, bp: kir.Buffer, sb: kir.B
     columns q * 32.. of the scratch tile sb (tc columns a row)."""
     _, panel_fn = bf16.product_calls(ctx.options)
     floats = (ci + 1) // 2 * 32 if ctx.options.precision == "bf16" else ci * 32  # a panel, in floats
-    ncols = kir.Select((q + 1) * NR <= tc, _i(NR), tc - q * NR)
-    return _call(panel_fn, a, _i(ci), kir.Addr(bp, q * floats), kir.Addr(sb, q * NR), _i(tc), _i(0), m, ncols,
-                 _i(ci), ep)
+    ncols = kir.Select((q + 1) * NR <= tc, i64(NR), tc - q * NR)
+    return _call(panel_fn, a, i64(ci), kir.Addr(bp, q * floats), kir.Addr(sb, q * NR), i64(tc), i64(0), m, ncols,
+                 i64(ci), ep)

@@ -96,7 +96,7 @@ def _global(p: Pool, ctx: LowerCtx, kind: PoolKind) -> Lowered:
     simd = kir.Omp(simd=True, schedule=None)
     out = kir.Cast(kir.Load(acc, ch3 - c0) / kir.Cast(HW, kir.F64), F32) if mean else kir.Load(acc, ch3 - c0)
     body = (kir.Let(n, task / blocks), kir.Let(c0, (task % blocks) * CBLOCK),
-            kir.Let(c1, kir.Select(c0 + CBLOCK < c, c0 + CBLOCK, kir.i64(c))),
+            kir.Let(c1, kir.Select(c0 + CBLOCK < c, c0 + CBLOCK, i64(c))),
             kir.For(ch, c1, (kir.Store(acc, ch - c0, start),), start=c0, omp=simd),
             kir.For(hw, HW, (kir.For(ch2, c1, (kir.Store(acc, ch2 - c0, reduce),), start=c0, omp=simd),)),
             kir.For(ch3, c1, (kir.Store(o0, n * c + ch3, out),), start=c0, omp=simd))
