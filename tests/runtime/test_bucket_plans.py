@@ -14,7 +14,7 @@ import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
 from dynshape.runtime.rekey import bucket_of
 
-D, HEADS, VOCAB, POSITIONS = 32, 2, 50, 128
+D, HEADS, VOCAB, POSITIONS = 32, 2, 50, 320
 
 
 def _gpt_step_model():
@@ -89,6 +89,11 @@ def test_buckets_are_quarter_octaves_within_declared_bounds():
         [0, 1, 7, 9, 9, 15, 19, 63, 79, 79, 95, 127, 159]
     assert bucket_of((64, 3), (70, None)) == (70, 3) and bucket_of((75,), (70,)) == (75,)
     assert [bucket_of((v,), fine=0)[0] for v in (0, 1, 2, 3, 4, 64, 127, 128)] == [0, 1, 3, 3, 7, 127, 127, 255]
+    # a growing symbol (ahead 1) takes its next value's octave and `span` more; the others keep their own
+    assert bucket_of((16, 5), fine=0, ahead=(1, 0)) == (31, 7)
+    assert bucket_of((16, 5), fine=0, ahead=(1, 0), span=2) == (127, 7)
+    assert bucket_of((31, 5), fine=0, ahead=(1, 0), span=3) == (511, 7)
+    assert bucket_of((16, 5), (100, None), fine=0, ahead=(1, 0), span=3) == (100, 7)
     for v in range(0, 5000):  # each key in its bucket, its bucket at most 25% larger
         (top,) = bucket_of((v,))
         assert v <= top <= max(v, 1.25 * v + 1) and bucket_of((top,)) == (top,)
@@ -125,7 +130,7 @@ def test_a_decode_loop_on_bucket_plans_answers_as_its_own_plans(pair):
             for k in a:
                 np.testing.assert_array_equal(a[k], b[k])
         (arena,) = [a for a in fast.arenas if a.buckets]
-        assert not arena.plans and len(arena.buckets) >= 3  # keys 3..42: buckets 3, 4..7, 8..15, ..
+        assert not arena.plans and len(arena.buckets) >= 2  # keys 3..42: buckets 3, then 4..63 (it grows)
         assert fast.stats()["plans"]["own"] == 0
         assert len({k for p in arena.buckets.values() for k in (*p.bucket.remembered, p.bucket.key)}) == 40
         if rnd == 0:
@@ -169,9 +174,10 @@ def test_a_refused_key_leaves_the_bucket_plan_serving_the_next():
             np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_a_step_that_cannot_move_in_place_gives_the_key_its_own_plan(monkeypatch):
-    """A native step whose binding at the new key has another shape of calls than the bucket plan's: the bucket
-    plan is dropped, the key gets its own plan, and the answer is still right."""
+def test_a_step_that_cannot_move_in_place_starts_a_new_bucket_plan(monkeypatch):
+    """A native step whose binding at the new key has another shape of calls than the bucket plan's (a product
+    taking another kernel from some size on): the bucket plan is dropped, a new one is bound at the key, and the
+    answer is still right."""
     exe = ds.compile(GRAPH, strategy="generic")
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(6)
@@ -185,8 +191,11 @@ def test_a_step_that_cannot_move_in_place_gives_the_key_its_own_plan(monkeypatch
 
     monkeypatch.setattr(exe.generic.planner, "bind_step", twice)
     feed = _feed(rng, 1, 65)
+    before = set(arena.buckets)
     a = exe.run(feed)
-    assert not arena.buckets and arena.plans  # given up: the key's own plan
+    assert not arena.plans and len(arena.buckets) == 1 and set(arena.buckets) != before  # given up: a new bucket
+    (plan,) = arena.buckets.values()
+    assert plan.bucket.key == tuple(exe.binder(feed)[1])
     monkeypatch.setattr(exe.generic.planner, "bind_step", real)
     for k, v in own.run(feed).items():
         np.testing.assert_array_equal(a[k], v)
@@ -203,25 +212,28 @@ def test_bucket_plans_stay_within_a_bounded_arena():
     assert exe.stats()["arena_bytes"] == size
 
 
-def test_a_decode_loop_binds_one_bucket_plan_per_octave():
+def test_a_decode_loop_binds_a_bucket_plan_every_few_octaves():
     """past and past_plus_1 grow together and straddle each octave's end (past 31, past_plus_1 32): a new bucket
-    takes the next value's bucket of each symbol that grew since the last key, so past 16..62 binds 2 bucket
-    plans (16..30, 31..62), not 3 (the bucket of past 31 alone held that one key). The answers stay those of each
-    key's own plan; batch, which did not grow, keeps its own bucket (1, not 1..3)."""
+    takes the next value's bucket of each symbol that grew since the last key (the bucket of past 31 alone held
+    that one key), and GROWTH_SPAN octaves more while the layout stays within the slack. The keys' Transpose
+    takes another kernel from 64 rows on, so the move to past 64 gives up and a new bucket starts there: past
+    16..319 binds 3 bucket plans (16..30; 31..63, laid out to 511; 64..1023), where one per octave bound 5 (31,
+    63, 127, 255, 511) and a give-up bound the key's own plan besides. The answers stay those of each key's own
+    plan; batch, which did not grow, keeps its own bucket (1, not 1..3)."""
     exe = ds.compile(GRAPH, strategy="generic")
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(9)
     binds = []
     real = exe.generic.planner.bind
     exe.generic.planner.bind = lambda *a, **k: binds.append(k.get("bucket")) or real(*a, **k)
-    for past in range(16, 63):
+    for past in range(16, POSITIONS):
         feed = _feed(rng, 1, past)
         a, b = exe.run(feed), own.run(feed)
         for k in b:
             np.testing.assert_array_equal(a[k], b[k])
     assert all(b is not None for b in binds)
     tops = [dict(zip(exe.generic.planner.symbol_names, b.top)) for b in binds]
-    assert [(t["b"], t["past_plus_1"], t["past"]) for t in tops] == [(1, 31, 31), (1, 63, 63)]
+    assert [(t["b"], t["past_plus_1"], t["past"]) for t in tops] == [(1, 31, 31), (1, 511, 511), (1, 1023, 1023)]
 
 
 def test_a_full_plan_cache_leaves_repeated_keys_on_the_bucket_plan():

@@ -40,7 +40,7 @@ from dynshape.errors import DynshapeError
 from dynshape.ir.graph import Fact, Graph, describe_symbol, format_type
 from dynshape.options import Options, make
 from dynshape.runtime import artifact_io as aio
-from dynshape.runtime.executable import Executable
+from dynshape.runtime.executable import Executable, settled
 from dynshape.runtime.model_build import BuildReader, CompileStep, ModelBuild
 from dynshape.sym import is_expr, sym
 from dynshape.sym.pysource import cond_from_json, cond_to_json
@@ -265,7 +265,7 @@ def _load(out: Path, read_build: BuildReader, signing_key: bytes | str | None,
             (out / rel).unlink(missing_ok=True)
         raise DynshapeError(f"artefact {out} lacks kernels this dynshape generates ({', '.join(built)}); "
                             f"rebuild it: {_rebuild_hint(out, config)}")
-    return exe
+    return settled(exe)
 
 
 def _load_graph(read_build: BuildReader, model: bytes, dims: dict, requires: list, out: Path) -> Graph:

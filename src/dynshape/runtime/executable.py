@@ -10,6 +10,7 @@ specialisation strategy (`strategy.py`, `profile.py`). This module wires them in
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 import time
@@ -487,7 +488,7 @@ class Executable:
         """A bucket plan of this arena at key: one whose state there is remembered, put back (runtime/key_states.py),
         else the last made whose bucket holds the key moved to it (runtime/rekey.py), else a new one made at the key.
         None: the key's own plan (recalled OWN_PLAN_AFTER times, or seen before with its state dropped, while the
-        plan cache has room; a step that cannot move in place; a bounded arena too small for a bucket; no program
+        plan cache has room; a bounded arena too small for a bucket; no program
         library)."""
         seen, uid, buf = arena.seen, variant.uid, arena.buf
         for slot, plan in reversed(arena.buckets.items()):  # a bucket plan that was at this key: its state put back
@@ -529,8 +530,8 @@ class Executable:
                 self._leave(plan, arena)
                 if rekey(pl, plan, key, shapes, symvals):
                     return plan
-                del arena.buckets[slot]  # half moved: never used again
-                return None
+                del arena.buckets[slot]  # half moved: never used again; a new bucket plan starts at this key (a
+                break  # product that takes another kernel from this size on: its calls change shape once, here)
         if stale:
             ks.drop_stale_buckets(arena)
         if w is not None and w.monotone and w.reserve <= buf.size:
@@ -748,15 +749,25 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
     if graph.rank_symbols:  # ranks fixed by input lengths: one build per length (runtime/rank_variants.py)
         from dynshape.runtime.rank_variants import RankVariants
 
-        return RankVariants(graph, specialize, opts, compile)  # type: ignore[return-value]
+        return settled(RankVariants(graph, specialize, opts, compile))  # type: ignore[return-value]
     decisive = branch_inputs(graph) if opts.fuse else []
     conds = shape_branches(graph) if opts.fuse and not decisive else []
     if decisive or conds:  # If conditions decided by a small input's value or by the shapes: one build per value
         from dynshape.runtime.branch_variants import BranchVariants  # (runtime/branch_variants.py)
 
-        return BranchVariants(graph, decisive, specialize, opts, compile, conds)  # type: ignore[return-value]
+        return settled(BranchVariants(graph, decisive, specialize, opts, compile, conds))  # type: ignore[return-value]
     with pinned_cache_dir(opts.cache_dir) if opts.cache_dir else contextlib.nullcontext():
-        return Executable(graph, specialize, opts)
+        return settled(Executable(graph, specialize, opts))
+
+
+def settled(exe: Any) -> Any:
+    """`exe`, after one full garbage collection. Why: a compile leaves tens of thousands of new long-lived objects
+    (GPT-2's step: ~45k), and CPython collects its oldest generation once enough of them have piled up since the
+    last full pass: left alone, that pass (15 ms for GPT-2's step) fell inside the first calls, ~230 us on each of
+    a first 64-token generation. Run here it is part of a compile that takes seconds, and the next one waits until
+    a quarter as many objects again have survived."""
+    gc.collect()
+    return exe
 
 
 class _Held:

@@ -12,7 +12,7 @@ words; per-key values equal to the last key's stay the same arrays; the inputs' 
 in-place words are made for the key (searched again only when an address in an in-place slot moved). A step
 whose rule has `retable` (Concat) gets its tables' words from shapes and addresses alone, without views or a
 binder. Anything a step cannot redo in place (another number or kind of calls) gives up: the caller drops the
-bucket plan and binds the key's own plan as before.
+bucket plan and binds a new one at the key.
 
 Soundness rests on one fact: a binder's calls are a function of its node, its buffers (address, shape,
 strides) and the contents of its constant and per-key inputs; a step whose buffers and inputs are the same
@@ -42,19 +42,21 @@ from dynshape.sym.trace import traced, untraced
 
 BUCKETS_PER_ARENA = 16  # bucket plans kept per arena (oldest dropped first)
 OCTAVE_SLACK = 4 << 20  # bytes a bucket plan laid out for a whole octave may hold beyond the key's own layout
+GROWTH_SPAN = 3  # octaves beyond its own a growing symbol's bucket may span, within the same slack
 
 
-def bucket_of(key: tuple, his: tuple = (), fine: int = 2, ahead: tuple = ()) -> tuple:
+def bucket_of(key: tuple, his: tuple = (), fine: int = 2, ahead: tuple = (), span: int = 0) -> tuple:
     """The largest key of `key`'s bucket: each symbol rounded up to the end of its octave (`fine` 0: 64..127) or of
     its quarter octave (`fine` 2: 64..79, 80..95, ...; below 8 exact), and no further than its declared bound
     (`his`, None: unbounded). A symbol whose `ahead` is 1 takes the bucket of its next value (never below this
-    one): see `bucket_layout`."""
+    one), and `span` octaves more: see `bucket_layout`."""
     out = []
     for k, v in enumerate(key):
         v = int(v)
-        u = v + (ahead[k] if k < len(ahead) else 0)
+        grows = ahead[k] if k < len(ahead) else 0
+        u = v + grows
         e = max(0, u.bit_length() - 1 - fine)
-        top = max(v, (((u >> e) + 1) << e) - 1)
+        top = max(v, ((((u >> e) + 1) << e) << (span if grows else 0)) - 1)
         hi = his[k] if k < len(his) else None
         out.append(top if hi is None else max(v, min(top, int(hi))))
     return tuple(out)
@@ -68,7 +70,10 @@ def bucket_layout(pl: Planner, key: tuple, shapes: dict, his: tuple, last: tuple
     Each symbol that grew since `last` (the key the last bucket plan served) takes the bucket of its next value:
     a decode step's two growing symbols one apart (past 31, past_plus_1 32) straddle an octave's end, and the
     bucket of the key itself (past <= 31, past_plus_1 <= 63) held that one key before the next made another plan
-    (5 plans bound over GPT-2's first 64 tokens from past 16 instead of 3, ~2 ms each)."""
+    (5 plans bound over GPT-2's first 64 tokens from past 16 instead of 3, ~2 ms each). A growing symbol's bucket
+    then spans up to GROWTH_SPAN octaves more while the layout stays within the same slack: a decode loop that has
+    shown it grows binds a plan every few octaves, not every octave (GPT-2's step from past 16: one plan for
+    32..511, where it bound one at 32, 64, 128 and 256)."""
     own = None
     ahead = () if last is None else tuple(int(v > w) for v, w in zip(key, last))
     for fine in (0, 2):
@@ -86,6 +91,16 @@ def bucket_layout(pl: Planner, key: tuple, shapes: dict, his: tuple, last: tuple
             own = own or pl.layout(key)[2]
             if total > max(1.25 * own, own + OCTAVE_SLACK):
                 continue
+            for span in range(1, GROWTH_SPAN + 1) if any(ahead) else ():
+                wider = bucket_of(key, his, 0, ahead, span)
+                try:
+                    w_shapes, w_offsets, w_total = pl.layout(wider)
+                except Exception:  # noqa: BLE001 - shape arithmetic that fails further out: keep the last that held
+                    break
+                if wider == top or any(shp and min(shp) < 0 for shp in w_shapes.values()) \
+                        or w_total > max(1.25 * own, own + OCTAVE_SLACK):
+                    break
+                top, offsets, total, sizes = wider, w_offsets, w_total, pl.sizes(w_shapes)
         return top, offsets, total, sizes
     return None
 
