@@ -194,6 +194,32 @@ def test_narrow_convs_match_rounded_reference_and_the_gathered_tiles(tile_path, 
     _check_calls(tile_path, g, direct, gathered, exact, (ci, co, kernel, pads), calls, rng, strides)
 
 
+@pytest.mark.parametrize("ci,co,k,stride,pad", [(1, 64, 10, 5, 0), (4, 32, 3, 1, 1), (2, 40, 7, 2, 3)])
+def test_narrow_one_dimensional_convs_match_the_rounded_reference(ci, co, k, stride, pad) -> None:
+    """A 1-D conv (an audio front end's first layer: 1 -> 512, kernel 10, stride 5) is a 2-D one with one tap row:
+    its (Co, C, KW) weights go narrow like a stem's (packing them once failed the compile of every wav2vec2-style
+    model under bf16), against the float32 conv of the rounded input and weights."""
+    rng = np.random.default_rng(ci * co + k)
+    w = (rng.standard_normal((co, ci, k)) * 0.2).astype(np.float32)
+
+    def model(weights: np.ndarray) -> onnx.ModelProto:
+        node = helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[k], strides=[stride], pads=[pad, pad])
+        graph = helper.make_graph([node], "c1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", ci, "t"])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(weights, "W")])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    direct = ds.compile(ds.load_onnx(model(w)), precision="bf16", bf16_min_conv_macs=0)
+    assert any(m.startswith(NARROW) for m in _methods(direct)), _methods(direct)
+    exact = ds.compile(ds.load_onnx(model(bf16.rounded(w))))
+    for n, t in ((1, 400), (2, 97), (1, k)):
+        x = rng.standard_normal((n, ci, t)).astype(np.float32)
+        want = exact.run({"x": bf16.rounded(x)})["y"]
+        got = direct.run({"x": x})["y"]
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def test_narrow_windows_read_nothing_outside_them() -> None:
     """A stem's window row is 7 pixels of 4 channels (28 values), its tiles configured that wide: an infinity in
     the input reaches only the outputs whose windows hold it (a row read as 32 values, the last 4 weighted zero,

@@ -109,11 +109,13 @@ def narrow_channels(c: int) -> int:
 
 
 def pack_conv_narrow(w: np.ndarray) -> np.ndarray:
-    """A conv's weights (Co, C, KH, KW), C <= 8, as the narrow-window tiles read them (csrc/ds_conv_amx.c's
-    ds_conv_amx_narrow_tile2): per panel of 32 outputs and tap row kh, the window row's k = kw * Cp + c (Cp: C
-    rounded up to 2, 4 or 8; the channels past C zero, as the padded copy's) padded to 32 and taken in pairs:
-    uint16 [ceil(Co / 32), KH, 16, 64]."""
+    """A conv's weights (Co, C, KH, KW) (or (Co, C, KW): 1-D, one tap row), C <= 8, as the narrow-window tiles
+    read them (csrc/ds_conv_amx.c's ds_conv_amx_narrow_tile2): per panel of 32 outputs and tap row kh, the window
+    row's k = kw * Cp + c (Cp: C rounded up to 2, 4 or 8; the channels past C zero, as the padded copy's) padded
+    to 32 and taken in pairs: uint16 [ceil(Co / 32), KH, 16, 64]."""
     w = np.asarray(w, dtype=np.float32)
+    if w.ndim == 3:
+        w = w[:, :, None, :]
     co, c, kh, kw = w.shape
     cp = narrow_channels(c)
     if cp is None or kw * cp > cshared.NARROW_ROW:
