@@ -176,6 +176,7 @@ class RnnKernel:
     wq: np.ndarray | None = None  # W as 8-bit integers (one "direction" of dirs * gates * hidden rows), for wp
     portable: bool = False  # rq's and wq's products in plain C instead of VPDPBUSD (tests)
     wbf16: bool = False  # wp holds W as bf16 pairs (bf16.pack_b_bf16): the input projection on bf16 tiles
+    rbf16: bool = False  # rp holds R as bf16 pairs: each step's recurrent product on them
 
     @property
     def entry(self) -> int:
@@ -189,7 +190,7 @@ class RnnKernel:
         if self.op == "RNN":
             for d, acts in enumerate(a.acts):
                 f |= RNN_ACT_CODE[acts[0].name] << (8 + 2 * d)
-        return f | (self.portable << 5) | (self.wbf16 << 6)
+        return f | (self.portable << 5) | (self.wbf16 << 6) | (self.rbf16 << 7)
 
     def workspace_floats(self, seq: Any, batch: Any) -> Any:
         nd = self.attrs.num_directions
@@ -269,9 +270,10 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = N
     recurrent product runs: "auto" on the integers where VPDPBUSD runs, else in float; "native" / "portable"
     on the integers (VPDPBUSD / plain C; NotSupported when R has no 8-bit form or, native, the CPU no VNNI);
     "off" in float. `w_scale` does the same for W and the input projection (best effort: a W without an
-    8-bit form runs in float). `low` (precision="bf16", a CPU with its native tiles): the input projection, a
-    product by constant weights, takes W as bf16 pairs and X's rows rounded to bf16 (float32 sums), where W has
-    no 8-bit form; the recurrent product, the gates and the state stay float32."""
+    8-bit form runs in float). `low` (precision="bf16", a CPU with its native tiles): the two products by constant
+    weights take them as bf16 pairs, where they have no 8-bit form: the input projection (X's rows rounded to bf16)
+    and each step's recurrent product (the state's rows rounded as read; at batch 1 it streams all of R every
+    step, so half the bytes is most of the layer's time); sums, gates, cell and state stay float32."""
     reason = supported(op, attrs, np.asarray(w).dtype)
     if reason is not None:
         raise NotSupported(reason)
@@ -286,21 +288,21 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = N
         raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
     rq, wq = _q8_forms(op, w, r, nd * g * hid, r_scale, w_scale, q8)
     wide = w.reshape(nd * g * hid, w.shape[2])
-    wbf16 = low and wq is None
+    wbf16, rbf16 = low and wq is None, low and rq is None
     wp = [] if wq is not None else bf16.pack_b_bf16(wide, trans=True).reshape(-1) if wbf16 else \
         packed_gemm.pack_b(wide, trans=True).reshape(-1)
+    pack = bf16.pack_b_bf16 if rbf16 else packed_gemm.pack_b
     if rq is not None:
         rp: list = []
     elif op == "GRU":  # z and r together, h apart (its product waits for r unless linear_before_reset)
-        rp = [packed_gemm.pack_b(m, trans=True).reshape(-1) for d in range(nd)
-              for m in (r[d, :2 * hid], r[d, 2 * hid:])]
+        rp = [pack(m, trans=True).reshape(-1) for d in range(nd) for m in (r[d, :2 * hid], r[d, 2 * hid:])]
     else:
-        rp = [packed_gemm.pack_b(r[d], trans=True).reshape(-1) for d in range(nd)]
+        rp = [pack(r[d], trans=True).reshape(-1) for d in range(nd)]
     wa = packed_gemm.aligned(len(wp), np.uint16) if wbf16 else packed_gemm.aligned(len(wp))
-    ra = packed_gemm.aligned(sum(p.size for p in rp))
+    ra = packed_gemm.aligned(sum(p.size for p in rp), np.uint16 if rbf16 else np.float32)
     wa[:] = wp
     ra[:] = np.concatenate(rp) if rp else []
-    return RnnKernel(op, a, int(w.shape[2]), int(hid), wa, ra, rq, wq, q8 == "portable", wbf16)
+    return RnnKernel(op, a, int(w.shape[2]), int(hid), wa, ra, rq, wq, q8 == "portable", wbf16, rbf16)
 
 
 def _q8_forms(op: str, w: np.ndarray, r: np.ndarray, rows: int, r_scale: Any, w_scale: Any,
@@ -400,8 +402,8 @@ def _describe(node: Node, graph: Graph, options: Options) -> str | None:
     has no 8-bit form; the rest in float32."""
     low = _low(options)
     if "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
-        return "input projection in bf16 (bf16 operands, float32 sums); the recurrent product in float32" \
-            if low else None
+        return "input projection and recurrent product in bf16 (bf16 operands, float32 sums); gates and state " \
+            "in float32" if low else None
     w, r = (const_value(x, graph) for x in node.inputs[1:3])
     try:
         k = _kernel_for(node.op_type, np.asarray(w, np.float32), np.asarray(r, np.float32), node.attrs, low=low)
@@ -410,7 +412,8 @@ def _describe(node: Node, graph: Graph, options: Options) -> str | None:
     int8 = [name for name, q in (("W", k.wq), ("R", k.rq)) if q is not None]
     said = f"{' and '.join(int8)} products on 8-bit weights (VPDPBUSD, exact int32 sums)" if int8 else \
         "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI here)"
-    return f"{said}; input projection in bf16" if k.wbf16 else said
+    low_ones = [name for name, on in (("input projection", k.wbf16), ("recurrent product", k.rbf16)) if on]
+    return f"{said}; {' and '.join(low_ones)} in bf16" if low_ones else said
 
 
 def _check_lens(lens: np.ndarray, seq: int, label: str) -> None:

@@ -44,8 +44,11 @@
                                        W.reshape(dirs*gates*hidden, input) as one direction, used instead of
                                        wp; the workspace grows by seq * batch * dsq_row_floats(input) floats more
    flags bit 6: wp holds W as bf16 pairs (bf16.pack_b_bf16 of the same matrix) and the input projection runs on
-   them (csrc/ds_gemm_bf16.c's tiles: AMX or VDPBF16PS, X's rows rounded as they are read), for precision="bf16";
-   the recurrent product and the gates stay float32.
+   them (csrc/ds_gemm_bf16.c's tiles: AMX or VDPBF16PS, X's rows rounded as they are read), for precision="bf16".
+   flags bit 7: rp holds R the same way (per direction, bf16.pack_b_bf16 of each matrix a[2] lists, one after the
+   other) and each step's recurrent product runs on them, the state's rows rounded as they are read (a product
+   by constant weights, bandwidth-bound on R at batch 1: half the bytes a step); the gates, the cell and the
+   state stay float32.
    Outputs past an entry's sequence length are zero; Y_h / Y_c hold its last valid step (zero for length 0). */
 
 #include <math.h>
@@ -264,6 +267,19 @@ static void dsr_product(const float *a, int64_t lda, const float *bp, float *c, 
     }
 }
 
+/* dsr_product on R packed as bf16 pairs (flags bit 7): a's rows rounded once per product and thread (a fresh
+   epoch: the state changed since the last step), then every panel on VDPBF16PS (AMX tiles from 4 rows). */
+static void dsr_product_bf16(const float *a, int64_t lda, const uint16_t *bp, float *c, int64_t ldc, int64_t batch,
+                             int64_t n, int64_t k, int par) {
+    const int64_t panels = dsr_panels(n), ep = ds_bf16_epoch();
+    if (par) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t q = 0; q < panels; q++) ds_gemm_block_bf16(a, lda, bp, c, ldc, 0, batch, q, n, k, ep);
+    } else {
+        for (int64_t q = 0; q < panels; q++) ds_gemm_block_bf16(a, lda, bp, c, ldc, 0, batch, q, n, k, ep);
+    }
+}
+
 /* ---- the layer ------------------------------------------------------------------------------------------------ */
 typedef struct {
     int op, dir, layout, coupled, lbr, act[2];
@@ -274,6 +290,7 @@ typedef struct {
     const uint8_t *rq, *wq; /* 8-bit R and W (ds_rnn_q8.h) or 0 */
     int portable;
     int wbf16; /* wp holds bf16 pairs (flags bit 6) */
+    int rbf16; /* rp holds bf16 pairs (flags bit 7) */
     float *y, *yh, *yc, *gx, *bias, *rbh, *zeros, *dirws, *q8ws;
 } dsr_layer;
 
@@ -359,6 +376,13 @@ static void dsr_prefetch_step(const dsr_layer *L, int64_t d, int64_t s, int reve
     }
 }
 
+/* rows 0..batch of c (row stride gates * hidden) = a (row stride hidden) @ one packed R matrix of n columns */
+static inline void dsr_recurrent(const dsr_layer *L, const float *a, const char *rp, float *c, int64_t n, int par) {
+    const int64_t hid = L->hid, gh = L->gates * hid;
+    if (L->rbf16) dsr_product_bf16(a, hid, (const uint16_t *)rp, c, gh, L->batch, n, hid, par);
+    else dsr_product(a, hid, (const float *)rp, c, gh, L->batch, n, hid, par);
+}
+
 static void dsr_direction(const dsr_layer *L, int64_t d) {
     const int64_t hid = L->hid, batch = L->batch, gh = L->gates * hid, seq = L->seq;
     dsr_step st = {.L = L, .d = d, .reverse = L->dir == 1 || (L->dir == 2 && d == 1)};
@@ -370,8 +394,10 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
     st.bias = L->bias + d * gh;
     st.rbh = L->rbh + d * hid;
     st.peep = L->p ? L->p + d * 3 * hid : L->zeros;
-    const int64_t rsize = (L->op == DSR_GRU ? dsr_panels(2 * hid) + dsr_panels(hid) : dsr_panels(gh)) * hid * 32;
-    const float *rp = L->rp ? L->rp + d * rsize : 0, *rp_h = rp ? rp + dsr_panels(2 * hid) * hid * 32 : 0;
+    /* bytes of one panel of R: hid rows of 32 floats, or (hid + 1) / 2 rows of 64 bf16 */
+    const int64_t panel = L->rbf16 ? (hid + 1) / 2 * 128 : hid * 128;
+    const int64_t rsize = (L->op == DSR_GRU ? dsr_panels(2 * hid) + dsr_panels(hid) : dsr_panels(gh)) * panel;
+    const char *rp = L->rp ? (const char *)L->rp + d * rsize : 0, *rp_h = rp ? rp + dsr_panels(2 * hid) * panel : 0;
     float *S = st.S, *H = st.H, *C = st.C;
     int64_t maxlen = 0;
     for (int64_t b = 0; b < batch; b++) {
@@ -392,15 +418,15 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
             dsq_product(H, L->rq + d * dsq_dir_bytes(gh, hid), S, gh, batch, gh, hid,
                         L->q8ws + d * batch * dsq_row_floats(hid), par, L->portable);
         } else if (L->op == DSR_GRU) {
-            dsr_product(H, hid, rp, S, gh, batch, 2 * hid, hid, par);
-            if (L->lbr) dsr_product(H, hid, rp_h, S + 2 * hid, gh, batch, hid, hid, par);
+            dsr_recurrent(L, H, rp, S, 2 * hid, par);
+            if (L->lbr) dsr_recurrent(L, H, rp_h, S + 2 * hid, hid, par);
         } else {
-            dsr_product(H, hid, rp, S, gh, batch, gh, hid, par);
+            dsr_recurrent(L, H, rp, S, gh, par);
         }
         dsr_rows(&st, 0, par);
         if (L->op == DSR_GRU) {
             /* default GRU: the h gate's recurrent product is (r * H) Rh^T, so it waits for r */
-            if (!L->lbr) dsr_product(st.T2, hid, rp_h, S + 2 * hid, gh, batch, hid, hid, par);
+            if (!L->lbr) dsr_recurrent(L, st.T2, rp_h, S + 2 * hid, hid, par);
             dsr_rows(&st, 1, par);
         }
         if (L->y) {
@@ -459,6 +485,7 @@ static void dsr_layer_run(int op, const int64_t *a) {
     L.wq = (const uint8_t *)a[19];
     L.portable = (int)(flags >> 5 & 1);
     L.wbf16 = (int)(flags >> 6 & 1);
+    L.rbf16 = (int)(flags >> 7 & 1) && !L.rq;
     L.nd = L.dir == 2 ? 2 : 1;
     L.gates = dsr_gates(op);
     const int64_t hid = L.hid, gh = L.gates * hid, rows = L.seq * L.batch;
