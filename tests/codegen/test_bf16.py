@@ -142,7 +142,8 @@ def test_amx_products_load_their_tile_configuration_after_another_librarys() -> 
 @pytest.mark.parametrize("amx", [pytest.param(0, marks=needs_native, id="vdpbf16ps"),
                                  pytest.param(1, marks=needs_amx, id="amx")])
 @pytest.mark.parametrize("m,k,n", [(16, 32, 32), (17, 33, 7), (64, 256, 96), (60, 300, 100), (48, 31, 40),
-                                   (33, 64, 33), (95, 70, 64), (1, 64, 64), (128, 1024, 32), (6, 40, 40), (3, 64, 32)])
+                                   (33, 64, 33), (95, 70, 64), (1, 64, 64), (1, 37, 40), (128, 1024, 32), (6, 40, 40),
+                                   (3, 64, 32)])
 def test_both_native_paths_match_rounded_reference(tile_path, amx: int, m: int, k: int, n: int) -> None:
     """The product tiles on each native path (AMX: 32 rows, then 16, a last part under 16 rows as a tile ending at
     the last row or, under 16 rows in all, over zeroed rows; k in chunks of 32 with a zeroed last chunk of B;

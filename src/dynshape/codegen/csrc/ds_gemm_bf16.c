@@ -272,7 +272,28 @@ static const uint32_t *ds_rows_bf16(const float *a, int64_t lda, int64_t rows, i
         }                                                                                                 \
         DS_ROWS##MR(DS_B_STORE)                                                                           \
     }
-DS_BMICRO(1)
+/* One row: DS_BMICRO(1)'s two accumulators would wait on each other's latency every pair (a row times a matrix is a
+   chain of k2 dependent VDPBF16PS per column half); four chains of pairs p, p + 1, p + 2, p + 3 summed at the end
+   keep the unit busy (a decode step's products, a recurrent layer's state times R at batch 1: ~2x). */
+static void ds_bmicro_1(const uint32_t *restrict a, int64_t ls, const uint16_t *restrict bp, int64_t k2,
+                        float *restrict c, int64_t ldc, int64_t ncols) {
+    (void)ls; (void)ldc;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
+    __m512 u0 = _mm512_setzero_ps(), u1 = _mm512_setzero_ps(), v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+#define DS_B1(acc0, acc1, q)                                                                             \
+    { const __m512bh x = (__m512bh)_mm512_set1_epi32((int)a[q]);                                         \
+      acc0 = _mm512_dpbf16_ps(acc0, x, (__m512bh)_mm512_loadu_si512(bp + (q) * 64));                     \
+      acc1 = _mm512_dpbf16_ps(acc1, x, (__m512bh)_mm512_loadu_si512(bp + (q) * 64 + 32)); }
+    int64_t p = 0;
+    for (; p + 4 <= k2; p += 4) {
+        DS_B1(s0, s1, p) DS_B1(t0, t1, p + 1) DS_B1(u0, u1, p + 2) DS_B1(v0, v1, p + 3)
+    }
+    for (; p < k2; p++) DS_B1(s0, s1, p)
+#undef DS_B1
+    s0 = _mm512_add_ps(_mm512_add_ps(s0, t0), _mm512_add_ps(u0, v0));
+    s1 = _mm512_add_ps(_mm512_add_ps(s1, t1), _mm512_add_ps(u1, v1));
+    ds_store_row(c, (ds_v16)s0, (ds_v16)s1, ncols);
+}
 DS_BMICRO(2)
 DS_BMICRO(3)
 DS_BMICRO(4)
