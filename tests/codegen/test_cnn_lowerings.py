@@ -94,10 +94,27 @@ FINISHED = [(16, 48, (1, 1), {}), (3, 64, (7, 7), {"strides": [2, 2], "pads": [3
 
 
 def _act_nodes(act: str, x: str, y: str) -> list:
-    """One activation node, or SiLU as exporters write it: Mul(x, Sigmoid(x))."""
+    """One activation node, or SiLU as exporters write it: Mul(x, Sigmoid(x)), or HardSwish written out
+    (HardSwish_*: the constants `_act_inits` gives; "near" ones with a constant that is not HardSwish's)."""
+    mk = helper.make_node
     if act == "SiLU":
-        return [helper.make_node("Sigmoid", [x], [f"{y}_sig"]), helper.make_node("Mul", [x, f"{y}_sig"], [y])]
-    return [helper.make_node(act, [x], [y])]
+        return [mk("Sigmoid", [x], [f"{y}_sig"]), mk("Mul", [x, f"{y}_sig"], [y])]
+    if act in ("HardSwish_AddClipMulDiv", "HardSwish_near_clip", "HardSwish_near_add"):  # Paddle's: x * clip / 6
+        hi = "five" if act == "HardSwish_near_clip" else "six"
+        add = "two" if act == "HardSwish_near_add" else "three"
+        return [mk("Add", [x, add], [f"{y}_a"]), mk("Clip", [f"{y}_a", "zero", hi], [f"{y}_c"]),
+                mk("Mul", [x, f"{y}_c"], [f"{y}_m"]), mk("Div", [f"{y}_m", "six"], [y])]
+    if act == "HardSwish_AddClipDivMul":  # x * (clip / 6), the operands the other way round
+        return [mk("Add", ["three", x], [f"{y}_a"]), mk("Clip", [f"{y}_a", "zero", "six"], [f"{y}_c"]),
+                mk("Div", [f"{y}_c", "six"], [f"{y}_d"]), mk("Mul", [f"{y}_d", x], [y])]
+    if act == "HardSwish_HardSigmoidMul":
+        return [mk("HardSigmoid", [x], [f"{y}_h"], alpha=1 / 6, beta=0.5), mk("Mul", [x, f"{y}_h"], [y])]
+    return [mk(act, [x], [y])]
+
+
+def _act_inits(act: str) -> dict:
+    return {k: np.float32(v) for k, v in (("zero", 0), ("two", 2), ("three", 3), ("five", 5), ("six", 6))} \
+        if act.startswith("HardSwish_") else {}
 
 
 # SiLU on the paths that apply it: implicit-GEMM tiles (1x1, 3x3), Winograd, depthwise rows (16-channel blocks,
@@ -124,10 +141,34 @@ def test_conv_tiles_apply_silu_in_registers(ci, co, k, attrs, winograd):
     _finish_in_tiles_case(ci, co, k, attrs, True, winograd, "SiLU")
 
 
+@pytest.mark.parametrize("ci,co,k,attrs", [FINISHED[i] for i in (0, 2, 4)], ids=["1x1", "3x3", "stem"])
+@pytest.mark.parametrize("act", ["HardSwish_AddClipMulDiv", "HardSwish_AddClipDivMul", "HardSwish_HardSigmoidMul"])
+def test_conv_tiles_apply_a_hardswish_written_out(ci, co, k, attrs, act):
+    """HardSwish as exporters write it out (Paddle's x * Clip(x + 3, 0, 6) / 6, its operands either way round, or
+    x * HardSigmoid(x) at 1/6, 1/2: PP-OCR's MobileNetV3) is finished by the conv's tiles like the HardSwish op
+    (under bf16 that also lets a stem take the narrow AMX tiles), within float32's reach of the graph's formula."""
+    _finish_in_tiles_case(ci, co, k, attrs, True, False, act)
+
+
+@pytest.mark.parametrize("act", ["HardSwish_near_clip", "HardSwish_near_add"])
+def test_a_near_hardswish_stays_in_the_epilogue(act):
+    """Clip(x + 3, 0, 5) or Clip(x + 2, 0, 6), then the rest of HardSwish's spelling, is not HardSwish: the
+    generated epilogue computes it, and the values are the graph's."""
+    ci, co, k, attrs = FINISHED[0]
+    w = (RNG.standard_normal((co, ci, *k)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], **attrs), *_act_nodes(act, "c", "y")]
+    g = ds.load_onnx(_model(nodes, ["n", ci, "h", "w"], {"w": w, **_act_inits(act)}, opset=19))
+    exe = ds.compile(g)
+    src = next(s.source for s in exe.generic.steps if isinstance(s, KernelStep))
+    assert "acc" in src
+    x = (RNG.standard_normal((2, ci, 7, 9)) * 4).astype(np.float32)
+    assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=2e-5)
+
+
 def _finish_in_tiles_case(ci, co, k, attrs, bias, winograd, act):
     groups = attrs.get("group", 1)
     w = (RNG.standard_normal((co, ci // groups, *k)) * 0.3).astype(np.float32)
-    inits = {"w": w, **({"b": RNG.standard_normal(co).astype(np.float32)} if bias else {})}
+    inits = {"w": w, **({"b": RNG.standard_normal(co).astype(np.float32)} if bias else {}), **_act_inits(act)}
     nodes = [helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["c"], **attrs),
              *_act_nodes(act, "c", "y")]
     model, dims = _model(nodes, ["n", ci, "h", "w"], inits, opset=19), {"n": (1, 3), "h": (1, 40), "w": (1, 40)}

@@ -265,6 +265,30 @@ def test_only_few_channels_in_short_window_rows_go_narrow() -> None:
         assert got and not any("bf16" in m or m.startswith(NARROW) for m in got), (ci, k, extra, got)
 
 
+def test_a_narrow_conv_whose_epilogue_the_tiles_leave_stays_float32() -> None:
+    """A stem (3 -> 16, 432 multiply-adds a pixel: under bf16_min_conv_macs) takes bf16 only for the narrow tiles;
+    with an epilogue they do not finish (a Sigmoid) it would have taken the gathered bf16 tiles, slower than float32
+    (PP-OCR's stem: 1.35 ms against 0.67 in float32): it stays float32, and answers as the float32 build does.
+    With a Relu the tiles finish it goes narrow."""
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((16, 3, 3, 3)) * 0.2).astype(np.float32)
+
+    def build(act: str, precision: str):
+        nodes = [helper.make_node("Conv", ["x", "W"], ["c"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4),
+                 helper.make_node(act, ["c"], ["y"])]
+        graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(w, "W")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return ds.compile(ds.load_onnx(model), precision=precision)
+
+    low, plain = build("Sigmoid", "bf16"), build("Sigmoid", "fp32")
+    assert _methods(low) and not any("bf16" in m or m.startswith(NARROW) for m in _methods(low)), _methods(low)
+    x = rng.standard_normal((1, 3, 30, 41)).astype(np.float32)
+    np.testing.assert_array_equal(low.run({"x": x})["y"], plain.run({"x": x})["y"])
+    assert any(m.startswith(NARROW) for m in _methods(build("Relu", "bf16")))
+
+
 def test_products_after_a_narrow_conv_take_their_own_tile_configuration() -> None:
     """The narrow tiles leave the thread's tiles configured to their window row's width: the direct conv and the 1x1
     conv after the stem (in the same call, on the same thread) must load the common configuration back. Against

@@ -192,9 +192,11 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
 FINISHING_ACTS = ("Relu", "HardSwish", "SiLU")  # the activations conv tiles apply in registers (codegen/lower/conv.py)
 
 
-def finishing_act(group: tuple | list, y: str) -> str | None:
+def finishing_act(group: tuple | list, y: str, graph: Graph | None = None) -> str | None:
     """Which of FINISHING_ACTS an epilogue group is, applied to the conv's output `y` and ending the group: one
-    Relu or HardSwish of y, or SiLU written as Sigmoid(y) then Mul of y and it (either order); else None."""
+    Relu or HardSwish of y, or SiLU written as Sigmoid(y) then Mul of y and it (either order); with the `graph`
+    (its constants), HardSwish also written out as y * Clip(y + 3, 0, 6) / 6 (Paddle's exports: every conv of
+    PP-OCR's MobileNetV3) or y * HardSigmoid(y) (alpha 1/6, beta 1/2); else None."""
     if not group or any(not is_default_domain(n) for n in group):
         return None
     if len(group) == 1 and group[0].op_type in ("Relu", "HardSwish") and list(group[0].inputs) == [y]:
@@ -204,7 +206,44 @@ def finishing_act(group: tuple | list, y: str) -> str | None:
         if sig.op_type == "Sigmoid" and list(sig.inputs) == [y] and mul.op_type == "Mul" \
                 and sorted(mul.inputs) == sorted([y, sig.outputs[0]]) and y != sig.outputs[0]:
             return "SiLU"
+    if graph is not None and _hardswish_written_out(group, y, graph):
+        return "HardSwish"
     return None
+
+
+def _hardswish_written_out(group: tuple | list, y: str, graph: Graph) -> bool:
+    """y * Clip(y + 3, 0, 6) / 6 (Add, Clip, Mul, Div; Mul and Div either way round) or Mul(y, HardSigmoid(y)) at
+    alpha 1/6, beta 1/2: HardSwish of y, as ONNX defines it (y * max(0, min(1, y / 6 + 1 / 2)))."""
+
+    def is_const(x: str, value: float) -> bool:
+        v = const_value(x, graph) if x else None
+        return v is not None and np.size(v) == 1 and float(np.asarray(v).reshape(-1)[0]) == value
+
+    def other(node: Node, x: str) -> str | None:
+        ins = list(node.inputs)
+        return ins[1 - ins.index(x)] if len(ins) == 2 and x in ins and ins[0] != ins[1] else None
+
+    if len(group) == 2:
+        hs, mul = group
+        return hs.op_type == "HardSigmoid" and list(hs.inputs) == [y] and mul.op_type == "Mul" \
+            and other(mul, y) == hs.outputs[0] and np.float32(hs.attrs.get("alpha", 0.2)) == np.float32(1 / 6) \
+            and np.float32(hs.attrs.get("beta", 0.5)) == np.float32(0.5)
+    if len(group) != 4 or [n.op_type for n in group[:2]] != ["Add", "Clip"]:
+        return False
+    add, clip, a, b = group
+    if not is_const(other(add, y) or "", 3.0) or list(clip.inputs[:1]) != [add.outputs[0]]:
+        return False
+    lo, hi = (list(clip.inputs[1:3]) + ["", ""])[:2]
+    bounds = (is_const(lo, 0.0) and is_const(hi, 6.0)) if len(clip.inputs) > 1 else \
+        (float(clip.attrs.get("min", np.nan)) == 0.0 and float(clip.attrs.get("max", np.nan)) == 6.0)
+    if not bounds:
+        return False
+    c = clip.outputs[0]
+    if a.op_type == "Mul" and b.op_type == "Div":  # (y * c) / 6
+        return other(a, y) == c and list(b.inputs) == [a.outputs[0], b.inputs[1]] and is_const(b.inputs[1], 6.0)
+    if a.op_type == "Div" and b.op_type == "Mul":  # y * (c / 6)
+        return list(a.inputs[:1]) == [c] and is_const(a.inputs[1], 6.0) and other(b, y) == a.outputs[0]
+    return False
 
 
 def _conv_geometry(item: Conv, s: Schedule) -> tuple[np.ndarray, dict] | None:
@@ -225,7 +264,7 @@ def _finishes_in_tiles(item: Conv, s: Schedule) -> bool:
     if bias is not None and const_value(bias, s.graph) is None:
         return False
     group = item.epilogue.group if item.epilogue else ()
-    return not group or finishing_act(group, node.outputs[0]) is not None
+    return not group or finishing_act(group, node.outputs[0], s.graph) is not None
 
 
 def match_pw_dw(s: Schedule, i: int, item: Item) -> Match | None:

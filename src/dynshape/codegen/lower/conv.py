@@ -92,9 +92,10 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     ext = [geo[k] for k in names]
     E = {k: kir.Extent(i) for i, k in enumerate(names)}
     depthwise = geo["CG"] == 1 and geo["OCG"] == 1
-    if bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs) \
-            and not conv_amx.narrow_fits(geo, ctx.options):  # (the narrow tiles gather nothing: 1.1-3.5x float32)
-        ctx = replace(ctx, options=ctx.options.replace(precision="fp32"))  # (explain then says float32)
+    fp32 = replace(ctx, options=ctx.options.replace(precision="fp32"))  # (explain then says float32)
+    narrow_only = bf16.active(ctx.options) and not depthwise and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs)
+    if narrow_only and not conv_amx.narrow_fits(geo, ctx.options):  # (the narrow tiles gather nothing: 1.1-3.5x
+        ctx = fp32  # float32)
     if pro is not None:  # a 1x1 conv in bf16 (rules.match_conv_prologue): the implicit GEMM's tiles apply it
         return _implicit_gemm(cv, ctx, geo, ops, ext, E, pro)
     # fewer than 16 channels: the loop nest, which GCC vectorises at the exact width, beats a half-masked vector
@@ -110,7 +111,15 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
             return _winograd(cv, ctx, geo, ops, ext, E, winograd_tiles(geo, tile), direct)
     lower = (_depthwise if geo["C"] >= 16 or flat_depthwise(geo) else _depthwise_loops) if depthwise \
         else _implicit_gemm
-    return lower(cv, ctx, geo, ops, ext, E)
+    try:
+        return lower(cv, ctx, geo, ops, ext, E)
+    except _GatheredInstead:  # an epilogue the narrow tiles do not finish: their gathered fallback would be slower
+        return lower(cv, fp32, geo, ops, ext, E)  # than float32, as bf16_too_narrow measured
+
+
+class _GatheredInstead(Exception):
+    """A conv under bf16_too_narrow that bf16 took for the narrow tiles cannot have them (its epilogue needs a loop
+    after the tiles): it is lowered in float32 instead of on the gathered bf16 tiles."""
 
 
 def bf16_too_narrow(geo: dict, min_macs: int) -> bool:
@@ -218,7 +227,7 @@ def _finish_in_tiles(cv: Conv, ctx: LowerCtx, ops, residual: bool = False) -> tu
     if len(cv.outputs) != 1 or not group or any(not is_default_domain(n) for n in group):
         return bias, ACT_NONE, None
     last = group[-1].outputs[0] == cv.outputs[0]
-    act = finishing_act(group, node.outputs[0])
+    act = finishing_act(group, node.outputs[0], ctx.graph)
     if act is not None and last:
         return bias, _ACTS[act], None
     add = group[0]
@@ -407,6 +416,8 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     kind = "direct" if conv_amx.fits(geo, ctx.options) else \
         "narrow" if bn is not None and conv_amx.narrow_fits(geo, ctx.options) else None
     if kind is None or epilogue(i64(0), i64(0), i64(0), i64(0)) or pro_args:
+        if kind == "narrow" and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
+            raise _GatheredInstead
         return body + gathered, None
     xp = kir.Buffer("xp", kir.F32, const=False)
     if kind == "direct":  # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy per call
