@@ -117,6 +117,13 @@ class Options:
                                      "2.3x slower in bf16); on AMX a conv on at most 8 input channels reads whole "
                                      "window rows instead (amx_direct_conv) and takes bf16 whatever its count; 0: "
                                      "every convolution in bf16", default=2048)
+    bf16_min_recurrent_bytes: int = _build("float32 bytes of one direction's recurrent weights R from which a "
+                                           "recurrent layer's per-step product takes bf16 too under a bf16 "
+                                           "precision (the state rounded as read): a step streams all of R, and "
+                                           "past the caches half the bytes is most of its time (a bidirectional "
+                                           "LSTM of hidden 512, 4 MB a direction: 3.3x at batch 1, 2.1x at 16); "
+                                           "a smaller R stays in cache and float32 (hidden 96-256 at batch 2-3 "
+                                           "ran 0.88-0.96x in bf16); 0: every R in bf16", default=1 << 20)
     amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels, and those on "
                                    "at most 8 input channels (a stem: 3 -> 64 7x7 stride 2) at any stride, read "
                                    "their taps from a padded bf16 copy of the input made once per call, on AMX "

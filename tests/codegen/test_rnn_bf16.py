@@ -111,7 +111,8 @@ def test_a_bf16_layer_is_the_float32_layer_of_rounded_operands(tile_path, amx: i
     w = (rng.standard_normal((nd, g * hid, inp)) * 0.1).astype(np.float32)
     r = (rng.standard_normal((nd, g * hid, hid)) * (0.5 / hid ** 0.5)).astype(np.float32)  # contracting: a flip fades
     b = (rng.standard_normal((nd, 2 * g * hid)) * 0.1).astype(np.float32)
-    low = ds.compile(ds.load_onnx(_model(op, inp, hid, direction, layout, w, r, b, lens, lbr)), precision="bf16")
+    low = ds.compile(ds.load_onnx(_model(op, inp, hid, direction, layout, w, r, b, lens, lbr)), precision="bf16",
+                     bf16_min_recurrent_bytes=0)  # (these R are small: by default they stay float32, below)
     for seq, batch in ((1, 4), (1, 1), (40, 4), (3, 1), (70, 2)):
         x = rng.standard_normal((seq, batch, inp) if layout == 0 else (batch, seq, inp)).astype(np.float32)
         h0 = rng.uniform(-1, 1, (nd, batch, hid) if layout == 0 else (batch, nd, hid)).astype(np.float32)
@@ -131,8 +132,31 @@ def test_a_bf16_layer_is_the_float32_layer_of_rounded_operands(tile_path, amx: i
             assert max(float(np.abs(got[k] - plain[k]).max()) for k in want) > 1e-4
 
 
-def test_explain_says_the_projection_runs_in_bf16(tmp_path) -> None:
-    """explain's library steps name the bf16 projection under precision="bf16", and nothing of it in float32."""
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_the_recurrent_product_takes_bf16_from_bf16_min_recurrent_bytes(op: str) -> None:
+    """One direction's R of at least bf16_min_recurrent_bytes (float32 bytes) runs its per-step product in bf16;
+    one byte under, it stays float32 (the projection is bf16 either way): each build equals its own reference at
+    float32's tolerance, and the two differ."""
+    rng = np.random.default_rng(11)
+    hid, inp, g = 32, 20, GATES[op]
+    w = (rng.standard_normal((1, g * hid, inp)) * 0.1).astype(np.float32)
+    r = (rng.standard_normal((1, g * hid, hid)) * (0.5 / hid ** 0.5)).astype(np.float32)
+    b = (rng.standard_normal((1, 2 * g * hid)) * 0.1).astype(np.float32)
+    graph = ds.load_onnx(_model(op, inp, hid, "forward", 0, w, r, b, False))
+    feed = {"x": rng.standard_normal((1, 3, inp)).astype(np.float32),
+            "h0": rng.uniform(-1, 1, (1, 3, hid)).astype(np.float32)}
+    got = {}
+    for rounding, at in ((True, r[0].nbytes), (False, r[0].nbytes + 1)):
+        got[rounding] = ds.compile(graph, precision="bf16", bf16_min_recurrent_bytes=at).run(feed)
+        want = _reference(op, hid, "forward", 0, w, r, b, feed, rounding=rounding)
+        for name, v in want.items():
+            assert np.abs(got[rounding][name] - v).max() <= 1e-5 * (np.abs(v).max() + 1), (rounding, name)
+    assert np.abs(got[True]["y"] - got[False]["y"]).max() > 1e-4
+
+
+def test_explain_says_which_products_run_in_bf16(tmp_path) -> None:
+    """explain's library steps name the bf16 products under precision="bf16" (the recurrent one where R is large
+    enough), and nothing of it in float32."""
     from dynshape.cli.explain_cmd import report
 
     rng = np.random.default_rng(2)
@@ -141,6 +165,9 @@ def test_explain_says_the_projection_runs_in_bf16(tmp_path) -> None:
     b = np.zeros((1, 128), np.float32)
     graph = ds.load_onnx(_model("LSTM", 24, 16, "forward", 0, w, r, b, False))
     low = report(ds.compile(graph, precision="bf16"), tmp_path, "test")["library_steps"]
-    assert any(k.startswith("LSTM (native: input projection and recurrent product in bf16") for k in low), low
+    assert any(k.startswith("LSTM (native: input projection in bf16") and "recurrent product in float32" in k
+               for k in low), low
+    both = report(ds.compile(graph, precision="bf16", bf16_min_recurrent_bytes=0), tmp_path, "test")["library_steps"]
+    assert any(k.startswith("LSTM (native: input projection and recurrent product in bf16") for k in both), both
     plain = report(ds.compile(graph), tmp_path, "test")["library_steps"]
     assert plain and not any("bf16" in k for k in plain), plain

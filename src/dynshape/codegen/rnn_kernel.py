@@ -263,17 +263,18 @@ def _f32(v: np.ndarray, name: str, rank: int) -> np.ndarray:
 
 
 def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = None, w_scale: Any = None,
-         q8: str = "auto", low: bool = False) -> RnnKernel:
+         q8: str = "auto", low: bool = False, low_r_bytes: int | None = None) -> RnnKernel:
     """Pack a node's W and R for the kernel (once: at bind / compile time); NotSupported says why not.
 
     With `r_scale` (an LSTM's R is that scale times 8-bit integers: pack_q8_weights), `q8` says how its
     recurrent product runs: "auto" on the integers where VPDPBUSD runs, else in float; "native" / "portable"
     on the integers (VPDPBUSD / plain C; NotSupported when R has no 8-bit form or, native, the CPU no VNNI);
     "off" in float. `w_scale` does the same for W and the input projection (best effort: a W without an
-    8-bit form runs in float). `low` (precision="bf16", a CPU with its native tiles): the two products by constant
-    weights take them as bf16 pairs, where they have no 8-bit form: the input projection (X's rows rounded to bf16)
-    and each step's recurrent product (the state's rows rounded as read; at batch 1 it streams all of R every
-    step, so half the bytes is most of the layer's time); sums, gates, cell and state stay float32."""
+    8-bit form runs in float). `low` (precision="bf16", a CPU with its native tiles): the input projection, a
+    product by constant weights, takes W as bf16 pairs and X's rows rounded to bf16 (float32 sums), where W has no
+    8-bit form. `low_r_bytes` (None: never): each step's recurrent product takes R as bf16 pairs too (the state's
+    rows rounded as read) where one direction's R holds at least that many float32 bytes and has no 8-bit form;
+    sums, gates, cell and state stay float32 (Options.bf16_min_recurrent_bytes says why the size)."""
     reason = supported(op, attrs, np.asarray(w).dtype)
     if reason is not None:
         raise NotSupported(reason)
@@ -288,7 +289,7 @@ def bind(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, *, r_scale: Any = N
         raise ConstraintViolation(f"{op}: W {w.shape} / R {r.shape} do not hold {g} gates of hidden size {hid}")
     rq, wq = _q8_forms(op, w, r, nd * g * hid, r_scale, w_scale, q8)
     wide = w.reshape(nd * g * hid, w.shape[2])
-    wbf16, rbf16 = low and wq is None, low and rq is None
+    wbf16, rbf16 = low and wq is None, low_r_bytes is not None and rq is None and r[0].nbytes >= low_r_bytes
     wp = [] if wq is not None else bf16.pack_b_bf16(wide, trans=True).reshape(-1) if wbf16 else \
         packed_gemm.pack_b(wide, trans=True).reshape(-1)
     pack = bf16.pack_b_bf16 if rbf16 else packed_gemm.pack_b
@@ -355,17 +356,18 @@ def rnn_f32(x: np.ndarray, w: np.ndarray, r: np.ndarray, b: np.ndarray | None = 
 _bound: dict[tuple, tuple] = {}  # (op, id(W), id(R), attrs) -> (weakref W, weakref R, RnnKernel)
 
 
-def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, low: bool = False) -> RnnKernel:
+def _kernel_for(op: str, w: np.ndarray, r: np.ndarray, attrs: dict, low: bool = False,
+                low_r_bytes: int | None = None) -> RnnKernel:
     """bind() once per node's weights (shared by every plan, key and variant), while the weights live; an
     `_r_scale` attribute (frontends/onnx_contrib.py) lets an LSTM's recurrent product run on 8-bit R."""
     params = {k: v for k, v in attrs.items() if not k.startswith("_")}
     r_scale, w_scale = attrs.get("_r_scale"), attrs.get("_w_scale")
     scales = tuple(None if v is None else tuple(v) for v in (r_scale, w_scale))
-    key = (op, id(w), id(r), repr(sorted(params.items())), scales, low)
+    key = (op, id(w), id(r), repr(sorted(params.items())), scales, low, low_r_bytes)
     hit = _bound.get(key)
     if hit is not None and hit[0]() is w and hit[1]() is r:
         return hit[2]
-    k = bind(op, w, r, params, r_scale=r_scale, w_scale=w_scale, low=low)
+    k = bind(op, w, r, params, r_scale=r_scale, w_scale=w_scale, low=low, low_r_bytes=low_r_bytes)
     try:
         _bound[key] = (weakref.ref(w), weakref.ref(r), k)
     except TypeError:  # not weak-referenceable: no sharing
@@ -396,19 +398,31 @@ def _low(options: Options) -> bool:
     return options.precision == "bf16"
 
 
+def _lows(options: Options) -> dict:
+    """_kernel_for's precision arguments under these options: the projection's (`_low`), and from what size of R
+    the recurrent product takes bf16 too."""
+    low = _low(options)
+    return {"low": low, "low_r_bytes": options.bf16_min_recurrent_bytes if low else None}
+
+
 def _describe(node: Node, graph: Graph, options: Options) -> str | None:
     """Which of the node's products run on 8-bit weights or in bf16 (what explain prints): 8-bit only where bind
-    could pack them exactly, on a CPU with VPDPBUSD; the input projection in bf16 under precision="bf16" where W
-    has no 8-bit form; the rest in float32."""
-    low = _low(options)
-    if "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
-        return "input projection and recurrent product in bf16 (bf16 operands, float32 sums); gates and state " \
-            "in float32" if low else None
+    could pack them exactly, on a CPU with VPDPBUSD; under precision="bf16" the input projection in bf16 where W
+    has no 8-bit form, and the recurrent product where R has none and is large enough; the rest in float32."""
+    if not _low(options) and "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
+        return None
     w, r = (const_value(x, graph) for x in node.inputs[1:3])
     try:
-        k = _kernel_for(node.op_type, np.asarray(w, np.float32), np.asarray(r, np.float32), node.attrs, low=low)
+        k = _kernel_for(node.op_type, np.asarray(w, np.float32), np.asarray(r, np.float32), node.attrs,
+                        **_lows(options))
     except NotSupported:
         return None
+    if "_r_scale" not in node.attrs and "_w_scale" not in node.attrs:
+        if k.rbf16:
+            return "input projection and recurrent product in bf16 (bf16 operands, float32 sums); gates and state " \
+                "in float32"
+        return "input projection in bf16 (bf16 operands, float32 sums); the recurrent product in float32 (R under " \
+            "bf16_min_recurrent_bytes)"
     int8 = [name for name, q in (("W", k.wq), ("R", k.rq)) if q is not None]
     said = f"{' and '.join(int8)} products on 8-bit weights (VPDPBUSD, exact int32 sums)" if int8 else \
         "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI here)"
@@ -426,7 +440,7 @@ def _bind_native(r: BindRequest) -> list:
     op, node = r.node.op_type, r.node
     ins = list(r.ins) + [None] * (8 - len(r.ins))
     outs = list(r.outs) + [None] * (3 - len(r.outs))
-    k = _kernel_for(op, ins[1], ins[2], node.attrs, low=_low(r.options))
+    k = _kernel_for(op, ins[1], ins[2], node.attrs, **_lows(r.options))
     x = ins[0]
     seq, batch = (x.shape[0], x.shape[1]) if k.attrs.layout == 0 else (x.shape[1], x.shape[0])
     floats = int(k.workspace_floats(seq, batch))
@@ -460,7 +474,7 @@ def _numpy_for(op: str):
             if x.dtype != np.float32 or supported(op, params, x.dtype) is not None:
                 return reference(args, attrs)
             b, lens, h0, c0, p = (list(args[3:]) + [None] * 5)[:5]
-            k = _kernel_for(op, w, r, attrs, low=_low(options))
+            k = _kernel_for(op, w, r, attrs, **_lows(options))
             if lens is not None:
                 lens = np.asarray(lens)
                 _check_lens(lens, x.shape[0] if k.attrs.layout == 0 else x.shape[1], op)
