@@ -129,11 +129,14 @@ def test_index_out_of_range_is_a_clear_error_naming_the_node(encoder):
                                   ds_compile(exe.graph, planned=False).run(_feed(1, 4))["last_hidden_state"])
 
 
-def test_a_compile_ends_with_a_full_collection(encoder):
+def test_a_compile_ends_with_a_full_collection(encoder, monkeypatch):
     """A compile leaves tens of thousands of long-lived objects; the full collection CPython runs once enough of
     them pile up is run at its end (`settled`), not left to land inside the first calls (15 ms in a GPT-2 step's
-    first generation). The last collection a compile runs is a full one."""
+    first generation): the last collection a first compile runs is a full one. A compile that grows the heap by
+    less than a quarter since then runs none (each pass costs time in proportion to all the process holds)."""
     import gc
+
+    from dynshape.runtime import memory
 
     runs: list[int] = []
 
@@ -141,9 +144,17 @@ def test_a_compile_ends_with_a_full_collection(encoder):
         if phase == "stop":
             runs.append(info["generation"])
 
+    monkeypatch.setattr(memory, "_SETTLED_AT", [0])  # (as in a process that has compiled nothing yet)
     gc.callbacks.append(seen)
     try:
         ds_compile(encoder[1])
     finally:
         gc.callbacks.remove(seen)
     assert runs and runs[-1] == 2
+    collects: list[int] = []
+    monkeypatch.setattr(memory.gc, "collect", lambda *a: collects.append(1) or 0)
+    ds_compile(encoder[1])
+    assert not collects
+    monkeypatch.setattr(memory, "_SETTLED_AT", [memory._SETTLED_AT[0] // 2])  # the heap doubled since: collected
+    ds_compile(encoder[1])
+    assert collects == [1]

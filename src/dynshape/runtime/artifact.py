@@ -40,7 +40,8 @@ from dynshape.errors import DynshapeError
 from dynshape.ir.graph import Fact, Graph, describe_symbol, format_type
 from dynshape.options import Options, make
 from dynshape.runtime import artifact_io as aio
-from dynshape.runtime.executable import Executable, settled
+from dynshape.runtime.executable import Executable
+from dynshape.runtime.memory import settled
 from dynshape.runtime.model_build import BuildReader, CompileStep, ModelBuild
 from dynshape.sym import is_expr, sym
 from dynshape.sym.pysource import cond_from_json, cond_to_json

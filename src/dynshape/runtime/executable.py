@@ -10,7 +10,6 @@ specialisation strategy (`strategy.py`, `profile.py`). This module wires them in
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import threading
 import time
@@ -40,7 +39,7 @@ from dynshape.runtime.binder import graph_binder, nonempty_first
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
 from dynshape.runtime.loop_bodies import Bodies
-from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, tune_allocator
+from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, settled, tune_allocator
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
@@ -759,15 +758,6 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
     with pinned_cache_dir(opts.cache_dir) if opts.cache_dir else contextlib.nullcontext():
         return settled(Executable(graph, specialize, opts))
 
-
-def settled(exe: Any) -> Any:
-    """`exe`, after one full garbage collection. Why: a compile leaves tens of thousands of new long-lived objects
-    (GPT-2's step: ~45k), and CPython collects its oldest generation once enough of them have piled up since the
-    last full pass: left alone, that pass (15 ms for GPT-2's step) fell inside the first calls, ~230 us on each of
-    a first 64-token generation. Run here it is part of a compile that takes seconds, and the next one waits until
-    a quarter as many objects again have survived."""
-    gc.collect()
-    return exe
 
 
 class _Held:
