@@ -240,7 +240,7 @@ def _hardswish_written_out(group: tuple | list, y: str, graph: Graph) -> bool:
         return False
     c = clip.outputs[0]
     if a.op_type == "Mul" and b.op_type == "Div":  # (y * c) / 6
-        return other(a, y) == c and list(b.inputs) == [a.outputs[0], b.inputs[1]] and is_const(b.inputs[1], 6.0)
+        return other(a, y) == c and len(b.inputs) == 2 and b.inputs[0] == a.outputs[0] and is_const(b.inputs[1], 6.0)
     if a.op_type == "Div" and b.op_type == "Mul":  # y * (c / 6)
         return list(a.inputs[:1]) == [c] and is_const(a.inputs[1], 6.0) and other(b, y) == a.outputs[0]
     return False

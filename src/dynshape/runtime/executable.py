@@ -487,8 +487,8 @@ class Executable:
         """A bucket plan of this arena at key: one whose state there is remembered, put back (runtime/key_states.py),
         else the last made whose bucket holds the key moved to it (runtime/rekey.py), else a new one made at the key.
         None: the key's own plan (recalled OWN_PLAN_AFTER times, or seen before with its state dropped, while the
-        plan cache has room; a bounded arena too small for a bucket; no program
-        library)."""
+        plan cache has room; a bounded arena too small for a bucket; no program library). A bucket plan that cannot
+        move to the key is dropped and a new one made at it."""
         seen, uid, buf = arena.seen, variant.uid, arena.buf
         for slot, plan in reversed(arena.buckets.items()):  # a bucket plan that was at this key: its state put back
             if slot[0] == uid:  # (one bound to an older buffer too: it holds that buffer, valid as its own plans are)
@@ -757,7 +757,6 @@ def compile(graph: Graph, specialize: list | None = None, *, options: Options | 
         return settled(BranchVariants(graph, decisive, specialize, opts, compile, conds))  # type: ignore[return-value]
     with pinned_cache_dir(opts.cache_dir) if opts.cache_dir else contextlib.nullcontext():
         return settled(Executable(graph, specialize, opts))
-
 
 
 class _Held:
