@@ -21,6 +21,7 @@ from dynshape.codegen import bf16
 AMX = bf16.native_available() and bool(bf16.LIBRARY.load().ds_bf16_use_amx(-1))
 pytestmark = pytest.mark.skipif(not AMX, reason="no AMX-BF16 here (or Linux refused its tiles): no direct convs")
 DIRECT = "taps read from a padded bf16 copy"
+PADDED = "taps read from a padded bf16 copy, its pixels padded with zero channels"
 
 
 
@@ -119,10 +120,10 @@ def test_direct_convs_match_rounded_reference_and_the_gathered_tiles(tile_path, 
 
 
 def test_only_stride_one_convs_on_whole_tiles_of_channels_go_direct() -> None:
-    """Stride 2, 1x1 (a block's gathered rows are its input rows: nothing to save), 40 input channels (not a
-    multiple of 16: a window row's chunks would split a pixel's bf16 pairs... and not end on one) and a 3x1 window
-    on 16 (a window row of 16 values, under a tile row) keep the gathered tiles; the option turns the direct path
-    off."""
+    """Stride 2, 1x1 (a block's gathered rows are its input rows: nothing to save) and a 3x1 window on 16 (a window
+    row of 16 values, under a tile row) keep the gathered tiles; 40 input channels (not a multiple of 16: a window
+    row's chunks would split a pixel's bf16 pairs) go direct only on a copy padded to 48 channels; the option turns
+    the direct path off."""
     rng = np.random.default_rng(3)
 
     def methods(ci: int, k: int | tuple[int, int], stride: int, **options) -> list[str]:
@@ -133,8 +134,9 @@ def test_only_stride_one_convs_on_whole_tiles_of_channels_go_direct() -> None:
 
     assert any(m.startswith(DIRECT) for m in methods(64, 3, 1))
     assert any(m.startswith(DIRECT) for m in methods(16, (1, 3), 1))
-    for ci, k, stride, options in ((64, 3, 2, {}), (64, 1, 1, {}), (40, 3, 1, {}), (16, (3, 1), 1, {}),
-                                   (64, 3, 1, {"amx_direct_conv": False})):
+    assert any(m.startswith(PADDED) for m in methods(40, 3, 1))
+    for ci, k, stride, options in ((64, 3, 2, {}), (64, 1, 1, {}), (16, (3, 1), 1, {}),
+                                   (64, 3, 1, {"amx_direct_conv": False}), (40, 3, 1, {"amx_direct_conv": False})):
         got = methods(ci, k, stride, **options)
         assert got and not any(m.startswith(DIRECT) for m in got), (ci, k, stride, options, got)
 
@@ -218,6 +220,48 @@ def test_narrow_one_dimensional_convs_match_the_rounded_reference(ci, co, k, str
         got = direct.run({"x": x})["y"]
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+PADDED_CASES = [  # (ci, co, kernel, pads, tail, (n, h, w) calls): channels padded to 16, 32, 48
+    (12, 24, (3, 3), [1, 1, 1, 1], "relu", [(1, 30, 41), (2, 9, 17), (1, 3, 3)]),
+    (24, 40, (3, 3), [1, 0, 1, 2], "sum_relu", [(1, 20, 21), (2, 5, 40)]),
+    (11, 16, (5, 5), [2, 2, 2, 2], "add", [(2, 19, 23), (1, 4, 4)]),
+    (44, 48, (3, 3), [1, 1, 1, 1], "concat", [(1, 16, 31), (2, 11, 7)]),
+]
+
+
+@pytest.mark.parametrize("ci,co,kernel,pads,tail,calls", PADDED_CASES)
+def test_padded_channel_convs_match_rounded_reference_and_the_gathered_tiles(tile_path, ci, co, kernel, pads, tail,
+                                                                             calls) -> None:
+    """Stride 1, input channels past 8 and not a multiple of 16 (a YOLOX stem's 12): the copy's pixels are padded
+    with zero channels to the next multiple of 16 and the weights packed with zero rows for them, so the direct
+    tiles read whole window rows; against the rounded reference, the gathered build and the kernel's own fallback
+    (which takes the unpadded weights)."""
+    rng = np.random.default_rng(ci * co + kernel[1])
+    w = (rng.standard_normal((co, ci, *kernel)) * 0.2).astype(np.float32)
+    g = ds.load_onnx(_model(ci, co, kernel, pads, w, tail))
+    direct = ds.compile(g, precision="bf16", bf16_min_conv_macs=0)
+    gathered = ds.compile(g, precision="bf16", bf16_min_conv_macs=0, amx_direct_conv=False)
+    assert any(m.startswith(PADDED) for m in _methods(direct)), _methods(direct)
+    assert not any(m.startswith(DIRECT) for m in _methods(gathered))
+    exact = ds.compile(ds.load_onnx(_model(ci, co, kernel, pads, bf16.rounded(w), tail)), winograd=False)
+    _check_calls(tile_path, g, direct, gathered, exact, (ci, co, kernel, pads), calls, rng)
+
+
+def test_only_few_padded_channels_are_padded() -> None:
+    """20 channels would be padded to 32 (1.6x the products): they keep the gathered tiles, as do 16 (direct
+    without padding) and a strided conv."""
+    rng = np.random.default_rng(5)
+
+    def methods(ci: int, stride: int = 1) -> list[str]:
+        w = (rng.standard_normal((32, ci, 3, 3)) * 0.2).astype(np.float32)
+        return _one_conv_methods(w, dict(kernel_shape=[3, 3], strides=[stride] * 2, pads=[1] * 4),
+                                 bf16_min_conv_macs=0)
+
+    assert any(m.startswith(PADDED) for m in methods(12))
+    for ci, stride in ((20, 1), (16, 1), (12, 2)):
+        got = methods(ci, stride)
+        assert got and not any(m.startswith(PADDED) for m in got), (ci, stride, got)
 
 
 def test_narrow_windows_read_nothing_outside_them() -> None:

@@ -108,6 +108,16 @@ def narrow_channels(c: int) -> int:
     return next((n for n in cshared.NARROW_PIXEL_CHANNELS if c <= n), None)
 
 
+def channels_padded(w: np.ndarray) -> np.ndarray:
+    """A conv's weights (Co, C, *kernel) with zero input channels added up to a multiple of 16: what a direct AMX
+    conv reads from a padded copy of its input whose pixels hold that many channels (conv_amx.padded_fits)."""
+    w = np.asarray(w, dtype=np.float32)
+    cp = -(-w.shape[1] // 16) * 16
+    out = np.zeros((w.shape[0], cp, *w.shape[2:]), np.float32)
+    out[:, :w.shape[1]] = w
+    return out
+
+
 def pack_conv_narrow(w: np.ndarray) -> np.ndarray:
     """A conv's weights (Co, C, KH, KW) (or (Co, C, KW): 1-D, one tap row), C <= 8, as the narrow-window tiles
     read them (csrc/ds_conv_amx.c's ds_conv_amx_narrow_tile2): per panel of 32 outputs and tap row kh, the window
@@ -135,6 +145,7 @@ packed_gemm.PACKERS["bf16e"] = lambda w, trans, groups: pack_b_rounded(w, trans)
 packed_gemm.PACKERS["conv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_conv(w, groups))
 packed_gemm.PACKERS["conv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_conv(w, groups))
 packed_gemm.PACKERS["conv_narrow_bf16"] = lambda w, trans, groups: pack_conv_narrow(w)
+packed_gemm.PACKERS["conv_bf16_cpad"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_conv(channels_padded(w), 1))
 packed_gemm.PACKERS["deconv_bf16"] = lambda w, trans, groups: pairs_of(packed_gemm.pack_deconv(w))
 packed_gemm.PACKERS["deconv_bf16e"] = lambda w, trans, groups: rounded(packed_gemm.pack_deconv(w))
 for _m, _name in ((2, "winograd"), (4, "winograd4")):  # Winograd's transformed weights, per position

@@ -54,11 +54,19 @@ int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n) {
 }
 
 #if DS_CONV_AMX
-/* `pixels` pixels of C floats at src as pixels of Cp bf16 at dst, channels C..Cp zero: one run where C == Cp, else
-   16 / Cp pixels a vector, spread by an expanding load (lanes l with l % Cp < C), two vectors into 32 bf16. */
+/* `pixels` pixels of C floats at src as pixels of Cp bf16 at dst, channels C..Cp zero: one run where C == Cp; for
+   Cp past 16 (a direct conv's channels padded to 16s) pixel by pixel; else 16 / Cp pixels a vector, spread by an
+   expanding load (lanes l with l % Cp < C), two vectors into 32 bf16. */
 static void ds_narrow_round(uint16_t *dst, const float *src, int64_t pixels, int64_t C, int64_t Cp) {
     if (C == Cp) {
         ds_round_run(dst, src, pixels * C);
+        return;
+    }
+    if (Cp > 16) {
+        for (int64_t p = 0; p < pixels; p++) {
+            ds_round_run(dst + p * Cp, src + p * C, C);
+            memset(dst + p * Cp + C, 0, (size_t)(Cp - C) * 2);
+        }
         return;
     }
     __mmask16 pat = 0;
@@ -77,9 +85,9 @@ static void ds_narrow_round(uint16_t *dst, const float *src, int64_t pixels, int
 
 /* Row r of a padded copy (rows flat over the images, hp an image; wx pixels of cp channels): zeros where the row
    or its columns fall in the pads, else the input's pixels rounded (C channels each, zeros after them to cp). */
-static void ds_pad_row(const int64_t *geo, const float *restrict x, uint16_t *restrict row, int64_t r, int64_t hp,
-                       int64_t wx, int64_t cp) {
-    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], PL = geo[DS_CONV_PL];
+static void ds_pad_row(const int64_t *geo, int64_t C, const float *restrict x, uint16_t *restrict row, int64_t r,
+                       int64_t hp, int64_t wx, int64_t cp) {
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], PL = geo[DS_CONV_PL];
     const int64_t img = r / hp, ih = r % hp - geo[DS_CONV_PT];
     if (ih < 0 || ih >= H) {
         memset(row, 0, (size_t)(wx * cp) * 2);
@@ -95,15 +103,20 @@ static void ds_pad_row(const int64_t *geo, const float *restrict x, uint16_t *re
 
 void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
                      int64_t r1) {
+    ds_conv_amx_pad_from(geo, n, x, xp, r0, r1, geo[DS_CONV_C]);
+}
+
+void ds_conv_amx_pad_from(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
+                          int64_t r1, int64_t cx) {
 #if DS_CONV_AMX
     const int64_t C = geo[DS_CONV_C];
     int64_t hp, wp;
     ds_padded_map(geo, &hp, &wp);
-    for (int64_t r = r0; r < r1; r++) ds_pad_row(geo, x, xp + r * wp * C, r, hp, wp, C);
+    for (int64_t r = r0; r < r1; r++) ds_pad_row(geo, cx, x, xp + r * wp * C, r, hp, wp, C);
     if (r1 == n * hp) /* the slack after the last image: what the last passes read past it */
         memset(xp + n * hp * wp * C, 0, (size_t)((wp + DS_PAD_SLACK) * C) * 2);
 #else
-    (void)geo; (void)n; (void)x; (void)xp; (void)r0; (void)r1;
+    (void)geo; (void)n; (void)x; (void)xp; (void)r0; (void)r1; (void)cx;
     abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */
 #endif
 }
@@ -202,7 +215,7 @@ void ds_conv_amx_narrow_pad(const int64_t *geo, int64_t n, const float *restrict
     int64_t hp, wx, owt;
     ds_narrow_map(geo, &hp, &wx, &owt);
     (void)n; /* (the rows are flat over the images: no slack after the last, whose tiles read inside its rows) */
-    for (int64_t r = r0; r < r1; r++) ds_pad_row(geo, x, xp + r * wx * Cp, r, hp, wx, Cp);
+    for (int64_t r = r0; r < r1; r++) ds_pad_row(geo, geo[DS_CONV_C], x, xp + r * wx * Cp, r, hp, wx, Cp);
 #else
     (void)geo; (void)n; (void)x; (void)xp; (void)r0; (void)r1;
     abort(); /* generated kernels call this only where ds_bf16_use_amx(-1) */

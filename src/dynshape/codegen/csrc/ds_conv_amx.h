@@ -1,5 +1,5 @@
 /* Direct convolutions on AMX tiles in bf16 (csrc/ds_conv_amx.c), for generated kernels: a stride-1, undilated,
-   ungrouped convolution whose input channels are a multiple of 16 (window rows of KW * C >= 32 values, at most
+   ungrouped convolution whose input channels are (or are padded to) a multiple of 16 (window rows of KW * C >= 32 values, at most
    DS_CONV_AMX_MAX_KH of them where KW * C is an odd multiple of 16), its input converted once per call into a
    zero-padded bf16 copy, each tap's A tile read from that copy where it lies (no patches gathered). */
 #ifndef DS_CONV_AMX_H
@@ -12,6 +12,10 @@ int64_t ds_conv_amx_padded(const int64_t *geo, int64_t n);
    the zeros after the last image too when r1 is the last row. */
 void ds_conv_amx_pad(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
                      int64_t r1);
+/* The same copy of an input of cx channels a pixel into pixels of geo's C (cx < C: channels cx..C zero; a conv's
+   channels padded to a multiple of 16, its weights packed "conv_bf16_cpad" with zero rows for them). */
+void ds_conv_amx_pad_from(const int64_t *geo, int64_t n, const float *restrict x, uint16_t *restrict xp, int64_t r0,
+                          int64_t r1, int64_t cx);
 /* The virtual rows of N images: v = (n * (OH + KH - 1) + oh) * (OW + KW - 1) + ow, the last image's last row's
    end; rows whose ow >= OW or oh >= OH are computed and not stored. */
 int64_t ds_conv_amx_rows(const int64_t *geo, int64_t n);

@@ -184,11 +184,11 @@ ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU = (cshared.Act.NONE, cshared.Act.REL
 _ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH, ACT_SILU), strict=True))
 
 
-def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None
+def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None, name: str = "geo"
                ) -> tuple[kir.Buffer, list[kir.Stmt]]:
     """The geometry array the conv libraries read (cshared.CONV_GEO's fields, ds_shared.h's DS_CONV_* indices),
     filled from the key."""
-    geo_buf = kir.Buffer("geo", I64, const=False)
+    geo_buf = kir.Buffer(name, I64, const=False)
     fields = {
         # LDY, the distance between output pixels: the key's row-stride slot where the kernel has one (its pixel,
         # or a Concat's wider one), else the pixel itself
@@ -296,13 +296,16 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
     pro_bufs, pro_names, pro_args = _prologue(steps, ops) if steps is not None else ([], [], ())
     if pro_args and not bf16.active(ctx.options):
         raise Unsupported("a conv prologue outside bf16 (rules.match_conv_prologue admits none)")
-    bn = kir.Buffer(f"i{2 + len(ops.buffers) + len(pro_bufs)}")  # the narrow-window weights, where taken
+    bn = kir.Buffer(f"i{2 + len(ops.buffers) + len(pro_bufs)}")  # the narrow or padded weights, where taken
     body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args, bn)
-    narrow = (PackedWeight(cv.weight, layout="conv_narrow_bf16"),) if direct == "narrow" else ()
+    narrow = (PackedWeight(cv.weight, layout={"narrow": "conv_narrow_bf16", "padded": "conv_bf16_cpad"}[direct]),) \
+        if direct in ("narrow", "padded") else ()
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers, *pro_bufs, *((bn,) if narrow else ())),
                         tuple(body), (*ctx.symbols, ROW_STRIDE))
     low = bf16.active(ctx.options)
     how = {"direct": "taps read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call finds none)",
+           "padded": "taps read from a padded bf16 copy, its pixels padded with zero channels to 16s, on AMX tiles "
+                     "(the implicit GEMM where a call finds none)",
            "narrow": "narrow window rows read from a padded bf16 copy on AMX tiles (the implicit GEMM where a call "
                      "finds none)"}.get(direct, "implicit GEMM on packed weights")
     if pro_args:
@@ -324,8 +327,10 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
                         ) -> tuple[list[kir.Stmt], str | None]:
     """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD".
     And whether its taps are read from a padded copy on AMX tiles where the call finds them (conv_amx): "direct"
-    (a multiple of 16 channels, stride 1), "narrow" (at most 8 channels, any stride: the weights bn, packed
-    "conv_narrow_bf16", an input of the kernel then), None; the implicit GEMM kept for a call that finds none."""
+    (a multiple of 16 channels, stride 1), "padded" (other channels past 8, stride 1: the copy's pixels padded with
+    zero channels to 16s, the weights bn packed "conv_bf16_cpad" alike), "narrow" (at most 8 channels, any stride:
+    the weights bn, packed "conv_narrow_bf16"), bn an input of the kernel then; None; the implicit GEMM kept for a
+    call that finds none."""
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
@@ -414,7 +419,8 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
                 kir.Free(zeros)]
     # (the direct tiles store output pixels, not rows of a block: no epilogue loop after them)
     kind = "direct" if conv_amx.fits(geo, ctx.options) else \
-        "narrow" if bn is not None and conv_amx.narrow_fits(geo, ctx.options) else None
+        "narrow" if bn is not None and conv_amx.narrow_fits(geo, ctx.options) else \
+        "padded" if bn is not None and conv_amx.padded_fits(geo, ctx.options) else None
     if kind is None or epilogue(i64(0), i64(0), i64(0), i64(0)) or pro_args:
         if kind == "narrow" and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
             raise _GatheredInstead
@@ -424,6 +430,13 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
         fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par)
         direct = [*fill, *tiles(conv_amx.rows(geo_buf, E["N"]), lambda p0, p1, gi, q: conv_amx.tile(
             geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)), free]
+    elif kind == "padded":  # the same, the copy's pixels padded with zero channels to 16s (weights bn alike)
+        cp = -(-geo["C"] // 16) * 16
+        geo_p, made = _geo_array({**geo, "C": cp, "CG": cp}, E, act, name="geo_p")
+        fill, free = conv_amx.padded(geo_p, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par,
+                                     from_channels=geo["C"])
+        direct = [*made, *fill, *tiles(conv_amx.rows(geo_p, E["N"]), lambda p0, p1, gi, q: conv_amx.tile(
+            geo_p, xp, bn, o0, p0, p1, q, bias_arg, res_arg)), free]
     else:  # AMX, a few channels, any stride: whole window rows read from a padded copy of Cp-channel pixels
         rows_each = (E["OH"] - 1) * geo["SH"] + geo["KH"]
         fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * rows_each, xp, par, narrow=True)

@@ -20,7 +20,7 @@ I64 = kir.I64
 
 LIBRARY = declare("conv_amx", "ds_conv_amx.c", {
     "ds_conv_amx_padded": (P, C_I64), "ds_conv_amx_rows": (P, C_I64),
-    "ds_conv_amx_pad": (P, C_I64, P, P, C_I64, C_I64),
+    "ds_conv_amx_pad": (P, C_I64, P, P, C_I64, C_I64), "ds_conv_amx_pad_from": (P, C_I64, P, P, C_I64, C_I64, C_I64),
     "ds_conv_amx_tile2": (P, P, P, P, C_I64, C_I64, C_I64, P, P),
     "ds_conv_amx_narrow_padded": (P, C_I64), "ds_conv_amx_narrow_rows": (P, C_I64),
     "ds_conv_amx_narrow_pad": (P, C_I64, P, P, C_I64, C_I64),
@@ -51,6 +51,22 @@ def fits(geo: dict, options: Options) -> bool:
     return geo["C"] % 16 == 0 and run >= 32 and (run % 32 == 0 or geo["KH"] <= cshared.CONV_AMX_MAX_KH)
 
 
+PAD_MAX_WASTE = 1.5  # padded channels over real ones up to which a direct conv pads its input's channels
+
+
+def padded_fits(geo: dict, options: Options) -> bool:
+    """Whether a conv whose input channels are not a multiple of 16 (more than 8: fewer go narrow) takes the direct
+    tiles on a copy whose pixels are padded with zero channels to the next multiple of 16 (weights packed
+    "conv_bf16_cpad", zero rows for them): as `fits` on the padded channels, at most PAD_MAX_WASTE as many. Why: its
+    gathered patches cost more than the padding's products (a YOLOX stem's 12 -> 24 3x3 on 208x208: 1.8 ms
+    gathered)."""
+    c = geo["C"]
+    if not isinstance(c, int) or c % 16 == 0 or c <= 8:
+        return False
+    cp = -(-c // 16) * 16
+    return cp <= PAD_MAX_WASTE * c and fits({**geo, "C": cp, "CG": cp}, options)
+
+
 def narrow_fits(geo: dict, options: Options) -> bool:
     """Whether a conv takes the narrow-window tiles (ds_conv_amx_narrow_tile2): bf16 on AMX tiles, undilated,
     ungrouped, at most 8 input channels and a window row of at most 32 values in the padded copy (KW x Cp: a 7x7
@@ -74,14 +90,18 @@ def rows(geo_buf: kir.Buffer, n: kir.Expr) -> kir.Expr:
 
 
 def padded(geo_buf: kir.Buffer, x: kir.Buffer, n: kir.Expr, padded_rows: kir.Expr, xp: kir.Buffer,
-           par: kir.Expr, narrow: bool = False) -> tuple[list[kir.Stmt], kir.Stmt]:
+           par: kir.Expr, narrow: bool = False, from_channels: int | None = None) -> tuple[list[kir.Stmt], kir.Stmt]:
     """(the statements that allocate xp and fill it with the padded bf16 copy of x, its Free): xp is a float
     buffer of half as many values (two bf16 a float); its rows filled by the threads where `par`. `narrow`: the
     narrow-window copy (ds_conv_amx_narrow_pad: pixels of Cp channels, rows (OW rounded up to 16 - 1) x SW + KW
-    pixels wide; `padded_rows` N x ((OH - 1) x SH + KH))."""
+    pixels wide; `padded_rows` N x ((OH - 1) x SH + KH)). `from_channels`: x's pixels hold that many channels,
+    fewer than geo_buf's C (padded_fits: the rest zero in the copy)."""
     r, kind = kir.Var("pr"), "_narrow" if narrow else ""
     count = (kir.Call(f"ds_conv_amx{kind}_padded", (kir.Addr(geo_buf), n), I64) + 1) / 2
-    fill = kir.call_void(f"ds_conv_amx{kind}_pad", kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1)
+    fill = kir.call_void(f"ds_conv_amx{kind}_pad", kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1) \
+        if from_channels is None else \
+        kir.call_void("ds_conv_amx_pad_from", kir.Addr(geo_buf), n, kir.Addr(x), kir.Addr(xp), r, r + 1,
+                      kir.Const(from_channels, I64))
     return ([kir.Alloc(xp, count), kir.For(r, padded_rows, (fill,), omp=kir.Omp(parallel=True, if_=par))],
             kir.Free(xp))
 
