@@ -124,11 +124,13 @@ class Options:
                                            "LSTM of hidden 512, 4 MB a direction: 3.3x at batch 1, 2.1x at 16); "
                                            "a smaller R stays in cache and float32 (hidden 96-256 at batch 2-3 "
                                            "ran 0.88-0.96x in bf16); 0: every R in bf16", default=1 << 20)
-    amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels, and those on "
-                                   "at most 8 input channels (a stem: 3 -> 64 7x7 stride 2) at any stride, read "
-                                   "their taps from a padded bf16 copy of the input made once per call, on AMX "
-                                   "tiles, instead of gathering each block's patches (csrc/ds_conv_amx.c); False: "
-                                   "the implicit GEMM's gathered patches", "DYNSHAPE_AMX_DIRECT_CONV", True)
+    amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels (or on more "
+                                   "than 8, padded with zero channels to the next 16 where that adds at most half "
+                                   "again), and those on at most 8 input channels (a stem: 3 -> 64 7x7 stride 2) at "
+                                   "any stride, read their taps from a padded bf16 copy of the input made once per "
+                                   "call, on AMX tiles, instead of gathering each block's patches "
+                                   "(csrc/ds_conv_amx.c); False: the implicit GEMM's gathered patches",
+                                   "DYNSHAPE_AMX_DIRECT_CONV", True)
     inplace_weights: bool = _build("products of at most 8 rows (every declared shape) read a large transposed "
                                    "weight (Gemm transB, >= 4 MB) in place, several rows at once, instead of a "
                                    "packed copy", "DYNSHAPE_INPLACE_WEIGHTS", True)

@@ -108,11 +108,16 @@ def narrow_channels(c: int) -> int:
     return next((n for n in cshared.NARROW_PIXEL_CHANNELS if c <= n), None)
 
 
+def padded_channels(c: int) -> int:
+    """c rounded up to a multiple of 16: the channels of a direct AMX conv's padded copy (conv_amx.padded_fits)."""
+    return -(-c // 16) * 16
+
+
 def channels_padded(w: np.ndarray) -> np.ndarray:
-    """A conv's weights (Co, C, *kernel) with zero input channels added up to a multiple of 16: what a direct AMX
+    """A conv's weights (Co, C, *kernel) with zero input channels added up to padded_channels(C): what a direct AMX
     conv reads from a padded copy of its input whose pixels hold that many channels (conv_amx.padded_fits)."""
     w = np.asarray(w, dtype=np.float32)
-    cp = -(-w.shape[1] // 16) * 16
+    cp = padded_channels(w.shape[1])
     out = np.zeros((w.shape[0], cp, *w.shape[2:]), np.float32)
     out[:, :w.shape[1]] = w
     return out

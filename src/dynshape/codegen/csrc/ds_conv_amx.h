@@ -1,7 +1,7 @@
 /* Direct convolutions on AMX tiles in bf16 (csrc/ds_conv_amx.c), for generated kernels: a stride-1, undilated,
-   ungrouped convolution whose input channels are (or are padded to) a multiple of 16 (window rows of KW * C >= 32 values, at most
-   DS_CONV_AMX_MAX_KH of them where KW * C is an odd multiple of 16), its input converted once per call into a
-   zero-padded bf16 copy, each tap's A tile read from that copy where it lies (no patches gathered). */
+   ungrouped convolution whose input channels are (or are padded to) a multiple of 16 (window rows of KW * C >= 32
+   values, at most DS_CONV_AMX_MAX_KH of them where KW * C is an odd multiple of 16), its input converted once per
+   call into a zero-padded bf16 copy, each tap's A tile read from that copy where it lies (no patches gathered). */
 #ifndef DS_CONV_AMX_H
 #define DS_CONV_AMX_H
 #include <stdint.h>

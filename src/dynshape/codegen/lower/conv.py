@@ -431,8 +431,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
         direct = [*fill, *tiles(conv_amx.rows(geo_buf, E["N"]), lambda p0, p1, gi, q: conv_amx.tile(
             geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)), free]
     elif kind == "padded":  # the same, the copy's pixels padded with zero channels to 16s (weights bn alike)
-        cp = -(-geo["C"] // 16) * 16
-        geo_p, made = _geo_array({**geo, "C": cp, "CG": cp}, E, act, name="geo_p")
+        geo_p, made = _geo_array(conv_amx.padded_geometry(geo), E, act, name="geo_p")
         fill, free = conv_amx.padded(geo_p, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par,
                                      from_channels=geo["C"])
         direct = [*made, *fill, *tiles(conv_amx.rows(geo_p, E["N"]), lambda p0, p1, gi, q: conv_amx.tile(

@@ -63,8 +63,13 @@ def padded_fits(geo: dict, options: Options) -> bool:
     c = geo["C"]
     if not isinstance(c, int) or c % 16 == 0 or c <= 8:
         return False
-    cp = -(-c // 16) * 16
-    return cp <= PAD_MAX_WASTE * c and fits({**geo, "C": cp, "CG": cp}, options)
+    return bf16.padded_channels(c) <= PAD_MAX_WASTE * c and fits(padded_geometry(geo), options)
+
+
+def padded_geometry(geo: dict) -> dict:
+    """The geometry the direct tiles and the padded copy read for a padded_fits conv: its channels padded."""
+    cp = bf16.padded_channels(geo["C"])
+    return {**geo, "C": cp, "CG": cp}
 
 
 def narrow_fits(geo: dict, options: Options) -> bool:
