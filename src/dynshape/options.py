@@ -219,7 +219,7 @@ class Options:
         if self.blas not in BLAS_CHOICES:
             raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
         for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes", "winograd_min_tiles",
-                     "bf16_min_conv_macs"):
+                     "bf16_min_conv_macs", "bf16_min_recurrent_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
                 raise DynshapeError(f"{name}={v!r}: expected an int in [0, 2**62)")

@@ -24,6 +24,7 @@ import dynshape as ds
 from dynshape.codegen import bf16, cc, cgen
 from dynshape.errors import DynshapeError
 from dynshape.models.encoder import build_encoder
+from dynshape.options import Options
 
 NATIVE = bf16.native_available()
 needs_native = pytest.mark.skipif(not NATIVE, reason="this CPU has no AVX512-BF16 (the emulated path is tested)")
@@ -259,6 +260,12 @@ def test_bf16_refused_without_the_instructions(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(bf16, "native_available", lambda: False)
     with pytest.raises(DynshapeError, match="bf16-emulated"):
         ds.compile(ds.load_onnx(_product_model(8, 8, False)), precision="bf16")
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "1MiB"])
+def test_a_bad_bf16_min_recurrent_bytes_is_refused_by_name(bad) -> None:
+    with pytest.raises(DynshapeError, match="bf16_min_recurrent_bytes"):
+        Options(bf16_min_recurrent_bytes=bad)
 
 
 def test_unknown_precision_refused() -> None:
