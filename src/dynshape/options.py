@@ -124,6 +124,11 @@ class Options:
                                            "LSTM of hidden 512, 4 MB a direction: 3.3x at batch 1, 2.1x at 16); "
                                            "a smaller R stays in cache and float32 (hidden 96-256 at batch 2-3 "
                                            "ran 0.88-0.96x in bf16); 0: every R in bf16", default=1 << 20)
+    bf16_storage: bool = _build("bf16: a convolution's output that only bf16 convolutions read (as their input or the "
+                                "residual their tiles add) is stored as bf16, rounded once as it is stored (a reading "
+                                "conv rounds its input anyway; a residual is the float32 sum rounded once): half the "
+                                "bytes between the convs of a CNN's memory-bound stages; False: every activation "
+                                "float32 (codegen/lower/conv_storage.py)", default=True)
     amx_direct_conv: bool = _build("bf16 convolutions of stride 1 on a multiple of 16 input channels (or on more "
                                    "than 8, padded with zero channels to the next 16 where that adds at most half "
                                    "again), and those on at most 8 input channels (a stem: 3 -> 64 7x7 stride 2) at "

@@ -53,7 +53,7 @@ class PoolMode(enum.IntEnum):
 
 # a conv's geometry array (DS_CONV_<field> is its index; csrc/ds_conv.h says what each holds)
 CONV_GEO = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG",
-            "LDY", "ACT", "NPIX", "WREST")
+            "LDY", "ACT", "NPIX", "WREST", "XBF", "YBF", "RBF")
 # a pool's geometry array (DS_POOL_<field>; csrc/ds_pool.h)
 POOL_GEO = ("H", "W", "C", "OH", "OW", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "PB", "PR", "MODE")
 

@@ -92,10 +92,25 @@ class LowerCtx:
     name: str
     symbols: tuple[str, ...]
     options: Options
+    # the values stored as bf16 (codegen/lower/conv_storage.py: convolution outputs that only bf16 convolutions
+    # read): a kernel reading or writing one takes it as bf16 (the lowering reports it in `Lowered.storage`)
+    bf16_values: frozenset[str] = frozenset()
 
     @property
     def key_names(self) -> frozenset[str]:
         return frozenset(self.symbols)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Which of a kernel's values it can take stored as bf16 (None: not that one), and which it takes so
+    (`applied`: x, y, r), for codegen/lower/conv_storage.py: `x` the input it reads as the rows of its products,
+    `y` its one output, `r` the residual its tiles add."""
+
+    x: str | None
+    y: str | None
+    r: str | None
+    applied: tuple[bool, bool, bool] = (False, False, False)
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,7 @@ class Lowered:
     # how the kernel computes, where a kind has several ways (a conv: Winograd F(4x4) or F(2x2), or both chosen
     # per call; implicit GEMM; depthwise rows): `explain` prints it beside the kernel
     method: str = ""
+    storage: Storage | None = None  # the values it can take stored as bf16 (None: none)
 
 
 # The name of the extra key slot a kernel with `Lowered.row_stride` reads: the distance between its output's rows

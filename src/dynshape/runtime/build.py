@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 import dynshape.codegen.lower  # noqa: F401  (fills the lowering table)
-from dynshape.codegen import packed_gemm
+from dynshape.codegen import bf16, packed_gemm
 from dynshape.codegen.library import compile_kernels
+from dynshape.codegen.lower import conv_storage
 from dynshape.codegen.lower.elementwise import fusible
 from dynshape.codegen.lowering import (
     KernelArg,
@@ -233,6 +234,8 @@ def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symb
     for i, item in enumerate(items):
         if not isinstance(item, Single):
             lowered[i] = _lower(item, LowerCtx(g, f"ds_fused_{i}", key_names_, options))
+    if options.bf16_storage and bf16.active(options):
+        lowered = _with_bf16_storage(items, lowered, g, key_names_, options)
     kernels = [lk for parts in lowered.values() for _, lk, _ in parts if lk is not None]
     compiled = compile_kernels(kernels, g.name or "graph", options, parallel) if kernels else {}
     steps: list[Step] = []
@@ -244,6 +247,33 @@ def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symb
                 steps += [_node_step(n, g, options, why, bodies) for n in part.nodes]
     uncompiled = [_uncompiled(s) for s in steps if isinstance(s, NodeStep) and s.how != "native"]
     return steps, uncompiled, len(kernels)
+
+
+def _with_bf16_storage(items: list[Item], lowered: dict, g: Graph, key_names_: tuple[str, ...],
+                       options: Options) -> dict:
+    """The kernels again where values between bf16 convolutions are stored as bf16 (codegen/lower/conv_storage.py):
+    those that write or read one lowered with them; the float32 kernels where any of those did not take exactly
+    its values so (writer and readers must agree)."""
+    def reads(item: Item, lk: Lowered | None) -> tuple[str, ...]:
+        if lk is not None:
+            return tuple(x for x in lk.inputs if isinstance(x, str))
+        return tuple(x for n in item.nodes for x in (*n.inputs, *n.free_names()) if x)
+
+    steps = [(lk, reads(part, lk)) for i, item in enumerate(items)
+             for part, lk, _ in lowered.get(i, [(item, None, "")])]
+    chosen = conv_storage.choose(steps, frozenset(v.name for v in g.outputs))
+    if not chosen:
+        return lowered
+    again = dict(lowered)
+    for i, parts in lowered.items():
+        touched = [lk for _, lk, _ in parts if lk is not None
+                   and chosen & {*lk.outputs, *(x for x in lk.inputs if isinstance(x, str))}]
+        if not touched:
+            continue
+        again[i] = _lower(items[i], LowerCtx(g, f"ds_fused_{i}", key_names_, options, chosen))
+        if any(lk is None or not conv_storage.confirmed(lk, chosen) for _, lk, _ in again[i]):
+            return lowered
+    return again
 
 
 def _lower(item: Item, ctx: LowerCtx) -> list[tuple[Item, Lowered | None, str]]:

@@ -1,9 +1,28 @@
 /* Float32 runs rounded to bf16 (VCVTNE2PS2BF16: round to nearest even) where a library reads activations: the bf16
    products' rows and patches (ds_gemm_bf16.c) and the direct AMX convs' padded copy (ds_conv_amx.c). Defined only
-   where the compiler targets AVX512-BF16 (DS_BF16_ROUND 1); the callers keep their own fallbacks elsewhere. */
+   where the compiler targets AVX512-BF16 (DS_BF16_ROUND 1); the callers keep their own fallbacks elsewhere. The
+   scalar rounding and widening (ds_to_bf16, ds_from_bf16) are defined everywhere: one definition of the rounding. */
 #ifndef DS_BF16_ROUND_H
 #define DS_BF16_ROUND_H
 #include <stdint.h>
+#include <string.h>
+
+/* x rounded to bf16 (the upper 16 bits of the float32 it stands for): nearest even; a denormal becomes a signed
+   zero and a NaN stays a (quiet) NaN, as VCVTNE2PS2BF16 does. */
+static inline uint16_t ds_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float ds_from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #define DS_BF16_ROUND 1

@@ -406,7 +406,7 @@ static inline __m512 ds_hsum16(const __m512 *a) {
 static void ds_conv_few(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                         int64_t p0, int64_t p1, const float *restrict bias, const float *restrict res) {
     const int64_t C = geo[DS_CONV_C], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY], act = geo[DS_CONV_ACT];
-    const ds_finish fin = {bias, res, OC, act};
+    const ds_finish fin = {bias, res, OC, act, 0, 0}; /* float32 rows: bf16 storage is the bf16 tiles' */
     float wt[DS_FEW_OC * DS_FEW_MAX_C]; /* the panel's columns as rows: output o's weights contiguous */
     for (int64_t o = 0; o < OC; o++)
         for (int64_t c = 0; c < C; c++) wt[o * C + c] = bp[c * 32 + o];

@@ -83,8 +83,22 @@ static void ds_narrow_round(uint16_t *dst, const float *src, int64_t pixels, int
     }
 }
 
+/* `pixels` pixels of C bf16 values at src (a bf16-stored input: geo[DS_CONV_XBF]) as pixels of Cp at dst, channels
+   C..Cp zero: copied, never rounded again. */
+static void ds_narrow_copy(uint16_t *dst, const uint16_t *src, int64_t pixels, int64_t C, int64_t Cp) {
+    if (C == Cp) {
+        memcpy(dst, src, (size_t)(pixels * C) * 2);
+        return;
+    }
+    for (int64_t p = 0; p < pixels; p++) {
+        memcpy(dst + p * Cp, src + p * C, (size_t)C * 2);
+        memset(dst + p * Cp + C, 0, (size_t)(Cp - C) * 2);
+    }
+}
+
 /* Row r of a padded copy (rows flat over the images, hp an image; wx pixels of cp channels): zeros where the row
-   or its columns fall in the pads, else the input's pixels rounded (C channels each, zeros after them to cp). */
+   or its columns fall in the pads, else the input's pixels rounded (C channels each, zeros after them to cp), or
+   copied where the input is stored as bf16 (geo[DS_CONV_XBF]). */
 static void ds_pad_row(const int64_t *geo, int64_t C, const float *restrict x, uint16_t *restrict row, int64_t r,
                        int64_t hp, int64_t wx, int64_t cp) {
     const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], PL = geo[DS_CONV_PL];
@@ -94,9 +108,12 @@ static void ds_pad_row(const int64_t *geo, int64_t C, const float *restrict x, u
         return;
     }
     const int64_t left = PL < wx ? PL : wx, right = PL + W < wx ? PL + W : wx;
+    const int64_t at = ((img * H + ih) * W + left - PL) * C; /* the first pixel's first value, in values */
     memset(row, 0, (size_t)(left * cp) * 2);
-    if (right > left)
-        ds_narrow_round(row + left * cp, x + ((img * H + ih) * W + left - PL) * C, right - left, C, cp);
+    if (right > left && geo[DS_CONV_XBF])
+        ds_narrow_copy(row + left * cp, (const uint16_t *)x + at, right - left, C, cp);
+    else if (right > left)
+        ds_narrow_round(row + left * cp, x + at, right - left, C, cp);
     memset(row + right * cp, 0, (size_t)((wx - right) * cp) * 2);
 }
 #endif
@@ -158,14 +175,17 @@ static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t r
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
     int64_t hp, wp;
     ds_padded_map(geo, &hp, &wp);
-    ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT]};
+    const int rbf = res && geo[DS_CONV_RBF], ybf = geo[DS_CONV_YBF] != 0; /* bf16 storage: ds_conv_common.h */
+    ds_finish fin = {bias ? bias + col0 : 0,
+                     !res ? 0 : rbf ? (const void *)((const uint16_t *)res + col0) : (const void *)(res + col0),
+                     OC, geo[DS_CONV_ACT], rbf, ybf};
     const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
     int64_t img = v / (hp * wp), oh = v % (hp * wp) / wp, ow = v % wp;
     if (v + rows > v1) rows = v1 - v;
     for (int64_t r = 0; r < rows; r++) {
         if (oh < OH && ow < OW) {
             const int64_t p = (img * OH + oh) * OW + ow;
-            ds_finish_row_fast(y + p * LDY + col0, tmp + r * 32, ncols, &fin, &fast, p);
+            ds_finish_row_fast(ds_fin_row(y, p * LDY + col0, 1, &fin), tmp + r * 32, ncols, &fin, &fast, p);
         }
         if (++ow == wp) {
             ow = 0;
@@ -270,6 +290,7 @@ void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, c
     const int64_t LDY = geo[DS_CONV_LDY], Cp = ds_conv_amx_narrow_cp(C), run = KW * Cp;
     const int64_t panels = (OC + 31) / 32;
     if (C > Cp || run > DS_NARROW_ROW || v0 % 16 || v1 % 16) abort(); /* narrow_fits, the tiles' bounds: never */
+    if (geo[DS_CONV_XBF] || geo[DS_CONV_YBF] || geo[DS_CONV_RBF]) abort(); /* conv_storage admits no narrow conv */
     int64_t hp, wx, owt;
     ds_narrow_map(geo, &hp, &wx, &owt);
     const int64_t sa = SW * Cp * 2, ldr = wx * Cp * 2; /* bytes between a tile's rows, between tap rows */
@@ -278,7 +299,7 @@ void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, c
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const uint8_t *panel = (const uint8_t *)bn + qq * KH * 16 * 128;
         const int64_t col0 = qq * 32, ncols = OC - col0 < 32 ? OC - col0 : 32;
-        const ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT]};
+        const ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT], 0, 0};
         const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
         const int narrow = ncols <= 16;
         for (int64_t v = v0; v < v1; v += 32) {

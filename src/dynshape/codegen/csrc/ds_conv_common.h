@@ -5,6 +5,7 @@
 #define DS_CONV_COMMON_H
 #include <stdint.h>
 
+#include "ds_bf16_round.h"
 #include "ds_conv.h"
 #include "ds_simd.h"
 #include "ds_vmath.h"
@@ -43,23 +44,86 @@ static inline ds_v16 ds_act(ds_v16 c, int64_t act) {
 
 /* What a convolution tile applies to its rows of one panel as they are finished (ds_gemm_bf16.c's ds_conv_finish
    and ds_amx_rows' stores, ds_conv_amx.c's): a bias by column and a residual (rows `ldr` apart), both offset to
-   the panel's first column, then an activation (DS_ACT_*). */
+   the panel's first column, then an activation (DS_ACT_*). Under bf16 storage (geo[DS_CONV_RBF] / [DS_CONV_YBF]:
+   a value only bf16 convolutions read, codegen/lower/conv_storage.py) the residual's rows are bf16 (`rbf`) and the
+   finished rows are stored as bf16 (`ybf`, rounded as the reading conv would round them: VCVTNE2PS2BF16, or
+   ds_to_bf16 where the compiler does not target it); `dst` then points at bf16 values. */
 typedef struct {
-    const float *bias, *res;
+    const float *bias;
+    const void *res; /* float32 rows, or bf16 rows (rbf) */
     int64_t ldr, act;
+    int rbf, ybf;
 } ds_finish;
 
-/* Row r of a tile: src's ncols values finished into dst (which may be src), 16 columns at a time (ds_act, as
-   ds_conv.c's tiles finish theirs; a scalar loop here was 12% of resnet18's bf16 convolutions). */
-static inline void ds_finish_row(float *dst, const float *src, int64_t ncols, const ds_finish *fin, int64_t r) {
+/* How many lanes a column mask holds (ds_cmask16's masks are a run of the first lanes). */
+static inline int64_t ds_cmask_lanes(ds_cmask m) {
+#ifdef __AVX512F__
+    return __builtin_popcount((unsigned)m);
+#else
+    return m < 0 ? 0 : m > 16 ? 16 : m;
+#endif
+}
+
+/* 16 bf16 values at p (the first of `m`'s lanes, zeros in the others) as float32: exact. */
+static inline ds_v16 ds_bf16_mld16(const uint16_t *p, ds_cmask m) {
+#if DS_BF16_ROUND && defined(__AVX512VL__)
+    return (ds_v16)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+#else
+    float t[16];
+    const int64_t n = ds_cmask_lanes(m);
+    for (int64_t j = 0; j < 16; j++) t[j] = j < n ? ds_from_bf16(p[j]) : 0.0f;
+    return ds_ld16(t);
+#endif
+}
+
+/* v's lanes of `m` rounded to bf16 at p (nothing else written). */
+static inline void ds_bf16_mst16(uint16_t *p, ds_v16 v, ds_cmask m) {
+#if DS_BF16_ROUND && defined(__AVX512VL__)
+    _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh((__m512)v));
+#else
+    float t[16];
+    const int64_t n = ds_cmask_lanes(m);
+    ds_st16(t, v);
+    for (int64_t j = 0; j < n; j++) p[j] = ds_to_bf16(t[j]);
+#endif
+}
+
+/* The residual's 16 values at row r, column j (float32 or bf16 rows). */
+static inline ds_v16 ds_res16(const ds_finish *fin, int64_t r, int64_t j, ds_cmask m) {
+    if (fin->rbf) return ds_bf16_mld16((const uint16_t *)fin->res + r * fin->ldr + j, m);
+    return ds_mld16((const float *)fin->res + r * fin->ldr + j, m);
+}
+
+/* 16 finished values to the row at dst (float32, or bf16 where ybf), column j. */
+static inline void ds_fin_st16(void *dst, int64_t j, ds_v16 v, ds_cmask m, const ds_finish *fin) {
+    if (fin->ybf) ds_bf16_mst16((uint16_t *)dst + j, v, m);
+    else ds_mst16((float *)dst + j, v, m);
+}
+
+/* The address of row r of a finished tile whose row 0 is at c, rows ldc values apart (bf16 values where ybf). */
+static inline void *ds_fin_row(float *c, int64_t r, int64_t ldc, const ds_finish *fin) {
+    return fin && fin->ybf ? (void *)((uint16_t *)c + r * ldc) : (void *)(c + r * ldc);
+}
+
+/* Row r of a tile: src's ncols values finished into dst (which may be src unless ybf), 16 columns at a time
+   (ds_act, as ds_conv.c's tiles finish theirs; a scalar loop here was 12% of resnet18's bf16 convolutions). */
+static inline void ds_finish_row(void *dst, const float *src, int64_t ncols, const ds_finish *fin, int64_t r) {
     for (int64_t j = 0; j < ncols; j += 16) {
         const ds_cmask m = ds_cmask16(ncols - j);
         ds_v16 v = ds_mld16(src + j, m);
         if (fin->bias) v += ds_mld16(fin->bias + j, m);
-        if (fin->res) v += ds_mld16(fin->res + r * fin->ldr + j, m);
-        ds_mst16(dst + j, ds_act(v, fin->act), m);
+        if (fin->res) v += ds_res16(fin, r, j, m);
+        ds_fin_st16(dst, j, ds_act(v, fin->act), m, fin);
     }
 }
+
+/* Whether the fast finish below reads bf16 residuals and stores bf16 rows in vectors (else such rows take
+   ds_finish_row). */
+#if DS_BF16_ROUND && defined(__AVX512VL__)
+#define DS_FIN_BF16_FAST 1
+#else
+#define DS_FIN_BF16_FAST 0
+#endif
 
 /* ds_finish_row for the rows of many tiles alike, its constants hoisted: a whole panel (32 columns) with a bias and
    a Relu or nothing after it keeps its bias in two registers and takes no masks. Why: on AMX a pass's products are
@@ -73,26 +137,40 @@ typedef struct {
 
 static inline ds_fast_finish ds_fast_finish_of(const ds_finish *fin, int64_t ncols) {
     ds_fast_finish f;
-    f.light = fin && ncols == 32 && (fin->act == DS_ACT_NONE || fin->act == DS_ACT_RELU);
+    f.light = fin && ncols == 32 && (fin->act == DS_ACT_NONE || fin->act == DS_ACT_RELU)
+              && (DS_FIN_BF16_FAST || (!fin->rbf && !fin->ybf));
     f.b0 = f.light && fin->bias ? ds_ld16(fin->bias) : (ds_v16){0};
     f.b1 = f.light && fin->bias ? ds_ld16(fin->bias + 16) : (ds_v16){0};
     f.lo = f.light && fin->act == DS_ACT_RELU ? 0.0f : -__builtin_inff();
     return f;
 }
 
-static inline void ds_finish_row_fast(float *dst, const float *src, int64_t ncols, const ds_finish *fin,
+static inline void ds_finish_row_fast(void *dst, const float *src, int64_t ncols, const ds_finish *fin,
                                       const ds_fast_finish *f, int64_t r) {
     if (!f->light) {
         ds_finish_row(dst, src, ncols, fin, r);
         return;
     }
     ds_v16 x0 = ds_ld16(src) + f->b0, x1 = ds_ld16(src + 16) + f->b1;
-    if (fin->res) {
-        x0 += ds_ld16(fin->res + r * fin->ldr);
-        x1 += ds_ld16(fin->res + r * fin->ldr + 16);
+    if (fin->res && fin->rbf) {
+        const uint16_t *res = (const uint16_t *)fin->res + r * fin->ldr;
+        x0 += ds_bf16_mld16(res, ds_cmask16(16));
+        x1 += ds_bf16_mld16(res + 16, ds_cmask16(16));
+    } else if (fin->res) {
+        const float *res = (const float *)fin->res + r * fin->ldr;
+        x0 += ds_ld16(res);
+        x1 += ds_ld16(res + 16);
     }
-    ds_st16(dst, ds_max16(f->lo, x0));
-    ds_st16(dst + 16, ds_max16(f->lo, x1));
+    x0 = ds_max16(f->lo, x0);
+    x1 = ds_max16(f->lo, x1);
+#if DS_FIN_BF16_FAST
+    if (fin->ybf) { /* 32 values rounded in one instruction, one 64-byte store */
+        _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh((__m512)x1, (__m512)x0));
+        return;
+    }
+#endif
+    ds_st16((float *)dst, x0);
+    ds_st16((float *)dst + 16, x1);
 }
 
 /* the geometry's scalars, as locals named like ds_conv.h's fields */

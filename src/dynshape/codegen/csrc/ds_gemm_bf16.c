@@ -49,23 +49,6 @@ static int64_t ds_bf16_calls;
 /* A fresh value per kernel call: the key under which a thread's converted rows are valid. */
 int64_t ds_bf16_epoch(void) { return __atomic_add_fetch(&ds_bf16_calls, 1, __ATOMIC_RELAXED); }
 
-/* x rounded to bf16 (the upper 16 bits of the float32 it stands for): nearest even; a denormal becomes a signed
-   zero and a NaN stays a (quiet) NaN, as VCVTNE2PS2BF16 does. */
-static inline uint16_t ds_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static inline float ds_from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 /* n floats as bf16 (for the packer and the tests: one definition of the rounding). */
 void ds_round_bf16(const float *restrict x, int64_t n, uint16_t *restrict out) {
     for (int64_t i = 0; i < n; i++) out[i] = ds_to_bf16(x[i]);
@@ -349,7 +332,8 @@ static void ds_bgemm_rows(const uint32_t *a, int64_t ls, int64_t k2, const uint1
     } else {                                                                                                 \
         _tile_stored(T0, tmp, 128); _tile_stored(T1, tmp + 16, 128);                                         \
         for (int64_t r = (r0); r < (r1); r++) {                                                              \
-            if (fin) ds_finish_row_fast(c + ((at) + r) * ldc, tmp + r * 32, ncols, fin, &fast, (at) + r);   \
+            if (fin) ds_finish_row_fast(ds_fin_row(c, (at) + r, ldc, fin), tmp + r * 32, ncols, fin, &fast, \
+                                        (at) + r);                                                             \
             else memcpy(c + ((at) + r) * ldc, tmp + r * 32, (size_t)ncols * 4);                               \
         }                                                                                                    \
     }
@@ -412,6 +396,15 @@ static void ds_bgemm_any(const uint32_t *a, int64_t ls, int amx, int64_t k2, con
 #else
     (void)amx;
 #endif
+    if (fin && fin->ybf) { /* bf16 rows out: the float32 sums through `tmp`, 32 rows at a time */
+        _Alignas(64) float tmp[32 * 32];
+        for (int64_t i = 0; i < m; i += 32) {
+            const int64_t rows = m - i < 32 ? m - i : 32;
+            ds_bgemm_rows(a + i * ls, ls, k2, panel, tmp, 32, rows, ncols);
+            for (int64_t r = 0; r < rows; r++) ds_finish_row(ds_fin_row(c, i + r, ldc, fin), tmp + r * 32, ncols, fin, i + r);
+        }
+        return;
+    }
     ds_bgemm_rows(a, ls, k2, panel, c, ldc, m, ncols);
     if (fin)
         for (int64_t r = 0; r < m; r++) ds_finish_row(c + r * ldc, c + r * ldc, ncols, fin, r);
@@ -458,24 +451,40 @@ void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel,
 /* The finish of a tile's rows p0.. at columns col0.. (NULL: nothing to apply). */
 static inline const ds_finish *ds_conv_fin(const int64_t *geo, int64_t p0, int64_t col0, const float *bias,
                                            const float *res, ds_finish *fin) {
-    const int64_t OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT];
-    if (!bias && !res && act == DS_ACT_NONE) return 0;
+    const int64_t OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT], at = p0 * OC + col0;
+    fin->rbf = res && geo[DS_CONV_RBF];
+    fin->ybf = geo[DS_CONV_YBF] != 0;
+    if (!bias && !res && act == DS_ACT_NONE && !fin->ybf) return 0;
     fin->bias = bias ? bias + col0 : 0;
-    fin->res = res ? res + p0 * OC + col0 : 0;
+    fin->res = !res ? 0 : fin->rbf ? (const void *)((const uint16_t *)res + at) : (const void *)(res + at);
     fin->ldr = OC;
     fin->act = act;
     return fin;
 }
 
+/* Where a tile's rows start in y: pixel p0, column col0 (bf16 values under geo[DS_CONV_YBF]), as the float pointer
+   the products take (ds_fin_row steps through it by the values' size). */
+static inline float *ds_conv_out(const int64_t *geo, float *y, int64_t p0, int64_t col0) {
+    const int64_t at = p0 * geo[DS_CONV_LDY] + col0;
+    return geo[DS_CONV_YBF] ? (float *)((uint16_t *)y + at) : y + at;
+}
+
+/* The emulated path's finish, in place on float32 rows: a bf16-stored output (geo[DS_CONV_YBF]) is kept as float32
+   values rounded to bf16, and inputs and residuals are read as float32 (the emulated build stores every value as
+   float32: the same values as the native build's bf16 storage, whose readers round their inputs anyway). */
 static void ds_conv_finish(const int64_t *geo, float *y, int64_t p0, int64_t rows, int64_t col0, int64_t ncols,
                            const float *bias, const float *res) {
     ds_finish f;
     const ds_finish *fin = ds_conv_fin(geo, p0, col0, bias, res, &f);
     if (!fin) return;
+    f.rbf = f.ybf = 0;
+    f.res = res ? (const void *)(res + p0 * geo[DS_CONV_OC] + col0) : 0;
     const int64_t LDY = geo[DS_CONV_LDY];
     for (int64_t r = 0; r < rows; r++) {
         float *o = y + (p0 + r) * LDY + col0;
         ds_finish_row(o, o, ncols, fin, r);
+        if (geo[DS_CONV_YBF])
+            for (int64_t j = 0; j < ncols; j++) o[j] = ds_from_bf16(ds_to_bf16(o[j]));
     }
 }
 
@@ -636,6 +645,42 @@ static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64
 }
 #endif
 
+/* ds_patches_bf16 for a bf16-stored input (geo[DS_CONV_XBF]: pixels of C bf16 values): copied as they lie (they
+   were rounded when stored), zeros for the padding: a window row inside the input (one group, undilated) as its
+   KW * CG contiguous values at once, else tap by tap. */
+static const uint32_t *ds_patches_from_bf16(const int64_t *geo, const uint16_t *x, int64_t p0, int64_t p1, int64_t g,
+                                            int64_t ls, int amx, int64_t ep) {
+    const int64_t KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW], CG = geo[DS_CONV_CG], K = KH * KW * CG;
+    const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], OH = geo[DS_CONV_OH];
+    const int64_t OW = geo[DS_CONV_OW], rows = p1 - p0, padded = ds_padded_rows(rows, amx);
+    const int whole_rows = geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1; /* a window row: KW * C contiguous values */
+    uint32_t *buf = ds_scratch_for(padded * ls * 4);
+    if (!buf) abort();
+    if (ds_memo_hit((const float *)(x + g * CG), rows, p0, K, 5 + 8 * ls + 4 * amx, ep)) return buf;
+    memset(buf + rows * ls, 0, (size_t)((padded - rows) * ls * 4));
+    for (int64_t p = p0; p < p1; p++) {
+        uint16_t *row = (uint16_t *)(buf + (p - p0) * ls);
+        const int64_t n = p / (OH * OW), oh = p % (OH * OW) / OW, ow = p % OW;
+        const uint16_t *img = x + n * H * W * C + g * CG;
+        const int64_t iw0 = ow * geo[DS_CONV_SW] - geo[DS_CONV_PL];
+        for (int64_t kh = 0; kh < KH; kh++) {
+            const int64_t ih = oh * geo[DS_CONV_SH] - geo[DS_CONV_PT] + kh * geo[DS_CONV_DH];
+            if (whole_rows && (uint64_t)ih < (uint64_t)H && iw0 >= 0 && iw0 + KW <= W) {
+                memcpy(row + kh * KW * CG, img + (ih * W + iw0) * C, (size_t)(KW * CG) * 2);
+                continue;
+            }
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const int64_t iw = ow * geo[DS_CONV_SW] - geo[DS_CONV_PL] + kw * geo[DS_CONV_DW];
+                uint16_t *dst = row + (kh * KW + kw) * CG;
+                if ((uint64_t)ih >= (uint64_t)H || (uint64_t)iw >= (uint64_t)W) memset(dst, 0, (size_t)CG * 2);
+                else memcpy(dst, img + (ih * W + iw) * C, (size_t)CG * 2);
+            }
+        }
+        memset(row + K, 0, (size_t)(2 * ls - K) * 2);
+    }
+    return buf;
+}
+
 static void ds_conv_tile2_bf16_of(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
                                   int64_t p0, int64_t p1, int64_t g, int64_t q, const float *restrict bias,
                                   const float *restrict res, int64_t ep, const ds_pre *pre) {
@@ -645,12 +690,14 @@ static void ds_conv_tile2_bf16_of(const int64_t *geo, const float *restrict x, c
     const int64_t panels = (OCG + 31) / 32;
     int amx;
     const int64_t ls = ds_pair_stride(K, p1 - p0, &amx);
-    const uint32_t *a = ds_patches_bf16(geo, x, p0, p1, g, ls, amx, ep, pre);
+    if (geo[DS_CONV_XBF] && pre) abort(); /* a prologue reads float32 (conv_storage admits no such reader) */
+    const uint32_t *a = geo[DS_CONV_XBF] ? ds_patches_from_bf16(geo, (const uint16_t *)x, p0, p1, g, ls, amx, ep)
+                                         : ds_patches_bf16(geo, x, p0, p1, g, ls, amx, ep, pre);
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const int64_t ncols = OCG - qq * 32 < 32 ? OCG - qq * 32 : 32, col0 = g * OCG + qq * 32;
         ds_finish f;
-        ds_bgemm_any(a, ls, amx, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, y + p0 * LDY + col0, LDY,
-                     p1 - p0, ncols, ds_conv_fin(geo, p0, col0, bias, res, &f));
+        ds_bgemm_any(a, ls, amx, k2, (const uint16_t *)bp + (g * panels + qq) * k2 * 64, ds_conv_out(geo, y, p0, col0),
+                     LDY, p1 - p0, ncols, ds_conv_fin(geo, p0, col0, bias, res, &f));
     }
 #else
     (void)geo; (void)x; (void)bp; (void)y; (void)p0; (void)p1; (void)g; (void)q; (void)bias; (void)res; (void)ep;

@@ -20,7 +20,7 @@ from dynshape.codegen.clib import I64 as C_I64
 from dynshape.codegen.clib import P, declare
 from dynshape.codegen.kir import i64
 from dynshape.codegen.library import register_helper
-from dynshape.codegen.lower import conv_amx
+from dynshape.codegen.lower import conv_amx, conv_storage
 from dynshape.codegen.lower.deconv import lower_deconv
 from dynshape.codegen.lower.operands import computable, operands
 from dynshape.codegen.lower.product import AMX_TILING, epilogue_loop
@@ -40,7 +40,6 @@ BLOCK_ALIGN = 6  # blocks start at multiples of the two-panel micro-tile's pixel
 MIN_TILES_PER_THREAD = 4
 BLOCK_MAJOR_BYTES = 256 << 10  # packed weights up to this size: tiles in block-major order (see _implicit_gemm)
 AMX_BLOCK_MAJOR_BYTES = 2 << 20  # the same for bf16 weights on AMX tiles
-
 
 
 _call = kir.call_void
@@ -196,7 +195,8 @@ def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = 
         "ACT": i64(act),
         # NPIX, the output pixels of the call: a pair's last block (p1 == NPIX) prefetches the next pair's weights
         "NPIX": kir.product([E["N"], E["OH"], E["OW"]]) if npix is None else npix,
-        "WREST": i64(0)}  # the conv's own packed weights
+        "WREST": i64(0),  # the conv's own packed weights
+        "XBF": i64(0), "YBF": i64(0), "RBF": i64(0)}  # float32 input, output, residual (conv_storage.flag_stores)
     body: list[kir.Stmt] = [kir.Array(geo_buf, len(cshared.CONV_GEO))]
     for i, k in enumerate(cshared.CONV_GEO):
         body.append(kir.Store(geo_buf, i64(i), fields[k] if k in fields else E[k] if k in E else i64(geo[k])))
@@ -297,7 +297,7 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
     if pro_args and not bf16.active(ctx.options):
         raise Unsupported("a conv prologue outside bf16 (rules.match_conv_prologue admits none)")
     bn = kir.Buffer(f"i{2 + len(ops.buffers) + len(pro_bufs)}")  # the narrow or padded weights, where taken
-    body, direct = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args, bn)
+    body, direct, storage = _implicit_gemm_body(cv, ctx, geo, ops, E, x, bp, o0, pro_args, bn, ctx.bf16_values)
     narrow = (PackedWeight(cv.weight, layout={"narrow": "conv_narrow_bf16", "padded": "conv_bf16_cpad"}[direct]),) \
         if direct in ("narrow", "padded") else ()
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops.buffers, *pro_bufs, *((bn,) if narrow else ())),
@@ -310,10 +310,11 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
                      "finds none)"}.get(direct, "implicit GEMM on packed weights")
     if pro_args:
         how += "; its input's per-channel scale, shift and Relu applied as its rows are rounded"
+    how += conv_storage.describe(storage)
     return Lowered(kernel, cv.outputs, (cv.inputs[0], _direct_weight(cv, ctx, geo), *ops.ptrs, *pro_names, *narrow),
                    needs=("conv", "packed_gemm", "packed_gemm_bf16", *(("conv_amx",) if direct else ()))
                    if low else ("conv",), row_stride=True,
-                   method=f"{how}; {bf16.method(ctx.options)}" if low else how)
+                   method=f"{how}; {bf16.method(ctx.options)}" if low else how, storage=storage)
 
 
 def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
@@ -323,14 +324,16 @@ def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
 
 
 def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir.Buffer, bp: kir.Buffer,
-                        o0: kir.Buffer, pro_args: tuple = (), bn: kir.Buffer | None = None
-                        ) -> tuple[list[kir.Stmt], str | None]:
+                        o0: kir.Buffer, pro_args: tuple = (), bn: kir.Buffer | None = None,
+                        bf16_values: frozenset[str] | None = None
+                        ) -> tuple[list[kir.Stmt], str | None, conv_storage.Storage | None]:
     """The whole call as an implicit GEMM: input x, packed weights bp (_direct_weight), output o0; E with "LD".
     And whether its taps are read from a padded copy on AMX tiles where the call finds them (conv_amx): "direct"
     (a multiple of 16 channels, stride 1), "padded" (other channels past 8, stride 1: the copy's pixels padded with
     zero channels to 16s, the weights bn packed "conv_bf16_cpad" alike), "narrow" (at most 8 channels, any stride:
     the weights bn, packed "conv_narrow_bf16"), bn an input of the kernel then; None; the implicit GEMM kept for a
-    call that finds none."""
+    call that finds none. And (`bf16_values` given: the kernel's own body, not Winograd's fallback) which of its
+    values it can take stored as bf16 and takes so (conv_storage)."""
     node, oc, cg, ocg = cv.node, geo["OC"], geo["CG"], geo["OCG"]
     zeros = kir.Buffer("zeros", kir.F32, const=False)
     bias, act, res = _finish_in_tiles(cv, ctx, ops, residual=True)
@@ -421,10 +424,16 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
     kind = "direct" if conv_amx.fits(geo, ctx.options) else \
         "narrow" if bn is not None and conv_amx.narrow_fits(geo, ctx.options) else \
         "padded" if bn is not None and conv_amx.padded_fits(geo, ctx.options) else None
-    if kind is None or epilogue(i64(0), i64(0), i64(0), i64(0)) or pro_args:
+    finished = not epilogue(i64(0), i64(0), i64(0), i64(0))
+    gathered_only = kind is None or not finished or bool(pro_args)
+    storage = None if not low or bf16_values is None or (kind == "narrow" and not gathered_only) else \
+        conv_storage.storage_of(None if pro_args else cv.inputs[0], cv.outputs[0] if finished else None, res,
+                                bf16_values)  # bf16 storage: the gathered and the direct tiles, not the narrow ones
+    body += conv_storage.flag_stores(geo_buf, storage)
+    if gathered_only:
         if kind == "narrow" and bf16_too_narrow(geo, ctx.options.bf16_min_conv_macs):
             raise _GatheredInstead
-        return body + gathered, None
+        return body + gathered, None, storage
     xp = kir.Buffer("xp", kir.F32, const=False)
     if kind == "direct":  # AMX, stride 1, whole tiles of channels: the taps read from a padded bf16 copy per call
         fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par)
@@ -432,6 +441,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
             geo_buf, xp, bp, o0, p0, p1, q, bias_arg, res_arg)), free]
     elif kind == "padded":  # the same, the copy's pixels padded with zero channels to 16s (weights bn alike)
         geo_p, made = _geo_array(conv_amx.padded_geometry(geo), E, act, name="geo_p")
+        made += conv_storage.flag_stores(geo_p, storage)
         fill, free = conv_amx.padded(geo_p, x, E["N"], E["N"] * (E["OH"] + (geo["KH"] - 1)), xp, par,
                                      from_channels=geo["C"])
         direct = [*made, *fill, *tiles(conv_amx.rows(geo_p, E["N"]), lambda p0, p1, gi, q: conv_amx.tile(
@@ -441,7 +451,7 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
         fill, free = conv_amx.padded(geo_buf, x, E["N"], E["N"] * rows_each, xp, par, narrow=True)
         direct = [*fill, *tiles(conv_amx.narrow_rows(geo_buf, E["N"]), lambda p0, p1, gi, q: conv_amx.narrow_tile(
             geo_buf, xp, bn, o0, p0, p1, q, bias_arg, res_arg)), free]
-    return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], kind
+    return [*body, kir.If(conv_amx.on_tiles(), tuple(direct), tuple(gathered))], kind, storage
 
 
 # tiles per chunk of ds_wino_f2 / ds_wino_f4 (ds_shared.h's DS_WINO_TILES, DS_WINO4_TILES): a chunk's V and M stay
@@ -685,9 +695,6 @@ def _depthwise_loops(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, wt, *ops.buffers), tuple(body), ctx.symbols)
     return Lowered(kernel, cv.outputs, (node.inputs[0], PackedWeight(cv.weight, layout="taps"), *ops.ptrs),
                    method="depthwise: a loop nest per pixel (few channels)")
-
-
-
 
 
 PWDW_SCRATCH_BYTES = 512 << 10  # a chunk's rows of the expanded map: they and the depthwise's reads stay in L2
