@@ -60,3 +60,20 @@ def test_a_header_change_is_a_new_build_key(monkeypatch: pytest.MonkeyPatch) -> 
     before = cc._cache_key("int x;", [], [], "gcc 12")
     monkeypatch.setattr(cc, "csrc_digest", lambda: "0" * 64)  # as if a header had changed
     assert cc._cache_key("int x;", [], [], "gcc 12") != before
+
+
+# the bf16 libraries and the conv libraries they share headers with, built for CPUs without AVX512-BF16 (AVX-512
+# alone; AVX2): their native paths compile away, and what stays must compile and link (a helper defined only under
+# the native #if and called outside it left ds_gemm_bf16.c without a symbol there). -Wno-psabi: AVX-512 vector
+# types passed without AVX-512 warn about the ABI in every file, a note about GCC 4.6, not a bug.
+OTHER_CPUS = ["-march=skylake-avx512", "-march=x86-64-v3"]
+
+
+@pytest.mark.parametrize("name", ["ds_gemm_bf16.c", "ds_conv_amx.c", "ds_conv_dw_wino.c"])
+@pytest.mark.parametrize("march", OTHER_CPUS)
+def test_the_bf16_libraries_compile_for_cpus_without_it(name: str, march: str, tmp_path: Path) -> None:
+    flags = [f for f in cc.DEFAULT_FLAGS if not f.startswith("-march")]
+    proc = subprocess.run([*cc.find_compiler(), *flags, march, *STRICT, "-Wno-psabi", "-fopenmp",
+                           *cc.include_flags(), str(cc.CSRC / name), "-o", str(tmp_path / "x.so")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -643,7 +643,6 @@ static const uint32_t *ds_patches_bf16(const int64_t *geo, const float *x, int64
     }
     return buf;
 }
-#endif
 
 /* ds_patches_bf16 for a bf16-stored input (geo[DS_CONV_XBF]: pixels of C bf16 values): copied as they lie (they
    were rounded when stored), zeros for the padding: a window row inside the input (one group, undilated) as its
@@ -666,20 +665,21 @@ static const uint32_t *ds_patches_from_bf16(const int64_t *geo, const uint16_t *
         for (int64_t kh = 0; kh < KH; kh++) {
             const int64_t ih = oh * geo[DS_CONV_SH] - geo[DS_CONV_PT] + kh * geo[DS_CONV_DH];
             if (whole_rows && (uint64_t)ih < (uint64_t)H && iw0 >= 0 && iw0 + KW <= W) {
-                memcpy(row + kh * KW * CG, img + (ih * W + iw0) * C, (size_t)(KW * CG) * 2);
+                ds_copy_bf16(row + kh * KW * CG, img + (ih * W + iw0) * C, KW * CG);
                 continue;
             }
             for (int64_t kw = 0; kw < KW; kw++) {
                 const int64_t iw = ow * geo[DS_CONV_SW] - geo[DS_CONV_PL] + kw * geo[DS_CONV_DW];
                 uint16_t *dst = row + (kh * KW + kw) * CG;
                 if ((uint64_t)ih >= (uint64_t)H || (uint64_t)iw >= (uint64_t)W) memset(dst, 0, (size_t)CG * 2);
-                else memcpy(dst, img + (ih * W + iw) * C, (size_t)CG * 2);
+                else ds_copy_bf16(dst, img + (ih * W + iw) * C, CG);
             }
         }
         memset(row + K, 0, (size_t)(2 * ls - K) * 2);
     }
     return buf;
 }
+#endif
 
 static void ds_conv_tile2_bf16_of(const int64_t *geo, const float *restrict x, const void *bp, float *restrict y,
                                   int64_t p0, int64_t p1, int64_t g, int64_t q, const float *restrict bias,
