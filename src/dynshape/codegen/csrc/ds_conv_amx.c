@@ -90,8 +90,8 @@ static void ds_narrow_copy(uint16_t *dst, const uint16_t *src, int64_t pixels, i
         memcpy(dst, src, (size_t)(pixels * C) * 2);
         return;
     }
-    for (int64_t p = 0; p < pixels; p++) {
-        memcpy(dst + p * Cp, src + p * C, (size_t)C * 2);
+    for (int64_t p = 0; p < pixels; p++) { /* (inline: a memcpy call a pixel costs more than its few values) */
+        ds_copy_bf16(dst + p * Cp, src + p * C, C);
         memset(dst + p * Cp + C, 0, (size_t)(Cp - C) * 2);
     }
 }

@@ -401,7 +401,8 @@ static void ds_bgemm_any(const uint32_t *a, int64_t ls, int amx, int64_t k2, con
         for (int64_t i = 0; i < m; i += 32) {
             const int64_t rows = m - i < 32 ? m - i : 32;
             ds_bgemm_rows(a + i * ls, ls, k2, panel, tmp, 32, rows, ncols);
-            for (int64_t r = 0; r < rows; r++) ds_finish_row(ds_fin_row(c, i + r, ldc, fin), tmp + r * 32, ncols, fin, i + r);
+            for (int64_t r = 0; r < rows; r++)
+                ds_finish_row(ds_fin_row(c, i + r, ldc, fin), tmp + r * 32, ncols, fin, i + r);
         }
         return;
     }
