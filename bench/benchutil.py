@@ -105,6 +105,18 @@ def steady(calls: dict, feed: dict, n: int = 40) -> None:
                 wait(120)
 
 
+def option_value(text: str):
+    """A command line's NAME=VALUE value as an Options field wants it: an int, a bool (true / false), else the
+    string (step_profile.py's and option_ab.py's --option)."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def cpu_model() -> str:
     """The CPU's model name and the ISA flags that decide which kernels run (every figure names its CPU)."""
     name, flags = "unknown CPU", set()

@@ -18,18 +18,8 @@ import argparse
 
 import numpy as np
 
-from benchutil import cpu_model, limit_threads, time_interleaved
+from benchutil import cpu_model, limit_threads, option_value, time_interleaved
 from zoo_models import BY_NAME
-
-
-def _value(text: str):
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def main() -> None:
@@ -44,10 +34,10 @@ def main() -> None:
     name, _, text = args.option.partition("=")
     import dynshape as ds
 
-    print(f"CPU: {cpu_model()}; A: {name}={_value(text)}, B: default; precision {args.precision}")
+    print(f"CPU: {cpu_model()}; A: {name}={option_value(text)}, B: default; precision {args.precision}")
     for model in args.models.split(","):
         m = BY_NAME[model]
-        exes = {"A": ds.compile(ds.load_onnx(m.path()), precision=args.precision, **{name: _value(text)}),
+        exes = {"A": ds.compile(ds.load_onnx(m.path()), precision=args.precision, **{name: option_value(text)}),
                 "B": ds.compile(ds.load_onnx(m.path()), precision=args.precision)}
         for threads in (int(t) for t in args.threads.split(",")):
             limit_threads(threads)

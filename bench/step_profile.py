@@ -26,19 +26,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from benchutil import limit_threads
+from benchutil import limit_threads, option_value
 from bf16_bench import SHAPES
-
-
-def _option_value(text: str):
-    """--option's value as the field wants it: an int, a bool (true / false), else the string."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def median_time(fn, reps: int) -> float:
@@ -127,7 +116,7 @@ def main() -> None:
             raise SystemExit(f"{zm.name}: probes are {labels}")
         feed, path, dims, name = zm.make_feed(labels.index(args.shape)), zm.path(), None, zm.name
     path = args.file or path
-    options = {k: _option_value(v) for k, v in (o.split("=", 1) for o in args.option)}
+    options = {k: option_value(v) for k, v in (o.split("=", 1) for o in args.option)}
     exe = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=args.precision, **options)
     limit_threads(args.threads)  # compiling loaded dynshape's OpenMP runtime: limit it too
     whole = median_time(lambda: exe.run(feed), args.reps)
