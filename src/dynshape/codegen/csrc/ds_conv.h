@@ -15,9 +15,8 @@
    output pixels in all (N * OH * OW: which block is a pair's last); WREST, the packed weight floats from bp on
    that the caller's tiles run through (0: the conv's own, G * panels * K * 32); XBF, YBF, RBF: 1 where the input,
    the output or the residual is stored as bf16 (the bf16 tiles only: codegen/lower/conv_storage.py), else 0. The
-   fields' order, DS_ACT_*, and
-   DS_CONV_ROWS (output pixels per block: a multiple of every micro-tile height) come from ds_shared.h, generated
-   from codegen/cshared.py, which the lowerings read too. */
+   fields' order, DS_ACT_*, and DS_CONV_ROWS (output pixels per block: a multiple of every micro-tile height) come
+   from ds_shared.h, generated from codegen/cshared.py, which the lowerings read too. */
 #include "ds_shared.h"
 
 /* y[p][g * OCG + q * 32 + j] = sum_k x[...] * w[...] for the flat output pixels p0 <= p < p1 (p = (n * OH + ho)

@@ -172,13 +172,10 @@ static inline int64_t ds_live_rows(int64_t v, int64_t n, int64_t per, int64_t ou
    for, finished: bias, residual, activation. */
 static void ds_conv_amx_store(const int64_t *geo, float *y, int64_t v, int64_t rows, int64_t v1, int64_t col0,
                               int64_t ncols, const float *bias, const float *res, const float *tmp) {
-    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
+    const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], LDY = geo[DS_CONV_LDY];
     int64_t hp, wp;
     ds_padded_map(geo, &hp, &wp);
-    const int rbf = res && geo[DS_CONV_RBF], ybf = geo[DS_CONV_YBF] != 0; /* bf16 storage: ds_conv_common.h */
-    ds_finish fin = {bias ? bias + col0 : 0,
-                     !res ? 0 : rbf ? (const void *)((const uint16_t *)res + col0) : (const void *)(res + col0),
-                     OC, geo[DS_CONV_ACT], rbf, ybf};
+    const ds_finish fin = ds_finish_at(geo, bias, res, col0, col0); /* (rows: output pixels, OC apart) */
     const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
     int64_t img = v / (hp * wp), oh = v % (hp * wp) / wp, ow = v % wp;
     if (v + rows > v1) rows = v1 - v;
@@ -299,7 +296,7 @@ void ds_conv_amx_narrow_tile2(const int64_t *geo, const uint16_t *restrict xp, c
     for (int64_t qq = q; qq < q + 2 && qq < panels; qq++) {
         const uint8_t *panel = (const uint8_t *)bn + qq * KH * 16 * 128;
         const int64_t col0 = qq * 32, ncols = OC - col0 < 32 ? OC - col0 : 32;
-        const ds_finish fin = {bias ? bias + col0 : 0, res ? res + col0 : 0, OC, geo[DS_CONV_ACT], 0, 0};
+        const ds_finish fin = ds_finish_at(geo, bias, res, col0, col0); /* (float32: no flags, checked above) */
         const ds_fast_finish fast = ds_fast_finish_of(&fin, ncols);
         const int narrow = ncols <= 16;
         for (int64_t v = v0; v < v1; v += 32) {

@@ -55,6 +55,17 @@ typedef struct {
     int rbf, ybf;
 } ds_finish;
 
+/* The finish of a tile's rows under geo (its activation and bf16 storage flags): the bias from column col0, the
+   residual from `at` values into res (bf16 values under geo[DS_CONV_RBF]), rows geo's OC apart. */
+static inline ds_finish ds_finish_at(const int64_t *geo, const float *bias, const float *res, int64_t col0,
+                                     int64_t at) {
+    const int rbf = res && geo[DS_CONV_RBF];
+    ds_finish f = {bias ? bias + col0 : 0,
+                   !res ? 0 : rbf ? (const void *)((const uint16_t *)res + at) : (const void *)(res + at),
+                   geo[DS_CONV_OC], geo[DS_CONV_ACT], rbf, geo[DS_CONV_YBF] != 0};
+    return f;
+}
+
 /* How many lanes a column mask holds (ds_cmask16's masks are a run of the first lanes). */
 static inline int64_t ds_cmask_lanes(ds_cmask m) {
 #ifdef __AVX512F__
@@ -152,7 +163,8 @@ static inline void ds_finish_row_fast(void *dst, const float *src, int64_t ncols
         return;
     }
     ds_v16 x0 = ds_ld16(src) + f->b0, x1 = ds_ld16(src + 16) + f->b1;
-    if (fin->res && fin->rbf) {
+    if (fin->res && fin->rbf) { /* (not ds_res16: its branch and masks per load cost light_resnet50's bf16 call
+                                    ~5%, bench/step_profile.py, 1 thread) */
         const uint16_t *res = (const uint16_t *)fin->res + r * fin->ldr;
         x0 += ds_bf16_mld16(res, ds_cmask16(16));
         x1 += ds_bf16_mld16(res + 16, ds_cmask16(16));

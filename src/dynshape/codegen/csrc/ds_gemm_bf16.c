@@ -452,15 +452,8 @@ void ds_gemm_panel_bf16(const float *restrict a, int64_t lda, const void *panel,
 /* The finish of a tile's rows p0.. at columns col0.. (NULL: nothing to apply). */
 static inline const ds_finish *ds_conv_fin(const int64_t *geo, int64_t p0, int64_t col0, const float *bias,
                                            const float *res, ds_finish *fin) {
-    const int64_t OC = geo[DS_CONV_OC], act = geo[DS_CONV_ACT], at = p0 * OC + col0;
-    fin->rbf = res && geo[DS_CONV_RBF];
-    fin->ybf = geo[DS_CONV_YBF] != 0;
-    if (!bias && !res && act == DS_ACT_NONE && !fin->ybf) return 0;
-    fin->bias = bias ? bias + col0 : 0;
-    fin->res = !res ? 0 : fin->rbf ? (const void *)((const uint16_t *)res + at) : (const void *)(res + at);
-    fin->ldr = OC;
-    fin->act = act;
-    return fin;
+    *fin = ds_finish_at(geo, bias, res, col0, p0 * geo[DS_CONV_OC] + col0);
+    return bias || res || fin->act != DS_ACT_NONE || fin->ybf ? fin : 0;
 }
 
 /* Where a tile's rows start in y: pixel p0, column col0 (bf16 values under geo[DS_CONV_YBF]), as the float pointer

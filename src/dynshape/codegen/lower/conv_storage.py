@@ -75,12 +75,8 @@ def choose(kernels: Iterable[tuple[Lowered | None, tuple[str, ...]]], graph_outp
 
 def confirmed(lk: Lowered, chosen: frozenset[str]) -> bool:
     """Whether a kernel lowered with `chosen` takes exactly its values in `chosen` as bf16 (its reads and its
-    output), so that a writer and its readers agree on every value."""
+    output, and nothing else), so that a writer and its readers agree on every value."""
     st = lk.storage
-    want = [v in chosen for v in lk.outputs]
-    if st is None:
-        return not any(want) and not any(v in chosen for v in lk.inputs if isinstance(v, str))
-    for v in (*lk.outputs, *(u for u in lk.inputs if isinstance(u, str))):
-        if v in chosen and v not in [u for u, on in zip((st.x, st.y, st.r), st.applied, strict=True) if on]:
-            return False
-    return all(not on or u in chosen for u, on in zip((st.x, st.y, st.r), st.applied, strict=True))
+    taken = set() if st is None else {v for v, on in zip((st.x, st.y, st.r), st.applied, strict=True) if on}
+    touched = (*lk.outputs, *(v for v in lk.inputs if isinstance(v, str)))
+    return taken <= chosen and all(v in taken for v in touched if v in chosen)
