@@ -211,6 +211,10 @@ class Options:
             raise DynshapeError(f"over_budget={self.over_budget!r}: choose 'error' or 'refuse_calls'")
         if self.hot_calls < 1 or self.hot_window < 1 or not 0.0 <= self.hot_share <= 1.0 or self.arenas < 1:
             raise DynshapeError("hot_calls, hot_window and arenas must be >= 1 and hot_share in [0, 1]")
+        for f in fields(self):  # a switch is True or False: a string ("false" from a config) would read as on
+            v = getattr(self, f.name)
+            if isinstance(f.metadata["default"], bool) and not isinstance(v, bool):
+                raise DynshapeError(f"{f.name}={v!r}: expected True or False")
         if isinstance(self.plan_cache, bool) or not isinstance(self.plan_cache, int) or self.plan_cache < 0:
             raise DynshapeError(f"plan_cache={self.plan_cache!r}: must be an int >= 0 (0: plans are not kept)")
         for name in ("max_rank_variants", "max_branch_variants"):

@@ -595,3 +595,12 @@ def test_bf16_products_fuse_the_tree_layernorm() -> None:
         exe = ds.compile(ds.load_onnx(model), precision=precision)
         srcs = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "product" and "LayerNorm" in s.name]
         assert srcs and all(fn in src for src in srcs), precision
+
+
+@pytest.mark.parametrize("name", ["bf16_storage", "amx_direct_conv", "fuse"])
+@pytest.mark.parametrize("bad", ["false", 0, 1, None])
+def test_a_switch_that_is_not_true_or_false_is_refused_by_name(name, bad) -> None:
+    """A string ("false" from a config file) would read as on: every bool option takes True or False only."""
+    with pytest.raises(DynshapeError, match=f"{name}=.*True or False"):
+        Options(**{name: bad})
+    assert getattr(Options(**{name: False}), name) is False
