@@ -75,8 +75,16 @@ def _wide_vectors() -> tuple[str, ...]:
 
 # gcc's GNU C modes already contract a*b+c into FMA (-ffp-contract=fast is the default outside ISO modes);
 # -fno-math-errno lets sqrtf & co. vectorise.  No -ffast-math: it would break NaN/Inf semantics of ONNX ops.
+# -fno-trapping-math: no code here reads or traps on floating-point exception flags, and without AVX-512's masked
+# operations gcc refuses to if-convert a select whose arm computes (`x != x ? x : y`, `x < c ? 0 : p * s`, in
+# every ds_expf / ds_erff / ds_tanhf and many epilogues) lest the unselected lane raise a flag: on an AVX2 CPU
+# (AMD EPYC Zen 3) no loop calling them vectorised. Results are the same (no reassociation, NaN/Inf kept).
+# -Wno-psabi: without AVX-512, every 64-byte vector (ds_simd.h's ds_v16) passed or returned by value draws GCC's
+# note that the ABI changed in GCC 4.6; those are static inline helpers, never called across an ABI boundary, and
+# the note (which a #pragma cannot silence) failed every -Werror build on an AVX2-only CPU (AMD EPYC, Zen 3).
 DEFAULT_FLAGS: tuple[str, ...] = (
-    "-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", *_wide_vectors()
+    "-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math", "-Wno-psabi",
+    *_wide_vectors(),
 )
 _FORMAT = "dynshape-cc-2"  # bump to invalidate every disk entry when the layout or key changes
 CSRC = Path(__file__).resolve().parent / "csrc"  # the static C every build may #include (-I)

@@ -453,9 +453,10 @@ static void ds_conv_few(const int64_t *geo, const float *restrict x, const float
 void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
                    const float *restrict zeros, int64_t p0, int64_t p1, int64_t g, int64_t q,
                    const float *restrict bias, const float *restrict res) {
-    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], OCG = geo[DS_CONV_OCG];
-    const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
-    const int64_t ncols = OCG - (q + 1) * 32 < 32 ? OCG - (q + 1) * 32 : 32; /* the second panel's */
+    const int64_t OCG = geo[DS_CONV_OCG], panels = (OCG + 31) / 32;
+#if DS_MR > 4
+    const int64_t CG = geo[DS_CONV_CG];
+#endif
 #ifdef __AVX512F__
     if (OCG <= DS_FEW_OC && CG <= DS_FEW_MAX_C && geo[DS_CONV_G] == 1 && geo[DS_CONV_KH] == 1 && geo[DS_CONV_KW] == 1
         && geo[DS_CONV_SH] == 1 && geo[DS_CONV_SW] == 1 && geo[DS_CONV_OH] == geo[DS_CONV_H]
@@ -467,6 +468,8 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
     /* also for few input channels, where one panel takes the runs path: over two panels the per-tap loop is
        faster (tile sweep: the 3 -> 64 7x7 stem 107 -> 156 GFLOP/s, 16 -> 64 3x3 181 -> 194) */
 #if DS_MR > 4
+    const int64_t LDY = geo[DS_CONV_LDY], K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG;
+    const int64_t ncols = OCG - (q + 1) * 32 < 32 ? OCG - (q + 1) * 32 : 32; /* the second panel's */
     if (q + 1 < panels && ncols > 16) {
         const float *xg = x + g * CG, *panel = bp + (g * panels + q) * K * 32;
         float *yq = y + g * OCG + q * 32;

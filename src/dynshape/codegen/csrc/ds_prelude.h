@@ -88,22 +88,27 @@ static inline float ds_exp_normal(float x) {
 }
 
 /* exp of x <= 0 (softmax after subtracting the row maximum): one 2^n scale instead of two, and results that
-   would be subnormal (x < -87.3, below 1.2e-38 next to the row maximum's 1) are flushed to zero. */
+   would be subnormal (x < -87.3, below 1.2e-38 next to the row maximum's 1) are flushed to zero. The flush zeroes
+   the scale, not the result: `x < -87.3 ? 0 : exp(max(x, -87.3))` let gcc (if-converting under
+   -fno-trapping-math) drop the clamp as dead for the zeroed lanes and compute the subnormal p * 2^-126 there,
+   a microcode assist per lane on Intel; a scale of 0 keeps the clamp live (it decides -inf's 0, not NaN). */
 static inline float ds_expf_nonpos(float x) {
-    float y = ds_exp_normal(x < -87.3f ? -87.3f : x);
-    y = x < -87.3f ? 0.0f : y;
+    float n, p = ds_exp_poly(x < -87.3f ? -87.3f : x, &n);
+    const int32_t scale = x < -87.3f ? 0 : ((int32_t)n + 127) << 23;
+    const float y = p * ds_bits_to_float(scale);
     return x != x ? x : y;
 }
 
-/* The logistic 1 / (1 + e^-x), as SiLU / Swish epilogues use it (YOLO, EfficientNet, MobileViT). e^-x is taken
-   on -x clamped to [-87.3, 87.3], so one 2^n scale and no subnormal / overflow branches: for x > 87.3 the result
-   is 1 either way; for x < -87.3 it is 1/(1 + e^87.3) ~ 1.27e-38 where the exact value is below that, an
-   absolute difference under 1.3e-38, and never a subnormal (whose every later use, SiLU's product by x, would
-   take a microcode assist). NaN propagates through the polynomial. 1.3x faster than ds_expf's form on Zen 4. */
+/* The logistic, as SiLU / Swish epilogues use it (YOLO, EfficientNet, MobileViT): e = e^-|x| by ds_expf_nonpos,
+   then 1 / (1 + e) for x >= 0 and e / (1 + e) below. No subnormal operation or result: e^-|x| is 0 below
+   e^-87.3 (the exact logistic there is below 1.3e-38, at most that far from the 0 returned) and normal above it
+   (a subnormal's every later use, SiLU's product by x, would take a microcode assist). The former form,
+   1 / (1 + e^-x) with -x clamped to [-87.3, 87.3], let gcc fold the clamped lanes to a constant and compute the
+   unclamped 1 / (1 + e^88) beside it, a subnormal, once selects if-convert (-fno-trapping-math). NaN propagates
+   (ds_expf_nonpos keeps it, and NaN >= 0 is false). */
 static inline float ds_sigmoidf(float x) {
-    float t = -x;
-    t = t < -87.3f ? -87.3f : (t > 87.3f ? 87.3f : t);
-    return 1.0f / (1.0f + ds_exp_normal(t));
+    const float e = ds_expf_nonpos(-fabsf(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 
 static inline float ds_erff(float x) {

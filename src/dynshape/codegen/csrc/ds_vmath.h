@@ -95,11 +95,10 @@ static inline ds_v16 ds_expf_nonpos16_bf16(ds_v16 x) {
         const float xc = x[l] < -87.3f ? -87.3f : x[l];
         const float n = (xc * DS_EXP_LOG2E + DS_EXP_ROUND) - DS_EXP_ROUND, r = xc - n * DS_EXP_BF16_LN2;
         const float p = (((DS_EXP_BF16_P4 * r + DS_EXP_BF16_P3) * r + DS_EXP_BF16_P2) * r + DS_EXP_BF16_P1) * r + 1.0f;
-        const int32_t bits = ((int32_t)n + 127) << 23;
+        const int32_t bits = x[l] < -87.3f ? 0 : ((int32_t)n + 127) << 23; /* flushed by a 0 scale: ds_expf_nonpos */
         float scale;
         __builtin_memcpy(&scale, &bits, 4);
-        const float e = p * scale;
-        y[l] = x[l] != x[l] ? x[l] : (x[l] < -87.3f ? 0.0f : e);
+        y[l] = x[l] != x[l] ? x[l] : p * scale;
     }
     return y;
 }
