@@ -115,12 +115,53 @@
         DS_ROWS##MR(STORE)                                                                                   \
     }
 #define DS_NO_PREFETCH(b)
+#ifdef __AVX512F__
 #define DS_CONV_MICRO(MR)                                                                                   \
     DS_CONV_MICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE, DS_NO_PREFETCH,    \
                      DS_FIN_2)
 #define DS_CONV_NMICRO(MR)                                                                                  \
     DS_CONV_MICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_LOAD_B1, DS_NCROW_FMA, DS_NCROW_STORE,                \
                      DS_NO_PREFETCH, DS_FIN_1)
+#else
+/* Without AVX-512 the multiply-adds run on the machine's 8-float vectors (ds_simd.h's ds_v8: a 64-byte ds_v16
+   lives in memory there), one 16-column half of the tile at a time (MR rows x 2 vectors: 8 accumulators at 4
+   rows), each half then joined into the ds_v16 the finish and the store take. Each lane sums in the same order
+   as the AVX-512 kernel's (taps, then channels, one chain). */
+#define DS_HACC_ZERO(r) ds_v8 g##r##0 = {0}, g##r##1 = {0};
+#define DS_HFMA(r) { const float v = a##r[c]; g##r##0 += v * h0; g##r##1 += v * h1; }
+#define DS_HTO0(r) c##r##0 = ds_join8(g##r##0, g##r##1);
+#define DS_HTO1(r) c##r##1 = ds_join8(g##r##0, g##r##1);
+#define DS_CONV_HALF(MR, HALF, TO)                                                                          \
+    {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
+        for (int64_t kh = 0; kh < KH; kh++)                                                                 \
+            for (int64_t kw = 0; kw < KW; kw++) {                                                           \
+                DS_ROWS##MR(DS_CROW_PTR)                                                                     \
+                const float *b = bp + (kh * KW + kw) * CG * 32 + (HALF) * 16;                               \
+                _Pragma("GCC unroll 4")                                                                     \
+                for (int64_t c = 0; c < CG; c++) {                                                          \
+                    const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8);                       \
+                    DS_ROWS##MR(DS_HFMA)                                                                     \
+                }                                                                                           \
+            }                                                                                               \
+        DS_ROWS##MR(TO) }
+#define DS_CONV_HMICRO_OF(NAME, MR, INIT, HALVES, STORE, FIN)                                               \
+    static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
+                            float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
+                            const float *restrict bias, const float *restrict res) {                        \
+        GEO_LOCALS;                                                                                         \
+        DS_CMASKS                                                                                           \
+        DS_POS_START                                                                                        \
+        DS_ROWS##MR(INIT)                                                                                    \
+        HALVES                                                                                              \
+        FIN(MR)                                                                                             \
+        DS_ROWS##MR(STORE)                                                                                   \
+    }
+#define DS_CONV_MICRO(MR)                                                                                   \
+    DS_CONV_HMICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_CONV_HALF(MR, 0, DS_HTO0) DS_CONV_HALF(MR, 1, DS_HTO1), \
+                      DS_CROW_STORE, DS_FIN_2)
+#define DS_CONV_NMICRO(MR)                                                                                  \
+    DS_CONV_HMICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_CONV_HALF(MR, 0, DS_HTO0), DS_NCROW_STORE, DS_FIN_1)
+#endif
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
 DS_CONV_NMICRO(4)
@@ -182,6 +223,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_RROW_PTR(r) const float *a##r = base##r + kh * st##r;
 #define DS_RROW_ZERO2(r) ds_v16 c##r##0 = {0}, c##r##1 = {0};
 #define DS_RROW_ZERO1(r) ds_v16 c##r##0 = {0};
+#ifdef __AVX512F__
 #define DS_CONV_RMICRO(MR, NV, FMA, STORE)                                                                  \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \
@@ -211,6 +253,40 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_RFMA1(MR) DS_ROWS##MR(DS_NCROW_FMA)
 #define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RFMA2(MR), DS_CROW_STORE)
 #define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RFMA1(MR), DS_NCROW_STORE)
+#else
+/* Without AVX-512: the halves on 8-float vectors, as DS_CONV_HALF (the same order of sums). */
+#define DS_RHALF(MR, HALF, TO)                                                                              \
+    {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
+        for (int64_t kh = 0; kh < KH; kh++) {                                                               \
+            DS_ROWS##MR(DS_RROW_PTR)                                                                         \
+            const float *b = bp + kh * RUN * 32 + (HALF) * 16;                                              \
+            _Pragma("GCC unroll 4")                                                                         \
+            for (int64_t c = 0; c < RUN; c++) {                                                             \
+                const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8);                           \
+                DS_ROWS##MR(DS_HFMA)                                                                         \
+            }                                                                                               \
+        }                                                                                                   \
+        DS_ROWS##MR(TO) }
+#define DS_CONV_RMICRO(MR, NV, HALVES, STORE)                                                               \
+    static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
+                                          const float *restrict bp, float *restrict yo, int64_t p,          \
+                                          int64_t ncols, const float *restrict bias,                         \
+                                          const float *restrict res) {                                       \
+        GEO_LOCALS;                                                                                         \
+        const int64_t RUN = KW * C;                                                                         \
+        float scratch[MR * DS_CONV_PATCH_MAX];                                                              \
+        DS_CMASKS                                                                                           \
+        (void)CG; (void)DW;                                                                                 \
+        DS_POS_START                                                                                        \
+        DS_ROWS##MR(DS_RROW_BASE)                                                                            \
+        DS_ROWS##MR(DS_RROW_ZERO##NV)                                                                        \
+        HALVES                                                                                              \
+        DS_FIN_##NV(MR)                                                                                      \
+        DS_ROWS##MR(STORE)                                                                                   \
+    }
+#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0, DS_HTO0) DS_RHALF(MR, 1, DS_HTO1), DS_CROW_STORE)
+#define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0, DS_HTO0), DS_NCROW_STORE)
+#endif
 DS_CONV_RMICRO2(1)
 DS_CONV_RMICRO2(2)
 DS_CONV_RMICRO2(4)

@@ -143,18 +143,6 @@ DS_NMICRO(8)
    MR rows x two 8-float vectors (4 rows: 8 accumulators, 2 panel vectors and a broadcast in the 16 ymm
    registers). Each output lane sums in the order of the AVX-512 kernels (one chain along k; one row: even and
    odd k apart, then added), so a column's result does not depend on which panel or half it falls in. */
-typedef float ds_v8 __attribute__((vector_size(32)));
-typedef float ds_v8u __attribute__((vector_size(32), aligned(4), may_alias));
-static inline ds_v8 ds_ld8(const float *p) { return *(const ds_v8u *)p; }
-static inline void ds_st8(float *p, ds_v8 v) { *(ds_v8u *)p = v; }
-/* The first n of 16 columns (n >= 16: all; n <= 0: none). */
-static inline void ds_store_half(float *c, ds_v8 x0, ds_v8 x1, int64_t n) {
-    if (n >= 16) { ds_st8(c, x0); ds_st8(c + 8, x1); return; }
-    float t[16];
-    ds_st8(t, x0);
-    ds_st8(t + 8, x1);
-    for (int64_t j = 0; j < n; j++) c[j] = t[j];
-}
 
 /* One row, 16 columns: even and odd k in chains of their own, then added (ds_micro_1's order). */
 static void ds_half_1(const float *restrict a, const float *restrict bp, int64_t ps, int64_t k, float *restrict c,
