@@ -46,10 +46,7 @@ typedef float ds_v8u __attribute__((vector_size(32), aligned(4), may_alias));
 static inline ds_v8 ds_ld8(const float *p) { return *(const ds_v8u *)p; }
 static inline void ds_st8(float *p, ds_v8 v) { *(ds_v8u *)p = v; }
 static inline ds_v16 ds_join8(ds_v8 lo, ds_v8 hi) {
-    union { ds_v16 v; ds_v8 h[2]; } u;
-    u.h[0] = lo;
-    u.h[1] = hi;
-    return u.v;
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 /* The first n of 16 columns (n >= 16: all; n <= 0: none). */
 static inline void ds_store_half(float *c, ds_v8 x0, ds_v8 x1, int64_t n) {
