@@ -129,8 +129,16 @@
    as the AVX-512 kernel's (taps, then channels, one chain). */
 #define DS_HACC_ZERO(r) ds_v8 g##r##0 = {0}, g##r##1 = {0};
 #define DS_HFMA(r) { const float v = a##r[c]; g##r##0 += v * h0; g##r##1 += v * h1; }
-#define DS_HTO0(r) c##r##0 = ds_join8(g##r##0, g##r##1);
-#define DS_HTO1(r) c##r##1 = ds_join8(g##r##0, g##r##1);
+/* A half's finish on its 8-float accumulators, as DS_FIN_ROWS does it ((c + bias) + residual, then the
+   activation), stored at once: the first ncols - 16 * HALF columns of the half. */
+#define DS_HFIN(r, HALF)                                                                                    \
+    { const int64_t n_ = ncols - (HALF) * 16;                                                               \
+      if (bias) { g##r##0 += ds_ld8n(bias + (HALF) * 16, n_); g##r##1 += ds_ld8n(bias + (HALF) * 16 + 8, n_ - 8); } \
+      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + (HALF) * 16;                        \
+                 g##r##0 += ds_ld8n(rr_, n_); g##r##1 += ds_ld8n(rr_ + 8, n_ - 8); }                        \
+      ds_store_half(yo + (r) * LDY + (HALF) * 16, ds_act8(g##r##0, act_), ds_act8(g##r##1, act_), n_); }
+#define DS_HTO0(r) DS_HFIN(r, 0)
+#define DS_HTO1(r) DS_HFIN(r, 1)
 #define DS_CONV_HALF(MR, HALF, TO)                                                                          \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -144,23 +152,19 @@
                 }                                                                                           \
             }                                                                                               \
         DS_ROWS##MR(TO) }
-#define DS_CONV_HMICRO_OF(NAME, MR, INIT, HALVES, STORE, FIN)                                               \
+#define DS_CONV_HMICRO_OF(NAME, MR, HALVES)                                                                 \
     static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
                             float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
                             const float *restrict bias, const float *restrict res) {                        \
         GEO_LOCALS;                                                                                         \
-        DS_CMASKS                                                                                           \
+        const int64_t act_ = geo[DS_CONV_ACT];                                                              \
         DS_POS_START                                                                                        \
-        DS_ROWS##MR(INIT)                                                                                    \
+        DS_ROWS##MR(DS_CROW_POS)                                                                             \
         HALVES                                                                                              \
-        FIN(MR)                                                                                             \
-        DS_ROWS##MR(STORE)                                                                                   \
     }
 #define DS_CONV_MICRO(MR)                                                                                   \
-    DS_CONV_HMICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_CONV_HALF(MR, 0, DS_HTO0) DS_CONV_HALF(MR, 1, DS_HTO1), \
-                      DS_CROW_STORE, DS_FIN_2)
-#define DS_CONV_NMICRO(MR)                                                                                  \
-    DS_CONV_HMICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_CONV_HALF(MR, 0, DS_HTO0), DS_NCROW_STORE, DS_FIN_1)
+    DS_CONV_HMICRO_OF(ds_conv_micro, MR, DS_CONV_HALF(MR, 0, DS_HTO0) DS_CONV_HALF(MR, 1, DS_HTO1))
+#define DS_CONV_NMICRO(MR) DS_CONV_HMICRO_OF(ds_conv_nmicro, MR, DS_CONV_HALF(MR, 0, DS_HTO0))
 #endif
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
@@ -267,25 +271,21 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
             }                                                                                               \
         }                                                                                                   \
         DS_ROWS##MR(TO) }
-#define DS_CONV_RMICRO(MR, NV, HALVES, STORE)                                                               \
+#define DS_CONV_RMICRO(MR, NV, HALVES)                                                                      \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \
                                           int64_t ncols, const float *restrict bias,                         \
                                           const float *restrict res) {                                       \
         GEO_LOCALS;                                                                                         \
-        const int64_t RUN = KW * C;                                                                         \
+        const int64_t RUN = KW * C, act_ = geo[DS_CONV_ACT];                                                \
         float scratch[MR * DS_CONV_PATCH_MAX];                                                              \
-        DS_CMASKS                                                                                           \
         (void)CG; (void)DW;                                                                                 \
         DS_POS_START                                                                                        \
         DS_ROWS##MR(DS_RROW_BASE)                                                                            \
-        DS_ROWS##MR(DS_RROW_ZERO##NV)                                                                        \
         HALVES                                                                                              \
-        DS_FIN_##NV(MR)                                                                                      \
-        DS_ROWS##MR(STORE)                                                                                   \
     }
-#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0, DS_HTO0) DS_RHALF(MR, 1, DS_HTO1), DS_CROW_STORE)
-#define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0, DS_HTO0), DS_NCROW_STORE)
+#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0, DS_HTO0) DS_RHALF(MR, 1, DS_HTO1))
+#define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0, DS_HTO0))
 #endif
 DS_CONV_RMICRO2(1)
 DS_CONV_RMICRO2(2)

@@ -42,6 +42,37 @@ static inline ds_v16 ds_act(ds_v16 c, int64_t act) {
     return act == DS_ACT_SILU ? c * ds_sigmoid16(c) : ds_act_light(c, act);
 }
 
+#ifndef __AVX512F__
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+/* ds_act on the machine's 8-float vectors (ds_simd.h's ds_v8), for the AVX2 micro-tiles' finish: the same
+   operations lane by lane, NaN kept as MAXPS / MINPS with c second keep it. */
+#ifdef __AVX__
+static inline ds_v8 ds_max8(float lo, ds_v8 c) { return (ds_v8)_mm256_max_ps(_mm256_set1_ps(lo), (__m256)c); }
+static inline ds_v8 ds_min8(float hi, ds_v8 c) { return (ds_v8)_mm256_min_ps(_mm256_set1_ps(hi), (__m256)c); }
+#else
+static inline ds_v8 ds_max8(float lo, ds_v8 c) {
+    for (int j = 0; j < 8; j++) c[j] = c[j] < lo ? lo : c[j];
+    return c;
+}
+static inline ds_v8 ds_min8(float hi, ds_v8 c) {
+    for (int j = 0; j < 8; j++) c[j] = c[j] > hi ? hi : c[j];
+    return c;
+}
+#endif
+static inline ds_v8 ds_act8(ds_v8 c, int64_t act) {
+    if (act == DS_ACT_RELU) return ds_max8(0.0f, c);
+    if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));
+    if (act == DS_ACT_SILU) {
+        ds_v8 s;
+        for (int j = 0; j < 8; j++) s[j] = ds_sigmoidf(c[j]);
+        return c * s;
+    }
+    return c;
+}
+#endif
+
 /* What a convolution tile applies to its rows of one panel as they are finished (ds_gemm_bf16.c's ds_conv_finish
    and ds_amx_rows' stores, ds_conv_amx.c's): a bias by column and a residual (rows `ldr` apart), both offset to
    the panel's first column, then an activation (DS_ACT_*). Under bf16 storage (geo[DS_CONV_RBF] / [DS_CONV_YBF]:

@@ -48,6 +48,18 @@ static inline void ds_st8(float *p, ds_v8 v) { *(ds_v8u *)p = v; }
 static inline ds_v16 ds_join8(ds_v8 lo, ds_v8 hi) {
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
+/* The first n of 8 floats (n >= 8: all), zeros after: never reads past p[n - 1]. */
+static inline ds_v8 ds_ld8n(const float *p, int64_t n) {
+    if (n >= 8) return ds_ld8(p);
+    float t[8] = {0};
+    for (int64_t j = 0; j < n; j++) t[j] = p[j];
+    return ds_ld8(t);
+}
+/* The first n of 8 lanes stored (n >= 8: all; n <= 0: none). */
+static inline void ds_st8n(float *p, ds_v8 v, int64_t n) {
+    if (n >= 8) { ds_st8(p, v); return; }
+    for (int64_t j = 0; j < n; j++) p[j] = v[j];
+}
 /* The first n of 16 columns (n >= 16: all; n <= 0: none). */
 static inline void ds_store_half(float *c, ds_v8 x0, ds_v8 x1, int64_t n) {
     if (n >= 16) { ds_st8(c, x0); ds_st8(c + 8, x1); return; }
