@@ -61,6 +61,11 @@ static inline ds_v8 ds_min8(float hi, ds_v8 c) {
     return c;
 }
 #endif
+static inline ds_v8 ds_act_light8(ds_v8 c, int64_t act) { /* ds_act_light's: Relu and HardSwish; SiLU passes */
+    if (act == DS_ACT_RELU) return ds_max8(0.0f, c);
+    if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));
+    return c;
+}
 static inline ds_v8 ds_act8(ds_v8 c, int64_t act) {
     if (act == DS_ACT_RELU) return ds_max8(0.0f, c);
     if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));

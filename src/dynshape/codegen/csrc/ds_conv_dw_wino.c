@@ -21,10 +21,28 @@ static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16
    per tap for all eight; the border columns one by one with their taps checked. The weights are (KH*KW, C):
    tap-major, channels contiguous. */
 
+/* The depthwise blocks' vectors: 16 floats with AVX-512; without it the machine's 8 (ds_simd.h's ds_v8: a 64-byte
+   ds_v16 lives in memory there, every multiply-add a round trip through the stack), 8 channels a block. */
+#ifdef __AVX512F__
+typedef ds_v16 ds_dwv;
+#define DS_DWL 16
+#define ds_dw_ld ds_load16
+#define ds_dw_ldf ds_ld16
+#define ds_dw_st ds_store16
+#define ds_dw_act ds_act_light
+#else
+typedef ds_v8 ds_dwv;
+#define DS_DWL 8
+#define ds_dw_ld ds_ld8n
+#define ds_dw_ldf ds_ld8
+#define ds_dw_st(p, v, n) ds_st8n(p, v, n)
+#define ds_dw_act ds_act_light8
+#endif
+
 #define DS_DW_CHUNK 128
-#define DS_DW_ACC(i) ds_v16 d##i = b0;
-#define DS_DW_FMA(i) d##i += ds_load16(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
-#define DS_DW_STORE(i) ds_store16(y + (wo + (i)) * LDY + c0, ds_act_light(d##i, act), nl);
+#define DS_DW_ACC(i) ds_dwv d##i = b0;
+#define DS_DW_FMA(i) d##i += ds_dw_ld(xr + ((wo + (i)) * SW + kw * DW) * C, nl) * wv;
+#define DS_DW_STORE(i) ds_dw_st(y + (wo + (i)) * LDY + c0, ds_dw_act(d##i, act), nl);
 /* NP interior pixels from wo, every channel block: taps unchecked. */
 #define DS_DW_BLOCK(NP)                                                                                     \
     static void ds_dw_block##NP(const int64_t *geo, const float *restrict xn, const float *restrict w,      \
@@ -33,14 +51,14 @@ static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16
         GEO_LOCALS;                                                                                         \
         const int64_t act = geo[DS_CONV_ACT];                                                              \
         (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;                                \
-        for (int64_t c0 = cb; c0 < ce; c0 += 16) {                                                          \
-            const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;                                                 \
-            const ds_v16 b0 = bias ? ds_load16(bias + c0, nl) : (ds_v16){0};                                   \
+        for (int64_t c0 = cb; c0 < ce; c0 += DS_DWL) {                                                          \
+            const int64_t nl = ce - c0 < DS_DWL ? ce - c0 : DS_DWL;                                                 \
+            const ds_dwv b0 = bias ? ds_dw_ld(bias + c0, nl) : (ds_dwv){0};                                   \
             DS_ROWS##NP(DS_DW_ACC)                                                                           \
             for (int64_t kh = kh0; kh < kh1; kh++) {                                                        \
                 const float *xr = xn + ((ih0 + kh * DH) * W - PL) * C + c0;                                 \
                 for (int64_t kw = 0; kw < KW; kw++) {                                                       \
-                    const ds_v16 wv = ds_load16(w + (kh * KW + kw) * C + c0, nl);                              \
+                    const ds_dwv wv = ds_dw_ld(w + (kh * KW + kw) * C + c0, nl);                              \
                     DS_ROWS##NP(DS_DW_FMA)                                                                   \
                 }                                                                                           \
             }                                                                                               \
@@ -58,26 +76,26 @@ DS_DW_BLOCK(1)
    0.2). The taps reach each accumulator in the same order (kernel row, then column), so the sums are the
    same bit for bit. */
 static inline __attribute__((always_inline)) void ds_dw_slide(
-    const int64_t *geo, const float *restrict xn, const float *restrict w, ds_v16 b0, float *restrict y,
+    const int64_t *geo, const float *restrict xn, const float *restrict w, ds_dwv b0, float *restrict y,
     int64_t ih0, int64_t kh0, int64_t kh1, int64_t wo, int64_t c0, int64_t nl, const int SWc, const int KWc) {
     GEO_LOCALS;
     (void)CG; (void)OH; (void)OW; (void)KH; (void)KW; (void)H; (void)PT; (void)SH; (void)SW; (void)DW;
     const int64_t act = geo[DS_CONV_ACT];
-    ds_v16 d[8];
+    ds_dwv d[8];
     for (int i = 0; i < 8; i++) d[i] = b0;
     for (int64_t kh = kh0; kh < kh1; kh++) {
         const float *xr = xn + ((ih0 + kh * DH) * W + wo * SWc - PL) * C + c0;
-        ds_v16 wv[KWc];
-        for (int kw = 0; kw < KWc; kw++) wv[kw] = ds_load16(w + (kh * KWc + kw) * C + c0, nl);
+        ds_dwv wv[KWc];
+        for (int kw = 0; kw < KWc; kw++) wv[kw] = ds_dw_ld(w + (kh * KWc + kw) * C + c0, nl);
 #pragma GCC unroll 64
         for (int j = 0; j < 7 * SWc + KWc; j++) {
-            const ds_v16 xv = ds_load16(xr + j * C, nl);
+            const ds_dwv xv = ds_dw_ld(xr + j * C, nl);
 #pragma GCC unroll 16
             for (int kw = 0; kw < KWc; kw++)
                 if ((j - kw) % SWc == 0 && j - kw >= 0 && (j - kw) / SWc < 8) d[(j - kw) / SWc] += xv * wv[kw];
         }
     }
-    for (int i = 0; i < 8; i++) ds_store16(y + (wo + i) * LDY + c0, ds_act_light(d[i], act), nl);
+    for (int i = 0; i < 8; i++) ds_dw_st(y + (wo + i) * LDY + c0, ds_dw_act(d[i], act), nl);
 }
 
 /* DS_DW_BLOCK(8) by ds_dw_slide for stride 1, kernels 3, 5 or 7 wide, undilated (on Zen 4: 5x5 17% faster, 3x3
@@ -88,11 +106,11 @@ static inline __attribute__((always_inline)) void ds_dw_slide(
                                       const float *restrict bias, float *restrict y, int64_t ih0, int64_t kh0,\
                                       int64_t kh1, int64_t wo, int64_t cb, int64_t ce) {                   \
         int64_t c0 = cb;                                                                                    \
-        for (; c0 + 16 <= ce; c0 += 16)                                                                     \
-            ds_dw_slide(geo, xn, w, bias ? ds_ld16(bias + c0) : (ds_v16){0}, y, ih0, kh0, kh1, wo, c0, 16,   \
+        for (; c0 + DS_DWL <= ce; c0 += DS_DWL)                                                             \
+            ds_dw_slide(geo, xn, w, bias ? ds_dw_ldf(bias + c0) : (ds_dwv){0}, y, ih0, kh0, kh1, wo, c0, DS_DWL,   \
                         S, K);                                                                              \
         if (c0 < ce)                                                                                        \
-            ds_dw_slide(geo, xn, w, bias ? ds_load16(bias + c0, ce - c0) : (ds_v16){0}, y, ih0, kh0, kh1, wo, \
+            ds_dw_slide(geo, xn, w, bias ? ds_dw_ld(bias + c0, ce - c0) : (ds_dwv){0}, y, ih0, kh0, kh1, wo, \
                         c0, ce - c0, S, K);                                                                 \
     }
 DS_DW_SLIDE(1, 3)
@@ -115,17 +133,17 @@ static void ds_dw_border(const int64_t *geo, const float *restrict xn, const flo
                          int64_t o, int64_t cb, int64_t ce) {
     GEO_LOCALS;
     (void)CG; (void)OH; (void)OW; (void)KH; (void)H; (void)PT; (void)SH;
-    for (int64_t c0 = cb; c0 < ce; c0 += 16) {
-        const int64_t nl = ce - c0 < 16 ? ce - c0 : 16;
-        ds_v16 acc = bias ? ds_load16(bias + c0, nl) : (ds_v16){0};
+    for (int64_t c0 = cb; c0 < ce; c0 += DS_DWL) {
+        const int64_t nl = ce - c0 < DS_DWL ? ce - c0 : DS_DWL;
+        ds_dwv acc = bias ? ds_dw_ld(bias + c0, nl) : (ds_dwv){0};
         for (int64_t kh = kh0; kh < kh1; kh++) {
             const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
             for (int64_t kw = 0; kw < KW; kw++) {
                 const int64_t iw = o * SW - PL + kw * DW;
-                if ((uint64_t)iw < (uint64_t)W) acc += ds_load16(xr + iw * C, nl) * ds_load16(w + (kh * KW + kw) * C + c0, nl);
+                if ((uint64_t)iw < (uint64_t)W) acc += ds_dw_ld(xr + iw * C, nl) * ds_dw_ld(w + (kh * KW + kw) * C + c0, nl);
             }
         }
-        ds_store16(y + o * LDY + c0, ds_act_light(acc, geo[DS_CONV_ACT]), nl);
+        ds_dw_st(y + o * LDY + c0, ds_dw_act(acc, geo[DS_CONV_ACT]), nl);
     }
 }
 
