@@ -491,30 +491,41 @@ void ds_gemm_packed(const float *restrict a, int64_t lda, const float *restrict 
    rows at once, keeps more streams in flight than one packed panel does (one core, VGG-19's 25088 x 4096
    classifier at 1 row: 21.6 ms in place vs 31.2 ms packed; AlexNet's 9216 x 4096: 6.4 vs 10.7 ms), and the
    compile makes no packed copy (VGG-19: 411 MB and 0.16 s less). Micro-tiles: MR rows of A x NB rows of B,
-   MR * NB vector accumulators along k, summed across lanes at the end; k's tail (k % 16) in scalars. */
-static inline float ds_hsum16(ds_v16 v) {
+   MR * NB vector accumulators along k, summed across lanes at the end; k's tail (k % DS_NTL) in scalars. */
+/* The vectors along k: 16 floats with AVX-512, else the machine's 8 (ds_simd.h's ds_v8: a 64-byte ds_v16 lives in
+   memory without AVX-512). */
+#ifdef __AVX512F__
+typedef ds_v16 ds_ntv;
+#define DS_NTL 16
+#define ds_nt_ld ds_ld16
+#else
+typedef ds_v8 ds_ntv;
+#define DS_NTL 8
+#define ds_nt_ld ds_ld8
+#endif
+static inline float ds_hsum_nt(ds_ntv v) {
     float s = 0.0f;
-    for (int i = 0; i < 16; i++) s += v[i];
+    for (int i = 0; i < DS_NTL; i++) s += v[i];
     return s;
 }
 #define DS_NT_MICRO(MR, NB)                                                                               \
     static void ds_nt_##MR##x##NB(const float *restrict a, int64_t lda, const float *restrict b, int64_t k, \
                                   float *restrict c, int64_t ldc) {                                       \
-        ds_v16 acc[MR][NB];                                                                               \
+        ds_ntv acc[MR][NB];                                                                               \
         for (int r = 0; r < MR; r++)                                                                      \
-            for (int j = 0; j < NB; j++) acc[r][j] = (ds_v16){0};                                         \
+            for (int j = 0; j < NB; j++) acc[r][j] = (ds_ntv){0};                                         \
         int64_t p = 0;                                                                                    \
-        for (; p + 16 <= k; p += 16) {                                                                    \
-            ds_v16 bv[NB];                                                                                \
-            for (int j = 0; j < NB; j++) bv[j] = ds_ld16(b + j * k + p);                                  \
+        for (; p + DS_NTL <= k; p += DS_NTL) {                                                            \
+            ds_ntv bv[NB];                                                                                \
+            for (int j = 0; j < NB; j++) bv[j] = ds_nt_ld(b + j * k + p);                                 \
             for (int r = 0; r < MR; r++) {                                                                \
-                const ds_v16 av = ds_ld16(a + r * lda + p);                                               \
+                const ds_ntv av = ds_nt_ld(a + r * lda + p);                                              \
                 for (int j = 0; j < NB; j++) acc[r][j] += av * bv[j];                                     \
             }                                                                                             \
         }                                                                                                 \
         for (int r = 0; r < MR; r++)                                                                      \
             for (int j = 0; j < NB; j++) {                                                                \
-                float s = ds_hsum16(acc[r][j]);                                                           \
+                float s = ds_hsum_nt(acc[r][j]);                                                          \
                 for (int64_t t = p; t < k; t++) s += a[r * lda + t] * b[j * k + t];                       \
                 c[r * ldc + j] = s;                                                                       \
             }                                                                                             \
@@ -654,7 +665,6 @@ void ds_axpy_rows(const float *restrict p, const float *restrict v, int64_t n, i
 #else
 /* Without AVX-512: the same loops on the machine's 8-float vectors (ds_simd.h's ds_v8: a 64-byte ds_v16 lives in
    memory there; a decode step's attention over a 2048-token past ran 2.7x slower than onnxruntime's on Zen 3). */
-static inline float ds_hsum8(ds_v8 v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
 
 void ds_dot_rows(const float *restrict q, const float *restrict k, int64_t n, int64_t d, float *restrict out) {
     int64_t j = 0;

@@ -60,6 +60,8 @@ static inline void ds_st8n(float *p, ds_v8 v, int64_t n) {
     if (n >= 8) { ds_st8(p, v); return; }
     for (int64_t j = 0; j < n; j++) p[j] = v[j];
 }
+/* The sum of 8 lanes as a tree. */
+static inline float ds_hsum8(ds_v8 v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
 /* The first n of 16 columns (n >= 16: all; n <= 0: none). */
 static inline void ds_store_half(float *c, ds_v8 x0, ds_v8 x1, int64_t n) {
     if (n >= 16) { ds_st8(c, x0); ds_st8(c + 8, x1); return; }

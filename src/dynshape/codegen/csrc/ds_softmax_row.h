@@ -20,6 +20,29 @@ static inline ds_v16 ds_softmax_exp16(ds_v16 x, int bf16) { return bf16 ? ds_exp
 
 /* `bf16` (a constant where inlined): the exps are ds_vmath.h's bf16 attention form (relative error < 4e-6). */
 static inline float ds_softmax_exp_to_as(const float *x, float *y, int64_t n, float mx, int bf16) {
+#ifndef __AVX512F__
+    if (!bf16) { /* (bf16 runs only where AVX512-BF16 is, so with AVX-512: the form below) */
+        /* without AVX-512 a 64-byte ds_v16 lives in memory (ds_simd.h): 16 exps a step as a loop gcc vectorises
+           on the machine's vectors, summed in two 8-float accumulators, the tail 8 at a time, then a tree */
+        ds_v8 s0 = {0}, s1 = {0};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            float e[16];
+            for (int l = 0; l < 16; l++) e[l] = ds_expf_nonpos(x[i + l] - mx);
+            for (int l = 0; l < 16; l++) y[i + l] = e[l];
+            s0 += ds_ld8(e);
+            s1 += ds_ld8(e + 8);
+        }
+        for (; i < n; i += 8) {
+            const int64_t m = n - i < 8 ? n - i : 8;
+            float e[8] = {0};
+            for (int64_t l = 0; l < m; l++) e[l] = ds_expf_nonpos(x[i + l] - mx);
+            for (int64_t l = 0; l < m; l++) y[i + l] = e[l];
+            s0 += ds_ld8(e);
+        }
+        return ds_hsum8(s0 + s1);
+    }
+#endif
     ds_v16 a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
