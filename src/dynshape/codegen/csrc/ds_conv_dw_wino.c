@@ -28,6 +28,7 @@ typedef ds_v16 ds_dwv;
 #define DS_DWL 16
 #define ds_dw_ld ds_load16
 #define ds_dw_ldf ds_ld16
+#define ds_dw_stf ds_st16
 #define ds_dw_st ds_store16
 #define ds_dw_act ds_act_light
 #else
@@ -35,6 +36,7 @@ typedef ds_v8 ds_dwv;
 #define DS_DWL 8
 #define ds_dw_ld ds_ld8n
 #define ds_dw_ldf ds_ld8
+#define ds_dw_stf ds_st8
 #define ds_dw_st(p, v, n) ds_st8n(p, v, n)
 #define ds_dw_act ds_act_light8
 #endif
@@ -157,38 +159,38 @@ static int ds_dw_flat(const int64_t *geo, const float *restrict xn, const float 
                       int64_t lo, int64_t hi) {
     GEO_LOCALS;
     (void)CG; (void)OH; (void)H; (void)PT; (void)SH;
-    if (C >= 16 || 16 % C || SW != 1 || LDY != C || KH * KW > DS_DWF_TAPS) return 0;
+    if (C >= DS_DWL || DS_DWL % C || SW != 1 || LDY != C || KH * KW > DS_DWF_TAPS) return 0;
     const int64_t act = geo[DS_CONV_ACT];
-    ds_v16 wt[DS_DWF_TAPS], bt = {0};
+    ds_dwv wt[DS_DWF_TAPS], bt = {0};
     for (int64_t t = 0; t < KH * KW; t++)
-        for (int l = 0; l < 16; l++) wt[t][l] = w[t * C + l % C];
+        for (int l = 0; l < DS_DWL; l++) wt[t][l] = w[t * C + l % C];
     if (bias)
-        for (int l = 0; l < 16; l++) bt[l] = bias[l % C];
+        for (int l = 0; l < DS_DWL; l++) bt[l] = bias[l % C];
     for (int64_t o = 0; o < lo; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
     const int64_t f1 = hi * C;
     int64_t f = lo * C;
-    for (; f + 64 <= f1; f += 64) {
-        ds_v16 a0 = bt, a1 = bt, a2 = bt, a3 = bt;
+    for (; f + 4 * DS_DWL <= f1; f += 4 * DS_DWL) {
+        ds_dwv a0 = bt, a1 = bt, a2 = bt, a3 = bt;
         for (int64_t kh = kh0; kh < kh1; kh++) {
             const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
             for (int64_t kw = 0; kw < KW; kw++) {
                 const float *xp = xr + kw * DW * C;
-                const ds_v16 wv = wt[kh * KW + kw];
-                a0 += ds_ld16(xp) * wv; a1 += ds_ld16(xp + 16) * wv; a2 += ds_ld16(xp + 32) * wv;
-                a3 += ds_ld16(xp + 48) * wv;
+                const ds_dwv wv = wt[kh * KW + kw];
+                a0 += ds_dw_ldf(xp) * wv; a1 += ds_dw_ldf(xp + DS_DWL) * wv; a2 += ds_dw_ldf(xp + 2 * DS_DWL) * wv;
+                a3 += ds_dw_ldf(xp + 3 * DS_DWL) * wv;
             }
         }
-        ds_st16(y + f, ds_act_light(a0, act)); ds_st16(y + f + 16, ds_act_light(a1, act));
-        ds_st16(y + f + 32, ds_act_light(a2, act)); ds_st16(y + f + 48, ds_act_light(a3, act));
+        ds_dw_stf(y + f, ds_dw_act(a0, act)); ds_dw_stf(y + f + DS_DWL, ds_dw_act(a1, act));
+        ds_dw_stf(y + f + 2 * DS_DWL, ds_dw_act(a2, act)); ds_dw_stf(y + f + 3 * DS_DWL, ds_dw_act(a3, act));
     }
-    for (; f < f1; f += 16) { /* the last vectors, the very last masked: never past the interior's end */
-        const int64_t nl = f1 - f < 16 ? f1 - f : 16;
-        ds_v16 a0 = bt;
+    for (; f < f1; f += DS_DWL) { /* the last vectors, the very last masked: never past the interior's end */
+        const int64_t nl = f1 - f < DS_DWL ? f1 - f : DS_DWL;
+        ds_dwv a0 = bt;
         for (int64_t kh = kh0; kh < kh1; kh++) {
             const float *xr = xn + (ih0 + kh * DH) * W * C + f - PL * C;
-            for (int64_t kw = 0; kw < KW; kw++) a0 += ds_load16(xr + kw * DW * C, nl) * wt[kh * KW + kw];
+            for (int64_t kw = 0; kw < KW; kw++) a0 += ds_dw_ld(xr + kw * DW * C, nl) * wt[kh * KW + kw];
         }
-        ds_store16(y + f, ds_act_light(a0, act), nl);
+        ds_dw_st(y + f, ds_dw_act(a0, act), nl);
     }
     for (int64_t o = hi; o < OW; o++) ds_dw_border(geo, xn, w, bias, y, ih0, kh0, kh1, o, 0, C);
     return 1;
@@ -200,6 +202,13 @@ static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const
 /* SiLU over a finished output row (OW pixels of C channels, LDY floats apart), out of the blocks' loops (see
    ds_act in ds_conv_common.h). */
 static __attribute__((noinline)) void ds_silu_pixels(float *restrict y, int64_t pixels, int64_t c, int64_t ldy) {
+#ifndef __AVX512F__ /* a loop gcc vectorises on the machine's vectors (a ds_v16 lives in memory without AVX-512) */
+    for (int64_t o = 0; o < pixels; o++) {
+        float *p = y + o * ldy;
+        for (int64_t j = 0; j < c; j++) p[j] = p[j] * ds_sigmoidf(p[j]);
+    }
+    return;
+#endif
     for (int64_t o = 0; o < pixels; o++)
         for (int64_t c0 = 0; c0 < c; c0 += 16) {
             float *p = y + o * ldy + c0;
