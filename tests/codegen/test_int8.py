@@ -234,4 +234,5 @@ def test_bert_small_quantized_by_onnxruntime(tmp_path: Path) -> None:
     for name, w in want.items():
         rms = float(np.sqrt(np.mean(np.square(w))))
         assert np.max(np.abs(got[name] - w)) <= 0.02 * rms, name
-        assert np.max(np.abs(got[name] - theirs[name])) <= 0.02 * rms, name
+        if ORT_INT8_EXACT:  # (its u8s8 products saturate without VNNI: peer_exactness)
+            assert np.max(np.abs(got[name] - theirs[name])) <= 0.02 * rms, name
