@@ -12,15 +12,6 @@ it is exact; import as `from peer_exactness import ORT_INT8_EXACT` (tests/ is on
 
 from __future__ import annotations
 
-from pathlib import Path
+from dynshape.codegen.bf16 import cpu_flags
 
-
-def _cpu_flags() -> frozenset[str]:
-    try:
-        line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        return frozenset()
-    return frozenset(line.split(":", 1)[1].split())
-
-
-ORT_INT8_EXACT: bool = bool({"avx512_vnni", "avx_vnni"} & _cpu_flags())
+ORT_INT8_EXACT: bool = bool({"avx512_vnni", "avx_vnni"} & cpu_flags())

@@ -11,21 +11,33 @@
 
 #ifdef __AVX512F__
 #include <immintrin.h>
+typedef ds_v16 ds_pv;
+#define DS_PL 16
+#define ds_pv_ld ds_load16
+#define ds_pv_st ds_store16
 /* max keeping a NaN from either side: MAXPS(v, a) returns a where either is NaN, then a NaN v is put back */
-static inline ds_v16 ds_pool_max(ds_v16 a, ds_v16 v) {
+static inline ds_v16 ds_pv_max(ds_v16 a, ds_v16 v) {
     const __m512 m = _mm512_max_ps((__m512)v, (__m512)a);
     return (ds_v16)_mm512_mask_mov_ps(m, _mm512_cmp_ps_mask((__m512)v, (__m512)v, _CMP_UNORD_Q), (__m512)v);
 }
 #elif defined(__AVX__)
 #include <immintrin.h>
-#define DS_POOL_V8 /* the pool on 8-float vectors: a 64-byte ds_v16 lives in memory without AVX-512 (ds_simd.h) */
+/* the pool on 8-float vectors: a 64-byte ds_v16 lives in memory without AVX-512 (ds_simd.h) */
+typedef ds_v8 ds_pv;
+#define DS_PL 8
+#define ds_pv_ld ds_ld8n
+#define ds_pv_st ds_st8n
 /* as ds_pool_max: MAXPS(v, a) returns a where either is NaN, then a NaN v is put back */
-static inline ds_v8 ds_pool_max8(ds_v8 a, ds_v8 v) {
+static inline ds_v8 ds_pv_max(ds_v8 a, ds_v8 v) {
     const __m256 m = _mm256_max_ps((__m256)v, (__m256)a);
     return (ds_v8)_mm256_blendv_ps(m, (__m256)v, _mm256_cmp_ps((__m256)v, (__m256)v, _CMP_UNORD_Q));
 }
 #else
-static inline ds_v16 ds_pool_max(ds_v16 a, ds_v16 v) {
+typedef ds_v16 ds_pv;
+#define DS_PL 16
+#define ds_pv_ld ds_load16
+#define ds_pv_st ds_store16
+static inline ds_v16 ds_pv_max(ds_v16 a, ds_v16 v) {
     for (int j = 0; j < 16; j++) a[j] = (a[j] != a[j] || a[j] >= v[j]) ? a[j] : v[j];
     return a;
 }
@@ -64,62 +76,32 @@ void ds_pool_row(const int64_t *geo, const float *restrict x, float *restrict y,
             ds_pool_taps(wo, SW, PL, DW, KW, -PL, W + PR, &pw0, &pw1);
             count = (float)((ph1 - ph0) * (pw1 - pw0));
         }
-#ifdef DS_POOL_V8
-        for (int64_t c0 = 0; c0 < C; c0 += 32) { /* 32 channels in four 8-float accumulators */
-            const int64_t nl = C - c0 < 32 ? C - c0 : 32;
-            const ds_v8 start = mode == DS_POOL_MAX ? (ds_v8){0} - __builtin_inff() : (ds_v8){0};
-            ds_v8 a0 = start, a1 = start, a2 = start, a3 = start;
+        for (int64_t c0 = 0; c0 < C; c0 += 4 * DS_PL) { /* 4 * DS_PL channels in four vector accumulators */
+            const int64_t nl = C - c0 < 4 * DS_PL ? C - c0 : 4 * DS_PL;
+            const ds_pv start = mode == DS_POOL_MAX ? (ds_pv){0} - __builtin_inff() : (ds_pv){0};
+            ds_pv a0 = start, a1 = start, a2 = start, a3 = start;
             for (int64_t kh = kh0; kh < kh1; kh++) {
                 const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
                 for (int64_t kw = kw0; kw < kw1; kw++) {
                     const float *p = xr + (iw0 + kw * DW) * C;
                     if (mode == DS_POOL_MAX) {
-                        a0 = ds_pool_max8(a0, ds_ld8n(p, nl));
-                        if (nl > 8) a1 = ds_pool_max8(a1, ds_ld8n(p + 8, nl - 8));
-                        if (nl > 16) a2 = ds_pool_max8(a2, ds_ld8n(p + 16, nl - 16));
-                        if (nl > 24) a3 = ds_pool_max8(a3, ds_ld8n(p + 24, nl - 24));
+                        a0 = ds_pv_max(a0, ds_pv_ld(p, nl));
+                        if (nl > DS_PL) a1 = ds_pv_max(a1, ds_pv_ld(p + DS_PL, nl - DS_PL));
+                        if (nl > 2 * DS_PL) a2 = ds_pv_max(a2, ds_pv_ld(p + 2 * DS_PL, nl - 2 * DS_PL));
+                        if (nl > 3 * DS_PL) a3 = ds_pv_max(a3, ds_pv_ld(p + 3 * DS_PL, nl - 3 * DS_PL));
                     } else {
-                        a0 += ds_ld8n(p, nl);
-                        if (nl > 8) a1 += ds_ld8n(p + 8, nl - 8);
-                        if (nl > 16) a2 += ds_ld8n(p + 16, nl - 16);
-                        if (nl > 24) a3 += ds_ld8n(p + 24, nl - 24);
+                        a0 += ds_pv_ld(p, nl);
+                        if (nl > DS_PL) a1 += ds_pv_ld(p + DS_PL, nl - DS_PL);
+                        if (nl > 2 * DS_PL) a2 += ds_pv_ld(p + 2 * DS_PL, nl - 2 * DS_PL);
+                        if (nl > 3 * DS_PL) a3 += ds_pv_ld(p + 3 * DS_PL, nl - 3 * DS_PL);
                     }
                 }
             }
             if (mode != DS_POOL_MAX) { a0 /= count; a1 /= count; a2 /= count; a3 /= count; }
-            ds_st8n(yo + c0, a0, nl);
-            ds_st8n(yo + c0 + 8, a1, nl - 8);
-            ds_st8n(yo + c0 + 16, a2, nl - 16);
-            ds_st8n(yo + c0 + 24, a3, nl - 24);
+            ds_pv_st(yo + c0, a0, nl);
+            if (nl > DS_PL) ds_pv_st(yo + c0 + DS_PL, a1, nl - DS_PL);
+            if (nl > 2 * DS_PL) ds_pv_st(yo + c0 + 2 * DS_PL, a2, nl - 2 * DS_PL);
+            if (nl > 3 * DS_PL) ds_pv_st(yo + c0 + 3 * DS_PL, a3, nl - 3 * DS_PL);
         }
-#else
-        for (int64_t c0 = 0; c0 < C; c0 += 64) {
-            const int64_t nl = C - c0 < 64 ? C - c0 : 64;
-            const ds_v16 start = mode == DS_POOL_MAX ? (ds_v16){0} - __builtin_inff() : (ds_v16){0};
-            ds_v16 a0 = start, a1 = start, a2 = start, a3 = start;
-            for (int64_t kh = kh0; kh < kh1; kh++) {
-                const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
-                for (int64_t kw = kw0; kw < kw1; kw++) {
-                    const float *p = xr + (iw0 + kw * DW) * C;
-                    if (mode == DS_POOL_MAX) {
-                        a0 = ds_pool_max(a0, ds_load16(p, nl));
-                        if (nl > 16) a1 = ds_pool_max(a1, ds_load16(p + 16, nl - 16));
-                        if (nl > 32) a2 = ds_pool_max(a2, ds_load16(p + 32, nl - 32));
-                        if (nl > 48) a3 = ds_pool_max(a3, ds_load16(p + 48, nl - 48));
-                    } else {
-                        a0 += ds_load16(p, nl);
-                        if (nl > 16) a1 += ds_load16(p + 16, nl - 16);
-                        if (nl > 32) a2 += ds_load16(p + 32, nl - 32);
-                        if (nl > 48) a3 += ds_load16(p + 48, nl - 48);
-                    }
-                }
-            }
-            if (mode != DS_POOL_MAX) { a0 /= count; a1 /= count; a2 /= count; a3 /= count; }
-            ds_store16(yo + c0, a0, nl);
-            if (nl > 16) ds_store16(yo + c0 + 16, a1, nl - 16);
-            if (nl > 32) ds_store16(yo + c0 + 32, a2, nl - 32);
-            if (nl > 48) ds_store16(yo + c0 + 48, a3, nl - 48);
-        }
-#endif
     }
 }
