@@ -1,6 +1,8 @@
-/* 16-float vectors with GCC's vector extensions (no intrinsics): one zmm register with AVX-512, two ymm with
-   AVX2, four xmm elsewhere. Shared by the micro-kernels of the products (ds_gemm.c) and the convolutions
-   (ds_conv.c). DS_MR: rows per micro-tile, 12 with 32 vector registers (AVX-512: 24 accumulators), else 4. */
+/* 16-float vectors with GCC's vector extensions (no intrinsics): one zmm register with AVX-512. Without it a
+   ds_v16 has no register mode and gcc 12 keeps it in memory (it is not split into two ymm), so the hot loops there
+   run on ds_v8 (below: the machine's 8-float vectors) and ds_v16 serves only code off the multiply-add paths.
+   Shared by the micro-kernels of the products (ds_gemm.c) and the convolutions (ds_conv.c). DS_MR: rows per
+   micro-tile, 12 with 32 vector registers (AVX-512: 24 accumulators), else 4. */
 #ifndef DS_SIMD_H
 #define DS_SIMD_H
 #include <stdint.h>
