@@ -125,21 +125,23 @@
 #else
 /* Without AVX-512 the multiply-adds run on the machine's 8-float vectors (ds_simd.h's ds_v8: a 64-byte ds_v16
    lives in memory there), one 16-column half of the tile at a time (MR rows x 2 vectors: 8 accumulators at 4
-   rows), each half then joined into the ds_v16 the finish and the store take. Each lane sums in the same order
-   as the AVX-512 kernel's (taps, then channels, one chain). */
+   rows), each half finished and stored from its registers (DS_HFIN). Each lane sums in the same order as the
+   AVX-512 kernel's (taps, then channels, one chain). */
 #define DS_HACC_ZERO(r) ds_v8 g##r##0 = {0}, g##r##1 = {0};
 #define DS_HFMA(r) { const float v = a##r[c]; g##r##0 += v * h0; g##r##1 += v * h1; }
-/* A half's finish on its 8-float accumulators, as DS_FIN_ROWS does it ((c + bias) + residual, then the
-   activation), stored at once: the first ncols - 16 * HALF columns of the half. */
-#define DS_HFIN(r, HALF)                                                                                    \
-    { const int64_t n_ = ncols - (HALF) * 16;                                                               \
-      if (bias) { g##r##0 += ds_ld8n(bias + (HALF) * 16, n_); g##r##1 += ds_ld8n(bias + (HALF) * 16 + 8, n_ - 8); } \
-      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + (HALF) * 16;                        \
+/* Row r's finish on its 8-float accumulators, as DS_FIN_ROWS does it ((c + bias) + residual, then the
+   activation), stored at once: the first n_ = ncols - 16 * HALF columns of the half (DS_HALF_FIN, before the rows,
+   loads the half's bias once and sets n_ and HALF's offset off_). */
+#define DS_HALF_FIN(HALF)                                                                                   \
+    const int64_t off_ = (HALF) * 16, n_ = ncols - off_;                                                    \
+    const ds_v8 hb0_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                        \
+    const ds_v8 hb1_ = bias ? ds_ld8n(bias + off_ + 8, n_ - 8) : (ds_v8){0};
+#define DS_HFIN(r)                                                                                          \
+    { if (bias) { g##r##0 += hb0_; g##r##1 += hb1_; }                                                       \
+      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + off_;                               \
                  g##r##0 += ds_ld8n(rr_, n_); g##r##1 += ds_ld8n(rr_ + 8, n_ - 8); }                        \
-      ds_store_half(yo + (r) * LDY + (HALF) * 16, ds_act8(g##r##0, act_), ds_act8(g##r##1, act_), n_); }
-#define DS_HTO0(r) DS_HFIN(r, 0)
-#define DS_HTO1(r) DS_HFIN(r, 1)
-#define DS_CONV_HALF(MR, HALF, TO)                                                                          \
+      ds_store_half(yo + (r) * LDY + off_, ds_act8(g##r##0, act_), ds_act8(g##r##1, act_), n_); }
+#define DS_CONV_HALF(MR, HALF)                                                                              \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
             for (int64_t kw = 0; kw < KW; kw++) {                                                           \
@@ -151,7 +153,7 @@
                     DS_ROWS##MR(DS_HFMA)                                                                     \
                 }                                                                                           \
             }                                                                                               \
-        DS_ROWS##MR(TO) }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
 #define DS_CONV_HMICRO_OF(NAME, MR, HALVES)                                                                 \
     static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
                             float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
@@ -163,8 +165,8 @@
         HALVES                                                                                              \
     }
 #define DS_CONV_MICRO(MR)                                                                                   \
-    DS_CONV_HMICRO_OF(ds_conv_micro, MR, DS_CONV_HALF(MR, 0, DS_HTO0) DS_CONV_HALF(MR, 1, DS_HTO1))
-#define DS_CONV_NMICRO(MR) DS_CONV_HMICRO_OF(ds_conv_nmicro, MR, DS_CONV_HALF(MR, 0, DS_HTO0))
+    DS_CONV_HMICRO_OF(ds_conv_micro, MR, DS_CONV_HALF(MR, 0) DS_CONV_HALF(MR, 1))
+#define DS_CONV_NMICRO(MR) DS_CONV_HMICRO_OF(ds_conv_nmicro, MR, DS_CONV_HALF(MR, 0))
 #endif
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
@@ -259,7 +261,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RFMA1(MR), DS_NCROW_STORE)
 #else
 /* Without AVX-512: the halves on 8-float vectors, as DS_CONV_HALF (the same order of sums). */
-#define DS_RHALF(MR, HALF, TO)                                                                              \
+#define DS_RHALF(MR, HALF)                                                                                  \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++) {                                                               \
             DS_ROWS##MR(DS_RROW_PTR)                                                                         \
@@ -270,7 +272,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
                 DS_ROWS##MR(DS_HFMA)                                                                         \
             }                                                                                               \
         }                                                                                                   \
-        DS_ROWS##MR(TO) }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
 #define DS_CONV_RMICRO(MR, NV, HALVES)                                                                      \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \
@@ -284,8 +286,8 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
         DS_ROWS##MR(DS_RROW_BASE)                                                                            \
         HALVES                                                                                              \
     }
-#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0, DS_HTO0) DS_RHALF(MR, 1, DS_HTO1))
-#define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0, DS_HTO0))
+#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0) DS_RHALF(MR, 1))
+#define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0))
 #endif
 DS_CONV_RMICRO2(1)
 DS_CONV_RMICRO2(2)

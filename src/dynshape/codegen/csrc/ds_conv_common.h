@@ -66,15 +66,11 @@ static inline ds_v8 ds_act_light8(ds_v8 c, int64_t act) { /* ds_act_light's: Rel
     if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));
     return c;
 }
-static inline ds_v8 ds_act8(ds_v8 c, int64_t act) {
-    if (act == DS_ACT_RELU) return ds_max8(0.0f, c);
-    if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));
-    if (act == DS_ACT_SILU) {
-        ds_v8 s;
-        for (int j = 0; j < 8; j++) s[j] = ds_sigmoidf(c[j]);
-        return c * s;
-    }
-    return c;
+static inline ds_v8 ds_act8(ds_v8 c, int64_t act) { /* ds_act's: every DS_ACT_* */
+    if (act != DS_ACT_SILU) return ds_act_light8(c, act);
+    ds_v8 s;
+    for (int j = 0; j < 8; j++) s[j] = ds_sigmoidf(c[j]);
+    return c * s;
 }
 #endif
 

@@ -722,9 +722,7 @@ void ds_axpy_rows(const float *restrict p, const float *restrict v, int64_t n, i
             a1 += p[j + 1] * ds_ld8n(v + (j + 1) * dv + c0, w);
         }
         if (j < n) a0 += p[j] * ds_ld8n(v + j * dv + c0, w);
-        a0 += a1;
-        if (w == 8) ds_st8(o + c0, a0);
-        else for (int64_t t = 0; t < w; t++) o[c0 + t] = a0[t];
+        ds_st8n(o + c0, a0 + a1, w);
     }
 }
 #endif

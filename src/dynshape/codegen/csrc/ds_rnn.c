@@ -59,6 +59,7 @@
 #include "ds_gemm.h"
 #include "ds_gemm_bf16.h" /* the bf16 tiles (loaded global before this library): flags bit 6's input projection */
 #include "ds_rnn_q8.h"
+#include "ds_simd.h"
 
 #define DSR_BF16_ROWS 64 /* rows of X a bf16 tile rounds once and takes through every panel of W */
 
@@ -250,34 +251,29 @@ static void dsr_gemv(const float *restrict a, const float *restrict bp, float *r
 }
 #else
 /* Without AVX-512, on the machine's 8-float vectors (a 64-byte dsr_v16 has no register mode there and gcc keeps it
-   in memory, every multiply-add a round trip through the stack): one panel at a time, its 32 columns in four
+   in memory, every multiply-add a round trip through the stack; ds_simd.h's ds_v8): one panel at a time, its 32 columns in four
    vectors, even and odd k apart (eight accumulators), then added: each lane sums in the AVX-512 loop's order. */
-typedef float dsr_v8 __attribute__((vector_size(32)));
-typedef float dsr_v8u __attribute__((vector_size(32), aligned(4), may_alias));
-static inline dsr_v8 dsr_ld8(const float *p) { return *(const dsr_v8u *)p; }
-
 static void dsr_gemv(const float *restrict a, const float *restrict bp, float *restrict c, int64_t n, int64_t k,
                      int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; q++) {
         const float *p0 = bp + q * k * 32;
-        dsr_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+        ds_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, e0 = {0}, e1 = {0}, e2 = {0}, e3 = {0};
         int64_t p = 0;
         for (; p + 1 < k; p += 2) {
             const float x = a[p], y = a[p + 1], *r0 = p0 + p * 32;
-            a0 += x * dsr_ld8(r0); a1 += x * dsr_ld8(r0 + 8); a2 += x * dsr_ld8(r0 + 16); a3 += x * dsr_ld8(r0 + 24);
-            e0 += y * dsr_ld8(r0 + 32); e1 += y * dsr_ld8(r0 + 40); e2 += y * dsr_ld8(r0 + 48); e3 += y * dsr_ld8(r0 + 56);
+            a0 += x * ds_ld8(r0); a1 += x * ds_ld8(r0 + 8); a2 += x * ds_ld8(r0 + 16); a3 += x * ds_ld8(r0 + 24);
+            e0 += y * ds_ld8(r0 + 32); e1 += y * ds_ld8(r0 + 40); e2 += y * ds_ld8(r0 + 48); e3 += y * ds_ld8(r0 + 56);
         }
         if (p < k) {
             const float x = a[p], *r0 = p0 + p * 32;
-            a0 += x * dsr_ld8(r0); a1 += x * dsr_ld8(r0 + 8); a2 += x * dsr_ld8(r0 + 16); a3 += x * dsr_ld8(r0 + 24);
+            a0 += x * ds_ld8(r0); a1 += x * ds_ld8(r0 + 8); a2 += x * ds_ld8(r0 + 16); a3 += x * ds_ld8(r0 + 24);
         }
-        const int64_t rest = n - q * 32, ncols = rest < 32 ? rest : 32;
-        float t[32];
-        *(dsr_v8u *)t = a0 + e0;
-        *(dsr_v8u *)(t + 8) = a1 + e1;
-        *(dsr_v8u *)(t + 16) = a2 + e2;
-        *(dsr_v8u *)(t + 24) = a3 + e3;
-        for (int64_t j = 0; j < ncols; j++) c[q * 32 + j] = t[j];
+        const int64_t ncols = n - q * 32; /* (ds_st8n stores at most 8, none at <= 0) */
+        float *cq = c + q * 32;
+        ds_st8n(cq, a0 + e0, ncols);
+        ds_st8n(cq + 8, a1 + e1, ncols - 8);
+        ds_st8n(cq + 16, a2 + e2, ncols - 16);
+        ds_st8n(cq + 24, a3 + e3, ncols - 24);
     }
 }
 #endif

@@ -41,15 +41,11 @@ static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
 #else
 /* The machine's own 8-float vectors, for the multiply-add loops of the micro-kernels (ds_gemm.c, ds_conv.c): gcc 12
    keeps a 64-byte ds_v16, which has no register mode without AVX-512, in memory, every operation a round trip
-   through the stack (the products ran at 2 GFLOP/s on an AMD EPYC Zen 3). ds_v16 stays for the rest (finishes,
-   row kernels), joined from two halves where a loop is done. */
+   through the stack (the products ran at 2 GFLOP/s on an AMD EPYC Zen 3). ds_v16 stays for code off those paths. */
 typedef float ds_v8 __attribute__((vector_size(32)));
 typedef float ds_v8u __attribute__((vector_size(32), aligned(4), may_alias));
 static inline ds_v8 ds_ld8(const float *p) { return *(const ds_v8u *)p; }
 static inline void ds_st8(float *p, ds_v8 v) { *(ds_v8u *)p = v; }
-static inline ds_v16 ds_join8(ds_v8 lo, ds_v8 hi) {
-    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-}
 /* The first n of 8 floats (n >= 8: all), zeros after: never reads past p[n - 1]. */
 static inline ds_v8 ds_ld8n(const float *p, int64_t n) {
     if (n >= 8) return ds_ld8(p);
@@ -66,11 +62,8 @@ static inline void ds_st8n(float *p, ds_v8 v, int64_t n) {
 static inline float ds_hsum8(ds_v8 v) { return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7])); }
 /* The first n of 16 columns (n >= 16: all; n <= 0: none). */
 static inline void ds_store_half(float *c, ds_v8 x0, ds_v8 x1, int64_t n) {
-    if (n >= 16) { ds_st8(c, x0); ds_st8(c + 8, x1); return; }
-    float t[16];
-    ds_st8(t, x0);
-    ds_st8(t + 8, x1);
-    for (int64_t j = 0; j < n; j++) c[j] = t[j];
+    ds_st8n(c, x0, n);
+    ds_st8n(c + 8, x1, n - 8);
 }
 static inline void ds_store_row(float *c, ds_v16 x0, ds_v16 x1, int64_t n) {
     if (n == 32) { ds_st16(c, x0); ds_st16(c + 16, x1); return; }
