@@ -30,7 +30,8 @@ quantization = pytest.importorskip("onnxruntime.quantization")
 NATIVE = int8.native_available()
 AMX = int8.amx_tiles()
 # "+vpdpbusd": the native tile with AMX turned off, where AMX is what it would take (both native paths, one machine)
-TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) + (["ds_q8_block+vpdpbusd"] if AMX else [])
+TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) + (["ds_q8_block+vpdpbusd"] if AMX else []) \
+    + (["ds_q8_block_avx2"] if int8.avx2_tiles() else [])
 
 
 def _reference_product(x: np.ndarray, w: np.ndarray, zp: np.ndarray, ws: np.ndarray) -> np.ndarray:
@@ -113,6 +114,29 @@ def test_all_zero_activation() -> None:
         getattr(lib, tile.partition("+")[0])(act, int8.pack_q8(w8).ctypes.data, out.ctypes.data, 16, 0, 3, 0, 16, 8,
                                              z32.ctypes.data, np.full(16, 0.5, np.float32).ctypes.data)
         assert np.array_equal(out, np.zeros((3, 16), np.float32))
+
+
+@pytest.mark.parametrize("tile", TILES)
+def test_extreme_bytes_do_not_saturate(tile: str) -> None:
+    """Activations at 255 against weights at -128 and 127: a pair of such products (+-65,280) is past int16, where
+    VPMADDUBSW saturates; every tile must still equal the reference (the AVX2 one widens to int16 first)."""
+    m, k, n = 5, 67, 40
+    rng = np.random.default_rng(3)
+    x = np.where(rng.random((m, k)) < 0.8, 10.0, 0.0).astype(np.float32)  # quantizes to 255 (and 0)
+    w = np.where(rng.random((k, n)) < 0.5, -128, 127).astype(np.int8)
+    w[:, :8] = -128  # whole columns of -128 pairs
+    zp, ws = np.int8(0), np.float32(0.001)
+    want = _reference_product(x, w, zp, ws)
+    assert np.abs(want).max() > 0.5 * 255 * 128 * k * float(ws) * (10.0 / 255)  # the extreme sums are there
+    lib = int8.LIBRARY.load()
+    w8, z32 = as_int8(w, zp)
+    sc = np.full(n, ws, np.float32)
+    name, _, path = tile.partition("+")
+    try:
+        lib.ds_q8_use_amx(0 if path else 1)
+        _check_tiles(lib, name, x, w, zp, ws, sc, int8.pack_q8(w8), z32, want)
+    finally:
+        lib.ds_q8_use_amx(1)
 
 
 def test_pack_layout() -> None:

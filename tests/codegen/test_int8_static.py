@@ -37,8 +37,10 @@ ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
 
 NATIVE = int8.native_available()
-RQ_TILES = ["ds_q8_block_rq", "ds_q8_block_rq_e"] if NATIVE else ["ds_q8_block_rq_e"]
-TILES = ["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]
+RQ_TILES = (["ds_q8_block_rq", "ds_q8_block_rq_e"] if NATIVE else ["ds_q8_block_rq_e"]) \
+    + (["ds_q8_block_rq_avx2"] if int8.avx2_tiles() else [])
+TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) \
+    + (["ds_q8_block_avx2"] if int8.avx2_tiles() else [])
 OPSET = 21
 
 

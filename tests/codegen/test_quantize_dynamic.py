@@ -21,7 +21,8 @@ from dynshape.ir.opdef import lookup
 from dynshape.passes.quant import quantize_weights
 
 NATIVE = int8.native_available()
-TILES = ["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]
+TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) \
+    + (["ds_q8_block_avx2"] if int8.avx2_tiles() else [])
 
 
 def _numpy_model(x: np.ndarray, w8: np.ndarray, ws: np.ndarray) -> np.ndarray:

@@ -30,16 +30,19 @@ NR = packed_gemm.NR  # columns per panel, as the float products
 GROUP = 4  # consecutive k per column that one VPDPBUSD lane sums
 
 LIBRARY = declare("packed_gemm_int8", "ds_gemm_int8.c", {
-    "ds_q8_native": (), "ds_q8_use_amx": (ctypes.c_int,), "ds_q8_params": (F32, F32, P, P),
+    "ds_q8_native": (), "ds_q8_avx2": (), "ds_q8_use_amx": (ctypes.c_int,), "ds_q8_params": (F32, F32, P, P),
     "ds_q8_quantize": (P, I64, I64),
     "ds_q8_act_params": (P, P, P), "ds_q8_act_row": (P, I64, P, P),
     "ds_q8_block": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
     "ds_q8_block_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
+    "ds_q8_block_avx2": (P, P, P, I64, I64, I64, I64, I64, I64, P, P),
     "ds_q8_quantize_static": (P, I64, I64, F32, INT, INT), "ds_q8_load": (P, I64, I64, INT, INT),
     "ds_q8_quantize_tokens": (P, I64, I64),
     "ds_q8_block_rq": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT),
-    "ds_q8_block_rq_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT)},
-    openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_use_amx": ctypes.c_int,
+    "ds_q8_block_rq_e": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT),
+    "ds_q8_block_rq_avx2": (P, P, P, I64, I64, I64, I64, I64, I64, P, P, INT, INT)},
+    openmp=True, share=True, restypes={"ds_q8_native": ctypes.c_int, "ds_q8_avx2": ctypes.c_int,
+                                       "ds_q8_use_amx": ctypes.c_int,
                                        "ds_q8_quantize": ctypes.c_void_p, "ds_q8_quantize_static": ctypes.c_void_p,
                                        "ds_q8_load": ctypes.c_void_p, "ds_q8_quantize_tokens": ctypes.c_void_p})
 
@@ -71,6 +74,14 @@ def native_available() -> bool:
     return native_in("avx512_vnni", LIBRARY, "ds_q8_native")
 
 
+@functools.cache
+def avx2_tiles() -> bool:
+    """Whether the library has the exact AVX2 tiles (VPMADDWD on bytes widened to int16: `ds_q8_block_avx2`); they
+    run where VNNI is absent, and are testable wherever they are compiled."""
+    lib = LIBRARY.try_load()
+    return lib is not None and bool(lib.ds_q8_avx2())
+
+
 def amx_tiles() -> bool:
     """Whether the int8 tiles run on AMX here (TDPBUSD, csrc/ds_gemm_int8.c; the rows under 16 on VPDPBUSD)."""
     return native_available() and bool(LIBRARY.load().ds_q8_use_amx(-1))
@@ -78,6 +89,8 @@ def amx_tiles() -> bool:
 
 def method() -> str:
     """How the int8 products compute here, for explain."""
-    how = ("AMX TDPBUSD tiles, VPDPBUSD under 16 rows" if amx_tiles() else "VPDPBUSD") if native_available() \
-        else "portable int32 C"
+    if native_available():
+        how = "AMX TDPBUSD tiles, VPDPBUSD under 16 rows" if amx_tiles() else "VPDPBUSD"
+    else:
+        how = "AVX2 VPMADDWD on bytes widened to int16" if avx2_tiles() else "portable int32 C"
     return f"uint8 x int8 products, int32 accumulation ({how}), float32 scales and epilogue"

@@ -27,7 +27,9 @@
      micro-tiles of VPDPBUSD (u8 x s8 -> s32, groups of 4, no intermediate saturation), 2 * MR accumulators; where
      the CPU has AMX-INT8 and Linux grants its tiles, blocks of 16 rows and more on TDPBUSD tiles (the same sums:
      ds_q8_amx_sums), finished by the same code;
-   - portable (`ds_q8_block_e`, every CPU): the same sums in plain int32 C. Both give identical results (integer
+   - AVX2 (`ds_q8_block_avx2`, compiled for x86-64-v3 CPUs without VNNI, e.g. AMD Zen 2/3): the bytes widened to
+     int16 and summed in pairs by VPMADDWD, which, unlike VPMADDUBSW, cannot saturate;
+   - portable (`ds_q8_block_e`, every CPU): the same sums in plain int32 C. All give identical results (integer
      arithmetic), and the tests check each against the ONNX reference. */
 #include <math.h>
 #include <stdint.h>
@@ -379,6 +381,106 @@ void ds_q8_block_rq_e(const void *act, const void *bp, void *restrict y, int64_t
     }
 }
 
+/* ---- AVX2: VPMADDWD (every x86-64-v3 CPU) ---------------------------------------------------------------------
+   Without VNNI, onnxruntime multiplies u8 x s8 with VPMADDUBSW, whose 16-bit pair sums saturate (255 * -128 twice is
+   -65280): its results drift from MatMulInteger's. Here the bytes are widened to int16 first (activations zero-,
+   weights sign-extended) and VPMADDWD sums pairs into int32, which cannot saturate: the sums are exactly the
+   portable ones (int32 addition wraps the same in any order). A panel row of 4 k x 32 columns is 8 groups of
+   4 columns; one VPMADDWD of a group against the row's 4 activations (repeated) gives each column's two pair sums,
+   added across k and joined at the end. Two rows x 16 columns at a time: 8 accumulators, 4 weight and 2 activation
+   vectors, 14 of the 16 ymm registers. */
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define DS_Q8_AVX2 1
+
+/* acc += VPMADDWD(w, x), in asm: with intrinsics gcc 12 spilled an accumulator and copied the other seven every
+   step (it does not add into the accumulator's own register), halving the rate. */
+#define DS_Q8_MADD(acc, w, x)                                                                                     \
+    do {                                                                                                            \
+        __m256i t_;                                                                                                 \
+        __asm__("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(t_) : "x"(w), "x"(x));              \
+    } while (0)
+
+static inline __m256i ds_q8_bcast4(const uint8_t *a) {
+    int32_t g;
+    memcpy(&g, a, 4);
+    return _mm256_cvtepu8_epi16(_mm_set1_epi32(g));
+}
+
+/* The 8 columns' sums of pair-sum accumulators u (columns 0..3) and v (4..7), in column order. */
+static inline __m256i ds_q8_join_pairs(__m256i u, __m256i v) {
+    return _mm256_permute4x64_epi64(_mm256_hadd_epi32(u, v), 0xD8);
+}
+
+/* Raw int32 sums of rows a0 and a1 (a1 may equal a0: then acc1 is a copy) against the 32 columns of a panel. */
+static inline void ds_q8_dot_rows2(const uint8_t *a0, const uint8_t *a1, const int8_t *panel, int64_t k4,
+                                   int32_t *acc0, int32_t *acc1) {
+    for (int h = 0; h < 2; h++) {
+        __m256i c0[4], c1[4];
+        for (int g = 0; g < 4; g++) c0[g] = c1[g] = _mm256_setzero_si256();
+        const int8_t *b = panel + 64 * h;
+        for (int64_t p = 0; p < k4; p++) {
+            const __m256i x0 = ds_q8_bcast4(a0 + 4 * p), x1 = ds_q8_bcast4(a1 + 4 * p);
+            _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {
+                const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + p * 128 + 16 * g)));
+                DS_Q8_MADD(c0[g], w, x0);
+                DS_Q8_MADD(c1[g], w, x1);
+            }
+        }
+        _mm256_storeu_si256((__m256i *)(acc0 + 16 * h), ds_q8_join_pairs(c0[0], c0[1]));
+        _mm256_storeu_si256((__m256i *)(acc0 + 16 * h + 8), ds_q8_join_pairs(c0[2], c0[3]));
+        _mm256_storeu_si256((__m256i *)(acc1 + 16 * h), ds_q8_join_pairs(c1[0], c1[1]));
+        _mm256_storeu_si256((__m256i *)(acc1 + 16 * h + 8), ds_q8_join_pairs(c1[2], c1[3]));
+    }
+}
+
+/* ds_q8_block_e and ds_q8_block_rq_e on VPMADDWD, two rows at a time. */
+void ds_q8_block_avx2(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1,
+                      int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
+    const ds_q8_act *a = act;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
+    for (int64_t i = i0; i < i1; i += 2) {
+        const int64_t rows = i1 - i < 2 ? i1 - i : 2;
+        int32_t acc[2][DS_Q8_NR];
+        ds_q8_dot_rows2(a->q + i * a->ldq, a->q + (i + rows - 1) * a->ldq, p.panel, p.k4, acc[0], acc[1]);
+        for (int64_t r = 0; r < rows; r++)
+            ds_q8_finish_row(acc[r], a->rowsum[i + r], a, wzp + p.j0, wscale + p.j0, p.colsum, k,
+                             c + (i + r) * ldc + p.j0, p.cols, a->per_row ? a->rowscale[i + r] : 1.0f);
+    }
+}
+
+void ds_q8_block_rq_avx2(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
+                         int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
+                         int32_t yzp, int32_t is_signed) {
+    const ds_q8_act *a = act;
+    const ds_q8_panel_at p = ds_q8_panel(bp, q, n, k);
+    for (int64_t i = i0; i < i1; i += 2) {
+        const int64_t rows = i1 - i < 2 ? i1 - i : 2;
+        int32_t acc[2][DS_Q8_NR];
+        ds_q8_dot_rows2(a->q + i * a->ldq, a->q + (i + rows - 1) * a->ldq, p.panel, p.k4, acc[0], acc[1]);
+        for (int64_t r = 0; r < rows; r++) {
+            ds_q8_correct_row(acc[r], a->rowsum[i + r], a, wzp + p.j0, p.colsum, k, p.cols);
+            ds_q8_requant_row(acc[r], mult + p.j0, yzp, is_signed, (uint8_t *)y + (i + r) * ldc + p.j0, p.cols);
+        }
+    }
+}
+#else
+#define DS_Q8_AVX2 0
+/* Without AVX2 the entry points exist (one symbol table on every CPU) and run the portable sums; ds_q8_avx2 says so. */
+void ds_q8_block_avx2(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1,
+                      int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
+    ds_q8_block_e(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
+}
+
+void ds_q8_block_rq_avx2(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
+                         int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
+                         int32_t yzp, int32_t is_signed) {
+    ds_q8_block_rq_e(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
+}
+#endif
+
+int ds_q8_avx2(void) { return DS_Q8_AVX2; }
+
 /* ---- native: VPDPBUSD ------------------------------------------------------------------------------------------- */
 #if DS_Q8_NATIVE
 #define DS_Q8_MR 12
@@ -557,6 +659,8 @@ void ds_q8_block(const void *act, const void *bp, float *restrict c, int64_t ldc
                  int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
 #if DS_Q8_NATIVE
     ds_q8_block_native(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
+#elif DS_Q8_AVX2
+    ds_q8_block_avx2(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
 #else
     ds_q8_block_e(act, bp, c, ldc, i0, i1, q, n, k, wzp, wscale);
 #endif
@@ -569,6 +673,8 @@ void ds_q8_block_rq(const void *act, const void *bp, void *restrict y, int64_t l
                     int32_t yzp, int32_t is_signed) {
 #if DS_Q8_NATIVE
     ds_q8_block_rq_native(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
+#elif DS_Q8_AVX2
+    ds_q8_block_rq_avx2(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
 #else
     ds_q8_block_rq_e(act, bp, y, ldc, i0, i1, q, n, k, wzp, mult, yzp, is_signed);
 #endif

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 int ds_q8_native(void);
+int ds_q8_avx2(void);
 int ds_q8_use_amx(int want);
 void ds_q8_params(float lo, float hi, float *scale, int32_t *zp);
 const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k);
@@ -26,4 +27,9 @@ void ds_q8_block_rq(const void *act, const void *bp, void *restrict y, int64_t l
 void ds_q8_block_rq_e(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
                       int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
                       int32_t yzp, int32_t is_signed);
+void ds_q8_block_avx2(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1,
+                      int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale);
+void ds_q8_block_rq_avx2(const void *act, const void *bp, void *restrict y, int64_t ldc, int64_t i0, int64_t i1,
+                         int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict mult,
+                         int32_t yzp, int32_t is_signed);
 #endif
