@@ -30,8 +30,8 @@ quantization = pytest.importorskip("onnxruntime.quantization")
 NATIVE = int8.native_available()
 AMX = int8.amx_tiles()
 # "+vpdpbusd": the native tile with AMX turned off, where AMX is what it would take (both native paths, one machine)
-TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) + (["ds_q8_block+vpdpbusd"] if AMX else []) \
-    + (["ds_q8_block_avx2"] if int8.avx2_tiles() else [])
+TILES = (["ds_q8_block", "ds_q8_block_e"] if NATIVE else ["ds_q8_block_e"]) \
+    + (["ds_q8_block+vpdpbusd"] if AMX else []) + (["ds_q8_block_avx2"] if int8.avx2_tiles() else [])
 
 
 def _reference_product(x: np.ndarray, w: np.ndarray, zp: np.ndarray, ws: np.ndarray) -> np.ndarray:

@@ -82,7 +82,7 @@ def test_matches_the_float_lstm_on_the_dequantized_weights(mode, dtype, per_row,
 
 def test_native_and_portable_give_identical_bits():
     if "native" not in MODES:
-        pytest.skip("no AVX512-VNNI here")
+        pytest.skip("no vector int8 product here (AVX512-VNNI or AVX2)")
     feeds, s, ws = _feeds(3, "bidirectional", 6, 4, 45, np.uint8, True, inp=19)
     attrs = {"direction": "bidirectional"}
     for a, b in zip(_run(feeds, attrs, s, "native", ws), _run(feeds, attrs, s, "portable", ws)):

@@ -16,9 +16,9 @@ The library links against `packed_gemm.library()` (loaded first, symbols global)
 An LSTM whose R is 8-bit integers times a scale (what onnxruntime's DynamicQuantizeLSTM ships; the frontend
 dequantizes it and names the scale in the node's `_r_scale` attribute, frontends/onnx_contrib.py) runs its
 recurrent product on those integers (csrc/ds_rnn_q8.h: a quarter of the bytes per step, three VPDPBUSD per 64
-weights): `bind` recovers them from the float R, checking that the scale reproduces every weight exactly, so
-the float R stays the node's meaning and anything else (another scale, a CPU without AVX512-VNNI) runs the
-float kernel.
+weights; on AVX2 without VNNI, VPMADDWD on two 12-bit digits): `bind` recovers them from the float R, checking
+that the scale reproduces every weight exactly, so the float R stays the node's meaning and anything else (another
+scale, a CPU without AVX2) runs the float kernel.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from dynshape.codegen import bf16, packed_gemm
-from dynshape.codegen.bf16 import native_in
 from dynshape.codegen.clib import I64, P, declare
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.errors import ConstraintViolation, DynshapeError
@@ -100,13 +99,27 @@ def supported(op: str, attrs: dict, dtype: Any = np.float32) -> str | None:
 
 @functools.cache
 def q8_native() -> bool:
-    """Whether the int8 recurrent product runs VPDPBUSD here (AVX512-VNNI, and the library compiled for it)."""
-    return native_in("avx512_vnni", LIBRARY, "ds_rnn_q8_native")
+    """Whether the int8 recurrent product runs vector instructions here: VPDPBUSD (AVX512-VNNI) or, without it,
+    VPMADDWD on 12-bit digits (AVX2), the library compiled for them (ds_rnn_q8_native says which)."""
+    return q8_method() != "portable"
+
+
+@functools.cache
+def q8_method() -> str:
+    """"VPDPBUSD", "VPMADDWD" or "portable": how the int8 recurrent product runs here."""
+    lib = LIBRARY.try_load()
+    which = int(lib.ds_rnn_q8_native()) if lib is not None else 0
+    flags = bf16.cpu_flags()
+    if which == 1 and "avx512_vnni" in flags:
+        return "VPDPBUSD"
+    if which == 2 and "avx2" in flags:
+        return "VPMADDWD"
+    return "portable"
 
 
 def q8_row_floats(hidden: Any) -> Any:
     """Scratch floats per batch row and direction of the int8 product (dsq_row_floats in ds_rnn_q8.h)."""
-    return ceil_div(3 * ceil_div(hidden, 4), 16) * 16 + 16
+    return ceil_div(4 * ceil_div(hidden, 4), 16) * 16 + 16
 
 
 def pack_q8_weights(r: np.ndarray, scale: Any) -> np.ndarray | str:
@@ -314,7 +327,8 @@ def _q8_forms(op: str, w: np.ndarray, r: np.ndarray, rows: int, r_scale: Any, w_
     if r_scale is None or op != "LSTM" or q8 == "off" or (q8 == "auto" and not q8_native()):
         return None, None
     if q8 == "native" and not q8_native():
-        raise NotSupported("LSTM: the 8-bit recurrent product needs AVX512-VNNI (and a compiler targeting it)")
+        raise NotSupported("LSTM: the 8-bit recurrent product needs AVX512-VNNI or AVX2 (and a compiler targeting "
+                           "it)")
     rq = pack_q8_weights(r, r_scale)
     if isinstance(rq, str):
         if q8 != "auto":
@@ -424,8 +438,8 @@ def _describe(node: Node, graph: Graph, options: Options) -> str | None:
         return "input projection in bf16 (bf16 operands, float32 sums); the recurrent product in float32 (R under " \
             "bf16_min_recurrent_bytes)"
     int8 = [name for name, q in (("W", k.wq), ("R", k.rq)) if q is not None]
-    said = f"{' and '.join(int8)} products on 8-bit weights (VPDPBUSD, exact int32 sums)" if int8 else \
-        "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI here)"
+    said = f"{' and '.join(int8)} products on 8-bit weights ({q8_method()}, exact int32 sums)" if int8 else \
+        "float32 (8-bit weights declared, but not exactly packable or no AVX512-VNNI / AVX2 here)"
     low_ones = [name for name, on in (("input projection", k.wbf16), ("recurrent product", k.rbf16)) if on]
     return f"{said}; {' and '.join(low_ones)} in bf16" if low_ones else said
 

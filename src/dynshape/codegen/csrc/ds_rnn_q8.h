@@ -19,8 +19,11 @@
    A row of zeros gives zeros; a row holding NaN or infinity runs a scalar float product on the integers (so
    +-inf and NaN come out per column as the float kernel's would; rare, so slow is fine).
 
-   Two ways to run a panel, one layout: VPDPBUSD (where the compiler targets AVX512-VNNI) and plain int32 C
-   (every CPU, and the tests' reference for the native one: integer sums, the same epilogue, identical bits).
+   Three ways to run a panel, one layout: VPDPBUSD (where the compiler targets AVX512-VNNI); on AVX2 without it,
+   VPMADDWD on the weights widened to int16 against U split into two 12-bit digits (U = lo + 2^12 hi; per-digit
+   sums below 4095 * 128 * k < 2^31 for k <= 4096, deeper R runs the portable sums): two instructions per 16
+   weights a digit where a byte pair would saturate in VPMADDUBSW; and plain int32 C (every CPU, and the tests'
+   reference for the others: integer sums, the same epilogue, identical bits).
 
    Packed R of one direction, n = 4 * hidden columns, k = hidden deep, P = ceil(n / 32) panels, K4 = ceil(k / 4):
      int8   [P][K4][32][4]   byte i of column j of group g of panel p = q'[32p + j][4g + i] (0 past n or k)
@@ -37,17 +40,26 @@
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__AVX512BW__)
 #define DSQ_NATIVE 1
 #include <immintrin.h>
+#elif defined(__AVX2__)
+#define DSQ_NATIVE 2 /* VPMADDWD on two 12-bit digits (dsq_kernel_avx2) */
+#include <immintrin.h>
 #else
 #define DSQ_NATIVE 0
 #endif
+/* The deepest R the AVX2 product takes: its 12-bit digit sums (4095 * 128 * k) stay below 2^31 up to here. */
+#define DSQ_AVX2_MAX_K 4096
 
 static inline int64_t dsq_panels(int64_t n) { return (n + 31) / 32; }
 static inline int64_t dsq_groups(int64_t k) { return (k + 3) / 4; }
 static inline int64_t dsq_dir_bytes(int64_t n, int64_t k) {
     return dsq_panels(n) * (dsq_groups(k) * 128 + 3 * 32 * 8);
 }
-/* the digits (3 * K4 words), rounded to 64 bytes, then a 64-byte header */
-static inline int64_t dsq_row_floats(int64_t k) { return (3 * dsq_groups(k) + 15) / 16 * 16 + 16; }
+/* the digits (3 * K4 words of bytes, or under AVX2 two planes of 4 * K4 int16), rounded to 64 bytes, then a
+   64-byte header */
+static inline int64_t dsq_digit_floats(int64_t k4) { return (4 * k4 + 15) / 16 * 16; }
+static inline int64_t dsq_row_floats(int64_t k) { return dsq_digit_floats(dsq_groups(k)) + 16; }
+/* Whether a row of depth k takes the AVX2 product (two 12-bit digits) rather than the three bytes. */
+static inline int dsq_avx2(int64_t k, int portable) { return DSQ_NATIVE == 2 && !portable && k <= DSQ_AVX2_MAX_K; }
 
 typedef struct {
     int64_t sh;   /* sum_k H_k */
@@ -56,10 +68,11 @@ typedef struct {
 } dsq_row;
 
 /* One batch row of the state into its digits (scratch: dsq_row_floats(k) floats, 64-byte aligned). */
-static void dsq_quantize_row(const float *restrict h, int64_t k, float *scratch) {
+static void dsq_quantize_row(const float *restrict h, int64_t k, float *scratch, int avx2) {
     const int64_t k4 = dsq_groups(k);
     uint8_t *restrict u = (uint8_t *)scratch;
-    dsq_row *hd = (dsq_row *)(scratch + (3 * k4 + 15) / 16 * 16);
+    uint16_t *restrict lo = (uint16_t *)scratch, *restrict hi = lo + 4 * k4;
+    dsq_row *hd = (dsq_row *)(scratch + dsq_digit_floats(k4));
     uint32_t mb = 0; /* the largest |h| as bits: NaN and infinity compare above every finite value */
     for (int64_t j = 0; j < k; j++) {
         uint32_t b;
@@ -75,33 +88,86 @@ static void dsq_quantize_row(const float *restrict h, int64_t k, float *scratch)
     frexpf(m, &e); /* m = f 2^e, f in [0.5, 1): |h_k| 2^(22-e) <= 2^22 */
     const double f = ldexp(1.0, 22 - e), round = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to even */
     int64_t sh = 0;
-    for (int64_t j = 0; j < k; j++) {
-        const int32_t hq = (int32_t)(((double)h[j] * f + round) - round);
-        const uint32_t uq = (uint32_t)(hq + (1 << 23));
-        sh += hq;
-        u[j] = (uint8_t)uq;
-        u[4 * k4 + j] = (uint8_t)(uq >> 8);
-        u[8 * k4 + j] = (uint8_t)(uq >> 16);
+    if (avx2) { /* U = lo + 2^12 hi, each below 2^12 */
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t hq = (int32_t)(((double)h[j] * f + round) - round);
+            const uint32_t uq = (uint32_t)(hq + (1 << 23));
+            sh += hq;
+            lo[j] = (uint16_t)(uq & 4095u);
+            hi[j] = (uint16_t)(uq >> 12);
+        }
+        for (int64_t j = k; j < 4 * k4; j++) lo[j] = hi[j] = 0;
+    } else {
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t hq = (int32_t)(((double)h[j] * f + round) - round);
+            const uint32_t uq = (uint32_t)(hq + (1 << 23));
+            sh += hq;
+            u[j] = (uint8_t)uq;
+            u[4 * k4 + j] = (uint8_t)(uq >> 8);
+            u[8 * k4 + j] = (uint8_t)(uq >> 16);
+        }
+        for (int64_t j = k; j < 4 * k4; j++) u[j] = u[4 * k4 + j] = u[8 * k4 + j] = 0;
     }
-    for (int64_t j = k; j < 4 * k4; j++) u[j] = u[4 * k4 + j] = u[8 * k4 + j] = 0;
     hd->sh = sh;
     hd->e = e;
 }
 
 /* Columns c0 .. c0 + ncols of one row from its digit sums (acc: 3 x 32 int32 per panel, digit-major). */
 static inline void dsq_finish(const int32_t *restrict acc, const double *restrict c1, const double *restrict zq,
-                              const double *restrict sc, const dsq_row *hd, float *restrict out, int64_t ncols) {
+                              const double *restrict sc, const dsq_row *hd, float *restrict out, int64_t ncols,
+                              int avx2) {
     const double sh = (double)hd->sh, unit = ldexp(1.0, hd->e - 22);
     float t[32];
     for (int64_t j = 0; j < 32; j++) {
-        const double v = (double)acc[64 + j] * 65536.0 + (double)acc[32 + j] * 256.0 + (double)acc[j] - c1[j]
-                         + zq[j] * sh;
+        /* the same integer either way (every term below 2^53): identical results */
+        const double digits = avx2 ? (double)acc[32 + j] * 4096.0 + (double)acc[j]
+                                   : (double)acc[64 + j] * 65536.0 + (double)acc[32 + j] * 256.0 + (double)acc[j];
+        const double v = digits - c1[j] + zq[j] * sh;
         t[j] = (float)(v * (sc[j] * unit));
     }
     for (int64_t j = 0; j < ncols; j++) out[j] = t[j];
 }
 
-#if DSQ_NATIVE
+#if DSQ_NATIVE == 2
+/* acc += VPMADDWD(w, x) in asm (gcc 12 copies accumulators around the intrinsics: csrc/ds_gemm_int8.c's note). */
+#define DSQ_MADD(acc, w, x)                                                                                       \
+    do {                                                                                                            \
+        __m256i t_;                                                                                                 \
+        __asm__("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+x"(acc), "=&x"(t_) : "x"(w), "x"(x));              \
+    } while (0)
+
+/* One panel of one row on AVX2, exact: the weights widened to int16, the two 12-bit digit planes (4 k a group,
+   broadcast as 8 bytes) against them by VPMADDWD (pair sums in int32: no saturation); half a panel at a time, 8
+   accumulators. acc: 2 x 32 int32, digit-major, as dsq_finish reads them. */
+static void dsq_panel_avx2(const uint16_t *restrict lo, const uint16_t *restrict hi, int64_t k4,
+                           const int8_t *restrict p, int32_t *restrict acc) {
+    for (int h = 0; h < 2; h++) {
+        __m256i a[4], b[4];
+        for (int c = 0; c < 4; c++) a[c] = b[c] = _mm256_setzero_si256();
+        for (int64_t g = 0; g < k4; g++) {
+            int64_t l8, h8;
+            memcpy(&l8, lo + 4 * g, 8);
+            memcpy(&h8, hi + 4 * g, 8);
+            const __m256i xl = _mm256_set1_epi64x(l8), xh = _mm256_set1_epi64x(h8);
+            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+                const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + g * 128 + 64 * h
+                                                                                           + 16 * c)));
+                DSQ_MADD(a[c], w, xl);
+                DSQ_MADD(b[c], w, xh);
+            }
+        }
+        /* columns from pair sums: hadd, then the 64-bit quarters in order (csrc/ds_gemm_int8.c's join) */
+        for (int c = 0; c < 4; c += 2) {
+            _mm256_storeu_si256((__m256i *)(acc + 16 * h + 4 * c),
+                                _mm256_permute4x64_epi64(_mm256_hadd_epi32(a[c], a[c + 1]), 0xD8));
+            _mm256_storeu_si256((__m256i *)(acc + 32 + 16 * h + 4 * c),
+                                _mm256_permute4x64_epi64(_mm256_hadd_epi32(b[c], b[c + 1]), 0xD8));
+        }
+    }
+}
+#endif
+
+#if DSQ_NATIVE == 1
 /* Panels q0 .. q0 + two of one row: per group of 4 k, the three digit words broadcast once against each panel's
    two 64-byte weight vectors; 12 accumulators. `two` is a constant in each caller (a branch in the loop made
    gcc shuffle the accumulators between registers every group: 1.4x slower). */
@@ -176,7 +242,7 @@ static void dsq_nonfinite(const float *h, const int8_t *w, const double *zq, con
 static void dsq_row_panels(const float *h, const float *scratch, const uint8_t *rq, float *out, int64_t n, int64_t k,
                            int64_t q0, int64_t q1, int portable) {
     const int64_t k4 = dsq_groups(k), np = dsq_panels(n);
-    const dsq_row *hd = (const dsq_row *)(scratch + (3 * k4 + 15) / 16 * 16);
+    const dsq_row *hd = (const dsq_row *)(scratch + dsq_digit_floats(k4));
     const int8_t *w = (const int8_t *)rq;
     const double *c1 = (const double *)(rq + np * k4 * 128), *zq = c1 + np * 32, *sc = zq + np * 32;
     if (hd->kind == 1) {
@@ -188,20 +254,25 @@ static void dsq_row_panels(const float *h, const float *scratch, const uint8_t *
         return;
     }
     const uint8_t *u = (const uint8_t *)scratch;
+    const int avx2 = dsq_avx2(k, portable);
     int32_t acc[192];
-#if DSQ_NATIVE
+#if DSQ_NATIVE == 1
     if (!portable) {
         dsq_panels_native(u, k4, w, q0, q1, acc);
     } else
+#elif DSQ_NATIVE == 2
+    if (avx2) {
+        const uint16_t *lo = (const uint16_t *)scratch;
+        for (int64_t q = q0; q < q1; q++) dsq_panel_avx2(lo, lo + 4 * k4, k4, w + q * k4 * 128, acc + 96 * (q - q0));
+    } else
 #endif
     {
-        (void)portable;
         for (int64_t q = q0; q < q1; q++) dsq_panel_portable(u, k4, w, q, acc + 96 * (q - q0));
     }
     for (int64_t q = q0; q < q1; q++) {
         const int64_t rest = n - q * 32;
         dsq_finish(acc + 96 * (q - q0), c1 + q * 32, zq + q * 32, sc + q * 32, hd, out + q * 32,
-                   rest < 32 ? rest : 32);
+                   rest < 32 ? rest : 32, avx2);
     }
 }
 
@@ -210,7 +281,7 @@ static void dsq_row_panels(const float *h, const float *scratch, const uint8_t *
 static inline void dsq_product(const float *h, const uint8_t *rq, float *out, int64_t ldo, int64_t batch, int64_t n,
                         int64_t k, float *scratch, int par, int portable) {
     const int64_t rf = dsq_row_floats(k), pairs = (dsq_panels(n) + 1) / 2, np = dsq_panels(n);
-    for (int64_t b = 0; b < batch; b++) dsq_quantize_row(h + b * k, k, scratch + b * rf);
+    for (int64_t b = 0; b < batch; b++) dsq_quantize_row(h + b * k, k, scratch + b * rf, dsq_avx2(k, portable));
     if (par) {
         #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < pairs; i++)
@@ -225,5 +296,6 @@ static inline void dsq_product(const float *h, const uint8_t *rq, float *out, in
     }
 }
 
+/* 1: VPDPBUSD (AVX512-VNNI), 2: VPMADDWD (AVX2, R up to DSQ_AVX2_MAX_K deep), 0: the portable sums only. */
 int ds_rnn_q8_native(void) { return DSQ_NATIVE; }
 #endif
