@@ -171,7 +171,12 @@
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
 DS_CONV_NMICRO(4)
+#ifdef __AVX512F__
 DS_CONV_NMICRO(8)
+#else
+/* 6 rows, not 8, on 16 ymm registers: 12 accumulators, two weight vectors and the broadcast (8 rows spilled) */
+DS_CONV_NMICRO(6)
+#endif
 #if DS_MR16 > 8
 DS_CONV_NMICRO(12)
 DS_CONV_NMICRO(16)
@@ -181,6 +186,9 @@ DS_CONV_NMICRO(24)
 DS_CONV_MICRO(1)
 DS_CONV_MICRO(2)
 DS_CONV_MICRO(4)
+#ifndef __AVX512F__
+DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of the 16 registers) */
+#endif
 #if DS_MR > 4
 DS_CONV_MICRO(8)
 DS_CONV_MICRO(12)
@@ -295,7 +303,12 @@ DS_CONV_RMICRO2(4)
 DS_CONV_RMICRO1(1)
 DS_CONV_RMICRO1(2)
 DS_CONV_RMICRO1(4)
+#ifdef __AVX512F__
 DS_CONV_RMICRO1(8)
+#else
+DS_CONV_RMICRO2(6) /* as DS_CONV_MICRO(6) and DS_CONV_NMICRO(6) */
+DS_CONV_RMICRO1(6)
+#endif
 #if DS_MR > 4
 DS_CONV_RMICRO2(8)
 DS_CONV_RMICRO2(12)
@@ -316,10 +329,17 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
 #if DS_MR > 4
         DS_RSTEP(1, 24) DS_RSTEP(1, 16) DS_RSTEP(1, 12)
 #endif
-        DS_RSTEP(1, 8) DS_RSTEP(1, 4) DS_RSTEP(1, 2) DS_RSTEP(1, 1)
+#ifdef __AVX512F__
+        DS_RSTEP(1, 8)
+#else
+        DS_RSTEP(1, 6)
+#endif
+        DS_RSTEP(1, 4) DS_RSTEP(1, 2) DS_RSTEP(1, 1)
     } else {
 #if DS_MR > 4
         DS_RSTEP(2, 12) DS_RSTEP(2, 8)
+#else
+        DS_RSTEP(2, 6)
 #endif
         DS_RSTEP(2, 4) DS_RSTEP(2, 2) DS_RSTEP(2, 1)
     }
@@ -348,7 +368,12 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #if DS_MR16 > 8
         DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
 #endif
-        DS_NSTEP(8) DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
+#ifdef __AVX512F__
+        DS_NSTEP(8)
+#else
+        DS_NSTEP(6)
+#endif
+        DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
 #undef DS_NSTEP
         return;
     }
@@ -363,6 +388,8 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
         for (; p1 - p >= 12; p += 12)
             ds_conv_pmicro_12(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
     DS_WSTEP(12) DS_WSTEP(8)
+#else
+    DS_WSTEP(6)
 #endif
     DS_WSTEP(4) DS_WSTEP(2) DS_WSTEP(1)
 #undef DS_WSTEP
