@@ -3,6 +3,9 @@
     python bench/ab_versions.py --base HEAD --models light_resnet50,light_squeezenet [--threads 1] [--rounds 12]
     python bench/ab_versions.py --base HEAD~3 --new /path/to/other/checkout --models text_det --probe 1x3x480x640
 
+Models: issue 12's CNN / RNN set (bench/export_cnn_models.py, dims declared), the shared bench's bert_small and
+mlp, and the corpus of bench/zoo_models.py (as shipped, nothing declared: the default path).
+
 The base (a git ref of this repository, checked out once into a worktree under /tmp) and the new version (this
 working tree, or --new) each run in a child process of their own, both alive for the whole run: every model is
 loaded and compiled once per side, then the parent alternates the sides in balanced orders (ABBA...), each
@@ -40,12 +43,26 @@ exes, feeds = {}, {}
 for line in sys.stdin:
     cmd = json.loads(line)
     if cmd["op"] == "load":
-        spec = ALL_SPECS[cmd["model"]]
-        exes[cmd["model"]] = ds.compile(ds.load_onnx(onnx_path(spec.name), dims=spec.dims), strategy="generic")
+        name = cmd["model"]
+        if name in ALL_SPECS:  # issue 12's CNN / RNN set (bench/export_cnn_models.py), its dims declared
+            spec = ALL_SPECS[name]
+            path, dims = onnx_path(spec.name), spec.dims
+            probes = {spec.shape_str(env): spec.make_inputs(env) for env in spec.probes}
+        elif name in ("bert_small", "mlp"):  # the shared bench's models, as shipped
+            from benchutil import common
+            from bf16_bench import SHAPES
+            path, dims = common.onnx_path(name), None
+            probes = {"x".join(map(str, sh)): common.make_inputs(name, sh) for sh in SHAPES[name]}
+        else:  # the corpus (bench/zoo_models.py), as a user loads it: nothing declared
+            from zoo_models import BY_NAME
+            zm = BY_NAME[name]
+            path, dims = zm.path(), None
+            probes = {zm.probe_label(i): zm.make_feed(i) for i in range(len(zm.probes))}
+        exes[name] = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
         limit_threads(threads)
-        for env in spec.probes:
-            feeds[(cmd["model"], spec.shape_str(env))] = spec.make_inputs(env)
-        print(json.dumps({"ok": True}), flush=True)
+        for probe, feed in probes.items():
+            feeds[(name, probe)] = feed
+        print(json.dumps({"probes": list(probes)}), flush=True)
     elif cmd["op"] == "run":
         exe, feed = exes[cmd["model"]], feeds[(cmd["model"], cmd["probe"])]
         exe.run(feed)
@@ -102,16 +119,12 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     from benchutil import balanced_orders
-    from export_cnn_models import ALL_SPECS
 
     sides = [Side(worktree(args.base), args.threads), Side(os.path.abspath(args.new), args.threads)]
     rows = []
     for model in args.models.split(","):
-        spec = ALL_SPECS[model]
-        for s in sides:
-            s.ask(op="load", model=model)
-        for env in spec.probes:
-            probe = spec.shape_str(env)
+        probes = [s.ask(op="load", model=model)["probes"] for s in sides][0]
+        for probe in probes:
             if args.probe and probe != args.probe:
                 continue
             outs = []

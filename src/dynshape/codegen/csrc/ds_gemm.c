@@ -8,7 +8,7 @@
 
    Plain C with GCC vector extensions (no intrinsics): 16-float vectors become one zmm register with AVX-512,
    two ymm with AVX2, four xmm elsewhere. Micro-tiles are DS_MR rows x 32 columns in 2*DS_MR registers:
-   12 rows with 32 vector registers (AVX-512; measured 6-10% over 8), 4 with 16. */
+   12 rows with 32 vector registers (AVX-512; measured 6-10% over 8); with 16 (AVX2) 6 rows in 16-column halves. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -205,11 +205,13 @@ static void ds_nmicro_4(const float *restrict a, int64_t lda, const float *restr
     (void)nx;
     ds_half_4(a, lda, bp, ps, k, c, ldc, ncols);
 }
-static void ds_nmicro_8(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, int64_t k,
+/* 6 rows: 12 accumulators, two panel vectors and the broadcast, 15 of the 16 ymm registers (4 rows left half of
+   them idle); the tiles of 6 run first, as the 12-row ones do with AVX-512 */
+DS_MICRO(6)
+static void ds_nmicro_6(const float *restrict a, int64_t lda, const float *restrict bp, int64_t ps, int64_t k,
                         float *restrict c, int64_t ldc, int64_t ncols, const float *nx) {
     (void)nx;
-    ds_half_4(a, lda, bp, ps, k, c, ldc, ncols);
-    ds_half_4(a + 4 * lda, lda, bp, ps, k, c + 4 * ldc, ldc, ncols);
+    ds_half_6(a, lda, bp, ps, k, c, ldc, ncols);
 }
 #endif
 #if DS_MR16 > 8
@@ -225,7 +227,12 @@ static void ds_gemm_narrow(const float *restrict a, int64_t lda, const float *re
 #if DS_MR16 > 8
     DS_NSTEP(24)
 #endif
-    DS_NSTEP(8) DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
+#ifdef __AVX512F__
+    DS_NSTEP(8)
+#else
+    DS_NSTEP(6)
+#endif
+    DS_NSTEP(4) DS_NSTEP(2) DS_NSTEP(1)
 #undef DS_NSTEP
 }
 
@@ -257,6 +264,8 @@ static void ds_gemm_rows(const float *restrict a, int64_t lda, const float *rest
     }
     for (; nl > 0 && i1 - i >= 12; i += 12, next += k * 16, nl -= k * 16)
         ds_xmicro_12(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols, next);
+#else
+    for (; i1 - i >= 6; i += 6) ds_micro_6(a + i * lda, lda, panel, ps, k, c + i * ldc, ldc, ncols, 0);
 #endif
     for (; i < i1; i += DS_MR) {
         const int64_t mr = i1 - i < DS_MR ? i1 - i : DS_MR;
