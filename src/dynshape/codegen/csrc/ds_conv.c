@@ -165,8 +165,37 @@
         HALVES                                                                                              \
     }
 #define DS_CONV_MICRO(MR)                                                                                   \
-    DS_CONV_HMICRO_OF(ds_conv_micro, MR, DS_CONV_HALF(MR, 0) DS_CONV_HALF(MR, 1))
+    DS_CONV_HMICRO_OF(ds_conv_micro, MR,                                                                    \
+                      DS_CONV_HALF(MR, 0) if (ncols > 24) DS_CONV_HALF(MR, 1) else DS_CONV_QUARTER(MR, 16))
 #define DS_CONV_NMICRO(MR) DS_CONV_HMICRO_OF(ds_conv_nmicro, MR, DS_CONV_HALF(MR, 0))
+/* A panel whose columns end within 8 (a group of 34 output channels: 32 + 2; 24: 16 + 8): one 8-float vector a
+   row, 12 rows; the 16-column half spent half or more of its multiply-adds on the zero padding. Same order. */
+#define DS_QACC_ZERO(r) ds_v8 g##r##0 = {0};
+#define DS_QFMA(r) g##r##0 += a##r[c] * h0;
+/* OFF: the quarter's first column in the panel (0, or 16 for a panel of 17..24 columns: 24 or 40 channels) */
+#define DS_QFIN(r)                                                                                          \
+    { if (bias) g##r##0 += qb_;                                                                             \
+      if (res) g##r##0 += ds_ld8n(res + (p + (r)) * geo[DS_CONV_OC] + off_, n_);                            \
+      ds_st8n(yo + (r) * LDY + off_, ds_act8(g##r##0, act_), n_); }
+#define DS_CONV_QUARTER(MR, OFF)                                                                            \
+    {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
+        for (int64_t kh = 0; kh < KH; kh++)                                                                 \
+            for (int64_t kw = 0; kw < KW; kw++) {                                                           \
+                DS_ROWS##MR(DS_CROW_PTR)                                                                     \
+                const float *b = bp + (kh * KW + kw) * CG * 32 + (OFF);                                     \
+                _Pragma("GCC unroll 4")                                                                     \
+                for (int64_t c = 0; c < CG; c++) {                                                          \
+                    const ds_v8 h0 = ds_ld8(b + c * 32);                                                    \
+                    DS_ROWS##MR(DS_QFMA)                                                                     \
+                }                                                                                           \
+            }                                                                                               \
+        { const int64_t off_ = (OFF), n_ = ncols - off_;                                                    \
+          const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                   \
+          DS_ROWS##MR(DS_QFIN) } }
+#define DS_CONV_QMICRO(MR) DS_CONV_HMICRO_OF(ds_conv_qmicro, MR, DS_CONV_QUARTER(MR, 0))
+DS_CONV_QMICRO(1) /* (three heights: each variant costs compile time on every CNN's first build) */
+DS_CONV_QMICRO(4)
+DS_CONV_QMICRO(12)
 #endif
 DS_CONV_NMICRO(1)
 DS_CONV_NMICRO(2)
@@ -281,6 +310,21 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
             }                                                                                               \
         }                                                                                                   \
         { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
+/* The second half of a panel of 17..24 columns (24 output channels: an RGB stem's) as one vector a row. */
+#define DS_RQUARTER(MR)                                                                                     \
+    {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
+        for (int64_t kh = 0; kh < KH; kh++) {                                                               \
+            DS_ROWS##MR(DS_RROW_PTR)                                                                         \
+            const float *b = bp + kh * RUN * 32 + 16;                                                       \
+            _Pragma("GCC unroll 4")                                                                         \
+            for (int64_t c = 0; c < RUN; c++) {                                                             \
+                const ds_v8 h0 = ds_ld8(b + c * 32);                                                        \
+                DS_ROWS##MR(DS_QFMA)                                                                         \
+            }                                                                                               \
+        }                                                                                                   \
+        { const int64_t off_ = 16, n_ = ncols - off_;                                                       \
+          const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                   \
+          DS_ROWS##MR(DS_QFIN) } }
 #define DS_CONV_RMICRO(MR, NV, HALVES)                                                                      \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \
@@ -294,7 +338,8 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
         DS_ROWS##MR(DS_RROW_BASE)                                                                            \
         HALVES                                                                                              \
     }
-#define DS_CONV_RMICRO2(MR) DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0) DS_RHALF(MR, 1))
+#define DS_CONV_RMICRO2(MR)                                                                                 \
+    DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0) if (ncols > 24) DS_RHALF(MR, 1) else DS_RQUARTER(MR))
 #define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0))
 #endif
 DS_CONV_RMICRO2(1)
@@ -362,6 +407,16 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
     }
     if (ncols <= 16) {
         int64_t p = p0;
+#ifndef __AVX512F__
+        if (ncols <= 8) {
+#define DS_QSTEP(MR)                                                                                        \
+            for (; p1 - p >= MR; p += MR)                                                                   \
+                ds_conv_qmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
+            DS_QSTEP(12) DS_QSTEP(4) DS_QSTEP(1)
+#undef DS_QSTEP
+            return;
+        }
+#endif
 #define DS_NSTEP(MR)                                                                                        \
         for (; p1 - p >= MR; p += MR)                                                                       \
             ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);

@@ -1,0 +1,68 @@
+"""Convolutions whose 32-column weight panels end in a short tail: a group's 34 output channels (32 + 2: ShuffleNet's
+grouped 1x1 convs), 5 or 8 outputs, 24 or 40 outputs (a panel of 24 columns: 16 + 8) and the RGB stems with 20 or 24
+outputs (the runs path over KW * C). Without AVX-512 the tiles run such tails on one 8-float vector a row instead of
+a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 the same cases take the masked
+16-column tiles. Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a
+Concat's columns (rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import dynshape as ds
+
+# (input channels, output channels, group, kernel, stride, spatial side, tail)
+CASES = [(136, 136, 4, 1, 1, 28, "add_relu"), (16, 5, 1, 3, 1, 13, "none"), (24, 8, 1, 1, 1, 9, "silu"),
+         (12, 40, 1, 3, 1, 7, "relu"), (8, 2, 1, 1, 1, 31, "none"), (64, 24, 1, 1, 1, 10, "add"),
+         (3, 24, 1, 3, 2, 29, "relu"), (3, 20, 1, 3, 1, 17, "add"), (3, 40, 1, 3, 1, 9, "silu"),
+         (10, 24, 1, 1, 1, 11, "concat")]
+
+
+def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.Generator) -> onnx.ModelProto:
+    w = (rng.standard_normal((co, ci // g, k, k)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(co).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4, group=g, strides=[s, s])]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", ci, "h", "w"])]
+    out = "c"
+    if tail in ("add", "add_relu"):
+        nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
+        ins.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, ["n", co, "h", "w"]))
+        out = "a"
+    if tail in ("relu", "add_relu"):
+        nodes.append(helper.make_node("Relu", [out], ["y"]))
+        out = "y"
+    elif tail == "silu":
+        nodes += [helper.make_node("Sigmoid", [out], ["sg"]), helper.make_node("Mul", [out, "sg"], ["y"])]
+        out = "y"
+    elif tail == "concat":  # both convs write into the Concat's columns: rows co + 8 floats apart
+        inits.append(numpy_helper.from_array((rng.standard_normal((8, ci, 1, 1)) * 0.3).astype(np.float32), "w8"))
+        nodes += [helper.make_node("Conv", ["x", "w8"], ["e"]), helper.make_node("Concat", ["c", "e"], ["j"], axis=1),
+                  helper.make_node("Relu", ["j"], ["y"])]
+        out = "y"
+    graph = helper.make_graph(nodes, "tails", ins, [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("ci,co,g,k,s,side,tail", CASES)
+def test_short_panel_tails_match_the_reference(ci: int, co: int, g: int, k: int, s: int, side: int,
+                                               tail: str) -> None:
+    rng = np.random.default_rng(ci * 100 + co)
+    model = _model(ci, co, g, k, s, tail, rng)
+    exe = ds.compile(ds.load_onnx(model))
+    ref = ReferenceEvaluator(model)
+    for n in (1, 3):
+        feed = {"x": rng.standard_normal((n, ci, side, side)).astype(np.float32)}
+        if "add" in tail:
+            oh = (side + 2 * (k // 2) - k) // s + 1
+            feed["r"] = rng.standard_normal((n, co, oh, oh)).astype(np.float32)
+        (want,) = ref.run(None, feed)
+        got = next(iter(exe.run(feed).values()))
+        assert got.shape == want.shape
+        # float32 sums of up to ci * k * k products, in another order than the reference's
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max())))
