@@ -65,6 +65,9 @@ typedef struct {
     int64_t ldq, kpad, cap_q, cap_rows; /* row stride; k padded to 4 (what a row holds, zeros after k) */
     float scale;
     int32_t zp;
+    int16_t *q16;    /* AVX2 without VNNI: q widened to int16 (same layout), what ds_q8_block_avx2 broadcasts */
+    int64_t cap_q16; /* elements q16 holds */
+    int has16;       /* whether q16 holds this call's activations */
 } ds_q8_act;
 
 static __thread ds_q8_act ds_q8_tls;
@@ -117,6 +120,30 @@ void ds_q8_params(float lo, float hi, float *scale, int32_t *zp) {
     *zp = (int32_t)z;
 }
 
+/* The quantized activations also as int16 where the tiles run on AVX2 without VNNI (ds_q8_block_avx2 then loads a
+   group's 4 values as one 8-byte broadcast instead of widening them per panel: 3 shuffle uops less per group and
+   row); returns a, or NULL when out of memory. Every entry point that quantizes ends here. */
+static const void *ds_q8_ready(ds_q8_act *a, int64_t m) {
+    a->has16 = 0;
+#if !DS_Q8_NATIVE && defined(__AVX2__)
+    const int64_t n = (m > 0 ? m : 1) * a->ldq;
+    if (n > a->cap_q16) {
+        free(a->q16);
+        a->q16 = aligned_alloc(64, (size_t)((n * 2 + 63) / 64 * 64));
+        a->cap_q16 = a->q16 ? n : 0;
+        if (a->q16 == NULL) return NULL;
+    }
+    const uint8_t *restrict q = a->q;
+    int16_t *restrict w = a->q16;
+    #pragma omp parallel for schedule(static) if(n >= DS_Q8_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) w[i] = q[i];
+    a->has16 = 1;
+#else
+    (void)m;
+#endif
+    return a;
+}
+
 /* x (m rows of k floats, contiguous) quantized the DynamicQuantizeLinear way into this thread's scratch; returns the
    scratch's descriptor, which the tiles of the same call read (from any thread), or NULL when out of memory. */
 const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
@@ -154,7 +181,7 @@ const void *ds_q8_quantize(const float *restrict x, int64_t m, int64_t k) {
         }
         rowsum[i] = sum;
     }
-    return a;
+    return ds_q8_ready(a, m);
 }
 
 /* QuantizeLinear per tensor with a scale and zero point fixed at compile time, of x (m rows of k floats) into this
@@ -187,7 +214,7 @@ const void *ds_q8_quantize_static(const float *restrict x, int64_t m, int64_t k,
         for (int64_t j = k; j < ldq; j++) qi[j] = 0;
         rowsum[i] = sum;
     }
-    return a;
+    return ds_q8_ready(a, m);
 }
 
 /* Activations already quantized (m rows of k uint8, or int8 shifted by +128), with their zero point, into this
@@ -211,7 +238,7 @@ const void *ds_q8_load(const void *restrict x, int64_t m, int64_t k, int32_t zp,
         for (int64_t j = k; j < ldq; j++) qi[j] = 0;
         a->rowsum[i] = sum;
     }
-    return a;
+    return ds_q8_ready(a, m);
 }
 
 /* Per-token symmetric quantization (ds.quantize_dynamic, passes/quant.py): row i's scale s_i = max|x_i| / 127 (float32
@@ -246,7 +273,7 @@ const void *ds_q8_quantize_tokens(const float *restrict x, int64_t m, int64_t k)
         a->rowsum[i] = sum;
         a->rowscale[i] = s;
     }
-    return a;
+    return ds_q8_ready(a, m);
 }
 
 /* The scale and zero point the last ds_q8_quantize of `act` chose (for tests). */
@@ -412,15 +439,26 @@ static inline __m256i ds_q8_join_pairs(__m256i u, __m256i v) {
     return _mm256_permute4x64_epi64(_mm256_hadd_epi32(u, v), 0xD8);
 }
 
-/* Raw int32 sums of rows a0 and a1 (a1 may equal a0: then acc1 is a copy) against the 32 columns of a panel. */
-static inline void ds_q8_dot_rows2(const uint8_t *a0, const uint8_t *a1, const int8_t *panel, int64_t k4,
-                                   int32_t *acc0, int32_t *acc1) {
+static inline __m256i ds_q8_bcast4w(const int16_t *a) {
+    int64_t g;
+    memcpy(&g, a, 8);
+    return _mm256_set1_epi64x(g);
+}
+
+/* Raw int32 sums of rows i and j (j may equal i: then acc1 is a copy) against the 32 columns of a panel; the
+   activations from their int16 copy (`wide`: ds_q8_ready made one) or widened here. */
+static inline __attribute__((always_inline)) void ds_q8_dot_rows2(const ds_q8_act *a, int64_t i, int64_t j,
+                                                                  const int8_t *panel, int64_t k4, int32_t *acc0,
+                                                                  int32_t *acc1, const int wide) {
+    const uint8_t *a0 = a->q + i * a->ldq, *a1 = a->q + j * a->ldq;
+    const int16_t *w0 = wide ? a->q16 + i * a->ldq : 0, *w1 = wide ? a->q16 + j * a->ldq : 0;
     for (int h = 0; h < 2; h++) {
         __m256i c0[4], c1[4];
         for (int g = 0; g < 4; g++) c0[g] = c1[g] = _mm256_setzero_si256();
         const int8_t *b = panel + 64 * h;
         for (int64_t p = 0; p < k4; p++) {
-            const __m256i x0 = ds_q8_bcast4(a0 + 4 * p), x1 = ds_q8_bcast4(a1 + 4 * p);
+            const __m256i x0 = wide ? ds_q8_bcast4w(w0 + 4 * p) : ds_q8_bcast4(a0 + 4 * p);
+            const __m256i x1 = wide ? ds_q8_bcast4w(w1 + 4 * p) : ds_q8_bcast4(a1 + 4 * p);
             _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++) {
                 const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + p * 128 + 16 * g)));
                 DS_Q8_MADD(c0[g], w, x0);
@@ -442,7 +480,8 @@ void ds_q8_block_avx2(const void *act, const void *bp, float *restrict c, int64_
     for (int64_t i = i0; i < i1; i += 2) {
         const int64_t rows = i1 - i < 2 ? i1 - i : 2;
         int32_t acc[2][DS_Q8_NR];
-        ds_q8_dot_rows2(a->q + i * a->ldq, a->q + (i + rows - 1) * a->ldq, p.panel, p.k4, acc[0], acc[1]);
+        if (a->has16) ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 1);
+        else ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 0);
         for (int64_t r = 0; r < rows; r++)
             ds_q8_finish_row(acc[r], a->rowsum[i + r], a, wzp + p.j0, wscale + p.j0, p.colsum, k,
                              c + (i + r) * ldc + p.j0, p.cols, a->per_row ? a->rowscale[i + r] : 1.0f);
@@ -457,7 +496,8 @@ void ds_q8_block_rq_avx2(const void *act, const void *bp, void *restrict y, int6
     for (int64_t i = i0; i < i1; i += 2) {
         const int64_t rows = i1 - i < 2 ? i1 - i : 2;
         int32_t acc[2][DS_Q8_NR];
-        ds_q8_dot_rows2(a->q + i * a->ldq, a->q + (i + rows - 1) * a->ldq, p.panel, p.k4, acc[0], acc[1]);
+        if (a->has16) ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 1);
+        else ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 0);
         for (int64_t r = 0; r < rows; r++) {
             ds_q8_correct_row(acc[r], a->rowsum[i + r], a, wzp + p.j0, p.colsum, k, p.cols);
             ds_q8_requant_row(acc[r], mult + p.j0, yzp, is_signed, (uint8_t *)y + (i + r) * ldc + p.j0, p.cols);
