@@ -3,6 +3,7 @@
     python bench/step_profile.py light_resnet50 1x3x224x224 [--threads 1] [--top 25] [--reps 30] [--in-order]
     python bench/step_profile.py text_det 1x3x320x320 --ort      # + onnxruntime's own per-node profile
     python bench/step_profile.py bert_small 8x128 --precision bf16
+    python bench/step_profile.py file 1x16x55x55 --file /tmp/conv.onnx   # any file, one float input
 
 The plan is bound with its native steps kept apart (not joined into one C program). By default each step runs
 `--reps` times back to back (hot caches: a lower bound of its share of the real call, where its inputs and
@@ -107,6 +108,13 @@ def main() -> None:
 
         shape = tuple(int(d) for d in args.shape.split("x"))
         feed, path, dims, name = common.make_inputs(args.model, shape), common.onnx_path(args.model), None, args.model
+    elif args.model == "file":  # any ONNX file (--file), one float input of this shape, standard normal values
+        import onnx
+
+        graph_input = onnx.load(args.file, load_external_data=False).graph.input[0].name
+        shape = tuple(int(d) for d in args.shape.split("x"))
+        feed = {graph_input: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        path, dims, name = args.file, None, os.path.basename(args.file)
     else:  # a corpus model (bench/zoo_models.py), loaded as shipped: nothing declared
         from zoo_models import BY_NAME
 

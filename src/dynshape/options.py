@@ -110,6 +110,11 @@ class Options:
                                      "stream 16/9 of the weights (36/9 for F(4x4)) from memory (512 channels on a "
                                      "3x3 map: 1.66 ms against 0.72 a conv); a runtime map packs both and each call "
                                      "chooses; 0: Winograd whatever the map", default=16)
+    winograd_min_channels: int | None = _build(
+        "input channels below which a Winograd-shaped 3x3 conv runs as an implicit GEMM: its transforms cost more "
+        "than the multiply-adds they save on few channels; None: 16 where the kernels run on AVX-512's 16-float "
+        "vectors, 64 without AVX-512 (AVX2, AMD EPYC Zen 3: 16 -> 64 channels on 55x55 1.5x faster direct, 48 -> 192 "
+        "on 13x13 1.4x, 64 -> 256 on 13x13 even, 128 -> 128 on 28x28 2x faster by Winograd)", default=None)
     bf16_min_conv_macs: int = _build("multiply-adds per output pixel (a group's kernel area x input channels x "
                                      "output channels) below which a convolution stays in float32 under a bf16 "
                                      "precision: gathering and rounding its patches onto mostly empty tiles costs "
@@ -227,6 +232,9 @@ class Options:
             raise DynshapeError(f"precision={self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if self.blas not in BLAS_CHOICES:
             raise DynshapeError(f"blas={self.blas!r}: choose one of {', '.join(BLAS_CHOICES)}")
+        if self.winograd_min_channels is not None and (isinstance(self.winograd_min_channels, bool) or not isinstance(
+                self.winograd_min_channels, int) or self.winograd_min_channels < 0):
+            raise DynshapeError(f"winograd_min_channels={self.winograd_min_channels!r}: expected None or an int >= 0")
         for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes", "winograd_min_tiles",
                      "bf16_min_conv_macs", "bf16_min_recurrent_bytes"):
             v = getattr(self, name)

@@ -46,6 +46,7 @@ def _check(model, shapes, winograd_steps, tile=4, **options):
     """Winograd's steps counted and its results checked on every map, small ones too (winograd_min_tiles=0: the
     tests of the choice of the implicit GEMM on few tiles are below)."""
     options.setdefault("winograd_min_tiles", 0)
+    options.setdefault("winograd_min_channels", 16)  # Winograd on few channels too (the CPU's default aside)
     g = ds.load_onnx(model, dims=DIMS)
     exe = ds.compile(g, winograd_tile=tile, **options)
     assert _wino_steps(exe, tile) == winograd_steps
@@ -142,7 +143,7 @@ def test_a_generic_build_takes_the_static_builds_tile_per_call(shape):
     generic = _check(model, [], 1, 4)
     assert _wino_steps(generic, 2) == 1  # one kernel holds both
     n, _, h, w = shape
-    static = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=4)
+    static = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=4, winograd_min_channels=16)
     pays = all(wino4_pays(n, h, w))
     assert _wino_steps(static, 4) == int(pays) and _wino_steps(static, 2) == int(not pays)
     # explain says how each kernel computes
@@ -150,7 +151,7 @@ def test_a_generic_build_takes_the_static_builds_tile_per_call(shape):
     assert "F(4x4)" in method and "F(2x2)" in method and "call's map" in method
     assert [k["method"] for k in static.explain_build()["kernels"]] == [f"Winograd F({4 if pays else 2}x"
                                                                        f"{4 if pays else 2})"]
-    other = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=2)
+    other = ds.compile(ds.load_onnx(model, dims={"n": n, "h": h, "w": w}), winograd_tile=2, winograd_min_channels=16)
     x = RNG.standard_normal(shape).astype(np.float32)
     got = generic.run({"x": x})["y"]
     assert np.array_equal(got, static.run({"x": x})["y"])
@@ -258,3 +259,19 @@ def test_its_scratch_is_reported_beside_the_arena():
     assert "outside the arena" in scratch["text"]
     off = _check(_conv(32, 48, {"pads": [1, 1, 1, 1]}), [], 0, winograd=False)
     assert off.explain_strategy()["memory"]["kernel_scratch"] is None
+
+
+def test_winograd_min_channels_default_follows_the_vector_width():
+    """None: 16 input channels where the kernels run on AVX-512, 64 without (the transforms cost relatively more on
+    8-float vectors); a value given is taken as is, and below it a Winograd-shaped conv is an implicit GEMM."""
+    from dynshape.codegen import bf16
+    from dynshape.codegen.lower.conv import winograd_min_channels
+
+    want = 16 if "avx512f" in bf16.cpu_flags() else 64
+    assert winograd_min_channels(Options()) == want and winograd_min_channels(Options(winograd_min_channels=8)) == 8
+    model = _conv(32, 32, {"pads": [1, 1, 1, 1]})
+    few = ds.compile(ds.load_onnx(model, dims=DIMS), winograd_min_channels=33, winograd_min_tiles=0)
+    many = ds.compile(ds.load_onnx(model, dims=DIMS), winograd_min_channels=32, winograd_min_tiles=0)
+    assert _wino_steps(few, 4) + _wino_steps(few, 2) == 0 and _wino_steps(many, 4) == 1
+    with pytest.raises(DynshapeError, match="winograd_min_channels"):
+        Options(winograd_min_channels=-1)
