@@ -113,8 +113,8 @@ class Options:
     winograd_min_channels: int | None = _build(
         "input channels below which a Winograd-shaped 3x3 conv runs as an implicit GEMM: its transforms cost more "
         "than the multiply-adds they save on few channels; None: 16 where the kernels run on AVX-512's 16-float "
-        "vectors, 64 without AVX-512 (AVX2, AMD EPYC Zen 3: 16 -> 64 channels on 55x55 1.5x faster direct, 48 -> 192 "
-        "on 13x13 1.4x, 64 -> 256 on 13x13 even, 128 -> 128 on 28x28 2x faster by Winograd)", default=None)
+        "vectors, 32 without AVX-512 (AVX2, AMD EPYC Zen 3: 16 -> 64 channels on 55x55 1.5x faster direct, 48 -> 192 "
+        "on 16x40 1.4x and 64 -> 64 on 56x56 1.5x faster by Winograd)", default=None)
     bf16_min_conv_macs: int = _build("multiply-adds per output pixel (a group's kernel area x input channels x "
                                      "output channels) below which a convolution stays in float32 under a bf16 "
                                      "precision: gathering and rounding its patches onto mostly empty tiles costs "

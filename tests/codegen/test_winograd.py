@@ -262,12 +262,12 @@ def test_its_scratch_is_reported_beside_the_arena():
 
 
 def test_winograd_min_channels_default_follows_the_vector_width():
-    """None: 16 input channels where the kernels run on AVX-512, 64 without (the transforms cost relatively more on
+    """None: 16 input channels where the kernels run on AVX-512, 32 without (the transforms cost relatively more on
     8-float vectors); a value given is taken as is, and below it a Winograd-shaped conv is an implicit GEMM."""
     from dynshape.codegen import bf16
     from dynshape.codegen.lower.conv import winograd_min_channels
 
-    want = 16 if "avx512f" in bf16.cpu_flags() else 64
+    want = 16 if "avx512f" in bf16.cpu_flags() else 32
     assert winograd_min_channels(Options()) == want and winograd_min_channels(Options(winograd_min_channels=8)) == 8
     model = _conv(32, 32, {"pads": [1, 1, 1, 1]})
     few = ds.compile(ds.load_onnx(model, dims=DIMS), winograd_min_channels=33, winograd_min_tiles=0)

@@ -174,7 +174,7 @@ def winograd_min_channels(options) -> int:
     AVX-512 the transforms run on 8-float vectors and cost relatively more beside the products."""
     if options.winograd_min_channels is not None:
         return options.winograd_min_channels
-    return 16 if "avx512f" in bf16.cpu_flags() else 64
+    return 16 if "avx512f" in bf16.cpu_flags() else 32
 
 
 def winograd_fits(geo: dict, min_channels: int = 16) -> bool:
