@@ -101,8 +101,7 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     # (but 1, 2, 4 or 8 channels at stride 1 run in C as flat runs of pixels: flat_depthwise)
     # on AMX tiles the products are ~4x VDPBF16PS's rate, and Winograd's input and output transforms (float32 vector
     # work) cost more than the multiplies they save: a 3x3 conv is an implicit GEMM there (probe: resnet18, unet)
-    if not depthwise and ctx.options.winograd and winograd_fits(geo, winograd_min_channels(ctx.options)) \
-            and not bf16.amx_tiles(ctx.options):
+    if not depthwise and ctx.options.winograd and winograd_fits(geo, ctx.options) and not bf16.amx_tiles(ctx.options):
         # bf16 products: F(2x2) only (F(4x4)'s transforms amplify bf16's rounding: errors of 0.4 of the output's
         # RMS on a 40x40 map, against 0.02 for F(2x2) and 0.015 for the direct sum in bf16)
         tile = 2 if bf16.active(ctx.options) else ctx.options.winograd_tile
@@ -170,19 +169,17 @@ def direct_beside(geo: dict, min_tiles: int) -> bool | None:
 
 
 def winograd_min_channels(options) -> int:
-    """The input channels from which Winograd pays (Options.winograd_min_channels; None: by the CPU). Without
-    AVX-512 the transforms run on 8-float vectors and cost relatively more beside the products."""
-    if options.winograd_min_channels is not None:
-        return options.winograd_min_channels
-    return 16 if "avx512f" in bf16.cpu_flags() else 32
+    """Input channels from which Winograd pays (the option; None: 32 without AVX-512, whose transforms cost more)."""
+    given = options.winograd_min_channels
+    return given if given is not None else 16 if "avx512f" in bf16.cpu_flags() else 32
 
 
-def winograd_fits(geo: dict, min_channels: int = 16) -> bool:
+def winograd_fits(geo: dict, options=None) -> bool:
     """Winograd takes a 3x3 convolution of stride 1, undilated and ungrouped, with at least 16 input and output
     channels (the transforms run 16 channels at a time, a tail masked; with fewer, the products are too short
-    to pay for them: the RGB stem stays on the runs path), and at least `min_channels` input channels."""
+    to pay for them: the RGB stem stays on the runs path), and as many as `winograd_min_channels(options)`."""
     return (geo["KH"], geo["KW"], geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (3, 3, 1, 1, 1, 1, 1) \
-        and geo["C"] >= max(16, min_channels) and geo["OC"] >= 16
+        and geo["C"] >= max(16, winograd_min_channels(options) if options else 16) and geo["OC"] >= 16
 
 
 ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU = (cshared.Act.NONE, cshared.Act.RELU, cshared.Act.HARDSWISH,
