@@ -414,8 +414,9 @@ void ds_q8_block_rq_e(const void *act, const void *bp, void *restrict y, int64_t
    weights sign-extended) and VPMADDWD sums pairs into int32, which cannot saturate: the sums are exactly the
    portable ones (int32 addition wraps the same in any order). A panel row of 4 k x 32 columns is 8 groups of
    4 columns; one VPMADDWD of a group against the row's 4 activations (repeated) gives each column's two pair sums,
-   added across k and joined at the end. Two rows x 16 columns at a time: 8 accumulators, 4 weight and 2 activation
-   vectors, 14 of the 16 ymm registers. */
+   added across k and joined at the end. Two rows x 16 columns at a time: 8 accumulators, 2 activation vectors, the
+   weight vector and the product in 12 of the 16 ymm registers. Compiled wherever AVX2 is (on a VNNI machine too,
+   where the tests run it beside the VPDPBUSD tiles). */
 #if defined(__AVX2__)
 #include <immintrin.h>
 #define DS_Q8_AVX2 1
