@@ -473,6 +473,13 @@ static inline __attribute__((always_inline)) void ds_q8_dot_rows2(const ds_q8_ac
     }
 }
 
+/* Rows i .. i + rows (1 or 2) of panel p: their raw sums, from the int16 copy where the call made one. */
+static void ds_q8_sums_avx2(const ds_q8_act *a, const ds_q8_panel_at *p, int64_t i, int64_t rows,
+                            int32_t acc[2][DS_Q8_NR]) {
+    if (a->has16) ds_q8_dot_rows2(a, i, i + rows - 1, p->panel, p->k4, acc[0], acc[1], 1);
+    else ds_q8_dot_rows2(a, i, i + rows - 1, p->panel, p->k4, acc[0], acc[1], 0);
+}
+
 /* ds_q8_block_e and ds_q8_block_rq_e on VPMADDWD, two rows at a time. */
 void ds_q8_block_avx2(const void *act, const void *bp, float *restrict c, int64_t ldc, int64_t i0, int64_t i1,
                       int64_t q, int64_t n, int64_t k, const int32_t *restrict wzp, const float *restrict wscale) {
@@ -481,8 +488,7 @@ void ds_q8_block_avx2(const void *act, const void *bp, float *restrict c, int64_
     for (int64_t i = i0; i < i1; i += 2) {
         const int64_t rows = i1 - i < 2 ? i1 - i : 2;
         int32_t acc[2][DS_Q8_NR];
-        if (a->has16) ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 1);
-        else ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 0);
+        ds_q8_sums_avx2(a, &p, i, rows, acc);
         for (int64_t r = 0; r < rows; r++)
             ds_q8_finish_row(acc[r], a->rowsum[i + r], a, wzp + p.j0, wscale + p.j0, p.colsum, k,
                              c + (i + r) * ldc + p.j0, p.cols, a->per_row ? a->rowscale[i + r] : 1.0f);
@@ -497,8 +503,7 @@ void ds_q8_block_rq_avx2(const void *act, const void *bp, void *restrict y, int6
     for (int64_t i = i0; i < i1; i += 2) {
         const int64_t rows = i1 - i < 2 ? i1 - i : 2;
         int32_t acc[2][DS_Q8_NR];
-        if (a->has16) ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 1);
-        else ds_q8_dot_rows2(a, i, i + rows - 1, p.panel, p.k4, acc[0], acc[1], 0);
+        ds_q8_sums_avx2(a, &p, i, rows, acc);
         for (int64_t r = 0; r < rows; r++) {
             ds_q8_correct_row(acc[r], a->rowsum[i + r], a, wzp + p.j0, p.colsum, k, p.cols);
             ds_q8_requant_row(acc[r], mult + p.j0, yzp, is_signed, (uint8_t *)y + (i + r) * ldc + p.j0, p.cols);
