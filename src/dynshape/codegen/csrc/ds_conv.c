@@ -177,6 +177,11 @@
     { if (bias) g##r##0 += qb_;                                                                             \
       if (res) g##r##0 += ds_ld8n(res + (p + (r)) * geo[DS_CONV_OC] + off_, n_);                            \
       ds_st8n(yo + (r) * LDY + off_, ds_act8(g##r##0, act_), n_); }
+/* The quarter's rows finished (as DS_HALF_FIN then DS_HFIN for a half): its columns from OFF, its bias loaded once. */
+#define DS_QUARTER_FIN(MR, OFF)                                                                             \
+    { const int64_t off_ = (OFF), n_ = ncols - off_;                                                        \
+      const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                       \
+      DS_ROWS##MR(DS_QFIN) }
 #define DS_CONV_QUARTER(MR, OFF)                                                                            \
     {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -189,9 +194,7 @@
                     DS_ROWS##MR(DS_QFMA)                                                                     \
                 }                                                                                           \
             }                                                                                               \
-        { const int64_t off_ = (OFF), n_ = ncols - off_;                                                    \
-          const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                   \
-          DS_ROWS##MR(DS_QFIN) } }
+        DS_QUARTER_FIN(MR, OFF) }
 #define DS_CONV_QMICRO(MR) DS_CONV_HMICRO_OF(ds_conv_qmicro, MR, DS_CONV_QUARTER(MR, 0))
 DS_CONV_QMICRO(1) /* (three heights: each variant costs compile time on every CNN's first build) */
 DS_CONV_QMICRO(4)
@@ -324,9 +327,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
                 DS_ROWS##MR(DS_QFMA)                                                                         \
             }                                                                                               \
         }                                                                                                   \
-        { const int64_t off_ = 16, n_ = ncols - off_;                                                       \
-          const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                   \
-          DS_ROWS##MR(DS_QFIN) } }
+        DS_QUARTER_FIN(MR, 16) }
 #define DS_CONV_RMICRO(MR, NV, HALVES)                                                                      \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
                                           const float *restrict bp, float *restrict yo, int64_t p,          \

@@ -2,7 +2,8 @@
    ds_v16 has no register mode and gcc 12 keeps it in memory (it is not split into two ymm), so the hot loops there
    run on ds_v8 (below: the machine's 8-float vectors) and ds_v16 serves only code off the multiply-add paths.
    Shared by the micro-kernels of the products (ds_gemm.c) and the convolutions (ds_conv.c). DS_MR: rows per
-   micro-tile, 12 with 32 vector registers (AVX-512: 24 accumulators), else 4. */
+   micro-tile, 12 with 32 vector registers (AVX-512: 24 accumulators), else 4, the tiles' generic steps; on 16
+   registers both files run tiles of 6 rows first (per 16-column half, 12 accumulators), outside DS_MR. */
 #ifndef DS_SIMD_H
 #define DS_SIMD_H
 #include <stdint.h>
