@@ -140,7 +140,9 @@
     { if (bias) { g##r##0 += hb0_; g##r##1 += hb1_; }                                                       \
       if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + off_;                               \
                  g##r##0 += ds_ld8n(rr_, n_); g##r##1 += ds_ld8n(rr_ + 8, n_ - 8); }                        \
-      ds_store_half(yo + (r) * LDY + off_, ds_act8(g##r##0, act_), ds_act8(g##r##1, act_), n_); }
+      ds_store_half(yo + (r) * LDY + off_, ds_act_light8(g##r##0, act_), ds_act_light8(g##r##1, act_), n_); }
+/* A SiLU applied to the rows just stored (ds_silu_rows8: the stores above applied the lighter activations only). */
+#define DS_SILU_PASS(MR, WIDTH) if (act_ == DS_ACT_SILU) ds_silu_rows8(yo + off_, LDY, MR, n_ < (WIDTH) ? n_ : (WIDTH));
 #define DS_CONV_HALF(MR, HALF)                                                                              \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -153,7 +155,7 @@
                     DS_ROWS##MR(DS_HFMA)                                                                     \
                 }                                                                                           \
             }                                                                                               \
-        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) DS_SILU_PASS(MR, 16) } }
 #define DS_CONV_HMICRO_OF(NAME, MR, HALVES)                                                                 \
     static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
                             float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
@@ -176,12 +178,12 @@
 #define DS_QFIN(r)                                                                                          \
     { if (bias) g##r##0 += qb_;                                                                             \
       if (res) g##r##0 += ds_ld8n(res + (p + (r)) * geo[DS_CONV_OC] + off_, n_);                            \
-      ds_st8n(yo + (r) * LDY + off_, ds_act8(g##r##0, act_), n_); }
+      ds_st8n(yo + (r) * LDY + off_, ds_act_light8(g##r##0, act_), n_); }
 /* The quarter's rows finished (as DS_HALF_FIN then DS_HFIN for a half): its columns from OFF, its bias loaded once. */
 #define DS_QUARTER_FIN(MR, OFF)                                                                             \
     { const int64_t off_ = (OFF), n_ = ncols - off_;                                                        \
       const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                       \
-      DS_ROWS##MR(DS_QFIN) }
+      DS_ROWS##MR(DS_QFIN) DS_SILU_PASS(MR, 8) }
 #define DS_CONV_QUARTER(MR, OFF)                                                                            \
     {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -222,7 +224,36 @@ DS_CONV_MICRO(4)
 DS_CONV_MICRO(3) /* with 5: the last pixels of a block (ds_conv_tile) */
 DS_CONV_MICRO(5)
 DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of the 16 registers) */
+/* A pointwise conv (1x1, stride 1, unpadded: ds_conv_flat) is a product: pixel p's input is the row xg + p * C
+   whatever its image, so its 6-row micro-tile needs neither DS_POS_START's divisions nor a border test per row
+   (a 16 -> 64 channel 1x1 conv's micro-tile has 16 multiply-adds per accumulator, and those divisions cost as
+   much as a quarter of them). The halves of a panel of more than 24 columns, as DS_CONV_HALF's (same order). */
+#define DS_FROW(r) const float *a##r = xg + (p + (r)) * C;
+#define DS_CONV_FHALF(MR, HALF)                                                                             \
+    {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
+        const float *b = bp + (HALF) * 16;                                                                  \
+        _Pragma("GCC unroll 4")                                                                             \
+        for (int64_t c = 0; c < CG; c++) {                                                                  \
+            const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8);                               \
+            DS_ROWS##MR(DS_HFMA)                                                                             \
+        }                                                                                                   \
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) DS_SILU_PASS(MR, 16) } }
+static void ds_conv_fmicro_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
+                             float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,
+                             const float *restrict res) {
+    const int64_t C = geo[DS_CONV_C], CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    DS_ROWS6(DS_FROW)
+    DS_CONV_FHALF(6, 0)
+    DS_CONV_FHALF(6, 1)
+}
 #endif
+/* Whether a conv is pointwise (1x1, stride 1, no padding, the output map the input's): its pixels' inputs are
+   rows C floats apart across images. */
+static inline int ds_conv_flat(const int64_t *geo) {
+    return geo[DS_CONV_KH] == 1 && geo[DS_CONV_KW] == 1 && geo[DS_CONV_SH] == 1 && geo[DS_CONV_SW] == 1
+           && geo[DS_CONV_PT] == 0 && geo[DS_CONV_PL] == 0 && geo[DS_CONV_OH] == geo[DS_CONV_H]
+           && geo[DS_CONV_OW] == geo[DS_CONV_W];
+}
 #if DS_MR > 4
 DS_CONV_MICRO(8)
 DS_CONV_MICRO(12)
@@ -314,7 +345,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
                 DS_ROWS##MR(DS_HFMA)                                                                         \
             }                                                                                               \
         }                                                                                                   \
-        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) DS_SILU_PASS(MR, 16) } }
 /* The second half of a panel of 17..24 columns (24 output channels: an RGB stem's) as one vector a row. */
 #define DS_RQUARTER(MR)                                                                                     \
     {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
@@ -452,6 +483,9 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
        tile streams the whole panel (590 KB for 512 channels 3x3: out of L2), and 1 or 2 rows keep 2-4
        multiply-add chains where the FMA latency wants 8 (a 3x3 map's 9 pixels ran three passes, the last two at
        a quarter of the rate: 0.73 -> 0.51 ms for 512 -> 512 channels; as 6 + 3, 0.56 ms) */
+    if (ncols > 24 && ds_conv_flat(geo))
+        for (; p1 - p >= 10 || p1 - p == 6; p += 6)
+            ds_conv_fmicro_6(geo, xg, panel, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
     for (; p1 - p >= 10 || p1 - p == 6; p += 6)
         ds_conv_micro_6(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
     while (p < p1) {
