@@ -48,7 +48,11 @@ def _run_transpose(shape, perm, dtype=TensorProto.FLOAT):
                                         ((4, 2, 3, 17), (0, 3, 2, 1)), ((1, 9, 1, 4, 2), (4, 0, 1, 3, 2)),
                                         ((6, 64, 40), (0, 2, 1)), ((0, 4, 3), (0, 2, 1)), ((5, 1, 3), (0, 2, 1)),
                                         ((2, 3, 9, 7), (0, 2, 3, 1)), ((1, 4, 33, 40), (0, 2, 3, 1)),
-                                        ((3, 3, 1, 5), (0, 2, 3, 1))])
+                                        ((3, 3, 1, 5), (0, 2, 3, 1)),
+                                        # the 8 x 8 register blocks (AVX): both loop orders, 16- and 8-column
+                                        # passes, and the rows and columns past the last whole block
+                                        ((1, 23, 19, 40), (0, 3, 1, 2)), ((1, 20, 9, 9), (0, 2, 3, 1)),
+                                        ((3, 40, 24), (0, 2, 1)), ((2, 13, 45), (0, 2, 1)), ((2, 64, 13), (0, 2, 1))])
 def test_transposes_match_numpy(shape, perm):
     exe = _run_transpose(shape, perm)
     for dt in (np.float32,):
