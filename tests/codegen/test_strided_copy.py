@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen.lower.movement import ROW_TABLE_MAX, _merged, _row_table
+from dynshape.codegen.lower.movement import ROW_TABLE_MAX, _is_shuffle, _merged, _row_table
 
 RNG = np.random.default_rng(3)
 
@@ -33,6 +33,16 @@ def test_row_table_only_for_small_non_contiguous_inner_blocks():
     assert _row_table([10, 4, 28], [448, 4, 112], 8) is None  # 8-byte elements take the strided copy
 
 
+def test_channel_shuffles_are_told_apart_from_other_transposes():
+    x = np.zeros((6, 7, 4, 34), np.float32)
+    assert _is_shuffle(*_merged(x.transpose(0, 1, 3, 2).shape, x.transpose(0, 1, 3, 2).strides), 4)
+    assert not _is_shuffle(*_merged(x.shape, x.strides), 4)  # contiguous
+    y = np.zeros((6, 7, 3, 34), np.float32)  # 3 groups: the row table
+    assert not _is_shuffle(*_merged(y.transpose(0, 1, 3, 2).shape, y.transpose(0, 1, 3, 2).strides), 4)
+    z = np.zeros((6, 4, 5, 34), np.float32)  # not the last two dims
+    assert not _is_shuffle(*_merged(z.transpose(0, 3, 2, 1).shape, z.transpose(0, 3, 2, 1).strides), 4)
+
+
 def _run_transpose(shape, perm, dtype=TensorProto.FLOAT):
     names = [f"d{i}" for i in range(len(shape))]
     node = helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))
@@ -52,7 +62,10 @@ def _run_transpose(shape, perm, dtype=TensorProto.FLOAT):
                                         # the 8 x 8 register blocks (AVX): both loop orders, 16- and 8-column
                                         # passes, and the rows and columns past the last whole block
                                         ((1, 23, 19, 40), (0, 3, 1, 2)), ((1, 20, 9, 9), (0, 2, 3, 1)),
-                                        ((3, 40, 24), (0, 2, 1)), ((2, 13, 45), (0, 2, 1)), ((2, 64, 13), (0, 2, 1))])
+                                        ((3, 40, 24), (0, 2, 1)), ((2, 13, 45), (0, 2, 1)), ((2, 64, 13), (0, 2, 1)),
+                                        # channel shuffles of 2, 4 and 8 groups (ds_shuffle_rows), n % 8 != 0
+                                        ((3, 7, 2, 13), (0, 1, 3, 2)), ((4, 9, 4, 34), (0, 1, 3, 2)),
+                                        ((2, 3, 8, 20), (0, 1, 3, 2)), ((5, 3, 17), (0, 2, 1))])
 def test_transposes_match_numpy(shape, perm):
     exe = _run_transpose(shape, perm)
     for dt in (np.float32,):
