@@ -3,8 +3,9 @@ grouped 1x1 convs), 5 or 8 outputs, 24 or 40 outputs (a panel of 24 columns: 16 
 outputs (the runs path over KW * C). Without AVX-512 the tiles run such tails on one 8-float vector a row instead of
 a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 the same cases take the masked
 16-column tiles. Pointwise convs (1x1, stride 1, unpadded) with wider panels take AVX2's flat tile
-(ds_conv_fmicro_6: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows). Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a
-Concat's columns (rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
+(ds_conv_fmicro_6: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows).
+Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a Concat's columns
+(rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
 
 from __future__ import annotations
 
