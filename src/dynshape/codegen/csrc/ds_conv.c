@@ -141,8 +141,6 @@
       if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + off_;                               \
                  g##r##0 += ds_ld8n(rr_, n_); g##r##1 += ds_ld8n(rr_ + 8, n_ - 8); }                        \
       ds_store_half(yo + (r) * LDY + off_, ds_act_light8(g##r##0, act_), ds_act_light8(g##r##1, act_), n_); }
-/* A SiLU applied to the rows just stored (ds_silu_rows8: the stores above applied the lighter activations only). */
-#define DS_SILU_PASS(MR, WIDTH) if (act_ == DS_ACT_SILU) ds_silu_rows8(yo + off_, LDY, MR, n_ < (WIDTH) ? n_ : (WIDTH));
 #define DS_CONV_HALF(MR, HALF)                                                                              \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -155,7 +153,7 @@
                     DS_ROWS##MR(DS_HFMA)                                                                     \
                 }                                                                                           \
             }                                                                                               \
-        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) DS_SILU_PASS(MR, 16) } }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
 #define DS_CONV_HMICRO_OF(NAME, MR, HALVES)                                                                 \
     static void NAME##_##MR(const int64_t *geo, const float *restrict xg, const float *restrict bp,         \
                             float *restrict yo, const float *restrict zeros, int64_t p, int64_t ncols,      \
@@ -183,7 +181,7 @@
 #define DS_QUARTER_FIN(MR, OFF)                                                                             \
     { const int64_t off_ = (OFF), n_ = ncols - off_;                                                        \
       const ds_v8 qb_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                       \
-      DS_ROWS##MR(DS_QFIN) DS_SILU_PASS(MR, 8) }
+      DS_ROWS##MR(DS_QFIN) }
 #define DS_CONV_QUARTER(MR, OFF)                                                                            \
     {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -237,7 +235,7 @@ DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of 
             const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8);                               \
             DS_ROWS##MR(DS_HFMA)                                                                             \
         }                                                                                                   \
-        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) DS_SILU_PASS(MR, 16) } }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
 static void ds_conv_fmicro_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
                              float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,
                              const float *restrict res) {
@@ -345,7 +343,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
                 DS_ROWS##MR(DS_HFMA)                                                                         \
             }                                                                                               \
         }                                                                                                   \
-        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) DS_SILU_PASS(MR, 16) } }
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
 /* The second half of a panel of 17..24 columns (24 output channels: an RGB stem's) as one vector a row. */
 #define DS_RQUARTER(MR)                                                                                     \
     {   DS_ROWS##MR(DS_QACC_ZERO)                                                                            \
@@ -432,6 +430,16 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
     const float *bq = bias ? bias + g * OCG + q * 32 : 0, *rq = res ? res + g * OCG + q * 32 : 0;
     const int64_t K = geo[DS_CONV_KH] * geo[DS_CONV_KW] * CG, panels = (OCG + 31) / 32;
     const int64_t ncols = OCG - q * 32 < 32 ? OCG - q * 32 : 32;
+#ifndef __AVX512F__
+    if (geo[DS_CONV_ACT] == DS_ACT_SILU) { /* the block's tiles without it, then one pass over its rows */
+        int64_t plain[DS_CONV_GEO];
+        for (int i = 0; i < DS_CONV_GEO; i++) plain[i] = geo[i];
+        plain[DS_CONV_ACT] = DS_ACT_NONE;
+        ds_conv_tile(plain, x, bp, y, zeros, p0, p1, g, q, bias, res);
+        ds_silu_rows8(y + p0 * LDY + g * OCG + q * 32, LDY, p1 - p0, ncols);
+        return;
+    }
+#endif
     const float *xg = x + g * CG;
     const float *panel = bp + (g * panels + q) * K * 32;
     if (geo[DS_CONV_G] == 1 && geo[DS_CONV_DW] == 1 && geo[DS_CONV_KW] > 1

@@ -66,20 +66,20 @@ static inline ds_v8 ds_act_light8(ds_v8 c, int64_t act) { /* ds_act_light's: Rel
     if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));
     return c;
 }
-/* A SiLU over a micro-tile's finished rows where they were just stored (L1): `rows` rows `ldy` apart, their first n
-   columns. Why a pass, not the activation on each accumulator before its store: SiLU's polynomial is too long to
-   inline beside 12 live accumulators, and called per 8-float vector (out of line: a call clobbers every
-   ymm register) each call was one dependent chain through its division, with the other rows' accumulators
-   spilled around it: a 16 -> 64 1x1 conv with SiLU on 80x80 spent 36% of its time there against 21% in the
-   multiply-adds. Here the vectors are independent and the constants stay in registers. The same values: v is
-   stored as the finish computed it, then v * sigmoid(v). Not inlined: in the tile its constants were hoisted
-   beside the accumulators and spilled. */
+/* A SiLU over a block's finished rows where its tiles just stored them (in L1): `rows` rows `ldy` apart, their
+   first n columns (ds_conv_tile, without AVX-512). Why a pass, not the activation on each accumulator before its
+   store: SiLU's polynomial is too long to inline beside 12 live accumulators, and called per 8-float vector (out
+   of line: a call clobbers every ymm register) each call was one dependent chain through its division, with the
+   other rows' accumulators spilled around it: a 16 -> 64 1x1 conv with SiLU on 80x80 spent 36% of its time there
+   against 21% in the multiply-adds. Here the vectors are independent and the constants stay in registers, set
+   once per block (a pass per 6-row tile made that conv 5% slower). The same values: v is stored as the finish
+   computed it, then v * sigmoid(v). */
 __attribute__((noinline, unused)) static void ds_silu_rows8(float *y, int64_t ldy, int64_t rows, int64_t n) {
-    if (n == 16) /* a whole half: two vectors a row, no remainder loop */
+    if (n == 32) /* a whole panel: four vectors a row, no remainder loop */
         for (int64_t r = 0; r < rows; r++) {
             float *o = y + r * ldy;
             #pragma omp simd
-            for (int64_t j = 0; j < 16; j++) o[j] = o[j] * ds_sigmoidf(o[j]);
+            for (int64_t j = 0; j < 32; j++) o[j] = o[j] * ds_sigmoidf(o[j]);
         }
     else
         for (int64_t r = 0; r < rows; r++) {
