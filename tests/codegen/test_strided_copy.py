@@ -65,7 +65,9 @@ def _run_transpose(shape, perm, dtype=TensorProto.FLOAT):
                                         ((3, 40, 24), (0, 2, 1)), ((2, 13, 45), (0, 2, 1)), ((2, 64, 13), (0, 2, 1)),
                                         # channel shuffles of 2, 4 and 8 groups (ds_shuffle_rows), n % 8 != 0
                                         ((3, 7, 2, 13), (0, 1, 3, 2)), ((4, 9, 4, 34), (0, 1, 3, 2)),
-                                        ((2, 3, 8, 20), (0, 1, 3, 2)), ((5, 3, 17), (0, 2, 1))])
+                                        ((2, 3, 8, 20), (0, 1, 3, 2)), ((5, 3, 17), (0, 2, 1)),
+                                        # short contiguous runs by the row table (MobileViT's unfold and fold)
+                                        ((7, 2, 12, 2), (0, 2, 1, 3)), ((3, 4, 5, 6, 3), (0, 3, 2, 1, 4))])
 def test_transposes_match_numpy(shape, perm):
     exe = _run_transpose(shape, perm)
     for dt in (np.float32,):
