@@ -95,6 +95,18 @@ def test_channel_counts(ci, co, tile):
 
 
 @pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("ci,co", [(16, 32), (40, 20)])
+def test_a_silu_epilogue(ci, co, tile):
+    """Mul(c, Sigmoid(c)) finished by the output transform (without AVX-512: a pass over each tile's stored
+    pixels, its edge tiles' too)."""
+    w = (RNG.standard_normal((co, ci, 3, 3)) / np.sqrt(9 * ci)).astype(np.float32)
+    b = RNG.standard_normal(co).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    _check(_model(nodes, ci, {"w": w, "b": b}), [(1, ci, 7, 9), (2, ci, 13, 6), (1, ci, 16, 20)], 1, tile)
+
+
+@pytest.mark.parametrize("tile", TILES)
 def test_tile_rows_wider_than_a_chunk_and_blocks_of_many_rows(tile):
     """A row of 130 tiles of 2 or 4 (over WINO_TILES: several chunks in one call); small maps (blocks of many
     tile rows, crossing images); one pixel (a single part tile)."""

@@ -8,10 +8,34 @@
 /* Winograd's tiles per chunk, DS_WINO_TILES and DS_WINO4_TILES: ds_shared.h's (codegen/cshared.py's WINO_TILES,
    which also sizes the scratch its kernels allocate) */
 
-/* A Winograd output tile's finish: + bias (n values from p, zeros past them and for no bias), then the
-   activation (ds_conv.c's dense tiles finish theirs in registers, row by row: DS_FIN_ROWS) */
-static inline ds_v16 ds_fin(ds_v16 c, ds_v16 b, int64_t act) { return ds_act(c + b, act); }
-static inline ds_v16 ds_bias16(const float *p, int64_t n) { return p ? ds_load16(p, n) : (ds_v16){0}; }
+/* The Winograd transforms' vectors: 16 floats with AVX-512; without it the machine's 8 (a 64-byte ds_v16 lives in
+   memory there: the transforms' every add a round trip through the stack, which kept Winograd off AVX2 below 32
+   channels), 8 channels a block. */
+#ifdef __AVX512F__
+typedef ds_v16 ds_wv;
+#define DS_WL 16
+#define ds_wld ds_load16
+#define ds_wst ds_store16
+/* A Winograd output tile's finish: + bias, then the activation (ds_conv.c's dense tiles finish theirs in registers,
+   row by row: DS_FIN_ROWS) */
+static inline ds_wv ds_wfin(ds_wv c, ds_wv b, int64_t act) { return ds_act(c + b, act); }
+#else
+typedef ds_v8 ds_wv;
+#define DS_WL 8
+#define ds_wld ds_ld8n
+#define ds_wst(p, v, n) ds_st8n(p, v, n)
+/* the lighter activations only: a SiLU (DS_WACT) takes a pass over the tile's stored pixels (ds_silu_rows8), as the
+   dense tiles' does (per vector, a call and a chain through its division: YOLOv8-style nets 10% slower) */
+static inline ds_wv ds_wfin(ds_wv c, ds_wv b, int64_t act) { return ds_act_light8(c + b, act); }
+#endif
+/* The activation the output transforms apply per vector: all but a SiLU without AVX-512 (see ds_wfin). */
+#ifdef __AVX512F__
+#define DS_WACT(act) (act)
+#else
+#define DS_WACT(act) ((act) == DS_ACT_SILU ? DS_ACT_NONE : (act))
+#endif
+/* The bias: n values from p, zeros past them and for no bias. */
+static inline ds_wv ds_wbias(const float *p, int64_t n) { return p ? ds_wld(p, n) : (ds_wv){0}; }
 
 /* ---- depthwise ------------------------------------------------------------------------------------------
    One output row (image n, row ho) of a depthwise convolution (one input and one output channel per group),
@@ -330,21 +354,21 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
     const float *row[16];
     ds_wino_patch(geo, x, t0 + i, 2, row);
     float *vt = v + i * C;
-    for (int64_t c = 0; c < C; c += 16) {
-        const int64_t nl = C - c < 16 ? C - c : 16; /* a masked tail block: C need not be a multiple of 16 */
-        ds_v16 d[4][4], s[4][4];
+    for (int64_t c = 0; c < C; c += DS_WL) {
+        const int64_t nl = C - c < DS_WL ? C - c : DS_WL; /* a partial tail block: C need not be a multiple of it */
+        ds_wv d[4][4], s[4][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a * 4 + b] ? ds_load16(row[a * 4 + b] + c, nl) : (ds_v16){0};
+            for (int64_t b = 0; b < 4; b++) d[a][b] = row[a * 4 + b] ? ds_wld(row[a * 4 + b] + c, nl) : (ds_wv){0};
         for (int64_t b = 0; b < 4; b++) { /* B^T d: over rows */
             s[0][b] = d[0][b] - d[2][b]; s[1][b] = d[1][b] + d[2][b];
             s[2][b] = d[2][b] - d[1][b]; s[3][b] = d[1][b] - d[3][b];
         }
         for (int64_t a = 0; a < 4; a++) { /* (B^T d) B: over columns */
             float *o = vt + a * 4 * XI + c;
-            ds_store16(o, s[a][0] - s[a][2], nl);
-            ds_store16(o + XI, s[a][1] + s[a][2], nl);
-            ds_store16(o + 2 * XI, s[a][2] - s[a][1], nl);
-            ds_store16(o + 3 * XI, s[a][1] - s[a][3], nl);
+            ds_wst(o, s[a][0] - s[a][2], nl);
+            ds_wst(o + XI, s[a][1] + s[a][2], nl);
+            ds_wst(o + 2 * XI, s[a][2] - s[a][1], nl);
+            ds_wst(o + 3 * XI, s[a][1] - s[a][3], nl);
         }
     }
 }
@@ -353,32 +377,36 @@ static void ds_wino_input(const int64_t *geo, const float *restrict x, float *re
 static void ds_wino_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
                            int64_t nt, const float *restrict bias) {
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
-    const int64_t act = geo[DS_CONV_ACT];
+    const int64_t act = DS_WACT(geo[DS_CONV_ACT]);
     const int64_t XI = nt * OC;
     int64_t n, oh, ow;
     ds_wino_tile(geo, t0 + i, 2, &n, &oh, &ow);
     const int two_rows = oh + 1 < OH, two_cols = ow + 1 < OW;
     float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
     const float *mt = m + i * OC;
-    for (int64_t c = 0; c < OC; c += 16) {
-        const int64_t nl = OC - c < 16 ? OC - c : 16;
-        ds_v16 q[4][4], s[2][4];
+    for (int64_t c = 0; c < OC; c += DS_WL) {
+        const int64_t nl = OC - c < DS_WL ? OC - c : DS_WL;
+        ds_wv q[4][4], s[2][4];
         for (int64_t a = 0; a < 4; a++)
-            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_load16(mt + (a * 4 + b) * XI + c, nl);
+            for (int64_t b = 0; b < 4; b++) q[a][b] = ds_wld(mt + (a * 4 + b) * XI + c, nl);
         for (int64_t b = 0; b < 4; b++) { /* A^T M: over rows */
             s[0][b] = q[0][b] + q[1][b] + q[2][b];
             s[1][b] = q[1][b] - q[2][b] - q[3][b];
         }
-        const ds_v16 f = ds_bias16(bias ? bias + c : 0, nl);
+        const ds_wv f = ds_wbias(bias ? bias + c : 0, nl);
         for (int64_t a = 0; a < 2; a++) {
             if (a == 1 && !two_rows) break;
             float *o = y00 + a * OW * LDY + c;
-            ds_v16 o0 = s[a][0] + s[a][1] + s[a][2], o1 = s[a][1] - s[a][2] - s[a][3];
-            if (bias || act) { o0 = ds_fin(o0, f, act); o1 = ds_fin(o1, f, act); }
-            ds_store16(o, o0, nl);
-            if (two_cols) ds_store16(o + LDY, o1, nl);
+            ds_wv o0 = s[a][0] + s[a][1] + s[a][2], o1 = s[a][1] - s[a][2] - s[a][3];
+            if (bias || act) { o0 = ds_wfin(o0, f, act); o1 = ds_wfin(o1, f, act); }
+            ds_wst(o, o0, nl);
+            if (two_cols) ds_wst(o + LDY, o1, nl);
         }
     }
+#ifndef __AVX512F__
+    if (act != geo[DS_CONV_ACT]) /* the SiLU left out above */
+        for (int64_t a = 0; a < 1 + two_rows; a++) ds_silu_rows8(y00 + a * OW * LDY, LDY, 1 + two_cols, OC);
+#endif
 }
 
 /* ---- F(4x4, 3x3): 6x6 patches, 36 products per 16 output pixels (4x fewer multiply-adds than direct) -------
@@ -391,12 +419,12 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
     const float *row[36];
     ds_wino_patch(geo, x, t0 + i, 4, row);
     float *vt = v + i * C;
-    for (int64_t c = 0; c < C; c += 16) {
-        const int64_t nl = C - c < 16 ? C - c : 16;
-        ds_v16 s[6][6];
+    for (int64_t c = 0; c < C; c += DS_WL) {
+        const int64_t nl = C - c < DS_WL ? C - c : DS_WL;
+        ds_wv s[6][6];
         for (int64_t b = 0; b < 6; b++) { /* B^T d: over rows, one column of the patch at a time */
-            ds_v16 d[6];
-            for (int64_t a = 0; a < 6; a++) d[a] = row[a * 6 + b] ? ds_load16(row[a * 6 + b] + c, nl) : (ds_v16){0};
+            ds_wv d[6];
+            for (int64_t a = 0; a < 6; a++) d[a] = row[a * 6 + b] ? ds_wld(row[a * 6 + b] + c, nl) : (ds_wv){0};
             s[0][b] = 4 * d[0] - 5 * d[2] + d[4];
             s[1][b] = d[3] + d[4] - 4 * (d[1] + d[2]);
             s[2][b] = d[4] - d[3] + 4 * (d[1] - d[2]);
@@ -405,14 +433,14 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
             s[5][b] = 4 * d[1] - 5 * d[3] + d[5];
         }
         for (int64_t a = 0; a < 6; a++) { /* (B^T d) B: over columns */
-            const ds_v16 *e = s[a];
+            const ds_wv *e = s[a];
             float *o = vt + a * 6 * XI + c;
-            ds_store16(o, 4 * e[0] - 5 * e[2] + e[4], nl);
-            ds_store16(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]), nl);
-            ds_store16(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]), nl);
-            ds_store16(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]), nl);
-            ds_store16(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]), nl);
-            ds_store16(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5], nl);
+            ds_wst(o, 4 * e[0] - 5 * e[2] + e[4], nl);
+            ds_wst(o + XI, e[3] + e[4] - 4 * (e[1] + e[2]), nl);
+            ds_wst(o + 2 * XI, e[4] - e[3] + 4 * (e[1] - e[2]), nl);
+            ds_wst(o + 3 * XI, e[4] - e[2] + 2 * (e[3] - e[1]), nl);
+            ds_wst(o + 4 * XI, e[4] - e[2] - 2 * (e[3] - e[1]), nl);
+            ds_wst(o + 5 * XI, 4 * e[1] - 5 * e[3] + e[5], nl);
         }
     }
 }
@@ -421,36 +449,40 @@ static void ds_wino4_input(const int64_t *geo, const float *restrict x, float *r
 static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *restrict y, int64_t t0, int64_t i,
                             int64_t nt, const float *restrict bias) {
     const int64_t OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW], OC = geo[DS_CONV_OC], LDY = geo[DS_CONV_LDY];
-    const int64_t act = geo[DS_CONV_ACT];
+    const int64_t act = DS_WACT(geo[DS_CONV_ACT]);
     const int64_t XI = nt * OC;
     int64_t n, oh, ow;
     ds_wino_tile(geo, t0 + i, 4, &n, &oh, &ow);
     const int64_t nr = OH - oh < 4 ? OH - oh : 4, nc = OW - ow < 4 ? OW - ow : 4;
     float *y00 = y + ((n * OH + oh) * OW + ow) * LDY;
     const float *mt = m + i * OC;
-    for (int64_t c = 0; c < OC; c += 16) {
-        const int64_t nl = OC - c < 16 ? OC - c : 16;
-        ds_v16 s[4][6];
+    for (int64_t c = 0; c < OC; c += DS_WL) {
+        const int64_t nl = OC - c < DS_WL ? OC - c : DS_WL;
+        ds_wv s[4][6];
         for (int64_t b = 0; b < 6; b++) { /* A^T M: over rows */
-            ds_v16 q[6];
-            for (int64_t a = 0; a < 6; a++) q[a] = ds_load16(mt + (a * 6 + b) * XI + c, nl);
-            const ds_v16 p12 = q[1] + q[2], m12 = q[1] - q[2], p34 = q[3] + q[4], m34 = q[3] - q[4];
+            ds_wv q[6];
+            for (int64_t a = 0; a < 6; a++) q[a] = ds_wld(mt + (a * 6 + b) * XI + c, nl);
+            const ds_wv p12 = q[1] + q[2], m12 = q[1] - q[2], p34 = q[3] + q[4], m34 = q[3] - q[4];
             s[0][b] = q[0] + p12 + p34;
             s[1][b] = m12 + 2 * m34;
             s[2][b] = p12 + 4 * p34;
             s[3][b] = m12 + 8 * m34 + q[5];
         }
-        const ds_v16 f = ds_bias16(bias ? bias + c : 0, nl);
+        const ds_wv f = ds_wbias(bias ? bias + c : 0, nl);
         for (int64_t a = 0; a < nr; a++) {
-            const ds_v16 *e = s[a];
-            const ds_v16 p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
-            ds_v16 out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
+            const ds_wv *e = s[a];
+            const ds_wv p12 = e[1] + e[2], m12 = e[1] - e[2], p34 = e[3] + e[4], m34 = e[3] - e[4];
+            ds_wv out[4] = {e[0] + p12 + p34, m12 + 2 * m34, p12 + 4 * p34, m12 + 8 * m34 + e[5]};
             if (bias || act)
-                for (int64_t b = 0; b < 4; b++) out[b] = ds_fin(out[b], f, act);
+                for (int64_t b = 0; b < 4; b++) out[b] = ds_wfin(out[b], f, act);
             float *o = y00 + a * OW * LDY + c;
-            for (int64_t b = 0; b < nc; b++) ds_store16(o + b * LDY, out[b], nl);
+            for (int64_t b = 0; b < nc; b++) ds_wst(o + b * LDY, out[b], nl);
         }
     }
+#ifndef __AVX512F__
+    if (act != geo[DS_CONV_ACT]) /* the SiLU left out above */
+        for (int64_t a = 0; a < nr; a++) ds_silu_rows8(y00 + a * OW * LDY, LDY, nc, OC);
+#endif
 }
 
 typedef void (*ds_wino_in_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
