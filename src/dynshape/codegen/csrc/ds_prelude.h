@@ -59,11 +59,8 @@ static inline int64_t ds_max(int64_t a, int64_t b) { return a > b ? a : b; }
    tests/codegen/test_cgen.py: max relative error < 1e-6 over [-100, 100]. */
 static inline float ds_bits_to_float(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
 
-/* exp(xc) = 2^n * P(r): n = round(xc / ln 2), r = xc - n ln 2 (Cody-Waite, two parts), P Cephes' polynomial. */
-static inline float ds_exp_poly(float xc, float *n) {
-    *n = (xc * DS_EXP_LOG2E + DS_EXP_ROUND) - DS_EXP_ROUND; /* round to nearest integer */
-    float r = xc - *n * DS_EXP_LN2_HI;
-    r = r - *n * DS_EXP_LN2_LO;
+/* e^r for the reduced r in [-ln 2 / 2, ln 2 / 2]: Cephes' polynomial. */
+static inline float ds_exp_reduced(float r) {
     float p = DS_EXP_P0;
     p = p * r + DS_EXP_P1;
     p = p * r + DS_EXP_P2;
@@ -71,6 +68,14 @@ static inline float ds_exp_poly(float xc, float *n) {
     p = p * r + DS_EXP_P4;
     p = p * r + DS_EXP_P5;
     return (p * r) * r + r + 1.0f; /* p r, then one multiply-add: no r * r rounded alone, subnormal for a tiny r */
+}
+
+/* exp(xc) = 2^n * P(r): n = round(xc / ln 2), r = xc - n ln 2 (Cody-Waite, two parts), P Cephes' polynomial. */
+static inline float ds_exp_poly(float xc, float *n) {
+    *n = (xc * DS_EXP_LOG2E + DS_EXP_ROUND) - DS_EXP_ROUND; /* round to nearest integer */
+    float r = xc - *n * DS_EXP_LN2_HI;
+    r = r - *n * DS_EXP_LN2_LO;
+    return ds_exp_reduced(r);
 }
 
 static inline float ds_expf(float x) {
@@ -114,13 +119,7 @@ static inline float ds_sigmoidf(float x) {
     const float big = tc * DS_EXP_LOG2E + DS_EXP_ROUND, n = big - DS_EXP_ROUND;
     float r = tc - n * DS_EXP_LN2_HI;
     r = r - n * DS_EXP_LN2_LO;
-    float p = DS_EXP_P0;
-    p = p * r + DS_EXP_P1;
-    p = p * r + DS_EXP_P2;
-    p = p * r + DS_EXP_P3;
-    p = p * r + DS_EXP_P4;
-    p = p * r + DS_EXP_P5;
-    p = (p * r) * r + r + 1.0f; /* ds_exp_poly's last step */
+    const float p = ds_exp_reduced(r);
     int32_t bits;
     __builtin_memcpy(&bits, &big, 4);
     const int32_t scale = t < -87.3f ? 0 : (int32_t)((uint32_t)(bits + 127) << 23);
