@@ -19,7 +19,7 @@ from dynshape.codegen.clib import I64, P, declare
 MAX_ARGS = 16  # DS_PROGRAM_MAX_ARGS in ds_program.c
 
 LIBRARY = declare("program", "ds_program.c", {"ds_run_program": (P, I64), "ds_copy_strided": (P,), "ds_concat": (P,),
-                                                    "ds_permute_rows": (P,), "ds_shuffle_rows": (P,),
+                                                    "ds_permute_rows": (P,),
                                                     "ds_first_fit": (I64, P, P, P, P, P, P),
                                                     "ds_gather_elements": (P,), "ds_binary_f32": (P,),
                                                     "ds_gather_pick": (P,), "ds_run_loop": (P, I64, I64, I64),

@@ -185,45 +185,18 @@ void ds_copy_strided(const int64_t *a) {
     }
 }
 
-/* Every row of a small block moved by one table (a transpose of a few inner dims: a channels-last channel
-   shuffle's (groups, C / groups) per pixel): a = [dst, src, rows, row stride in bytes, width, table], dst
-   contiguous, dst[r * width + k] = src[r * stride + table[k]] (4-byte elements, table in elements). The
-   strided copy's per-element loop ran ShuffleNet's 56x56 x (4, 28) shuffle at 0.7 ns an element; with AVX-512
-   a row is 16-lane gathers from L1. */
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
 #define DS_PERMUTE_PAR_BYTES (1 << 18) /* from here the threads share the rows (ShuffleNet's 56x56 x 240 shuffle) */
-void ds_permute_rows(const int64_t *a) {
-    float *const out = (float *)a[0];
-    const char *src = (const char *)a[1];
-    const int64_t rows = a[2], stride = a[3], width = a[4];
-    const int32_t *table = (const int32_t *)a[5];
-    #pragma omp parallel for schedule(static) if(rows > 1 && rows * width * 4 >= DS_PERMUTE_PAR_BYTES)
-    for (int64_t r = 0; r < rows; r++) {
-        float *dst = out + r * width;
-        const float *s = (const float *)(src + r * stride);
-        int64_t k = 0;
-#ifdef __AVX512F__
-        for (; k + 16 <= width; k += 16)
-            _mm512_storeu_ps(dst + k, _mm512_i32gather_ps(_mm512_loadu_si512(table + k), s, 4));
-#elif defined(__AVX2__)
-        for (; k + 8 <= width; k += 8)
-            _mm256_storeu_ps(dst + k, _mm256_i32gather_ps(s, _mm256_loadu_si256((const __m256i *)(table + k)), 4));
-#endif
-        for (; k < width; k++) dst[k] = s[table[k]];
-    }
-}
-
-/* A channel shuffle per row: a = [dst, src, rows, row stride in bytes, G, n], dst contiguous,
-   dst[r][c * G + g] = src[r][g * n + c] (4-byte elements): the (G, n) -> (n, G) transpose a channels-last
-   ShuffleNet does per pixel. For 2, 4 and 8 groups, 8 values of every group at once, interleaved in registers
-   (unpacks and lane permutes; for 8, ds_transpose8x8); ds_permute_rows's table took 0.5 ns an element on AVX2
-   (AMD EPYC Zen 3: its gathers are no faster than scalar loads), 171 us of ShuffleNet's 56x56 x (4, 28). */
-void ds_shuffle_rows(const int64_t *a) {
-    float *const out = (float *)a[0];
-    const char *src = (const char *)a[1];
-    const int64_t rows = a[2], stride = a[3], G = a[4], n = a[5];
+/* A channel shuffle per row, dst[r][c * G + g] = src[r][g * n + c] (rows `stride` bytes apart; 4-byte elements):
+   the (G, n) -> (n, G) transpose a channels-last ShuffleNet does per pixel, for ds_permute_rows when its table is
+   one (a[6] = G: 2, 4 or 8). 8 values of every group at once, interleaved in registers (unpacks and lane permutes;
+   for 8, ds_transpose8x8): the table took 0.5 ns an element on AVX2 (AMD EPYC Zen 3: its gathers are no faster
+   than scalar loads), 171 us of ShuffleNet's 56x56 x (4, 28). The same entry point as the table's, so that a bucket
+   plan whose keys take one or the other (a K^T of 4 or 8 positions is such a transpose too) rewrites words, not
+   calls. */
+static void ds_shuffle_rows(float *const out, const char *src, int64_t rows, int64_t stride, int64_t G, int64_t n) {
     #pragma omp parallel for schedule(static) if(rows > 1 && rows * G * n * 4 >= DS_PERMUTE_PAR_BYTES)
     for (int64_t r = 0; r < rows; r++) {
         float *d = out + r * G * n;
@@ -255,6 +228,34 @@ void ds_shuffle_rows(const int64_t *a) {
 #endif
         for (; c < n; c++)
             for (int64_t g = 0; g < G; g++) d[c * G + g] = s[g * n + c];
+    }
+}
+
+/* Every row of a small block moved by one table (a transpose of a few inner dims: a channels-last channel
+   shuffle's (groups, C / groups) per pixel): a = [dst, src, rows, row stride in bytes, width, table], dst
+   contiguous, dst[r * width + k] = src[r * stride + table[k]] (4-byte elements, table in elements), a[6]: the
+   groups when the table is a channel shuffle's (ds_shuffle_rows), else 0. The
+   strided copy's per-element loop ran ShuffleNet's 56x56 x (4, 28) shuffle at 0.7 ns an element; with AVX-512
+   a row is 16-lane gathers from L1. */
+void ds_permute_rows(const int64_t *a) {
+    float *const out = (float *)a[0];
+    const char *src = (const char *)a[1];
+    const int64_t rows = a[2], stride = a[3], width = a[4];
+    const int32_t *table = (const int32_t *)a[5];
+    if (a[6]) { /* a channel shuffle of a[6] groups */
+        ds_shuffle_rows(out, src, rows, stride, a[6], width / a[6]);
+        return;
+    }
+    #pragma omp parallel for schedule(static) if(rows > 1 && rows * width * 4 >= DS_PERMUTE_PAR_BYTES)
+    for (int64_t r = 0; r < rows; r++) {
+        float *dst = out + r * width;
+        const float *s = (const float *)(src + r * stride);
+        int64_t k = 0;
+#ifdef __AVX512F__
+        for (; k + 16 <= width; k += 16)
+            _mm512_storeu_ps(dst + k, _mm512_i32gather_ps(_mm512_loadu_si512(table + k), s, 4));
+#endif
+        for (; k < width; k++) dst[k] = s[table[k]];
     }
 }
 

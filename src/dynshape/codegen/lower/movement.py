@@ -40,15 +40,15 @@ def _copy(src: np.ndarray, out: np.ndarray, keep: Keep) -> list | None:
     lib = program.LIBRARY.try_load()
     if lib is not None and src.dtype == out.dtype and out.flags.c_contiguous and src.ndim <= 16:
         shape, strides = _merged(src.shape, src.strides)
-        if _is_shuffle(shape, strides, src.itemsize):
-            desc = keep.table([out.ctypes.data, src.ctypes.data, shape[0], strides[0], shape[2], shape[1]])
+        groups = shape[2] if _is_shuffle(shape, strides, src.itemsize) else 0
+        table = None if groups else _row_table(shape, strides, src.itemsize)
+        if groups or table is not None:  # one entry point for both: keys of a bucket plan may take either
+            width = math.prod(shape[1:])
+            desc = keep.table([out.ctypes.data, src.ctypes.data, shape[0], strides[0], width,
+                               0 if table is None else table.ctypes.data, groups])
             keep.hold(src)
-            return [NativeCall(lib.ds_shuffle_rows, (desc,))]
-        table = _row_table(shape, strides, src.itemsize)
-        if table is not None:
-            desc = keep.table([out.ctypes.data, src.ctypes.data, shape[0], strides[0], table.size, table.ctypes.data])
-            keep.hold(src)
-            keep.append(table)
+            if table is not None:
+                keep.append(table)
             return [NativeCall(lib.ds_permute_rows, (desc,))]
         desc = keep.table([len(shape), src.itemsize, out.ctypes.data, src.ctypes.data, *shape, *strides])
         keep.hold(src)
@@ -74,12 +74,12 @@ def _merged(shape: tuple, strides: tuple) -> tuple[list[int], list[int]]:
     return out_shape, out_strides
 
 
-SHUFFLE_GROUPS = (2, 4, 8)  # the (G, n) -> (n, G) transposes ds_shuffle_rows interleaves in registers
+SHUFFLE_GROUPS = (2, 4, 8)  # the (G, n) -> (n, G) transposes ds_permute_rows interleaves in registers
 
 
 def _is_shuffle(shape: list[int], strides: list[int], itemsize: int) -> bool:
     """A view (rows, n, G) of 4-byte elements reading each row's (G, n) block transposed: a channels-last
-    channel shuffle (ShuffleNet's groups), moved by ds_shuffle_rows."""
+    channel shuffle (ShuffleNet's groups), moved by ds_permute_rows without a table (csrc's ds_shuffle_rows)."""
     return itemsize == 4 and len(shape) == 3 and shape[2] in SHUFFLE_GROUPS and strides[1] == 4 \
         and strides[2] == 4 * shape[1] and strides[0] % 4 == 0
 
