@@ -433,8 +433,7 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #ifndef __AVX512F__
     if (geo[DS_CONV_ACT] == DS_ACT_SILU) { /* the block's tiles without it, then one pass over its rows */
         int64_t plain[DS_CONV_GEO];
-        for (int i = 0; i < DS_CONV_GEO; i++) plain[i] = geo[i];
-        plain[DS_CONV_ACT] = DS_ACT_NONE;
+        ds_geo_without_act(geo, plain);
         ds_conv_tile(plain, x, bp, y, zeros, p0, p1, g, q, bias, res);
         ds_silu_rows8(y + p0 * LDY + g * OCG + q * 32, LDY, p1 - p0, ncols);
         return;

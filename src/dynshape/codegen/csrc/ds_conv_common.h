@@ -67,13 +67,13 @@ static inline ds_v8 ds_act_light8(ds_v8 c, int64_t act) { /* ds_act_light's: Rel
     return c;
 }
 /* A SiLU over a block's finished rows where its tiles just stored them (in L1): `rows` rows `ldy` apart, their
-   first n columns (ds_conv_tile, without AVX-512). Why a pass, not the activation on each accumulator before its
-   store: SiLU's polynomial is too long to inline beside 12 live accumulators, and called per 8-float vector (out
-   of line: a call clobbers every ymm register) each call was one dependent chain through its division, with the
-   other rows' accumulators spilled around it: a 16 -> 64 1x1 conv with SiLU on 80x80 spent 36% of its time there
-   against 21% in the multiply-adds. Here the vectors are independent and the constants stay in registers, set
-   once per block (a pass per 6-row tile made that conv 5% slower). The same values: v is stored as the finish
-   computed it, then v * sigmoid(v). */
+   first n columns (ds_conv_tile, the depthwise rows and the Winograd outputs, without AVX-512). Why a pass, not
+   the activation on each accumulator before its store: SiLU's polynomial is too long to inline beside 12 live
+   accumulators, and called per 8-float vector (out of line: a call clobbers every ymm register) each call was one
+   dependent chain through its division, with the other rows' accumulators spilled around it: a 16 -> 64 1x1 conv
+   with SiLU on 80x80 spent 36% of its time there against 21% in the multiply-adds. Here the vectors are
+   independent and the constants stay in registers, set once per block (a pass per 6-row tile made that conv 5%
+   slower). The same values: v is stored as the finish computed it, then v * sigmoid(v). */
 __attribute__((noinline, unused)) static void ds_silu_rows8(float *y, int64_t ldy, int64_t rows, int64_t n) {
     if (n == 32) /* a whole panel: four vectors a row, no remainder loop */
         for (int64_t r = 0; r < rows; r++) {
@@ -88,7 +88,14 @@ __attribute__((noinline, unused)) static void ds_silu_rows8(float *y, int64_t ld
             for (int64_t j = 0; j < n; j++) o[j] = o[j] * ds_sigmoidf(o[j]);
         }
 }
+
 #endif
+
+/* geo with its activation off (a copy in `plain`): the tiles that leave a SiLU to a pass after them run on it. */
+static inline void ds_geo_without_act(const int64_t *geo, int64_t *plain) {
+    for (int i = 0; i < DS_CONV_GEO; i++) plain[i] = geo[i];
+    plain[DS_CONV_ACT] = DS_ACT_NONE;
+}
 
 /* What a convolution tile applies to its rows of one panel as they are finished (ds_gemm_bf16.c's ds_conv_finish
    and ds_amx_rows' stores, ds_conv_amx.c's): a bias by column and a residual (rows `ldr` apart), both offset to

@@ -19,20 +19,16 @@ typedef ds_v16 ds_wv;
 /* A Winograd output tile's finish: + bias, then the activation (ds_conv.c's dense tiles finish theirs in registers,
    row by row: DS_FIN_ROWS) */
 static inline ds_wv ds_wfin(ds_wv c, ds_wv b, int64_t act) { return ds_act(c + b, act); }
+#define DS_WACT(act) (act) /* the activation the output transforms apply per vector: every one */
 #else
 typedef ds_v8 ds_wv;
 #define DS_WL 8
 #define ds_wld ds_ld8n
 #define ds_wst(p, v, n) ds_st8n(p, v, n)
-/* the lighter activations only: a SiLU (DS_WACT) takes a pass over the tile's stored pixels (ds_silu_rows8), as the
-   dense tiles' does (per vector, a call and a chain through its division: YOLOv8-style nets 10% slower) */
+/* the lighter activations only: a SiLU takes a pass over the tile's stored pixels (ds_silu_rows8), as the dense
+   tiles' does (per vector, a call and a chain through its division: YOLOv8-style nets 10% slower) */
 static inline ds_wv ds_wfin(ds_wv c, ds_wv b, int64_t act) { return ds_act_light8(c + b, act); }
-#endif
-/* The activation the output transforms apply per vector: all but a SiLU without AVX-512 (see ds_wfin). */
-#ifdef __AVX512F__
-#define DS_WACT(act) (act)
-#else
-#define DS_WACT(act) ((act) == DS_ACT_SILU ? DS_ACT_NONE : (act))
+#define DS_WACT(act) ((act) == DS_ACT_SILU ? DS_ACT_NONE : (act)) /* all but a SiLU */
 #endif
 /* The bias: n values from p, zeros past them and for no bias. */
 static inline ds_wv ds_wbias(const float *p, int64_t n) { return p ? ds_wld(p, n) : (ds_wv){0}; }
@@ -226,11 +222,8 @@ static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const
 /* SiLU over a finished output row (OW pixels of C channels, LDY floats apart), out of the blocks' loops (see
    ds_act in ds_conv_common.h). */
 static __attribute__((noinline)) void ds_silu_pixels(float *restrict y, int64_t pixels, int64_t c, int64_t ldy) {
-#ifndef __AVX512F__ /* a loop gcc vectorises on the machine's vectors (a ds_v16 lives in memory without AVX-512) */
-    for (int64_t o = 0; o < pixels; o++) {
-        float *p = y + o * ldy;
-        for (int64_t j = 0; j < c; j++) p[j] = p[j] * ds_sigmoidf(p[j]);
-    }
+#ifndef __AVX512F__ /* the dense tiles' pass, on the machine's vectors (a ds_v16 lives in memory without AVX-512) */
+    ds_silu_rows8(y, ldy, pixels, c);
     return;
 #endif
     for (int64_t o = 0; o < pixels; o++)
@@ -249,8 +242,7 @@ void ds_dwconv_row(const int64_t *geo, const float *restrict x, const float *res
         return;
     }
     int64_t plain[DS_CONV_GEO];
-    for (int i = 0; i < DS_CONV_GEO; i++) plain[i] = geo[i];
-    plain[DS_CONV_ACT] = DS_ACT_NONE;
+    ds_geo_without_act(geo, plain);
     ds_dwconv_row_act(plain, x, w, bias, y, n, ho);
     ds_silu_pixels(y, geo[DS_CONV_OW], geo[DS_CONV_C], geo[DS_CONV_LDY]);
 }

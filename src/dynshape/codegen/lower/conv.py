@@ -176,7 +176,7 @@ def winograd_min_channels(options) -> int:
 
 def winograd_fits(geo: dict, options=None) -> bool:
     """Winograd takes a 3x3 convolution of stride 1, undilated and ungrouped, with at least 16 input and output
-    channels (the transforms run 16 channels at a time, a tail masked; with fewer, the products are too short
+    channels (the transforms run 16 or 8 channels at a time, a tail partial; with fewer, the products are too short
     to pay for them: the RGB stem stays on the runs path), and as many as `winograd_min_channels(options)`."""
     return (geo["KH"], geo["KW"], geo["SH"], geo["SW"], geo["DH"], geo["DW"], geo["G"]) == (3, 3, 1, 1, 1, 1, 1) \
         and geo["C"] >= max(16, winograd_min_channels(options) if options else 16) and geo["OC"] >= 16
