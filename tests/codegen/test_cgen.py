@@ -136,10 +136,10 @@ def test_c_dim_names_symbols_through_the_mapping_and_refuses_non_dims() -> None:
 def mathlib() -> ctypes.CDLL:
     src = cgen.PRELUDE + "".join(
         f"void v_{f}(const float *x, float *y, int64_t n) {{ for (int64_t i = 0; i < n; i++) y[i] = ds_{f}f(x[i]); }}\n"
-        for f in ("exp", "erf", "tanh", "exp_nonpos", "sigmoid")
+        for f in ("exp", "erf", "tanh", "exp_nonpos", "sigmoid", "log")
     )
     lib = cc.compile_c(src.replace("ds_exp_nonposf(", "ds_expf_nonpos("), "fastmath")
-    for f in ("exp", "erf", "tanh", "exp_nonpos", "sigmoid"):
+    for f in ("exp", "erf", "tanh", "exp_nonpos", "sigmoid", "log"):
         getattr(lib, f"v_{f}").argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     return lib
 
@@ -195,6 +195,23 @@ def test_sigmoid_accuracy(mathlib: ctypes.CDLL) -> None:
     assert np.isnan(s[0]) and s[1] == 1.0 and 0 <= s[2] < 1.3e-38 and s[3] == 0.5 and s[4] == 1.0
 
 
+def test_log_accuracy(mathlib: ctypes.CDLL) -> None:
+    """ds_logf: relative error < 1e-6 wherever ln x is not near 0 (absolute < 1e-7 there: x within 1e-6 of 1,
+    where float32's own x carries that much), over normal and subnormal x of every exponent; -inf at 0, NaN below
+    it and for NaN, inf at inf."""
+    rng = np.random.default_rng(0)
+    bits = rng.integers(1, 0x7F800000, 2_000_000, dtype=np.int64).astype(np.uint32)  # every positive finite float
+    x = np.concatenate([bits.view(np.float32), np.linspace(0.5, 2.0, 300001, dtype=np.float32),
+                        np.float32(2.0) ** np.arange(-149, 128, dtype=np.float32)])
+    y = _apply(mathlib, "log", x).astype(np.float64)
+    ref = np.log(x.astype(np.float64))
+    big = np.abs(ref) > 1e-6
+    assert (np.abs(y[big] - ref[big]) / np.abs(ref[big])).max() < 1e-6
+    assert np.abs(y[~big] - ref[~big]).max() < 1e-7
+    s = _apply(mathlib, "log", np.array([0.0, -0.0, -1.0, -np.inf, np.nan, np.inf, 1.0], np.float32))
+    assert s[0] == -np.inf and s[1] == -np.inf and np.isnan(s[2:5]).all() and s[5] == np.inf and s[6] == 0.0
+
+
 def test_fast_math_special_values(mathlib: ctypes.CDLL) -> None:
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45], np.float32)
     e, r, t = (_apply(mathlib, f, x) for f in ("exp", "erf", "tanh"))
@@ -205,10 +222,11 @@ def test_fast_math_special_values(mathlib: ctypes.CDLL) -> None:
 
 
 def test_libm_prelude_is_interchangeable() -> None:
-    src = cgen.prelude(fast_math=False) + "float e(float x) { return ds_erff(x) + ds_expf(x) + ds_tanhf(x); }\n"
+    src = cgen.prelude(fast_math=False) + ("float e(float x) { return ds_erff(x) + ds_expf(x) + ds_tanhf(x) + "
+                                           "ds_logf(x); }\n")
     lib = cc.compile_c(src, "libm_math")
     lib.e.argtypes, lib.e.restype = [ctypes.c_float], ctypes.c_float
-    assert lib.e(0.5) == pytest.approx(math.erf(0.5) + math.exp(0.5) + math.tanh(0.5), rel=1e-6)
+    assert lib.e(0.5) == pytest.approx(math.erf(0.5) + math.exp(0.5) + math.tanh(0.5) + math.log(0.5), rel=1e-6)
 
 
 def test_fast_math_vectorises() -> None:
@@ -219,7 +237,7 @@ def test_fast_math_vectorises() -> None:
         pytest.skip("vectorisation report checked with gcc only")
     src = cgen.PRELUDE + (
         "void k(const float *restrict x, float *restrict y, int64_t n) {\n"
-        "  for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]) + ds_tanhf(x[i]) * ds_expf(x[i]);\n}\n"
+        "  for (int64_t i = 0; i < n; i++) y[i] = ds_erff(x[i]) + ds_tanhf(x[i]) * ds_expf(x[i]) + ds_logf(x[i]);\n}\n"
     )
     lib = cc.build_shared(src, "vec", flags=[*cc.DEFAULT_FLAGS, "-fopt-info-vec-optimized"])
     proc = subprocess.run([*argv, *cc.DEFAULT_FLAGS, *cc.include_flags(), "-fopt-info-vec-optimized",

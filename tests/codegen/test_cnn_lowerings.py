@@ -537,9 +537,10 @@ def test_global_average_pool_of_a_large_constant_map_is_that_constant():
 
 
 def test_row_stride_kernels_run_dense_on_the_unplanned_path():
-    """An If on computed values makes the graph unplannable: the same row-stride kernels then write dense outputs
-    of their own (stride = their width) and the Concat copies, with the reference's values. (An If on an input's
-    value compiles a build per value instead, runtime/branch_variants.py.)"""
+    """An If on computed values run by the interpreter (compile_bodies=False; compiled, its branches are planned
+    calls: runtime/if_branches.py) makes the graph unplannable: the same row-stride kernels then write dense
+    outputs of their own (stride = their width) and the Concat copies, with the reference's values. (An If on an
+    input's value compiles a build per value instead, runtime/branch_variants.py.)"""
     w1 = (RNG.standard_normal((4, 3, 1, 1)) * 0.3).astype(np.float32)
     w2 = (RNG.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
     then = helper.make_graph([helper.make_node("Identity", ["c"], ["t"])], "then", [],
@@ -558,7 +559,7 @@ def test_row_stride_kernels_run_dense_on_the_unplanned_path():
                            numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
     graph = ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]),
                          dims={"n": (1, 2), "h": (1, 9), "w": (1, 9)})
-    exe = ds.compile(graph)
+    exe = ds.compile(graph, compile_bodies=False)
     assert exe.generic.planner is None
     # the two convolutions (the condition's Greater is a kernel of its own since comparisons compile)
     assert [s.row_stride for s in exe.generic.steps if isinstance(s, KernelStep) and s.kind == "conv"] == [True, True]

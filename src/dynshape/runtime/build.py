@@ -309,7 +309,7 @@ def _node_step(n: Node, g: Graph, options: Options, why: str, bodies: BodyHook |
     attrs = {**n.attrs, "_opset": g.opset, "_num_outputs": len(n.outputs)}
     op = opdef.require(n.op_type, n.domain, n.label())
     body = ""
-    if n.op_type in ("Loop", "Scan") and opdef.is_default_domain(n):
+    if n.op_type in ("Loop", "Scan", "If") and opdef.is_default_domain(n):
         made = ("compile_bodies=False" if not options.compile_bodies else "fuse=False" if not options.fuse
                 else "no body compiler" if bodies is None else bodies(n, g))
         if not isinstance(made, str):

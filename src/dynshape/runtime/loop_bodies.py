@@ -32,11 +32,12 @@ from dynshape.ir.opdef import is_default_domain, lookup
 from dynshape.ir.specialize import clone_structure
 from dynshape.ir.types import TensorType
 from dynshape.runtime.body_iterations import Roles, Stacks, iterate, own, scalar
+from dynshape.runtime.if_branches import BRANCHES, CompiledIf, branch_graph, if_refusal
 from dynshape.sym import Expr, Symbol, sym
 
 __all__ = ["BODY_OPS", "Bodies", "CompiledBody"]
 
-BODY_OPS = ("Loop", "Scan")
+BODY_OPS = ("Loop", "Scan", "If")  # an If's two branches: if_branches.py
 
 
 class CompiledBody:
@@ -152,20 +153,42 @@ class Bodies:
         self._cache: dict[tuple, CompiledBody | str] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, node: Node, graph: Graph) -> CompiledBody | str:
-        """The node's compiled body, or why its body stays on the interpreter."""
+    def __call__(self, node: Node, graph: Graph) -> CompiledBody | CompiledIf | str:
+        """The node's compiled body (an If's two branches), or why it stays on the interpreter."""
         why = refusal(node, graph)
         if why:
             return why
         outer = _outer(node, graph)
-        body = node.attrs["body"]
-        key = (node.name, node.op_type, tuple(str(body.types.get(v.name)) for v in body.inputs),
-               tuple((x, str(graph.types.get(x))) for x in outer))
+        if node.op_type == "If":
+            key = (node.name, "If", tuple(str(graph.types.get(x)) for x in node.outputs),
+                   tuple((x, str(graph.types.get(x))) for x in outer))
+        else:
+            body = node.attrs["body"]
+            key = (node.name, node.op_type, tuple(str(body.types.get(v.name)) for v in body.inputs),
+                   tuple((x, str(graph.types.get(x))) for x in outer))
         with self._lock:
             got = self._cache.get(key)
             if got is None:
-                got = self._cache[key] = self._compile(node, graph, outer)
+                got = self._cache[key] = (self._compile_if if node.op_type == "If" else self._compile)(node, graph,
+                                                                                                       outer)
             return got
+
+    def _compile_if(self, node: Node, graph: Graph, outer: tuple[str, ...]) -> CompiledIf | str:
+        exes = []
+        for which in BRANCHES:
+            try:
+                g = branch_graph(node, which, graph, outer)
+            except Exception as e:  # noqa: BLE001 - inference of the branch on its own failed: interpret it
+                return f"its {which} does not infer on its own ({_first_line(e)})"
+            if g.rank_symbols or g.dynamic:
+                return f"a rank in its {which} depends on values ({g.dynamic or ', '.join(g.rank_symbols)})"
+            if not all(isinstance(g.types.get(v.name), TensorType) for v in (*g.inputs, *g.outputs)):
+                return f"its {which} takes or gives sequence / optional values"
+            try:
+                exes.append(self._make(g))
+            except Exception as e:  # noqa: BLE001 - the compiler refused the branch: interpret it
+                return f"the compiler refused its {which} ({_first_line(e)})"
+        return CompiledIf(node, (exes[0], exes[1]), outer)
 
     def _compile(self, node: Node, graph: Graph, outer: tuple[str, ...]) -> CompiledBody | str:
         try:
@@ -187,6 +210,8 @@ def refusal(node: Node, graph: Graph) -> str:
     """Why this Loop / Scan node's body cannot be compiled on its own, or '' when it may be."""
     if not is_default_domain(node) or node.op_type not in BODY_OPS:
         return f"{node.op_type} has no body to compile"
+    if node.op_type == "If":
+        return if_refusal(node, graph, _random)
     if node.op_type == "Scan" and graph.opset < 9:
         return "Scan before opset 9 (a batch axis, sequence_lens)"
     body = node.attrs.get("body")

@@ -178,6 +178,38 @@ static inline float ds_erff_bf16(float x) {
     return x != x ? x : y;
 }
 
+/* ln x, vectorisable (libm's logf is a call per element): x = 2^e m with m in [sqrt(1/2), sqrt(2)), ln x =
+   e ln 2 + ln m, ln(1 + f) = f - f^2 / 2 + f^3 P(f) with Cephes' logf polynomial, ln 2 in two parts. A subnormal x
+   is scaled by 2^23 first (its exponent field is 0); ln 0 = -inf, ln of a negative number or NaN is NaN, ln inf =
+   inf (libm's). Measured in float32 against float64 by tests/codegen/test_cgen.py. (A log mel spectrogram's
+   log ran on numpy every call: no kernel had it.) */
+static inline float ds_logf(float x) {
+    const float scale = x < 1.17549435e-38f ? 8388608.0f : 1.0f; /* 2^23 for subnormals */
+    float xs = x * scale;
+    int32_t i;
+    __builtin_memcpy(&i, &xs, 4);
+    float e = (float)(((i >> 23) & 0xff) - 127) - (scale == 1.0f ? 0.0f : 23.0f);
+    float m = ds_bits_to_float((i & 0x007fffff) | 0x3f800000); /* [1, 2) */
+    const int big = m > 1.41421356f;
+    m = big ? 0.5f * m : m;
+    e = big ? e + 1.0f : e;
+    const float f = m - 1.0f, z = f * f;
+    float p = 7.0376836292e-2f;
+    p = p * f + -1.1514610310e-1f;
+    p = p * f + 1.1676998740e-1f;
+    p = p * f + -1.2420140846e-1f;
+    p = p * f + 1.4249322787e-1f;
+    p = p * f + -1.6668057665e-1f;
+    p = p * f + 2.0000714765e-1f;
+    p = p * f + -2.4999993993e-1f;
+    p = p * f + 3.3333331174e-1f;
+    float y = f * z * p + e * -2.12194440e-4f - 0.5f * z;
+    y = (f + y) + e * 0.693359375f;
+    y = x == INFINITY ? x : y;
+    y = x == 0.0f ? -INFINITY : y;
+    return (x < 0.0f || x != x) ? (x != x ? x : NAN) : y;
+}
+
 static inline float ds_tanhf(float x) {
     float t = fabsf(x), tz = t > DS_TINY_SQUARE_ROOT ? t : DS_TINY_SQUARE_ROOT, z = tz * tz; /* DS_TINY_SQUARE_ROOT */
     float p = -5.885589e-03f;
@@ -191,6 +223,7 @@ static inline float ds_tanhf(float x) {
 }
 #else
 static inline float ds_expf(float x) { return expf(x); }
+static inline float ds_logf(float x) { return logf(x); }
 static inline float ds_expf_nonpos(float x) { return expf(x); }
 static inline float ds_erff(float x) { return erff(x); }
 static inline float ds_erff_bf16(float x) { return erff(x); }

@@ -23,6 +23,7 @@ from dynshape.codegen.lower.operands import computable, dtype_of, flat_index, le
 from dynshape.codegen.lower.operands import strides as stride_table
 from dynshape.codegen.lowering import LowerCtx, Lowered, Unsupported, get_lowering, register_lowering
 from dynshape.ir.graph import Graph, Node
+from dynshape.ir.types import TensorType
 from dynshape.passes.items import Elementwise
 from dynshape.passes.values import is_float32, scalar_const
 
@@ -175,6 +176,7 @@ expr_rule("Abs", lambda n, a, g: _call("fabsf", a[0]))
 expr_rule("Sqrt", lambda n, a, g: _call("sqrtf", a[0]))
 expr_rule("Reciprocal", lambda n, a, g: kir.Bin("/", _f(1.0), a[0]))
 expr_rule("Exp", lambda n, a, g: _call("ds_expf", a[0]))
+expr_rule("Log", lambda n, a, g: _call("ds_logf", a[0]))
 expr_rule("Erf", lambda n, a, g: _call("ds_erff", a[0]))
 expr_rule("Tanh", lambda n, a, g: _call("ds_tanhf", a[0]))
 expr_rule("Sigmoid", lambda n, a, g: _sigmoid(a[0]))
@@ -211,13 +213,20 @@ def _fold(f, args: list[kir.Expr]) -> kir.Expr:
 
 
 def _clip(n: Node, a: list[kir.Expr], g: Graph) -> kir.Expr:
+    """numpy's clip: maximum with the lower bound, then minimum with the upper. A constant bound is a literal; a
+    bound computed at run time (a log spectrogram floored at its maximum - 80 dB) is loaded, NaN propagating from
+    either side as numpy's maximum / minimum."""
     x = a[0]
-    lo = scalar_const(n.inputs[1], g) if len(n.inputs) > 1 and n.inputs[1] else None
-    hi = scalar_const(n.inputs[2], g) if len(n.inputs) > 2 and n.inputs[2] else None
-    if lo is not None:  # numpy: maximum then minimum, NaN propagating
-        x = kir.Select(kir.Bin("<", x, _f(lo)), _f(lo), x)
-    if hi is not None:
-        x = kir.Select(kir.Bin(">", x, _f(hi)), _f(hi), x)
+    for k, bound in ((1, _nan_max), (2, _nan_min)):
+        if len(n.inputs) <= k or not n.inputs[k]:
+            continue
+        c = scalar_const(n.inputs[k], g)
+        if c is None:
+            x = bound(x, a[k])
+        elif k == 1:
+            x = kir.Select(kir.Bin("<", x, _f(c)), _f(c), x)
+        else:
+            x = kir.Select(kir.Bin(">", x, _f(c)), _f(c), x)
     return x
 
 
@@ -225,8 +234,10 @@ def _clip_accepts(n: Node, g: Graph) -> str | None:
     if g.opset < 11:
         return "opset < 11 Clip (bounds as attributes)"
     for x in n.inputs[1:]:
-        if x and scalar_const(x, g) is None:
-            return "a bound that is not a one-element constant"
+        t = g.types.get(x) if x else None
+        if x and scalar_const(x, g) is None and not (isinstance(t, TensorType) and t.shape is not None and all(
+                d == 1 for d in t.shape) and np.dtype(t.dtype) == np.float32):
+            return "a bound that is not one float32 element"
     return _float32_values([n.inputs[0], *n.outputs], g)
 
 
