@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from tests.tolerance import assert_f32_close
 
 import dynshape as ds
+from tolerance import assert_f32_close
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(4)
