@@ -84,3 +84,31 @@ def test_the_option_turns_it_off(compile_bodies):
     exe = ds.compile(_wake_word_graph(nodes, name, [helper.make_node("Identity", ["h"], ["e"])], "e"),
                      compile_bodies=compile_bodies)
     assert [b["body"] for b in exe.explain_build()["bodies"]] == ["compiled" if compile_bodies else "interpreted"]
+
+
+
+def test_a_branch_reading_a_value_of_derived_size():
+    """The branch reads hh, ((n + 1) // 2, 8), made outside it (every other row of h): its own binder, which could
+    not solve for n from (n + 1) // 2, gets a plain symbol for it (if_branches.bindable), and the results match at
+    every n."""
+    w1 = (RNG.standard_normal((16, 8)) * 0.5).astype(np.float32)
+    then = helper.make_graph([helper.make_node("ReduceMean", ["hh"], ["t"], axes=[0], keepdims=1)], "then", [],
+                             [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("ReduceMax", ["hh"], ["e"], axes=[0], keepdims=1)], "else", [],
+                              [helper.make_tensor_value_info("e", F, None)])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Slice", ["h", "zero", "big", "zero", "two"], ["hh"]),
+             helper.make_node("ReduceMean", ["h"], ["score"], axes=[0, 1], keepdims=0),
+             helper.make_node("GreaterOrEqual", ["score", "half"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, ["n", 16])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [numpy_helper.from_array(w1, "w1"),
+                           numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                           *(numpy_helper.from_array(np.array([v], np.int64), k)
+                             for k, v in (("zero", 0), ("big", 1 << 30), ("two", 2)))])
+    graph = ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    exe = ds.compile(graph)
+    assert [b["body"] for b in exe.explain_build()["bodies"]] == ["compiled"]
+    for feed in _feeds([1, 2, 5]):
+        assert_f32_close(exe.run(feed)["y"], graph.run(feed)["y"], rtol=1e-5, scale=1e-5)

@@ -28,9 +28,9 @@ from dynshape.ir.infer import infer_graph
 from dynshape.ir.specialize import clone_structure
 from dynshape.ir.types import TensorType
 from dynshape.runtime.body_iterations import scalar
-from dynshape.sym import Expr
+from dynshape.sym import Expr, Symbol, sym
 
-__all__ = ["CompiledIf", "branch_graph", "if_refusal"]
+__all__ = ["CompiledIf", "bindable", "branch_graph", "if_refusal"]
 
 BRANCHES = ("then_branch", "else_branch")
 
@@ -101,8 +101,27 @@ def branch_graph(node: Node, which: str, graph: Graph, outer: tuple[str, ...]) -
     reads = Node(node.op_type, node.domain, node.name, {which: branch}, [], []).free_names()
     g = clone_structure(branch)
     g.name = f"{graph.name or 'graph'}/{node.name or node.op_type} {which}"
-    g.inputs = [Value.of(x, graph.types[x]) for x in outer if x in reads]
+    prefix, rename = "".join(c if c.isalnum() else "_" for c in f"{node.name or node.op_type}_{which}"), {}
+    g.inputs = [Value.of(x, bindable(graph.types[x], prefix, x, rename)) for x in outer if x in reads]
     g.initializers.update({x: consts[x] for x in sorted(reads) if x in consts and x not in g.initializers})
     g.outputs = [Value(v.name, v.dtype, None, v.kind) for v in branch.outputs]
     g.opset_imports = dict(graph.opset_imports)
     return infer_graph(g)
+
+
+def bindable(t: TensorType, prefix: str, name: str, rename: dict[str, Expr]) -> TensorType:
+    """A subgraph input's type (a Loop / Scan body's, an If branch's) whose dims its own binder can read off the
+    shapes it is fed: a data-dependent size (a fresh `?` symbol) becomes a plain symbol (one per fresh symbol, in
+    `rename`), and so does a size derived from the enclosing graph's symbols (d2 // 4: the binder could not solve
+    for d2 from it; the linear-attention functions' Scans), whose facts inference of the subgraph then checks."""
+    shape = []
+    for axis, d in enumerate(t.shape):
+        if isinstance(d, Expr) and any(s.startswith("?") for s in d.free_symbols):
+            if d.is_atom() and isinstance(d.atom(), Symbol):
+                d = rename.setdefault(d.atom().name, sym(f"{prefix}_{len(rename)}", min=0))
+            else:  # a size derived from a fresh one: a symbol of its own
+                d = sym(f"{prefix}_{name}_{axis}", min=0)
+        elif isinstance(d, Expr) and not (d.is_atom() and isinstance(d.atom(), Symbol)):
+            d = sym(f"{prefix}_{name}_{axis}", min=0)
+        shape.append(d)
+    return TensorType(t.dtype, tuple(shape))

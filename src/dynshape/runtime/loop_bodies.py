@@ -32,8 +32,8 @@ from dynshape.ir.opdef import is_default_domain, lookup
 from dynshape.ir.specialize import clone_structure
 from dynshape.ir.types import TensorType
 from dynshape.runtime.body_iterations import Roles, Stacks, iterate, own, scalar
-from dynshape.runtime.if_branches import BRANCHES, CompiledIf, branch_graph, if_refusal
-from dynshape.sym import Expr, Symbol, sym
+from dynshape.runtime.if_branches import BRANCHES, CompiledIf, bindable, branch_graph, if_refusal
+from dynshape.sym import Expr
 
 __all__ = ["BODY_OPS", "Bodies", "CompiledBody"]
 
@@ -250,20 +250,7 @@ def body_graph(node: Node, graph: Graph, outer: tuple[str, ...]) -> Graph:
     prefix = "".join(c if c.isalnum() else "_" for c in (node.name or node.op_type))
 
     def fix(t: TensorType, name: str) -> TensorType:
-        shape = []
-        for axis, d in enumerate(t.shape):
-            if isinstance(d, Expr) and any(s.startswith("?") for s in d.free_symbols):
-                if d.is_atom() and isinstance(d.atom(), Symbol):
-                    d = rename.setdefault(d.atom().name, sym(f"{prefix}_{len(rename)}", min=0))
-                else:  # a size derived from a fresh one: a symbol of its own
-                    d = sym(f"{prefix}_{name}_{axis}", min=0)
-            elif isinstance(d, Expr) and not (d.is_atom() and isinstance(d.atom(), Symbol)):
-                # a size derived from the enclosing graph's symbols (d2 // 4): the body's binder could not solve
-                # for d2 from it (the linear-attention functions' Scans), so it is a symbol of its own; inference
-                # of the body then checks what it needs of it
-                d = sym(f"{prefix}_{name}_{axis}", min=0)
-            shape.append(d)
-        return TensorType(t.dtype, tuple(shape))
+        return bindable(t, prefix, name, rename)
 
     consts = graph.constants()
     g = clone_structure(body)
