@@ -882,7 +882,8 @@ CORPUS: list[ZooModel] = [
     ZooModel("oww_embedding", "pypi openwakeword 0.5.1: resources/models/embedding_model.onnx", "as shipped",
              {"input_1": "float"}, _img("input_1", [(1, 76, 32, 1), (8, 76, 32, 1), (32, 76, 32, 1)]),
              _from_wheel("openwakeword", "openwakeword/resources/models/embedding_model.onnx")),
-    ZooModel("oww_hey_jarvis", "pypi openwakeword 0.5.1: resources/models/hey_jarvis_v0.1.onnx (If on its score)",
+    ZooModel("oww_hey_jarvis",
+             "pypi openwakeword 0.5.1: resources/models/hey_jarvis_v0.1.onnx (fixed 1x16x96; If on its score)",
              "as shipped", {"x.1": "float"}, _img("x.1", [(1, 16, 96)]),
              _from_wheel("openwakeword", "openwakeword/resources/models/hey_jarvis_v0.1.onnx")),
     # PyThaiNLP: deepcut's word-segmentation CNN (characters and their types in windows of 21) and thai2rom's
