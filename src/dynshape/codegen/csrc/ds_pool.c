@@ -60,6 +60,23 @@ static inline void ds_pool_taps(int64_t o, int64_t S, int64_t P, int64_t D, int6
     *k1 = b;
 }
 
+/* NV whole channel vectors of a max pool's output pixel from c0 (ds_pool_row's locals), as long as NV fit. */
+#define DS_PMAX_ACC(i) ds_pv a##i = (ds_pv){0} - __builtin_inff();
+#define DS_PMAX_TAP(i) a##i = ds_pv_max(a##i, ds_pv_ldf(p + (i) * DS_PL));
+#define DS_PMAX_ST(i) ds_pv_stf(yo + c0 + (i) * DS_PL, a##i);
+#define DS_POOL_MAX_BLOCKS(NV)                                                                                  \
+    for (; C - c0 >= (NV) * DS_PL; c0 += (NV) * DS_PL) {                                                        \
+        DS_ROWS##NV(DS_PMAX_ACC)                                                                                \
+        for (int64_t kh = kh0; kh < kh1; kh++) {                                                                \
+            const float *xr = xn + (ih0 + kh * DH) * W * C + c0;                                                \
+            for (int64_t kw = kw0; kw < kw1; kw++) {                                                            \
+                const float *p = xr + (iw0 + kw * DW) * C;                                                      \
+                DS_ROWS##NV(DS_PMAX_TAP)                                                                        \
+            }                                                                                                   \
+        }                                                                                                       \
+        DS_ROWS##NV(DS_PMAX_ST)                                                                                 \
+    }
+
 void ds_pool_row(const int64_t *geo, const float *restrict x, float *restrict y, int64_t n, int64_t ho) {
     const int64_t H = geo[DS_POOL_H], W = geo[DS_POOL_W], C = geo[DS_POOL_C], OW = geo[DS_POOL_OW];
     const int64_t KH = geo[DS_POOL_KH], KW = geo[DS_POOL_KW], SH = geo[DS_POOL_SH], SW = geo[DS_POOL_SW];
@@ -83,52 +100,15 @@ void ds_pool_row(const int64_t *geo, const float *restrict x, float *restrict y,
             count = (float)((ph1 - ph0) * (pw1 - pw0));
         }
         int64_t c0 = 0;
-        if (mode == DS_POOL_MAX) /* whole blocks of a max pool: no lane counts (the loads' tests and their partial
-                                    copies kept the accumulators on the stack: 3x onnxruntime's 3x3 / stride-2) */
-            for (; C - c0 >= 4 * DS_PL; c0 += 4 * DS_PL) {
-                ds_pv a0 = (ds_pv){0} - __builtin_inff(), a1 = a0, a2 = a0, a3 = a0;
-                for (int64_t kh = kh0; kh < kh1; kh++) {
-                    const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
-                    for (int64_t kw = kw0; kw < kw1; kw++) {
-                        const float *p = xr + (iw0 + kw * DW) * C;
-                        a0 = ds_pv_max(a0, ds_pv_ldf(p));
-                        a1 = ds_pv_max(a1, ds_pv_ldf(p + DS_PL));
-                        a2 = ds_pv_max(a2, ds_pv_ldf(p + 2 * DS_PL));
-                        a3 = ds_pv_max(a3, ds_pv_ldf(p + 3 * DS_PL));
-                    }
-                }
-                ds_pv_stf(yo + c0, a0);
-                ds_pv_stf(yo + c0 + DS_PL, a1);
-                ds_pv_stf(yo + c0 + 2 * DS_PL, a2);
-                ds_pv_stf(yo + c0 + 3 * DS_PL, a3);
-            }
-        /* the remaining whole vectors one at a time, no lane counts either (C = 24 on AVX2: ShuffleNet's 3x3 /
-           stride-2 max pool ran at 3x onnxruntime's time, its 3x3 average pool at 2.4x, through the loop below);
-           the taps in the same order as there, so the same bits */
+        /* whole channel vectors without lane counts, four, then three, then one at a time (independent chains):
+           the lane-counted loop below kept the accumulators on the stack for its loads' tests and partial copies
+           (3x onnxruntime's 3x3 / stride-2 max pool on 64 channels, and on ShuffleNet's 24); the taps in the same
+           order as there, so the same bits. An average pool's whole vectors one at a time (its 3x3 pool on 24
+           channels ran at 2.4x onnxruntime's time in the loop below). */
         if (mode == DS_POOL_MAX) {
-            for (; C - c0 >= 3 * DS_PL; c0 += 3 * DS_PL) { /* three at once: independent chains */
-                ds_pv a0 = (ds_pv){0} - __builtin_inff(), a1 = a0, a2 = a0;
-                for (int64_t kh = kh0; kh < kh1; kh++) {
-                    const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
-                    for (int64_t kw = kw0; kw < kw1; kw++) {
-                        const float *p = xr + (iw0 + kw * DW) * C;
-                        a0 = ds_pv_max(a0, ds_pv_ldf(p));
-                        a1 = ds_pv_max(a1, ds_pv_ldf(p + DS_PL));
-                        a2 = ds_pv_max(a2, ds_pv_ldf(p + 2 * DS_PL));
-                    }
-                }
-                ds_pv_stf(yo + c0, a0);
-                ds_pv_stf(yo + c0 + DS_PL, a1);
-                ds_pv_stf(yo + c0 + 2 * DS_PL, a2);
-            }
-            for (; C - c0 >= DS_PL; c0 += DS_PL) {
-                ds_pv a = (ds_pv){0} - __builtin_inff();
-                for (int64_t kh = kh0; kh < kh1; kh++) {
-                    const float *xr = xn + (ih0 + kh * DH) * W * C + c0;
-                    for (int64_t kw = kw0; kw < kw1; kw++) a = ds_pv_max(a, ds_pv_ldf(xr + (iw0 + kw * DW) * C));
-                }
-                ds_pv_stf(yo + c0, a);
-            }
+            DS_POOL_MAX_BLOCKS(4)
+            DS_POOL_MAX_BLOCKS(3)
+            DS_POOL_MAX_BLOCKS(1)
         } else {
             for (; C - c0 >= DS_PL; c0 += DS_PL) {
                 ds_pv a = (ds_pv){0};
