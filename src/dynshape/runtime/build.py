@@ -120,7 +120,7 @@ class NodeStep:
     how: str
     why: str
     native: NativeRule | None = None
-    # Loop / Scan: how the body runs ("compiled: ..." or "interpreted: why"); a compiled body takes the enclosing
+    # Loop / Scan / If: how the body runs ("compiled: ..." or "interpreted: why"); a compiled body takes the enclosing
     # values it reads as extra inputs (after the node's own), so the step needs no scope
     body: str = ""
 
@@ -305,7 +305,8 @@ def _kernel_step(item: Item, lk: Lowered, c: Any, g: Graph, symbols: list[Symbol
 
 def _node_step(n: Node, g: Graph, options: Options, why: str, bodies: BodyHook | None = None) -> NodeStep:
     """How one node runs: native when its rule accepts it, else its numpy lowering, else its reference; a Loop /
-    Scan with its body compiled (`bodies`) calls it per iteration."""
+    Scan with its body compiled (`bodies`) calls it per iteration, an If with its branches compiled the one it
+    takes."""
     attrs = {**n.attrs, "_opset": g.opset, "_num_outputs": len(n.outputs)}
     op = opdef.require(n.op_type, n.domain, n.label())
     body = ""

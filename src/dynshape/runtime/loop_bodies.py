@@ -11,6 +11,8 @@ iteration and every call, at every shape. The step then calls it once per iterat
 count, condition, concatenating the scan outputs, axes and directions) stays the few lines below, exactly the
 ONNX semantics of `ops.control`'s references.
 
+An `If` on a condition computed from the data has its two branches compiled the same way (if_branches.py).
+
 A body that cannot compile stays on the interpreter, and the step says why (`explain`): a rank that depends
 on values, sequence / optional values, a random op (its draws must differ per iteration and per call), Scan
 before opset 9 (batch semantics), or anything the compiler refuses.
@@ -150,7 +152,7 @@ class Bodies:
 
     def __init__(self, make: Callable[[Graph], Any]):
         self._make = make
-        self._cache: dict[tuple, CompiledBody | str] = {}
+        self._cache: dict[tuple, CompiledBody | CompiledIf | str] = {}
         self._lock = threading.Lock()
 
     def __call__(self, node: Node, graph: Graph) -> CompiledBody | CompiledIf | str:
@@ -207,7 +209,7 @@ class Bodies:
 
 
 def refusal(node: Node, graph: Graph) -> str:
-    """Why this Loop / Scan node's body cannot be compiled on its own, or '' when it may be."""
+    """Why this Loop / Scan node's body (an If's branches) cannot be compiled on its own, or '' when it may be."""
     if not is_default_domain(node) or node.op_type not in BODY_OPS:
         return f"{node.op_type} has no body to compile"
     if node.op_type == "If":
