@@ -22,6 +22,7 @@ LIBRARY = declare("row_kernels", "ds_rows.c", {"ds_softmax_f32": (P, P, I64, I64
                                                 "ds_logsoftmax_f32": (P, P, I64, I64),
                                                 "ds_softmax_mid_f32": (P, P, I64, I64, I64, I64),
                                                 "ds_cumsum_args": (P,),
+                                                "ds_topk_args": (P,),
                                                 "ds_layernorm_f32": (P, P, P, P, I64, I64, F32),
                                                 "ds_layernorm_args": (P,),
                                                 "ds_reduce_args": (P,),
@@ -215,6 +216,52 @@ def _bind_cumsum(r: BindRequest) -> list | None:
 
 
 register_lowering("CumSum", "native", NativeRule(_cumsum_accepts, _bind_cumsum))
+
+
+# ---- TopK: sorted k first of each slice (a sequence encoder's lengths sorted for packing, detectors' scores) ----
+def _topk_k(node: Node, value) -> int | None:  # noqa: ANN001
+    """k: the `k` attribute (opset < 10) or the constant second input; None when it is neither."""
+    if len(node.inputs) > 1 and node.inputs[1]:
+        a = value(node.inputs[1])
+        return None if a is None or np.asarray(a).size != 1 else int(np.asarray(a).reshape(-1)[0])
+    k = node.attrs.get("k")
+    return None if k is None else int(k)
+
+
+def _topk_accepts(node: Node, graph: Graph) -> str | None:
+    """float32 / int32 / int64 values, k a constant (the kernel's geometry is fixed per key)."""
+    t = graph.types.get(node.inputs[0])
+    if np.dtype(getattr(t, "dtype", None) or "V").name not in _CUMSUM_KIND or not getattr(t, "shape", ()):
+        return "not float32 / int32 / int64 of rank >= 1"
+    return None if _topk_k(node, lambda name: const_value(name, graph)) is not None else "k is not a constant"
+
+
+def _bind_topk(r: BindRequest) -> list | None:
+    lib = library()
+    x, (values, indices) = r.ins[0], (list(r.outs) + [None, None])[:2]
+    k = _topk_k(r.node, lambda name: np.asarray(r.fixed[name]) if name in r.fixed else None)
+    if lib is None or k is None or values is None or indices is None or x.ndim == 0 \
+            or x.dtype.name not in _CUMSUM_KIND or values.dtype != x.dtype or indices.dtype != np.int64 \
+            or not all(a.flags.c_contiguous for a in (x, values, indices)):
+        return None
+    axis = int(r.attrs.get("axis", -1))
+    if not -x.ndim <= axis < x.ndim:
+        return None  # the reference's path raises its error
+    axis %= x.ndim
+    outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
+    if not 0 <= k <= n:
+        return None  # the reference's path names the violation
+    if not outer * k * inner:
+        return []
+    scratch = r.scratch(16 * n, "topk") if r.scratch is not None else np.empty(2 * n, np.int64)
+    if r.scratch is None:
+        r.keep.hold(scratch)
+    args = r.keep.table([r.addr(x), r.addr(values), r.addr(indices), outer, n, inner, k,
+                         int(bool(r.attrs.get("largest", 1))), _CUMSUM_KIND[x.dtype.name], r.addr(scratch)])
+    return [NativeCall(lib.ds_topk_args, (args,))]
+
+
+register_lowering("TopK", "native", NativeRule(_topk_accepts, _bind_topk))
 
 
 # ---- LRN on channels-last rows (the layout pass wraps it: ChannelsLast(LRN) normalises the last axis) --------

@@ -324,3 +324,45 @@ void ds_instnorm_nhwc_f32(const float *restrict x, const float *restrict scale, 
         free(acc); free(a); free(b); free(mean);
     }
 }
+
+/* TopK over the middle axis of (outer, n, inner), kind 0 float32 / 1 int32 / 2 int64: each slice's k first in the
+   reference's order (largest: descending, else ascending; equal values by ascending index; a NaN ranks above every
+   number, where numpy's sort puts it), their values and int64 indices. Per slice, its indices merge-sorted (stable,
+   n log n, so ties keep their index order) on the values, in `scratch`: 2n indices (the plan's scratch). */
+#define DS_TOPK_BETTER(a, b)                                                                                     \
+    (largest ? ((a) > (b) || ((a) != (a) && (b) == (b))) : ((a) < (b) || ((a) == (a) && (b) != (b))))
+#define DS_TOPK(T)                                                                                               \
+    for (int64_t o = 0; o < outer; o++)                                                                          \
+        for (int64_t j = 0; j < inner; j++) {                                                                    \
+            const T *xs = (const T *)x + o * n * inner + j;                                                      \
+            int64_t *src = idx, *dst = tmp;                                                                      \
+            for (int64_t i = 0; i < n; i++) src[i] = i;                                                          \
+            for (int64_t w = 1; w < n; w *= 2) {                                                                 \
+                for (int64_t lo = 0; lo < n; lo += 2 * w) {                                                      \
+                    const int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;          \
+                    int64_t a = lo, b = mid, t = lo;                                                             \
+                    while (a < mid && b < hi) {                                                                  \
+                        const T va = xs[src[a] * inner], vb = xs[src[b] * inner];                                \
+                        dst[t++] = DS_TOPK_BETTER(vb, va) ? src[b++] : src[a++];                                 \
+                    }                                                                                            \
+                    while (a < mid) dst[t++] = src[a++];                                                         \
+                    while (b < hi) dst[t++] = src[b++];                                                          \
+                }                                                                                                \
+                int64_t *s = src; src = dst; dst = s;                                                            \
+            }                                                                                                    \
+            T *yv = (T *)values + o * k * inner + j;                                                             \
+            int64_t *yi = indices + o * k * inner + j;                                                           \
+            for (int64_t i = 0; i < k; i++) { yv[i * inner] = xs[src[i] * inner]; yi[i * inner] = src[i]; }      \
+        }
+
+void ds_topk(const void *x, void *values, int64_t *indices, int64_t outer, int64_t n, int64_t inner, int64_t k,
+             int64_t largest, int64_t kind, int64_t *scratch) {
+    int64_t *idx = scratch, *tmp = scratch + n;
+    if (kind == 0) { DS_TOPK(float) }
+    else if (kind == 1) { DS_TOPK(int32_t) }
+    else { DS_TOPK(int64_t) }
+}
+
+void ds_topk_args(const int64_t *a) {
+    ds_topk((const void *)a[0], (void *)a[1], (int64_t *)a[2], a[3], a[4], a[5], a[6], a[7], a[8], (int64_t *)a[9]);
+}
