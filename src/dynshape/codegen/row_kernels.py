@@ -180,14 +180,14 @@ for _op in ("Softmax", "LogSoftmax"):
 
 
 # ---- CumSum: roberta's position ids (mask.cumsum(1) * mask + padding_idx) -------------------------------------
-_CUMSUM_KIND = {"float32": 0, "int32": 1, "int64": 2}
+_KIND = {"float32": 0, "int32": 1, "int64": 2}  # the element-type codes ds_cumsum and ds_topk take
 
 
 def _cumsum_accepts(node: Node, graph: Graph) -> str | None:
     """float32 / int32 / int64 in and out, the axis a constant (the row kernel's geometry is fixed per key)."""
     ts = [graph.types.get(x) for x in (node.inputs[0], node.outputs[0])]
     types = {np.dtype(t.dtype).name if getattr(t, "dtype", None) is not None else "none" for t in ts}
-    if len(types) != 1 or not types <= set(_CUMSUM_KIND):
+    if len(types) != 1 or not types <= set(_KIND):
         return f"dtype {sorted(types)}, the kernel sums float32, int32 or int64"
     if len(getattr(graph.types.get(node.inputs[0]), "shape", ())) == 0:
         return "rank 0"
@@ -200,7 +200,7 @@ def _bind_cumsum(r: BindRequest) -> list | None:
     x, y = r.ins[0], r.outs[0]
     a = np.asarray(r.ins[1])
     if lib is None or y is None or x.ndim == 0 or r.node.inputs[1] not in r.fixed or a.size != 1 \
-            or x.dtype != y.dtype or x.dtype.name not in _CUMSUM_KIND \
+            or x.dtype != y.dtype or x.dtype.name not in _KIND \
             or not x.flags.c_contiguous or not y.flags.c_contiguous:
         return None
     axis = int(a.reshape(-1)[0])
@@ -210,7 +210,7 @@ def _bind_cumsum(r: BindRequest) -> list | None:
     outer, n, inner = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1:])
     if not outer * n * inner:
         return []
-    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, _CUMSUM_KIND[x.dtype.name],
+    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, _KIND[x.dtype.name],
                          int(bool(r.attrs.get("exclusive", 0))), int(bool(r.attrs.get("reverse", 0)))])
     return [NativeCall(lib.ds_cumsum_args, (args,))]
 
@@ -231,7 +231,7 @@ def _topk_k(node: Node, value) -> int | None:  # noqa: ANN001
 def _topk_accepts(node: Node, graph: Graph) -> str | None:
     """float32 / int32 / int64 values, k a constant (the kernel's geometry is fixed per key)."""
     t = graph.types.get(node.inputs[0])
-    if np.dtype(getattr(t, "dtype", None) or "V").name not in _CUMSUM_KIND or not getattr(t, "shape", ()):
+    if np.dtype(getattr(t, "dtype", None) or "V").name not in _KIND or not getattr(t, "shape", ()):
         return "not float32 / int32 / int64 of rank >= 1"
     return None if _topk_k(node, lambda name: const_value(name, graph)) is not None else "k is not a constant"
 
@@ -241,7 +241,7 @@ def _bind_topk(r: BindRequest) -> list | None:
     x, (values, indices) = r.ins[0], (list(r.outs) + [None, None])[:2]
     k = _topk_k(r.node, lambda name: np.asarray(r.fixed[name]) if name in r.fixed else None)
     if lib is None or k is None or values is None or indices is None or x.ndim == 0 \
-            or x.dtype.name not in _CUMSUM_KIND or values.dtype != x.dtype or indices.dtype != np.int64 \
+            or x.dtype.name not in _KIND or values.dtype != x.dtype or indices.dtype != np.int64 \
             or not all(a.flags.c_contiguous for a in (x, values, indices)):
         return None
     axis = int(r.attrs.get("axis", -1))
@@ -257,7 +257,7 @@ def _bind_topk(r: BindRequest) -> list | None:
     if r.scratch is None:
         r.keep.hold(scratch)
     args = r.keep.table([r.addr(x), r.addr(values), r.addr(indices), outer, n, inner, k,
-                         int(bool(r.attrs.get("largest", 1))), _CUMSUM_KIND[x.dtype.name], r.addr(scratch)])
+                         int(bool(r.attrs.get("largest", 1))), _KIND[x.dtype.name], r.addr(scratch)])
     return [NativeCall(lib.ds_topk_args, (args,))]
 
 

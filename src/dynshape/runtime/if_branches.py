@@ -30,7 +30,7 @@ from dynshape.ir.types import TensorType
 from dynshape.runtime.body_iterations import scalar
 from dynshape.sym import Expr, Symbol, sym
 
-__all__ = ["CompiledIf", "bindable", "branch_graph", "if_refusal"]
+__all__ = ["CompiledIf", "bindable", "branch_graph", "if_refusal", "standalone"]
 
 BRANCHES = ("then_branch", "else_branch")
 
@@ -47,7 +47,7 @@ class CompiledIf:
         self.why = (f"both branches compiled once ({kernels} kernel{'s' if kernels != 1 else ''}), the one the "
                     "condition picks called per call")
 
-    def run(self, args: list, outs: list | None = None) -> list:
+    def run(self, args: list) -> list:
         k = 0 if bool(scalar(args[0], "condition")) else 1
         feed = dict(zip(self.outer, args[1:]))
         res = self.exes[k].run({x: feed[x] for x in self.in_names[k]})
@@ -97,14 +97,21 @@ def branch_graph(node: Node, which: str, graph: Graph, outer: tuple[str, ...]) -
     """One branch as a graph of its own, inferred: its inputs the enclosing values of `outer` it reads (typed as
     the enclosing graph has them), the constants of the enclosing graph it reads its initializers."""
     branch = node.attrs[which]
-    consts = graph.constants()
     reads = Node(node.op_type, node.domain, node.name, {which: branch}, [], []).free_names()
-    g = clone_structure(branch)
-    g.name = f"{graph.name or 'graph'}/{node.name or node.op_type} {which}"
     prefix, rename = "".join(c if c.isalnum() else "_" for c in f"{node.name or node.op_type}_{which}"), {}
-    g.inputs = [Value.of(x, bindable(graph.types[x], prefix, x, rename)) for x in outer if x in reads]
+    inputs = [Value.of(x, bindable(graph.types[x], prefix, x, rename)) for x in outer if x in reads]
+    return standalone(graph, node, branch, which, inputs, reads)
+
+
+def standalone(graph: Graph, node: Node, sub: Graph, what: str, inputs: list[Value], reads: set[str]) -> Graph:
+    """`sub` (a Loop / Scan body or an If branch of `node`) as a graph of its own, inferred: `inputs` its inputs,
+    the constants of the enclosing graph it `reads` its initializers, its outputs left for inference to type."""
+    consts = graph.constants()
+    g = clone_structure(sub)
+    g.name = f"{graph.name or 'graph'}/{node.name or node.op_type} {what}"
+    g.inputs = inputs
     g.initializers.update({x: consts[x] for x in sorted(reads) if x in consts and x not in g.initializers})
-    g.outputs = [Value(v.name, v.dtype, None, v.kind) for v in branch.outputs]
+    g.outputs = [Value(v.name, v.dtype, None, v.kind) for v in sub.outputs]
     g.opset_imports = dict(graph.opset_imports)
     return infer_graph(g)
 

@@ -29,12 +29,10 @@ import numpy as np
 
 from dynshape.codegen.lowering import BindRequest
 from dynshape.ir.graph import Graph, Node, Value
-from dynshape.ir.infer import infer_graph
 from dynshape.ir.opdef import is_default_domain, lookup
-from dynshape.ir.specialize import clone_structure
 from dynshape.ir.types import TensorType
 from dynshape.runtime.body_iterations import Roles, Stacks, iterate, own, scalar
-from dynshape.runtime.if_branches import BRANCHES, CompiledIf, bindable, branch_graph, if_refusal
+from dynshape.runtime.if_branches import BRANCHES, CompiledIf, bindable, branch_graph, if_refusal, standalone
 from dynshape.sym import Expr
 
 __all__ = ["BODY_OPS", "Bodies", "CompiledBody"]
@@ -250,20 +248,9 @@ def body_graph(node: Node, graph: Graph, outer: tuple[str, ...]) -> Graph:
     body = node.attrs["body"]
     rename: dict[str, Expr] = {}
     prefix = "".join(c if c.isalnum() else "_" for c in (node.name or node.op_type))
-
-    def fix(t: TensorType, name: str) -> TensorType:
-        return bindable(t, prefix, name, rename)
-
-    consts = graph.constants()
-    g = clone_structure(body)
-    g.name = f"{graph.name or 'graph'}/{node.name or node.op_type} body"
-    g.inputs = [Value.of(v.name, fix(body.types[v.name], v.name)) for v in body.inputs]
-    g.inputs += [Value.of(x, fix(graph.types[x], x)) for x in outer]
-    reads = node.free_names()
-    g.initializers.update({x: consts[x] for x in sorted(reads) if x in consts and x not in g.initializers})
-    g.outputs = [Value(v.name, v.dtype, None, v.kind) for v in body.outputs]
-    g.opset_imports = dict(graph.opset_imports)
-    return infer_graph(g)
+    inputs = [Value.of(v.name, bindable(body.types[v.name], prefix, v.name, rename)) for v in body.inputs]
+    inputs += [Value.of(x, bindable(graph.types[x], prefix, x, rename)) for x in outer]
+    return standalone(graph, node, body, "body", inputs, node.free_names())
 
 
 def _to_front(x: Any, axis: int, reverse: int) -> np.ndarray:

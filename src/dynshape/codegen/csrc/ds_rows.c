@@ -136,11 +136,9 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
    sums over axis 1 of (batch, 512, 256): magika's). Sums in float32 (as onnxruntime accumulates); an empty slice
    sums to 0, averages to NaN (0 / 0, as numpy), and has -inf / +inf as its max / min (the reference's initial
    value); a NaN in a slice makes its max / min NaN (np.max propagates it). */
-static inline float ds_reduce_step(float acc, float v, int64_t op) {
-    if (op == 2) return (v > acc || v != v) ? v : acc;
-    if (op == 3) return (v < acc || v != v) ? v : acc;
-    return acc + v;
-}
+/* max / min that keep a NaN once either side has one (numpy's maximum / minimum) */
+static inline float ds_nan_max(float acc, float v) { return (v > acc || v != v) ? v : acc; }
+static inline float ds_nan_min(float acc, float v) { return (v < acc || v != v) ? v : acc; }
 
 static void ds_reduce_row(const float *restrict xr, float *restrict y, int64_t n, int64_t op) {
     if (op >= 2) {
@@ -184,10 +182,10 @@ void ds_reduce_f32(const float *restrict x, float *restrict y, int64_t outer, in
                 for (int64_t j = 0; j < w; j++) acc[j] += xr[j];
             } else if (op == 2) {
                 #pragma omp simd
-                for (int64_t j = 0; j < w; j++) acc[j] = ds_reduce_step(acc[j], xr[j], 2);
+                for (int64_t j = 0; j < w; j++) acc[j] = ds_nan_max(acc[j], xr[j]);
             } else {
                 #pragma omp simd
-                for (int64_t j = 0; j < w; j++) acc[j] = ds_reduce_step(acc[j], xr[j], 3);
+                for (int64_t j = 0; j < w; j++) acc[j] = ds_nan_min(acc[j], xr[j]);
             }
         }
         float *yo = y + o * inner + j0;

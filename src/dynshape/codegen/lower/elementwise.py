@@ -217,16 +217,10 @@ def _clip(n: Node, a: list[kir.Expr], g: Graph) -> kir.Expr:
     bound computed at run time (a log spectrogram floored at its maximum - 80 dB) is loaded, NaN propagating from
     either side as numpy's maximum / minimum."""
     x = a[0]
-    for k, bound in ((1, _nan_max), (2, _nan_min)):
-        if len(n.inputs) <= k or not n.inputs[k]:
-            continue
-        c = scalar_const(n.inputs[k], g)
-        if c is None:
-            x = bound(x, a[k])
-        elif k == 1:
-            x = kir.Select(kir.Bin("<", x, _f(c)), _f(c), x)
-        else:
-            x = kir.Select(kir.Bin(">", x, _f(c)), _f(c), x)
+    for k, bound, past in ((1, _nan_max, "<"), (2, _nan_min, ">")):
+        if len(n.inputs) > k and n.inputs[k]:
+            c = scalar_const(n.inputs[k], g)
+            x = bound(x, a[k]) if c is None else kir.Select(kir.Bin(past, x, _f(c)), _f(c), x)
     return x
 
 
