@@ -1,8 +1,8 @@
-"""A KH x 1 convolution over a map one pixel wide runs as the 1 x KH convolution over one row (codegen/lower/conv.py's
-`columns_for_rows`: the same bytes in channels-last, only the geometry swapped), as magika's 5 x 1 conv over 508 x 1
-does. Checked against a float64 numpy convolution over strides, dilations, top and bottom pads, groups (dense,
-grouped, depthwise), a bias and a ReLU, with the map's height symbolic and its width a static 1; and the swap's
-own rule (which geometries it takes, and that it takes nothing else)."""
+"""A KH x 1 convolution over a map one pixel wide runs as the 1 x KH convolution over one row
+(codegen/lower/conv_geometry.py's `columns_for_rows`: the same bytes in channels-last, only the geometry swapped), as
+magika's 5 x 1 conv over 508 x 1 does. Checked against a float64 numpy convolution over strides, dilations, top and
+bottom pads, groups (dense, grouped, depthwise), a bias and a ReLU, with the map's height symbolic and its width a
+static 1; and the swap's own rule (which geometries it takes, and that it takes nothing else)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dynshape as ds
-from dynshape.codegen.lower.conv import columns_for_rows
+from dynshape.codegen.lower.conv_geometry import columns_for_rows
 
 
 def _model(w: np.ndarray, b: np.ndarray, stride: int, dilation: int, pads: tuple[int, int], group: int,
