@@ -1,6 +1,6 @@
 """The compile-time graph rewrites of inference (passes/fold.py, the softmax rule), each against the reference:
 BatchNormalization and per-channel Mul / Add / Sub by constants folded into the conv before it (or BatchNormalization
-into Mul + Add), Dropout in inference mode removed, and
+into Mul + Add), Dropout in inference mode and an Expand to its own shape removed, and
 an opset-11 Softmax over the last axis compiled."""
 
 from __future__ import annotations
@@ -233,3 +233,18 @@ def test_a_reduction_whose_kept_axes_would_reorder_keeps_its_transpose():
              helper.make_node("ReduceMean", ["a"], ["y"], axes=[2], keepdims=0)]
     _run_both(_model(nodes, ["n", 3, "h", "w"], {"w": w}, opset=13), {"n": (1, 2), "h": (1, 9), "w": (1, 9)},
               (2, 3, 7, 5))
+
+
+def test_an_expand_to_its_own_shape_runs_no_step():
+    # the target is x's own shape (read by Shape, as transformers' mask code does): the identity, so no step;
+    # an Expand that broadcasts a dim (n, 1) -> (n, 3) stays and still computes
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Expand", ["r", "s"], ["e"]), helper.make_node("Sigmoid", ["e"], ["y"])]
+    exe = _run_both(_model(nodes, ["n", "m"], {}), {"n": (1, 9), "m": (1, 9)}, (4, 7))
+    assert "Expand" not in _ops(exe)
+    wide = np.array([1, 3], np.int64)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Expand", ["r", "wide"], ["e"]),
+             helper.make_node("Sigmoid", ["e"], ["y"])]
+    exe = _run_both(_model(nodes, ["n", 1], {"wide": wide}), {"n": (1, 9)}, (4, 1))
+    assert "Expand" in _ops(exe)
+    assert exe.run({"x": np.ones((2, 1), np.float32)})["y"].shape == (2, 3)

@@ -229,7 +229,10 @@ def drop_identities(nodes: list[Node], types: dict, consts: dict, keep: set[str]
       (N, G, -1) around an InstanceNormalization: with G = C, as in wav2vec2's feature encoder, that is the
       identity, and left in place it stopped the channels-last layout on both sides of the norm);
     - a Cast to the dtype its input has (GPT-2's export casts the float32 softmax to float32 before the second
-      product, which kept the attention from fusing).
+      product, which kept the attention from fusing);
+    - an Expand whose output has its input's shape, dim for dim (transformers' decoders expand their causal mask
+      to (batch, 1, 1, past + 1) from (batch, 1, 1, past + 1): a copy per call, and a bucket plan bound it again
+      at every new past length, ~70 us a token of GPT-2's first generation).
     Kept where a mask is read, where the output is a graph output (the output needs its own value) or where a
     subgraph names it (a Loop or If body reads it by name).
     """
@@ -243,7 +246,7 @@ def drop_identities(nodes: list[Node], types: dict, consts: dict, keep: set[str]
     for n in nodes:
         ins = [alias.get(x, x) for x in n.inputs]
         if is_default_domain(n) and (n.op_type == "Dropout" and _inference(n, consts)
-                                            or n.op_type in ("Reshape", "Cast") and _same_shape(n, types)):
+                                            or n.op_type in ("Reshape", "Cast", "Expand") and _same_shape(n, types)):
             y, masks = n.outputs[0], [m for m in n.outputs[1:] if m]
             if y not in keep and y not in named and not any(readers.get(m) or m in keep for m in masks):
                 alias[y] = ins[0]
