@@ -159,18 +159,16 @@ class Bodies:
         if why:
             return why
         outer = _outer(node, graph)
-        if node.op_type == "If":
-            key = (node.name, "If", tuple(str(graph.types.get(x)) for x in node.outputs),
-                   tuple((x, str(graph.types.get(x))) for x in outer))
-        else:
+        if node.op_type == "If":  # its branches, keyed by the types of the node's outputs
+            head, compile_ = tuple(str(graph.types.get(x)) for x in node.outputs), self._compile_if
+        else:  # a Loop / Scan body, keyed by the types of its own inputs
             body = node.attrs["body"]
-            key = (node.name, node.op_type, tuple(str(body.types.get(v.name)) for v in body.inputs),
-                   tuple((x, str(graph.types.get(x))) for x in outer))
+            head, compile_ = tuple(str(body.types.get(v.name)) for v in body.inputs), self._compile
+        key = (node.name, node.op_type, head, tuple((x, str(graph.types.get(x))) for x in outer))
         with self._lock:
             got = self._cache.get(key)
             if got is None:
-                got = self._cache[key] = (self._compile_if if node.op_type == "If" else self._compile)(node, graph,
-                                                                                                       outer)
+                got = self._cache[key] = compile_(node, graph, outer)
             return got
 
     def _compile_if(self, node: Node, graph: Graph, outer: tuple[str, ...]) -> CompiledIf | str:
