@@ -22,11 +22,12 @@ LIBRARY = declare("program", "ds_program.c", {"ds_run_program": (P, I64), "ds_co
                                                     "ds_permute_rows": (P,),
                                                     "ds_first_fit": (I64, P, P, P, P, P, P),
                                                     "ds_gather_elements": (P,), "ds_binary_f32": (P,),
-                                                    "ds_gather_pick": (P,), "ds_run_loop": (P, I64, I64, I64),
+                                                    "ds_gather_pick": (P,), "ds_gather_rows": (P,),
+                                                    "ds_run_loop": (P, I64, I64, I64),
                                                     "ds_copy_general": (P,), "ds_scatter_bytes": (P, I64, P),
                                                     "ds_gather_bytes": (P, I64, P)},
                   openmp=True, restypes={"ds_first_fit": ctypes.c_int64, "ds_gather_elements": ctypes.c_int64,
-                            "ds_run_loop": ctypes.c_int64})
+                                         "ds_gather_rows": ctypes.c_int64, "ds_run_loop": ctypes.c_int64})
 
 
 def address(cfunc) -> int:

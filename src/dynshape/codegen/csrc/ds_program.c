@@ -451,6 +451,37 @@ void ds_gather_pick(int64_t *a) {
     for (int64_t o = 0; o < outer; o++) memcpy(out + o * inner, x + (o * n + i) * inner, (size_t)inner);
 }
 
+/* Gather along an axis with indices read at run time (a token's embedding row, a mask's columns picked at the
+   position ids), the data C-contiguous seen as (outer, n, inner bytes) and the output as (outer, count, inner):
+   a = [out, x, idx, idx_is_int32, outer, n, inner, count]. A negative index counts from the end (ONNX); one still
+   outside [0, n) is never read: its row is zeroed and counted, and the count is returned (the caller raises,
+   naming the node). Why not np.take: with the range check before it (its mode="raise" copies through a
+   temporary), three numpy calls cost ~12 us of a decoder step's ~160. */
+int64_t ds_gather_rows(const int64_t *a) {
+    char *out = (char *)a[0];
+    const char *x = (const char *)a[1];
+    const void *idx = (const void *)a[2];
+    const int64_t i32 = a[3], outer = a[4], n = a[5], inner = a[6], count = a[7];
+    int64_t bad = 0;
+    for (int64_t o = 0; o < outer; o++) {
+        const char *src = x + o * n * inner;
+        for (int64_t j = 0; j < count; j++) {
+            int64_t v = i32 ? (int64_t)((const int32_t *)idx)[j] : ((const int64_t *)idx)[j];
+            v += v < 0 ? n : 0;
+            char *dst = out + (o * count + j) * inner;
+            if (v < 0 || v >= n) { memset(dst, 0, (size_t)inner); bad++; continue; }
+            switch (inner) {
+            case 8: memcpy(dst, src + v * 8, 8); break;
+            case 4: memcpy(dst, src + v * 4, 4); break;
+            case 2: memcpy(dst, src + v * 2, 2); break;
+            case 1: *dst = src[v]; break;
+            default: memcpy(dst, src + v * inner, (size_t)inner);
+            }
+        }
+    }
+    return bad;
+}
+
 /* The lean iterations of a compiled Loop / Scan body (runtime/loop_driver.py) in one foreign call, instead of a
    Python loop of ~1 us an iteration around a body of ~1 us of kernels. d = [body, nbody, carry, ncarry, cond,
    nstat, stat, nadv, (word, base, delta) x nadv]: for each iteration i in [start, stop): the carried values

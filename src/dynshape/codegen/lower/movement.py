@@ -147,6 +147,25 @@ def _bind_gather(r: BindRequest) -> list | None:
     axis = r.attrs.get("axis", 0)
     axis = axis + x.ndim if axis < 0 else axis
     n = x.shape[axis]
+    lib = program.LIBRARY.try_load()
+    if lib is not None and out is not None and 0 <= axis < x.ndim and isinstance(idx, np.ndarray) \
+            and idx.dtype.name in ("int32", "int64") and x.dtype == out.dtype and idx.flags.c_contiguous \
+            and x.flags.c_contiguous and out.flags.c_contiguous and out.shape == (*x.shape[:axis], *idx.shape,
+                                                                                  *x.shape[axis + 1:]):
+        # one C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and the call
+        # then raises np.take's IndexError (which names the first such index; the plan names the node)
+        desc = r.keep.table([r.addr(out), r.addr(x), r.addr(idx), int(idx.dtype == np.int32),
+                             math.prod(x.shape[:axis]), n, math.prod(x.shape[axis + 1:]) * x.itemsize, idx.size])
+        fn, label = lib.ds_gather_rows, r.node.label()
+
+        def gather_rows() -> None:
+            bad = fn(desc.addr)  # the table's address, known once the plan is sealed
+            if bad:
+                np.take(x, idx, axis=axis)
+                raise DynshapeError(f"{label}: {bad} of the indices are out of range [-{n}, {n}) for axis {axis} "
+                                    f"of data of shape {x.shape}")
+
+        return [gather_rows]
 
     def gather() -> None:
         # mode="raise" copies through a temporary buffer (3x slower on bert's embeddings): the indices are
