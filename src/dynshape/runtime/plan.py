@@ -604,6 +604,7 @@ class Planner:
             addrs[id(v)] = at[k] = address(v)
             keep.append(v)
         per_key_bytes, vshapes = 0, None
+        scope = Scope(fixed, {}, key)  # (the same map the steps below fill: one for all of them)
         for i in self.per_key:
             s = self.build.steps[i]
             if previous is not None and all(not x or x in self.fixed or fixed[x] is previous.get(x)
@@ -626,11 +627,13 @@ class Planner:
                 keep.append(v)
                 continue
             args = [fixed[x] if x else None for x in s.inputs]
-            memo = self._memo_key(i, s.inputs, args)
+            # (a bucket plan's move does not share: its states keep their values, and a decode loop's are new at
+            # every key, so looking them up cost ~8 us a step for nothing)
+            memo = self._memo_key(i, s.inputs, args) if previous is None else None
             made = self._per_key_memo.get(memo) if memo is not None else None
             if made is None:
                 try:
-                    outs = s.run(args, Scope(fixed, {}, key))
+                    outs = s.run(args, scope)
                 except Exception as e:  # an index the shapes put out of range: name the node, as run time does
                     raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
                 made = tuple(own_pages(_contiguous(np.asarray(out, dtype=g.types[name].dtype))) if name else None

@@ -133,6 +133,9 @@ class StepRecord:
     # its retable traced (`BucketState.trace_retables`): (table, word, index in the bucket's traced words) of each
     # word that depends on the key; None: not traced (retable per key, or bind again)
     form: tuple | None = None
+    # whether it reads or writes an in-place input's or output's slot (its words may hold the caller's address, so
+    # `_restore` must run before they are rewritten); a step that does not keeps them as they are
+    placed: bool = True
 
 
 @dataclass(slots=True)
@@ -150,6 +153,9 @@ class BucketState:
     fixed: dict = field(default_factory=dict)  # per-key values at `key`
     tables: list = field(default_factory=list)  # (TableRef, count, row-stride kernel or None): kernel key tables
     views: list = field(default_factory=list)  # those tables as ctypes int64 arrays, once sealed
+    # per table: None (the key alone), or (output, the Concat it is a slice of or None) of its row-stride kernel,
+    # whose stride follows from the shapes (`_row_stride`) without a view of the output
+    strided: list = field(default_factory=list)
     steps: list = field(default_factory=list)  # StepRecord per bound step
     programs: list = field(default_factory=list)
     int_tables: list = field(default_factory=list)  # the shared keep's int64 tables (the kernels' keys)
@@ -204,7 +210,10 @@ class BucketState:
             self.span = (min(at[x] for x in placed), max(at[x] + self.sizes[x] for x in placed))
         self.fixed = {x: v for x, v in fixed.items() if x not in pl.fixed}
         self.views = [(ctypes.c_int64 * n).from_address(ref.addr) for ref, n, _ in self.tables]  # (kept by the plan)
+        self.strided = [None if k is None else (k.outputs[0], getattr(pl.joins.get(k.outputs[0]), "into", None))
+                        for _, _, k in self.tables]
         order = sorted(spans.items(), key=lambda kv: kv[1][0])
+        slots = {*pl.in_place, *pl.out_place}
         for k, (i, (first, own)) in enumerate(order):
             end = order[k + 1][1][0] if k + 1 < len(order) else len(calls)
             s = pl.build.steps[i]
@@ -218,7 +227,7 @@ class BucketState:
                         if isinstance(d, Expr):
                             syms |= d.free_symbols
             rec = StepRecord(s, calls[first:end], where[first:end], own, frozenset(syms), perkey,
-                             _shapes_of(pl, s, shapes))
+                             _shapes_of(pl, s, shapes), placed=any(pl.base.get(x) in slots for x in names))
             rule = getattr(s, "native", None)
             if rule is not None and rule.retable is not None and not any(x in pl.joins for x in names) \
                     and all(type(c) is NativeCall and all(type(a) is TableRef for a in c.args) for c in rec.calls):
@@ -294,6 +303,15 @@ class BucketState:
             self.words = compile_key_function("retable_words", list(pl.symbol_names),
                                               "return [" + ", ".join(to_py(e, names) for e in forms) + "]")
             self.word_symbols = frozenset().union(*(e.free_symbols for e in forms))
+
+
+def _row_stride(shapes: dict, x: str, into: str | None) -> int:
+    """KernelStep.key_values' row stride of value x's array (a slice of Concat `into`'s: its rows) from the shapes
+    alone, as numpy strides it (a zero dim counts as 1). Why: making x's view to read its strides cost ~3 us per
+    row-stride kernel at every move (nine of GPT-2's step's ten key tables)."""
+    if len(shapes[x]) < 2:
+        return 1
+    return max(shapes[into or x][-1], 1)
 
 
 def _may_be_negative(d: Expr) -> bool:
@@ -383,12 +401,12 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     def shape_of(x: str | None) -> tuple | None:
         return None if not x else fixed[x].shape if x in fixed else shapes[x]
 
-    for view, (_, _, s) in zip(st.views, st.tables):
-        view[:] = key if s is None else s.key_values(key, get(s.outputs[0]))
+    for view, strided in zip(st.views, st.strided):
+        view[:] = key if strided is None else (*key, _row_stride(shapes, *strided))
     runs = False  # whether a Python call was replaced
     restored = False
 
-    def restore() -> None:  # before the first whole rewrite of a step's words (`_restore`), once
+    def restore() -> None:  # before the first whole rewrite of a placed step's words (`_restore`), once
         nonlocal restored
         if not restored:
             restored = True
@@ -421,14 +439,16 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         new_inputs = bool(rec.perkey & moved)
         if type(s) is KernelStep:  # its key table is written above; a new per-key input moves its addresses
             if new_inputs:
-                restore()
+                if rec.placed:
+                    restore()
                 dirty = _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
                                                                   *[at[x] for x in s.inputs]))]) or dirty
             continue
         now = _shapes_of(pl, s, shapes)
         if not new_inputs and now == rec.shapes:
             continue
-        restore()  # what follows rewrites the step's words wholesale
+        if rec.placed:
+            restore()  # what follows rewrites the step's words wholesale
         if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
             words = rec.retable(RetableRequest(
                 s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
@@ -493,7 +513,8 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     plan.outputs = [(name, v) for (name, _), v in zip(plan.outputs, arrays[n:])]
     st.key, st.shapes, st.arrays, st.at = key, shapes, views, at
     st.fixed = {x: fixed[x] for x in st.fixed}
-    if dirty:  # the in-place words found again (as bind finds them)
+    if dirty:  # the in-place words found again (as bind finds them), from their slots
+        restore()
         words = st.programs + st.int_tables + [t for rec in st.steps if rec.keep is not None
                                                for t in rec.keep.int_tables]
         plan.in_place, plan.out_place = pl.places(at, shapes, plan.calls, words, st.copied, st.sizes)
