@@ -66,3 +66,41 @@ def test_int64_to_float_rounds_to_nearest_even() -> None:
     exe = ds.compile(graph)
     feed = {"x": np.zeros(len(big), np.float32), "b": big}
     assert np.array_equal(exe.run(feed)["y"], graph.run(feed)["y"])
+
+
+B = TensorProto.BOOL
+_ONNX = {"float32": F, "int32": I32, "int64": I64, "bool": B}
+_VALUES = {  # each type's edges: zero (and -0.0), signs, values past int32's range (wrapped by int64 -> int32)
+    "float32": EDGES,
+    "int64": np.array([0, 1, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**40 + 5, -(2**62), 2**63 - 1, -(2**63), 7, 256],
+                      np.int64),
+    "int32": np.array([0, 1, -1, 2**31 - 1, -(2**31), 65536, -7, 255, 256], np.int32),
+    "bool": np.array([True, False, True, True, False], np.bool_),
+}
+
+
+@pytest.mark.parametrize("src,dst", [(a, b) for a in ("float32", "int64", "int32", "bool")
+                                     for b in ("bool", "int64", "int32", "float32")
+                                     if a != b and not (a == "float32" and b != "bool")])
+def test_casts_among_int_bool_and_float_match_numpy(src: str, dst: str) -> None:
+    """The casts a mask or an index takes (an attention mask int64 -> bool, a bool mask -> float32, int64 <-> int32
+    indices), in a kernel with an elementwise op after them so they fuse; exact against numpy's astype."""
+    x = _VALUES[src]
+    after = {"bool": "Not", "float32": "Neg"}.get(dst, "Add")  # (an integer plus a fed zero: no overflow)
+    nodes = [helper.make_node("Cast", ["x"], ["c"], to=_ONNX[dst]),
+             helper.make_node(after, ["c", "z"] if after == "Add" else ["c"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", _ONNX[src], ["n"])]
+    if after == "Add":
+        ins.append(helper.make_tensor_value_info("z", _ONNX[dst], ["n"]))
+    g = helper.make_graph(nodes, "r", ins, [helper.make_tensor_value_info("y", _ONNX[dst], ["n"])])
+    graph = ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    exe = ds.compile(graph)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cast = x.astype(dst)
+        want = ~cast if dst == "bool" else -cast if dst == "float32" else cast
+    for n in (len(x), 1):  # (a symbolic length: the kernel is built for every n)
+        feed = {"x": x[:n], **({"z": np.zeros(n, dst)} if after == "Add" else {})}
+        got = exe.run(feed)["y"]
+        assert got.dtype == np.dtype(dst) and np.array_equal(got, want[:n]), (x[:n], got, want[:n])
+    assert not {"Cast", after} & {u["op"] for u in exe.explain_build()["uncompiled"]}

@@ -8,7 +8,9 @@ A float -> integer Cast computes what the reference (numpy's `astype` on x86-64)
 behaviour in the C: truncation toward zero for values inside the integer type's range, the type's minimum for
 NaN, infinities and values outside it (the x86 "integer indefinite" that numpy returns), spelled as a select so
 that the compiler cannot assume the conversion is in range. An integer -> float32 Cast is C's conversion (round to
-nearest even), as numpy's.
+nearest even), as numpy's. Casts among int32, int64 and bool and from bool are C's conversions too, and a Cast to
+bool is `x != 0`: a mask's (GPT-2's attention mask int64 -> bool ran as its own native step, bound again at every
+new past length of a first generation).
 """
 
 from __future__ import annotations
@@ -39,18 +41,27 @@ def _dtypes(n: Node, g: Graph) -> tuple[str, str]:
     return np.dtype(g.types[n.inputs[0]].dtype).name, np.dtype(g.types[n.outputs[0]].dtype).name
 
 
+_EXACT = {"int32", "int64", "bool"}  # casts among these and to float32 that C's conversion does as numpy's astype
+
+
 def _cast_accepts(n: Node, g: Graph) -> str | None:
     a, b = _dtypes(n, g)
     if (a == "float32" and b in _RANGE) or (a in _RANGE and b == "float32"):
         return None
-    return f"Cast {a} -> {b} has no expression rule (float32 <-> int32 / int64 only)"
+    if b == "bool" and a in (*_EXACT, "float32") or a in _EXACT and b in (*_EXACT, "float32"):
+        return None
+    return f"Cast {a} -> {b} has no expression rule (float32, int32, int64 and bool only)"
 
 
 def _cast(n: Node, a: list[kir.Expr], g: Graph) -> kir.Expr:
     src, dst = _dtypes(n, g)
     x = a[0]
-    if src != "float32":
-        return kir.Cast(x, kir.F32)
+    if src == dst:
+        return x
+    if dst == "bool":  # any nonzero value is true (NaN too, as numpy's astype(bool))
+        return kir.Bin("!=", x, kir.Const(0.0 if src == "float32" else 0, src))
+    if src != "float32":  # (int64 -> int32 wraps modulo 2^32 in GCC's conversion, as numpy's astype does)
+        return kir.Cast(x, dst)
     lo, hi = _RANGE[dst]
     inside = kir.Bin("&&", kir.Bin(">=", x, kir.Const(lo, kir.F32)), kir.Bin("<", x, kir.Const(hi, kir.F32)))
     low = kir.Const(int(lo), dst)
