@@ -573,3 +573,34 @@ def test_a_key_called_in_a_row_gets_its_own_plan():
     feed = _feed(rng, 1, 42)
     np.testing.assert_array_equal(exe.run(feed)["y"], own.run(feed)["y"])
     assert [k[1][2] for k in arena.plans] == [42]
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=st.tuples(st.integers(1, 3), st.integers(1, 300)), b=st.tuples(st.integers(1, 3), st.integers(1, 300)))
+def test_a_move_computes_the_symbolic_values_its_changed_symbols_touch(a, b):
+    """SymbolicValues.only at the new key, for the symbols that differ from the last: the values reading them, as
+    the whole function gives them; every other value is the same at both keys (the move keeps the last key's).
+    And BucketState.fits' compiled bytes per growing buffer are the products over the shapes at the key."""
+    exe = ds.compile(GRAPH, strategy="generic")
+    variant = exe.generic
+    pl, symbolic = variant.planner, variant.build.symbolic
+    keys = []
+    for batch, past in (a, b):
+        env = {"b": batch, "past": past, "past_plus_1": past + 1}
+        keys.append(tuple(env[n] for n in pl.symbol_names))
+    old, new = (symbolic(k) for k in keys)
+    changed = {n for n, x, y in zip(pl.symbol_names, *keys) if x != y}
+    moved = symbolic.only(keys[1], changed)
+    assert old.keys() == new.keys()
+    assert moved.keys() == {x for x in new if not symbolic.deps[x].isdisjoint(changed)}
+    for name, v in new.items():
+        if name in moved:
+            np.testing.assert_array_equal(moved[name], v)
+            assert moved[name].dtype == v.dtype
+        else:
+            assert symbolic.deps[name].isdisjoint(changed), name
+            np.testing.assert_array_equal(old[name], v)
+    assert any(symbolic.deps[x] for x in new)  # (the graph has values that read the key)
+    shapes = dict(zip(pl.values, pl.shapes(keys[1])))
+    assert pl.grow_bytes(keys[1]) == [int(np.prod(shapes[x])) * pl.dtypes[x].itemsize for x in pl.grows]
+    assert pl.grows

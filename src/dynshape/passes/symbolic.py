@@ -29,9 +29,21 @@ class SymbolicValues:
     fn: Callable[[tuple], dict[str, np.ndarray]]
     names: frozenset[str]
     deps: Mapping[str, frozenset] = dataclasses.field(default_factory=dict)  # value -> the symbols it reads
+    # (symbols, fn) per set of symbols some values read: `only`'s functions, each computing just those values
+    parts: tuple = ()
 
     def __call__(self, key: tuple) -> dict[str, np.ndarray]:
         return self.fn(key)
+
+    def only(self, key: tuple, changed: Collection[str]) -> dict[str, np.ndarray]:
+        """The values that read a symbol in `changed`, at `key` (the others are as at a key that differs from this
+        one in `changed` alone). Why: a bucket plan moved along a decode loop changes two of GPT-2's step's three
+        symbols, and making all 25 of its values cost ~40 us a token, most of them read from the last key's."""
+        out: dict[str, np.ndarray] = {}
+        for symbols, fn in self.parts:
+            if not symbols.isdisjoint(changed):
+                out.update(fn(key))
+        return out
 
 
 def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] | None = None) -> SymbolicValues:
@@ -55,16 +67,24 @@ def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] |
             continue
         deps[name] = frozenset().union(*(v.free_symbols for v in flat if isinstance(v, Expr)))
         items = ", ".join(to_py(v, names) if isinstance(v, Expr) else str(int(v)) for v in flat)
-        exprs.append(f"out[{name!r}] = _np.array([{items}], dtype=_np.{np.dtype(t.dtype).name})"
-                     f".reshape({tuple(t.value.shape)!r})")
-    body = "out = {}\n" + "\n".join(exprs) + "\nreturn out"
-    fn = compile_key_function("symvals", list(names), body, {"_np": np})
+        exprs.append((deps[name], f"out[{name!r}] = _np.array([{items}], dtype=_np.{np.dtype(t.dtype).name})"
+                                  f".reshape({tuple(t.value.shape)!r})"))
+
+    def compiled(lines: list[str]) -> Callable[[tuple], dict[str, np.ndarray]]:
+        body = "out = {}\n" + "\n".join(lines) + "\nreturn out"
+        return compile_key_function("symvals", list(names), body, {"_np": np})
+
+    fn = compiled([line for _, line in exprs])
     probe = tuple(max(s.lo, 1) for s in symbols)
     try:
         computed = frozenset(fn(probe))
     except Exception:  # noqa: BLE001 - a probe failure just means "compute at run time instead"
         computed = frozenset()
-    return SymbolicValues(fn, computed, {k: v for k, v in deps.items() if k in computed})
+    groups: dict[frozenset, list[str]] = {}
+    for used, line in exprs:
+        groups.setdefault(used, []).append(line)
+    parts = tuple((used, compiled(lines)) for used, lines in groups.items() if used) if computed else ()
+    return SymbolicValues(fn, computed, {k: v for k, v in deps.items() if k in computed}, parts)
 
 
 def live_nodes(graph: Graph, known: set[str]) -> tuple[list[Node], set[str]]:

@@ -515,9 +515,8 @@ class Executable:
         if len(seen) >= 4096:
             seen.clear()
         seen[uid, key] = True
-        pl, w = variant.planner, variant.worst
+        pl, w, symbolic = variant.planner, variant.worst, variant.build.symbolic
         shapes = dict(zip(pl.values, pl.shapes(key)))
-        symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         stale, last = False, None
         for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
             if slot[0] != uid:
@@ -525,9 +524,10 @@ class Executable:
             last = last or plan.bucket.key
             if plan.arena is not buf:
                 stale = True
-            elif plan.bucket.covers(key) and plan.bucket.fits(pl, shapes):
+            elif plan.bucket.covers(key) and plan.bucket.fits(pl, key):
                 self._leave(plan, arena)
-                if rekey(pl, plan, key, shapes, symvals):
+                changed = {n for n, a, b in zip(pl.symbol_names, key, plan.bucket.key) if a != b}
+                if rekey(pl, plan, key, shapes, symbolic.only(key, changed) if symbolic is not None else {}):
                     return plan
                 del arena.buckets[slot]  # half moved: never used again; a new bucket plan starts at this key (a
                 break  # product that takes another kernel from this size on: its calls change shape once, here)
@@ -550,6 +550,7 @@ class Executable:
                 return None
             arena.fit = (pl, offsets, sizes or pl.sizes(shapes))
         slot = (uid, "worst" if top is None else top)
+        symvals = symbolic(key) if symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, top, offsets, sizes, total))
         arena.buckets.pop(slot, None)
         while len(arena.buckets) >= BUCKETS_PER_ARENA:

@@ -393,6 +393,11 @@ class Planner:
         names = key_names(self.symbol_names)
         body = ", ".join(_shape_py(g.types[x].shape, names) for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
+        # the buffers whose bytes depend on the key, and those bytes as one function of it (BucketState.fits)
+        self.grows = [b for b in self.buffers if any(isinstance(d, Expr) for d in g.types[b].shape)]
+        body = ", ".join("*".join(f"({to_py(d, names)})" for d in g.types[b].shape) + f"*{self.dtypes[b].itemsize}"
+                         for b in self.grows)
+        self.grow_bytes = compile_key_function("grow_bytes", list(names), f"return [{body}]")
         self._key_views, self.view_shapes = self._per_key_views(names)
 
     def _per_key_views(self, names: dict) -> tuple[dict, Callable | None]:
@@ -603,6 +608,10 @@ class Planner:
             fixed[k] = v
             addrs[id(v)] = at[k] = address(v)
             keep.append(v)
+        if previous is not None:  # a move's `symvals` may hold only the values the changed symbols touch
+            for k, v in previous.items():
+                if k not in fixed and k in deps and deps[k].isdisjoint(changed):
+                    fixed[k] = v
         per_key_bytes, vshapes = 0, None
         scope = Scope(fixed, {}, key)  # (the same map the steps below fill: one for all of them)
         for i in self.per_key:
