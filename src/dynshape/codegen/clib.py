@@ -51,6 +51,9 @@ class CLibrary:
     def load(self) -> ctypes.CDLL:
         """Compile (or fetch from the build cache) and load, once; every entry point gets its signature.
         A failure is remembered: without a compiler every later call raises the same CompileError at once."""
+        loaded = self._loaded  # (set once, under the lock, its dependencies loaded first: read without it)
+        if loaded and not isinstance(loaded[0], CompileError):
+            return loaded[0]
         for dep in self.needs:
             dep.load()
         with self._lock:

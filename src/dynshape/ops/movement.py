@@ -406,7 +406,8 @@ register("Slice", reference=_slice_ref, infer=_slice_infer)
 # ----------------------------------------------------------------------------------------------------
 def _expand_ref(inputs: list, attrs: dict) -> list:
     x = inputs[0]
-    return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))).copy()]
+    shape = np.broadcast_shapes(x.shape, tuple(ints(inputs[1])))
+    return [np.asarray(x).copy() if shape == np.shape(x) else np.broadcast_to(x, shape).copy()]
 
 
 def _expand_infer(ctx: InferCtx) -> list:

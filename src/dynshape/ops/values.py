@@ -122,9 +122,9 @@ register("ConstantOfShape", reference=_constant_of_shape_ref, infer=_constant_of
 def _range_count(start: Any, limit: Any, delta: Any) -> int:
     """How many elements Range(start, limit, delta) has; a zero or non-finite delta is refused (the sequence
     would never reach its limit: onnxruntime refuses it too)."""
-    if not np.isfinite(float(delta)) or float(delta) == 0:
+    if not math.isfinite(float(delta)) or float(delta) == 0:
         raise ValueError(f"Range's delta is {delta}: it must be a finite non-zero number")
-    if np.issubdtype(np.asarray(start).dtype, np.integer):
+    if np.asarray(start).dtype.kind in "iu":
         return max(-(-(int(limit) - int(start)) // int(delta)), 0)
     span = (float(limit) - float(start)) / float(delta)
     if not np.isfinite(span):
