@@ -399,6 +399,8 @@ class Planner:
                          for b in self.grows)
         self.grow_bytes = compile_key_function("grow_bytes", list(names), f"return [{body}]")
         self._key_views, self.view_shapes = self._per_key_views(names)
+        # per per-key step, its inputs that are not constants (what a move compares with the last key's)
+        self._key_inputs = {i: [x for x in build.steps[i].inputs if x and x not in self.fixed] for i in self.per_key}
 
     def _per_key_views(self, names: dict) -> tuple[dict, Callable | None]:
         """The per-key steps that only view their input (Unsqueeze, Reshape, Squeeze, Flatten, Identity of a
@@ -616,8 +618,7 @@ class Planner:
         scope = Scope(fixed, {}, key)  # (the same map the steps below fill: one for all of them)
         for i in self.per_key:
             s = self.build.steps[i]
-            if previous is not None and all(not x or x in self.fixed or fixed[x] is previous.get(x)
-                                            for x in s.inputs):
+            if previous is not None and all(fixed[x] is previous.get(x) for x in self._key_inputs[i]):
                 for name in s.outputs:  # the same inputs: the same outputs, at the same addresses
                     if name:
                         v = fixed[name] = previous[name]

@@ -26,7 +26,6 @@ import math
 import operator
 import struct
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -406,7 +405,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
 
     for view, strided in zip(st.views, st.strided):
         view[:] = key if strided is None else (*key, _row_stride(shapes, *strided))
-    runs = False  # whether a Python call was replaced
+    replaced: dict = {}  # index in the plan's calls -> the Python call that replaces it
     restored = False
 
     def restore() -> None:  # before the first whole rewrite of a placed step's words (`_restore`), once
@@ -475,8 +474,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
             if type(w) is int:  # a call of its own (Python, or too many arguments for a program): replaced
                 if type(a) is NativeCall or type(b) is NativeCall:
                     raise _GiveUp
-                plan.calls[w] = a
-                runs = True
+                plan.calls[w] = replaced[w] = a
                 continue
             if type(a) is not NativeCall or a.fn is not b.fn or len(a.args) != len(b.args):
                 raise _GiveUp
@@ -495,8 +493,11 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         if not same_words:
             dirty = _write(pl, st, rec, made) or dirty
         rec.calls, rec.held, rec.shapes = made, own, now
-    if runs:
-        plan.runs = tuple(partial(c.fn, *c.args) if type(c) is NativeCall else c for c in plan.calls)
+    if replaced:  # (a Python call runs as itself: the others' partials stay)
+        runs = list(plan.runs)
+        for w, a in replaced.items():
+            runs[w] = a
+        plan.runs = tuple(runs)
     arrays = []  # the inputs' and outputs' arrays (inline: ~1 us a view less than `get`)
     for x, dtype, off in st.io:
         if off is None:
