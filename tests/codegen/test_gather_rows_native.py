@@ -81,3 +81,42 @@ def test_an_index_out_of_range_raises_naming_the_node(calls, bad):
     i[1, 2] = -1  # the plan serves the next call as before
     np.testing.assert_array_equal(exe.run({"x": x, "i": i})["y"], x[i])
     assert calls
+
+
+def _known_indices_model(idx: np.ndarray | None):
+    """Gather(x, i) where i is known per key: a constant (`idx`), or (None) the rows of x reversed, n - 1 -
+    Range(0, n) with n x's first dim: computed from the shape alone."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (("zero", 0), ("one", 1))]
+    if idx is not None:
+        inits.append(numpy_helper.from_array(idx, "i"))
+        nodes = []
+    else:
+        nodes = [n("Shape", ["x"], ["shp"]), n("Gather", ["shp", "zero"], ["len"]),
+                 n("Range", ["zero", "len", "one"], ["pos"]), n("Sub", ["len", "one"], ["last"]),
+                 n("Sub", ["last", "pos"], ["i"])]
+    nodes.append(n("Gather", ["x", "i"], ["y"], axis=0, name="gather_known"))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_indices_known_per_key_join_the_program(calls):
+    """Indices computed from the shapes (reversed rows) or constant: checked when the plan is bound, then one
+    native call in the plan's program; exact at every shape, and a bucket plan moved between shapes agrees."""
+    exe = ds.compile(_known_indices_model(None))
+    for shape in [(5, 3), (1, 4), (9, 2), (6, 3), (5, 3)]:
+        x = _data(np.float32, shape)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], x[::-1])
+    exe = ds.compile(_known_indices_model(np.array([[2, -1], [0, 0]], np.int64)))
+    x = _data(np.float32, (4, 3))
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], x[[[2, -1], [0, 0]]])
+    assert calls
+
+
+def test_a_known_index_out_of_range_is_refused_naming_the_node(calls):
+    exe = ds.compile(_known_indices_model(np.array([0, 3], np.int64)))
+    np.testing.assert_array_equal(exe.run({"x": np.ones((4, 2), np.float32)})["y"], np.ones((2, 2), np.float32))
+    with pytest.raises(ds.ConstraintViolation, match=r"gather_known.*index 3 is out of bounds"):
+        exe.run({"x": np.ones((3, 2), np.float32)})
+    np.testing.assert_array_equal(exe.run({"x": np.ones((5, 2), np.float32)})["y"], np.ones((2, 2), np.float32))

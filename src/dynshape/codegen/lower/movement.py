@@ -157,6 +157,10 @@ def _bind_gather(r: BindRequest) -> list | None:
         desc = r.keep.table([r.addr(out), r.addr(x), r.addr(idx), int(idx.dtype == np.int32),
                              math.prod(x.shape[:axis]), n, math.prod(x.shape[axis + 1:]) * x.itemsize, idx.size])
         fn, label = lib.ds_gather_rows, r.node.label()
+        if _fixed_params(r):  # indices known for the key (a causal mask's positions): checked now, and the call
+            if idx.size and (idx.min() < -n or idx.max() >= n):  # joins the plan's program (no Python call, and
+                np.take(x, idx, axis=axis)  # a bucket plan moved to another key rewrites its table in place)
+            return [NativeCall(fn, (desc,))]
 
         def gather_rows() -> None:
             bad = fn(desc.addr)  # the table's address, known once the plan is sealed
