@@ -515,7 +515,7 @@ class Executable:
         if len(seen) >= 4096:
             seen.clear()
         seen[uid, key] = True
-        pl, w, symbolic = variant.planner, variant.worst, variant.build.symbolic
+        pl, w = variant.planner, variant.worst
         shapes = dict(zip(pl.values, pl.shapes(key)))
         stale, last = False, None
         for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
@@ -526,8 +526,7 @@ class Executable:
                 stale = True
             elif plan.bucket.covers(key) and plan.bucket.fits(pl, key):
                 self._leave(plan, arena)
-                changed = {n for n, a, b in zip(pl.symbol_names, key, plan.bucket.key) if a != b}
-                if rekey(pl, plan, key, shapes, symbolic.only(key, changed) if symbolic is not None else {}):
+                if rekey(pl, plan, key, shapes):
                     return plan
                 del arena.buckets[slot]  # half moved: never used again; a new bucket plan starts at this key (a
                 break  # product that takes another kernel from this size on: its calls change shape once, here)
@@ -550,7 +549,7 @@ class Executable:
                 return None
             arena.fit = (pl, offsets, sizes or pl.sizes(shapes))
         slot = (uid, "worst" if top is None else top)
-        symvals = symbolic(key) if symbolic is not None else {}
+        symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
         plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, top, offsets, sizes, total))
         arena.buckets.pop(slot, None)
         while len(arena.buckets) >= BUCKETS_PER_ARENA:

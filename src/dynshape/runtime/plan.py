@@ -599,9 +599,6 @@ class Planner:
         for k, v in symvals.items():
             if k not in self.reads:
                 continue
-            if previous is not None and k in previous and k in deps and not deps[k] & changed:
-                fixed[k] = previous[k]
-                continue
             v = _contiguous(v)
             p = previous.get(k) if previous is not None else None
             if p is not None and p.shape == v.shape and p.dtype == v.dtype and p.tobytes() == v.tobytes():
@@ -610,8 +607,8 @@ class Planner:
             fixed[k] = v
             addrs[id(v)] = at[k] = address(v)
             keep.append(v)
-        if previous is not None:  # a move's `symvals` may hold only the values the changed symbols touch
-            for k, v in previous.items():
+        if previous is not None:  # a move's `symvals` hold only the values the changed symbols read: the others
+            for k, v in previous.items():  # are the last key's
                 if k not in fixed and k in deps and deps[k].isdisjoint(changed):
                     fixed[k] = v
         per_key_bytes, vshapes = 0, None

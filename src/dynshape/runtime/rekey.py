@@ -166,8 +166,7 @@ class BucketState:
     base: int = 0  # the arena's address
     span: tuple | None = None  # (lo, hi): the addresses of the in-place slots, whole (None: find them per key)
     signed: list = field(default_factory=list)  # the values a dim of which may be negative (to refuse by name)
-    grows: list = field(default_factory=list)  # the buffers whose size depends on the symbols
-    caps: tuple = ()  # their bytes in the layout, in that order
+    caps: tuple = ()  # the bytes in the layout of the buffers whose size depends on the symbols (Planner.grows)
     by_symbol: dict = field(default_factory=dict)  # symbol name -> indices in `steps` of those that read it
     by_value: dict = field(default_factory=dict)  # per-key value -> indices in `steps` of those that read it
     words: Any = None  # key -> every traced retable word (`trace_retables`), None: no step has a form
@@ -205,8 +204,7 @@ class BucketState:
         self.shapes = shapes
         types = pl.graph.types
         self.signed = [x for x in pl.values if any(isinstance(d, Expr) and _may_be_negative(d) for d in types[x].shape)]
-        self.grows = pl.grows
-        self.caps = () if self.sizes is None else tuple(self.sizes[b] for b in self.grows)
+        self.caps = () if self.sizes is None else tuple(self.sizes[b] for b in pl.grows)
         placed = [*pl.in_place, *pl.out_place]
         if placed and self.sizes is not None:
             self.span = (min(at[x] for x in placed), max(at[x] + self.sizes[x] for x in placed))
@@ -335,7 +333,7 @@ class _GiveUp(Exception):  # noqa: N818 - a verdict: this key needs its own plan
     pass
 
 
-def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict) -> bool:
+def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict) -> bool:
     """Move a bucket plan to `key` in place (its buffers fit the layout: checked by the caller). False: it
     cannot (a step it cannot redo in place); the plan is then unusable and the caller drops it. A refusal of the
     key itself (a negative dim) raises, leaving the plan as it was."""
@@ -351,7 +349,7 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict, symvals: dict)
     old = st.shapes  # this key's shapes as the last key's tuples where equal (a remembered state holds fewer objects)
     shapes = {x: o if (o := old.get(x)) == shp else shp for x, shp in shapes.items()}
     try:
-        _move(pl, plan, st, key, shapes, symvals, st.at)  # (in place: a move rewrites only its per-key values')
+        _move(pl, plan, st, key, shapes, st.at)  # (in place: a move rewrites only its per-key values')
     except Exception:  # noqa: BLE001 - a step that cannot move in place, or a binder failing for this key: the
         return False  # key's own plan's bind names the node
     return True
@@ -371,11 +369,12 @@ def _restore(plan: BoundPlan) -> None:
     plan.out_current = [p[1] for p in plan.out_place]
 
 
-def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dict, symvals: dict,
-          at: dict) -> None:
+def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dict, at: dict) -> None:
     arena = plan.arena
     addrs: dict = {}
     changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
+    symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's)
+    symvals = symbolic.only(key, changed) if symbolic is not None else {}
     fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
     fixed_addr = pl.fixed_addr
     moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
