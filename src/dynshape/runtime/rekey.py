@@ -213,7 +213,7 @@ class BucketState:
         self.strided = [None if k is None else (k.outputs[0], getattr(pl.joins.get(k.outputs[0]), "into", None))
                         for _, _, k in self.tables]
         order = sorted(spans.items(), key=lambda kv: kv[1][0])
-        slots = {*pl.in_place, *pl.out_place}
+        slots = set(placed)
         for k, (i, (first, own)) in enumerate(order):
             end = order[k + 1][1][0] if k + 1 < len(order) else len(calls)
             s = pl.build.steps[i]
