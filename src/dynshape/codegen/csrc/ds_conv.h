@@ -46,6 +46,12 @@ void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x,
                   const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
                   float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
                   int64_t ho1);
+/* The same with the 1x1's product by `tile` (ds_conv_tile2_bf16_addr(): weights packed for it), `ep` the call's
+   ds_bf16_epoch(): a bf16 precision's chain. */
+void ds_pwdw_rows_t(const int64_t *gp, const int64_t *gd, const float *restrict x, const void *bp,
+                    const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                    float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
+                    int64_t ho1, int64_t tile, int64_t ep);
 
 /* Winograd F(2x2, 3x3) for a 3x3, stride-1, undilated, ungrouped convolution (any C and OC; tails masked):
    the 2x2 output tiles t0 <= t < t1 (flat over image, tile row, tile column; ceil(OH/2) x ceil(OW/2) tiles an

@@ -314,10 +314,16 @@ static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const
    reading them there, in cache, instead of the whole expanded map going out to memory and back. Scratch row r
    holds input row r0 + r; the depthwise kernel addresses an image's rows from its start, which therefore lies
    r0 rows before the scratch (never read: every row it reads is one of r0..r1). */
-void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x, const float *restrict bp,
-                  const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
-                  float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
-                  int64_t ho1) {
+/* A 1x1 conv's (or a Winograd position's) product in another precision: ds_conv_tile2's contract plus the memo's epoch (csrc/ds_gemm_bf16.c's
+   ds_conv_tile2_bf16, whose address the generated kernel passes: this library does not link against that one). */
+typedef void (*ds_wino_tile_fn)(const int64_t *, const float *restrict, const void *, float *restrict,
+                                const float *restrict, int64_t, int64_t, int64_t, int64_t, const float *restrict,
+                                const float *restrict, int64_t);
+
+static void ds_pwdw_run(const int64_t *gp, const int64_t *gd, const float *restrict x, const void *bp,
+                        const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                        float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n,
+                        int64_t ho0, int64_t ho1, ds_wino_tile_fn tile, int64_t ep) {
     const int64_t H = gd[DS_CONV_H], W = gd[DS_CONV_W], C = gd[DS_CONV_C], OH = gd[DS_CONV_OH];
     const int64_t OW = gd[DS_CONV_OW], LDY = gd[DS_CONV_LDY];
     const int64_t first = ho0 * gd[DS_CONV_SH] - gd[DS_CONV_PT];
@@ -326,10 +332,34 @@ void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x,
     if (r0 < r1) {
         const int64_t p0 = (n * H + r0) * W, p1 = (n * H + r1) * W, pairs = (C + 63) / 64;
         float *ys = (float *)((uintptr_t)scratch - (uintptr_t)(p0 * C) * sizeof(float));
-        for (int64_t q = 0; q < pairs; q++) ds_conv_tile2(gp, x, bp, ys, zeros, p0, p1, 0, 2 * q, bias_p, 0);
+        for (int64_t q = 0; q < pairs; q++) {
+            if (tile)
+                tile(gp, x, bp, ys, zeros, p0, p1, 0, 2 * q, bias_p, 0, ep);
+            else
+                ds_conv_tile2(gp, x, (const float *)bp, ys, zeros, p0, p1, 0, 2 * q, bias_p, 0);
+        }
     }
     const float *xs = (const float *)((uintptr_t)scratch - (uintptr_t)((n * H + r0) * W * C) * sizeof(float));
     for (int64_t ho = ho0; ho < ho1; ho++) ds_dwconv_row(gd, xs, wd, bias_d, y + (n * OH + ho) * OW * LDY, n, ho);
+}
+
+void ds_pwdw_rows(const int64_t *gp, const int64_t *gd, const float *restrict x, const float *restrict bp,
+                  const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                  float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
+                  int64_t ho1) {
+    ds_pwdw_run(gp, gd, x, bp, bias_p, wd, bias_d, y, zeros, scratch, n, ho0, ho1, 0, 0);
+}
+
+/* ds_pwdw_rows with the 1x1's product by `tile` (an address: ds_conv_tile2_bf16_addr()) on weights in that tile's
+   packing (codegen/bf16.py's conv_bf16 / conv_bf16e); `ep`: the kernel call's ds_bf16_epoch(). A thread's rounded
+   rows are reused under it across the 1x1's panels of one chunk; the rows are the call's input x, constant for the
+   whole call, so one epoch serves every chunk. The depthwise rows stay float32. */
+void ds_pwdw_rows_t(const int64_t *gp, const int64_t *gd, const float *restrict x, const void *bp,
+                    const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
+                    float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n, int64_t ho0,
+                    int64_t ho1, int64_t tile, int64_t ep) {
+    ds_pwdw_run(gp, gd, x, bp, bias_p, wd, bias_d, y, zeros, scratch, n, ho0, ho1, (ds_wino_tile_fn)(intptr_t)tile,
+                ep);
 }
 
 /* ---- Winograd F(2x2, 3x3) ------------------------------------------------------------------------------
@@ -509,12 +539,6 @@ static void ds_wino4_output(const int64_t *geo, const float *restrict m, float *
 typedef void (*ds_wino_in_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t);
 typedef void (*ds_wino_out_fn)(const int64_t *, const float *restrict, float *restrict, int64_t, int64_t, int64_t,
                                const float *restrict);
-
-/* A position's product in another precision: ds_conv_tile2's contract plus the memo's epoch (csrc/ds_gemm_bf16.c's
-   ds_conv_tile2_bf16, whose address the generated kernel passes: this library does not link against that one). */
-typedef void (*ds_wino_tile_fn)(const int64_t *, const float *restrict, const void *, float *restrict,
-                                const float *restrict, int64_t, int64_t, int64_t, int64_t, const float *restrict,
-                                const float *restrict, int64_t);
 
 /* The chunk driver of both: `np` positions (16 or 36), chunks of `chunk` tiles. `tile` NULL: float32 products on
    packed panels; else that tile function on weights packed as bf16 pairs (ceil(C / 2) rows of 64 halves a panel),

@@ -735,11 +735,20 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     seen = _without_bias(node_d) if in_c else node_d
     epilogue = [] if act_d else epilogue_loop(g, ops_d, seen, dw.epilogue, dw.outputs[0], o0, r * c + j, r, j,
                                               (i64(0), i64(c)), c)
+    # bf16: the 1x1's product on the bf16 tiles (their address from the bf16 library, the call's epoch), unless
+    # it is too narrow to pay (bf16_too_narrow); the depthwise rows stay float32
+    low = bf16.active(ctx.options) and not bf16_too_narrow(gp, ctx.options.bf16_min_conv_macs)
+    low_args: tuple[kir.Expr, ...] = ()
+    if low:
+        getter, _ = bf16.winograd_tile(ctx.options)
+        tile_at, ep = kir.Var("tile"), kir.Var("ep")
+        body += [kir.Let(tile_at, kir.Call(getter, (), I64)), kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64))]
+        low_args = (tile_at, ep)
     chunk = [kir.Let(n, nc / chunks), kir.Let(ho0, (nc % chunks) * rows),
              kir.Let(ho1, kir.Select(ho0 + rows < oh, ho0 + rows, oh)),
-             _call("ds_pwdw_rows", kir.Addr(geo_p), kir.Addr(geo_d), kir.Addr(x), kir.Addr(bp),
-                   _operand_addr(ops_p, bias_p), kir.Addr(wd), bias_d_arg, kir.Addr(o0), kir.Addr(zeros),
-                   kir.Addr(scratch), n, ho0, ho1)]
+             _call("ds_pwdw_rows_t" if low else "ds_pwdw_rows", kir.Addr(geo_p), kir.Addr(geo_d), kir.Addr(x),
+                   kir.Addr(bp), _operand_addr(ops_p, bias_p), kir.Addr(wd), bias_d_arg, kir.Addr(o0),
+                   kir.Addr(zeros), kir.Addr(scratch), n, ho0, ho1, *low_args)]
     if epilogue:
         chunk.append(kir.For(r, (n * oh + ho1) * ow, tuple(epilogue), start=(n * oh + ho0) * ow))
     loop = kir.For(nc, E["N"] * chunks, tuple(chunk), omp=kir.Omp(shared=True))
@@ -749,10 +758,13 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops_p.buffers, wd, *ops_d.buffers), tuple(body),
                         ctx.symbols)
-    inputs = (pw.node.inputs[0], PackedWeight(pw.weight, layout="conv", groups=1), *ops_p.ptrs,
+    layout = {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}[ctx.options.precision] if low else "conv"
+    inputs = (pw.node.inputs[0], PackedWeight(pw.weight, layout=layout, groups=1), *ops_p.ptrs,
               PackedWeight(dw.weight, layout="taps"), *ops_d.ptrs)
-    return Lowered(kernel, ch.outputs, inputs, needs=("conv_dw_wino",),
-                   method="1x1 conv into depthwise: a few rows at a time in per-thread scratch")
+    method = "1x1 conv into depthwise: a few rows at a time in per-thread scratch"
+    return Lowered(kernel, ch.outputs, inputs,
+                   needs=("conv_dw_wino", "packed_gemm", "packed_gemm_bf16") if low else ("conv_dw_wino",),
+                   method=f"{method}; the 1x1's products {bf16.method(ctx.options)}" if low else method)
 
 
 _TILE = (P, P, P, P, P, C_I64, C_I64, C_I64, C_I64, P, P)
