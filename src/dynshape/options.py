@@ -122,6 +122,13 @@ class Options:
                                      "2.3x slower in bf16); on AMX a conv on at most 8 input channels reads whole "
                                      "window rows instead (amx_direct_conv) and takes bf16 whatever its count; 0: "
                                      "every convolution in bf16", default=2048)
+    bf16_min_winograd_macs: int = _build("multiply-adds per output pixel (9 x input x output channels) from which "
+                                         "a 3x3 convolution that Winograd takes multiplies in bf16 (F(2x2)) under "
+                                         "a bf16 precision without AMX tiles; below it, float32's Winograd (F(4x4) "
+                                         "where it pays), whose 4x fewer products beat F(2x2)'s 2.25x at bf16's "
+                                         "double rate while the transforms weigh most (16 -> 32 on 235x235: 1.5x "
+                                         "faster in float32; 128 -> 128: 1.15x slower); 0: every such conv in bf16",
+                                         default=9 * 64 * 128)
     bf16_min_recurrent_bytes: int = _build("float32 bytes of one direction's recurrent weights R from which a "
                                            "recurrent layer's per-step product takes bf16 too under a bf16 "
                                            "precision (the state rounded as read): a step streams all of R, and "
@@ -236,7 +243,7 @@ class Options:
                 self.winograd_min_channels, int) or self.winograd_min_channels < 0):
             raise DynshapeError(f"winograd_min_channels={self.winograd_min_channels!r}: expected None or an int >= 0")
         for name in ("par_min_elements", "par_min_flops", "par_min_weights", "fold_bytes", "winograd_min_tiles",
-                     "bf16_min_conv_macs", "bf16_min_recurrent_bytes"):
+                     "bf16_min_conv_macs", "bf16_min_winograd_macs", "bf16_min_recurrent_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
                 raise DynshapeError(f"{name}={v!r}: expected an int in [0, 2**62)")

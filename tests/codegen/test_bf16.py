@@ -394,7 +394,7 @@ def test_run_time_packers_equal_the_scalar_reference(k: int, n: int) -> None:
         assert np.array_equal(got, bf16.pack_b_bf16(b).ravel()), fn
 
 
-@pytest.mark.parametrize("ci,co,h", [(32, 48, 40), (64, 96, 10)])
+@pytest.mark.parametrize("ci,co,h", [(32, 48, 40), (64, 96, 10), (96, 128, 12)])
 def test_winograd_products_in_bf16(tile_path, ci: int, co: int, h: int) -> None:
     """3x3 stride-1 convs under bf16 run Winograd F(2x2) with each position's product on the bf16 tiles (never
     F(4x4), whose transforms amplify bf16's rounding): native equals emulated up to float32 accumulation, and both
@@ -411,7 +411,9 @@ def test_winograd_products_in_bf16(tile_path, ci: int, co: int, h: int) -> None:
     rms = float(np.sqrt(np.mean(exact.astype(np.float64) ** 2)))
     outs = {}
     for precision in ("bf16-emulated", *(("bf16",) if NATIVE else ())):
-        exe = ds.compile(ds.load_onnx(model), precision=precision)
+        # (the narrow one only with bf16_min_winograd_macs off: test_narrow_winograd_convs_stay_float32_under_bf16)
+        exe = ds.compile(ds.load_onnx(model), precision=precision,
+                         bf16_min_winograd_macs=0 if 9 * ci * co < 9 * 64 * 128 else 9 * 64 * 128)
         method = next(st.method for st in exe.generic.steps if getattr(st, "method", ""))
         assert method.startswith("Winograd F(2x2);") and "; products bf16" in method and "F(4x4)" not in method, \
             method
@@ -604,3 +606,36 @@ def test_a_switch_that_is_not_true_or_false_is_refused_by_name(name, bad) -> Non
     with pytest.raises(DynshapeError, match=f"{name}=.*True or False"):
         Options(**{name: bad})
     assert getattr(Options(**{name: False}), name) is False
+
+
+@pytest.mark.parametrize("ci,co", [(16, 32), (32, 64)])
+def test_narrow_winograd_convs_take_float32_f4_under_bf16(tile_path, ci: int, co: int) -> None:
+    """A 3x3 conv that Winograd takes, on fewer than bf16_min_winograd_macs multiply-adds a pixel, runs float32's
+    F(4x4) under bf16 where its map pays for it (its 4x fewer products beat F(2x2)'s at bf16's rate where products
+    run on VDPBF16PS), and F(2x2) with bf16 products on a map too small for F(4x4): on a large map the very values
+    of the float32 build, bit for bit; on a small one bf16's (not float32's), native equal to emulated."""
+    tile_path(0)
+    rng = np.random.default_rng(ci)
+    w = (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32)
+    model = _conv_model(ci, co, 3, 1, 1, 1, w)
+    fp32 = ds.compile(ds.load_onnx(model))
+    small = {}
+    for precision in ("bf16-emulated", *(("bf16",) if NATIVE else ())):
+        exe = ds.compile(ds.load_onnx(model), precision=precision)
+        method = next(st.method for st in exe.generic.steps if getattr(st, "method", ""))
+        assert method.startswith("Winograd F(4x4)") and "F(2x2)'s products bf16" in method \
+            and "F(4x4)'s float32" in method, method
+        for h, wd in ((40, 36), (8, 8)):
+            x = rng.standard_normal((1, ci, h, wd)).astype(np.float32)
+            r = rng.standard_normal((1, co, h, wd)).astype(np.float32)
+            got, want = exe.run({"x": x, "r": r})["y"], fp32.run({"x": x, "r": r})["y"]
+            if h == 40:
+                np.testing.assert_array_equal(got, want)
+            else:
+                rms = float(np.sqrt(np.mean(want.astype(np.float64) ** 2)))
+                assert 1e-4 * rms < np.abs(got - want).max() <= 0.03 * rms
+                small[precision] = (x, r, got)
+    if NATIVE:
+        x, r, emulated = small["bf16-emulated"]
+        native = ds.compile(ds.load_onnx(model), precision="bf16").run({"x": x, "r": r})["y"]
+        assert np.abs(native - emulated).max() <= 1e-4 * float(np.abs(emulated).max())

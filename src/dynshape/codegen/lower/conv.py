@@ -77,8 +77,11 @@ def lower_conv(cv: Conv, ctx: LowerCtx) -> Lowered:
     # work) cost more than the multiplies they save: a 3x3 conv is an implicit GEMM there (probe: resnet18, unet)
     if not depthwise and ctx.options.winograd and winograd_fits(geo, ctx.options) and not bf16.amx_tiles(ctx.options):
         # bf16 products: F(2x2) only (F(4x4)'s transforms amplify bf16's rounding: errors of 0.4 of the output's
-        # RMS on a 40x40 map, against 0.02 for F(2x2) and 0.015 for the direct sum in bf16)
-        tile = 2 if bf16.active(ctx.options) else ctx.options.winograd_tile
+        # RMS on a 40x40 map, against 0.02 for F(2x2) and 0.015 for the direct sum in bf16); a narrow conv takes
+        # float32's F(4x4) where its map pays for it and F(2x2) in bf16 elsewhere (bf16_winograd_too_narrow)
+        low = bf16.active(ctx.options)
+        tile = 2 if low and not bf16_winograd_too_narrow(geo, ctx.options.bf16_min_winograd_macs) \
+            else ctx.options.winograd_tile
         direct = direct_beside(geo, ctx.options.winograd_min_tiles)
         if direct is not None:
             return _winograd(cv, ctx, geo, ops, ext, E, winograd_tiles(geo, tile), direct)
@@ -109,6 +112,20 @@ def bf16_too_narrow(geo: dict, min_macs: int) -> bool:
     its count: one conv + ReLU, 1 thread, float32 / narrow bf16: 3 -> 16 3x3 on 160x192 294 / 160 us, 1 -> 8 3x3
     177 / 140, 8 -> 8 3x3 on 128x128 318 / 90, 4 -> 16 1x1 73 / 66, 3 -> 24 3x3 stride 2 on 224x224 169 / 107."""
     return geo["KH"] * geo["KW"] * geo["CG"] * geo["OCG"] < min_macs
+
+
+def bf16_winograd_too_narrow(geo: dict, min_macs: int) -> bool:
+    """Whether a conv that Winograd takes runs float32's F(4x4) where its map pays for it (wino4_pays) under a bf16
+    precision, and F(2x2) with bf16 products elsewhere (on VDPBF16PS: AMX tiles take 3x3 convs directly): fewer
+    than `min_macs` multiply-adds a pixel (Options.bf16_min_winograd_macs). Where F(4x4) does not pay (small
+    maps: mtcnn_rnet's 28 -> 48 on 10x10), F(2x2) in bf16 beats F(2x2) in float32 (1.05-1.07x that model).
+    Why: F(4x4) in float32 makes 4x fewer products than the direct sum, F(2x2) in bf16 (F(4x4)'s transforms amplify
+    bf16's rounding) 2.25x fewer at twice the rate, and the transforms, float32 in both, weigh most where the
+    channels are few. One conv + Relu, 1 thread, AMD EPYC Zen 4, bf16 F(2x2) / float32 time: 16 -> 16 on 160x160
+    1.83-1.94, 16 -> 32 on 235x235 1.42-1.53 (mtcnn_pnet's: its bf16 call was slower than its float32 one), 32 ->
+    32 1.26-1.32, 32 -> 64 on 112x112 0.98-1.07, 64 -> 64 0.89-1.07, 128 -> 128 on 28x28 and 56x56 0.87-0.93,
+    256 -> 256 0.57-0.81. Float32 is also the more exact choice."""
+    return 9 * geo["C"] * geo["OC"] < min_macs
 
 
 def flat_depthwise(geo: dict) -> bool:
@@ -554,9 +571,9 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
             """One block; `shared`: the team shares its chunks (and its epilogue), else one thread runs it."""
             stmts: list[kir.Stmt] = [
                 kir.Let(r0, b * per), kir.Let(r1, kir.Select(r0 + per < rows, r0 + per, rows)),
-                _call(fn + ("_t" if low else ""), kir.Addr(geo_buf), kir.Addr(x), kir.Addr(packs[m]), kir.Addr(o0),
-                      kir.Addr(zeros), r0 * tw, r1 * tw, par if shared else i64(0), kir.Addr(scratch), bias_arg,
-                      *low_args)]
+                _call(fn + ("_t" if low and m == 2 else ""), kir.Addr(geo_buf), kir.Addr(x), kir.Addr(packs[m]),
+                      kir.Addr(o0), kir.Addr(zeros), r0 * tw, r1 * tw, par if shared else i64(0), kir.Addr(scratch),
+                      bias_arg, *(low_args if m == 2 else ()))]
             if epilogue:
                 stmts += [kir.Let(p0, first_pixel(r0)), kir.Let(p1, first_pixel(r1)),
                           kir.For(r, p1, tuple(epilogue), start=p0,
@@ -580,8 +597,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
         wino = run(tiles[0])
     inputs = [x, packs[tiles[-1]], *ops.buffers, *([packs[tiles[0]]] if len(tiles) == 2 else [])]
     suffix = {"bf16": "_bf16", "bf16-emulated": "_bf16e"}.get(ctx.options.precision, "")
-    weights: list[PackedWeight] = [PackedWeight(cv.weight, layout=("winograd" if m == 2 else "winograd4") + suffix)
-                                   for m in tiles]
+    weights: list[PackedWeight] = [PackedWeight(cv.weight, layout="winograd" + suffix if m == 2 else "winograd4")
+                                   for m in tiles]  # (F(4x4) is float32 under bf16 too: bf16_winograd_too_narrow)
     method = "Winograd F(4x4) where it pays on the call's map (wino4_pays), else F(2x2): both packed" \
         if len(tiles) == 2 else f"Winograd F({tiles[0]}x{tiles[0]})"
     needs = ("conv_dw_wino", "packed_gemm", "packed_gemm_bf16") if low else ("conv_dw_wino",)
@@ -597,7 +614,8 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
     else:
         body += wino
     if low:
-        method += f"; products {bf16.method(ctx.options)}"
+        method += f"; F(2x2)'s products {bf16.method(ctx.options)}, F(4x4)'s float32" if 4 in tiles \
+            else f"; products {bf16.method(ctx.options)}"
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), tuple(inputs), tuple(body), (*ctx.symbols, ROW_STRIDE))
     return Lowered(kernel, cv.outputs, (node.inputs[0], weights[-1], *ops.ptrs, *weights[:-1]), needs=needs,
                    row_stride=True, scratch_bytes=max(_wino_scratch(m, c, oc) for m in tiles), method=method)
