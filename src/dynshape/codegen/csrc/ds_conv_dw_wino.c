@@ -307,6 +307,13 @@ static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const
     }
 }
 
+/* A 1x1 conv's (or a Winograd position's) product in another precision: ds_conv_tile2's contract plus the memo's
+   epoch (csrc/ds_gemm_bf16.c's ds_conv_tile2_bf16, whose address the generated kernel passes: this library does
+   not link against that one). */
+typedef void (*ds_wino_tile_fn)(const int64_t *, const float *restrict, const void *, float *restrict,
+                                const float *restrict, int64_t, int64_t, int64_t, int64_t, const float *restrict,
+                                const float *restrict, int64_t);
+
 /* ---- a 1x1 conv into a depthwise one ------------------------------------------------------------------------
    Output rows ho0..ho1 of image n of the depthwise conv (geometry gd) over the 1x1 conv's (gp) result, of which
    only the rows these need are computed, into `scratch` (the caller's: ds_conv.h says how large):
@@ -314,12 +321,6 @@ static void ds_dwconv_row_act(const int64_t *geo, const float *restrict x, const
    reading them there, in cache, instead of the whole expanded map going out to memory and back. Scratch row r
    holds input row r0 + r; the depthwise kernel addresses an image's rows from its start, which therefore lies
    r0 rows before the scratch (never read: every row it reads is one of r0..r1). */
-/* A 1x1 conv's (or a Winograd position's) product in another precision: ds_conv_tile2's contract plus the memo's epoch (csrc/ds_gemm_bf16.c's
-   ds_conv_tile2_bf16, whose address the generated kernel passes: this library does not link against that one). */
-typedef void (*ds_wino_tile_fn)(const int64_t *, const float *restrict, const void *, float *restrict,
-                                const float *restrict, int64_t, int64_t, int64_t, int64_t, const float *restrict,
-                                const float *restrict, int64_t);
-
 static void ds_pwdw_run(const int64_t *gp, const int64_t *gd, const float *restrict x, const void *bp,
                         const float *restrict bias_p, const float *restrict wd, const float *restrict bias_d,
                         float *restrict y, const float *restrict zeros, float *restrict scratch, int64_t n,
