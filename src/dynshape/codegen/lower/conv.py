@@ -285,10 +285,25 @@ def _implicit_gemm(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict,
                    method=f"{how}; {bf16.method(ctx.options)}" if low else how, storage=storage)
 
 
+def _conv_layout(precision: str) -> str:
+    """The packing of an implicit GEMM's (or a 1x1's) weights at `precision`: the tiles ds_conv_tile2 or its bf16
+    twins read."""
+    return {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}.get(precision, "conv")
+
+
 def _direct_weight(cv: Conv, ctx: LowerCtx, geo: dict) -> PackedWeight:
     """The implicit GEMM's packed weights."""
-    layout = {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}.get(ctx.options.precision, "conv")
-    return PackedWeight(cv.weight, layout=layout, groups=geo["G"])
+    return PackedWeight(cv.weight, layout=_conv_layout(ctx.options.precision), groups=geo["G"])
+
+
+def _bf16_tile(ctx: LowerCtx, body: list) -> tuple[kir.Var, kir.Var, int]:
+    """The bf16 tile function's address and the call's epoch, bound at the head of `body` (Winograd's positions
+    and a chain's 1x1 call the tile through its address: their library does not link the bf16 one), and whether
+    its weights are bf16 pairs (1) or rounded float32 panels (0)."""
+    getter, half = bf16.winograd_tile(ctx.options)
+    tile_at, ep = kir.Var("tile"), kir.Var("ep")
+    body += [kir.Let(tile_at, kir.Call(getter, (), I64)), kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64))]
+    return tile_at, ep, half
 
 
 def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir.Buffer, bp: kir.Buffer,
@@ -516,9 +531,7 @@ def _winograd(cv: Conv, ctx: LowerCtx, geo: dict, ops, ext: list, E: dict, tiles
     low = bf16.active(ctx.options)
     low_args: tuple[kir.Expr, ...] = ()
     if low:
-        getter, half = bf16.winograd_tile(ctx.options)
-        tile_at, ep = kir.Var("tile"), kir.Var("ep")
-        body += [kir.Let(tile_at, kir.Call(getter, (), I64)), kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64))]
+        tile_at, ep, half = _bf16_tile(ctx, body)
         low_args = (tile_at, ep, i64(half))
     seen = _without_bias(node) if bias is not None else node  # the output transform adds it (and the activation)
     epilogue = [] if act else epilogue_loop(ctx.graph, ops, seen, cv.epilogue, cv.outputs[0], o0, r * E["LD"] + j,
@@ -727,12 +740,7 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     # bf16: the 1x1's product on the bf16 tiles (their address from the bf16 library, the call's epoch), unless
     # it is too narrow to pay (bf16_too_narrow); the depthwise rows stay float32
     low = bf16.active(ctx.options) and not bf16_too_narrow(gp, ctx.options.bf16_min_conv_macs)
-    low_args: tuple[kir.Expr, ...] = ()
-    if low:
-        getter, _ = bf16.winograd_tile(ctx.options)
-        tile_at, ep = kir.Var("tile"), kir.Var("ep")
-        body += [kir.Let(tile_at, kir.Call(getter, (), I64)), kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64))]
-        low_args = (tile_at, ep)
+    low_args: tuple[kir.Expr, ...] = _bf16_tile(ctx, body)[:2] if low else ()
     chunk = [kir.Let(n, nc / chunks), kir.Let(ho0, (nc % chunks) * rows),
              kir.Let(ho1, kir.Select(ho0 + rows < oh, ho0 + rows, oh)),
              _call("ds_pwdw_rows_t" if low else "ds_pwdw_rows", kir.Addr(geo_p), kir.Addr(geo_d), kir.Addr(x),
@@ -747,7 +755,7 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops_p.buffers, wd, *ops_d.buffers), tuple(body),
                         ctx.symbols)
-    layout = {"bf16": "conv_bf16", "bf16-emulated": "conv_bf16e"}[ctx.options.precision] if low else "conv"
+    layout = _conv_layout(ctx.options.precision if low else "fp32")
     inputs = (pw.node.inputs[0], PackedWeight(pw.weight, layout=layout, groups=1), *ops_p.ptrs,
               PackedWeight(dw.weight, layout="taps"), *ops_d.ptrs)
     method = "1x1 conv into depthwise: a few rows at a time in per-thread scratch"

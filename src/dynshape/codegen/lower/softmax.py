@@ -193,8 +193,9 @@ def lower_softmax(sm: Softmax, ctx: LowerCtx) -> Lowered:
         stmts = tuple(rows) if nest is None else (nest,)
         nest = kir.For(idx[i], L[i], stmts, omp=kir.Omp(shared=True, collapse=n - 1) if i == 0 else None)
     work = kir.Bin(">=", kir.product(L), kir.Const(ctx.options.par_min_elements, kir.I64))
-    region = [*(() if short else (kir.Alloc(row, L[n - 1]),)), *((nest,) if nest is not None else rows),
-              *(() if short else (kir.Free(row),))]
+    region = [nest] if nest is not None else rows
+    if not short:  # (the passes' row buffer)
+        region = [kir.Alloc(row, L[n - 1]), *region, kir.Free(row)]
     if n > 1:
         body.append(kir.Region(tuple(region), if_=work))
     else:  # one row: nothing to share out
