@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dynshape.codegen import clib, program
+from dynshape.codegen import clib
 from dynshape.codegen.bf16 import check_precision
 from dynshape.codegen.cc import cache_dir, pinned_cache_dir
 from dynshape.errors import ConstraintViolation, DynshapeError
@@ -36,6 +36,7 @@ from dynshape.runtime import profile as profile_io
 from dynshape.runtime.arenas import Arena, ArenaPool, grow
 from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import graph_binder, nonempty_first
+from dynshape.runtime.bucket_dispatch import bucket_plan
 from dynshape.runtime.build import KernelStep, build
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
 from dynshape.runtime.loop_bodies import Bodies
@@ -43,7 +44,7 @@ from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal
 from dynshape.runtime.overrides import Overrides
 from dynshape.runtime.plan import BoundPlan, Planner, check_out, plannable
 from dynshape.runtime.profile import KeyProfile
-from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_layout, holding_bucket, rekey
+from dynshape.runtime.rekey import holding_bucket
 from dynshape.runtime.strategy import choose, declared, exact_guard, make_guard, order_buckets
 from dynshape.runtime.variants import Variant, VariantTable
 from dynshape.sym import sym
@@ -443,11 +444,11 @@ class Executable:
 
     def _plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan:
         """Lay out and bind this key's plan in the arena the caller holds (refused first if over budget); a key
-        not seen in this arena before is served by its bucket's plan where one can be (`_bucket_plan`)."""
+        not seen in this arena before is served by its bucket's plan where one can be (bucket_dispatch.py)."""
         pl = variant.planner
         w = variant.worst
         if self.options.bucket_plans and not self.options.inputs_kept:
-            plan = self._bucket_plan(variant, key, arena)
+            plan = bucket_plan(self, variant, key, arena)
             if plan is not None:
                 return plan
         if w is not None and w.monotone and w.reserve <= arena.buf.size:  # bounded: the max-key offsets fit all
@@ -482,89 +483,6 @@ class Executable:
         arena.plans.keep((variant.uid, key), plan, self.memory.plan_bytes() - ks.remembered_bytes(arena),
                          self.options.plan_cache)
         return plan
-
-    def _bucket_plan(self, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
-        """A bucket plan of this arena at key: one whose state there is remembered, put back (runtime/key_states.py),
-        else the last made whose bucket holds the key moved to it (runtime/rekey.py), else a new one made at the key.
-        None: the key's own plan (recalled OWN_PLAN_AFTER times, or seen before with its state dropped, while the
-        plan cache has room; a bounded arena too small for a bucket; no program library). A bucket plan that cannot
-        move to the key is dropped and a new one made at it."""
-        seen, uid, buf = arena.seen, variant.uid, arena.buf
-        for slot, plan in reversed(arena.buckets.items()):  # a bucket plan that was at this key: its state put back
-            if slot[0] == uid:  # (one bound to an older buffer too: it holds that buffer, valid as its own plans are)
-                st = plan.bucket
-                if key == st.key:  # (its own plan once called ks.OWN_PLAN_IN_A_ROW times in a row: a single shape)
-                    calls = self.stats_.calls
-                    st.in_a_row, st.last_call = (st.in_a_row + 1 if st.last_call == calls - 1 else 1), calls
-                    return None if st.in_a_row >= ks.OWN_PLAN_IN_A_ROW and len(arena.plans) < self.options.plan_cache \
-                        else plan
-                made = st.remembered.get(key)
-                if made is None:
-                    continue
-                if made.hits >= ks.OWN_PLAN_AFTER and len(arena.plans) < self.options.plan_cache:
-                    ks.forget(plan, key)  # called often enough to pay for binding its own plan (below)
-                    return None
-                made.hits += 1
-                self._leave(plan, arena, spare=key)
-                if ks.recall(plan, key, self.stats_.calls):
-                    return plan
-                break  # (not reached: the state at key is spared) moved or bound below
-        if ((uid, key) in seen and len(arena.plans) < self.options.plan_cache) or program.LIBRARY.try_load() is None:
-            return None  # (a full cache would evict another key's plan for this one: a stream cycling over more
-            # keys than it holds, a decode loop longer than it, would bind a plan per call)
-        if len(seen) >= 4096:
-            seen.clear()
-        seen[uid, key] = True
-        pl, w = variant.planner, variant.worst
-        shapes = dict(zip(pl.values, pl.shapes(key)))
-        stale, last = False, None
-        for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
-            if slot[0] != uid:
-                continue
-            last = last or plan.bucket.key
-            if plan.arena is not buf:
-                stale = True
-            elif plan.bucket.covers(key) and plan.bucket.fits(pl, key):
-                self._leave(plan, arena)
-                if rekey(pl, plan, key, shapes):
-                    return plan
-                del arena.buckets[slot]  # half moved: never used again; a new bucket plan starts at this key (a
-                break  # product that takes another kernel from this size on: its calls change shape once, here)
-        if stale:
-            ks.drop_stale_buckets(arena)
-        if w is not None and w.monotone and w.reserve <= buf.size:
-            top, offsets, total, sizes = None, w.offsets, w.layout, None
-        else:
-            made = bucket_layout(pl, key, shapes, tuple(s.hi for s in self.symbols), last)
-            if made is None:
-                return None
-            top, offsets, total, sizes = made
-        if total > buf.size:
-            if self.memory.bounded:  # the arenas hold the worst case (or the budget): they do not grow for a bucket
-                return None
-            try:
-                check_machine(total, "a bucket plan", "", [])
-                grow(arena, total)
-            except (MemoryError, DynshapeError):
-                return None
-            arena.fit = (pl, offsets, sizes or pl.sizes(shapes))
-        slot = (uid, "worst" if top is None else top)
-        symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
-        plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, top, offsets, sizes, total))
-        arena.buckets.pop(slot, None)
-        while len(arena.buckets) >= BUCKETS_PER_ARENA:
-            arena.buckets.pop(next(iter(arena.buckets)))
-        arena.buckets[slot] = plan
-        plan.bucket.last_call = self.stats_.calls
-        return plan
-
-    def _leave(self, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
-        """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
-        calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
-        generation passes the same buffers, so nothing is patched again)."""
-        plan.bucket.in_a_row, plan.bucket.last_call = 1, self.stats_.calls  # (this call: the first at the next key)
-        ks.remember(plan, arena, ks.STATES_PER_PLAN * self.options.plan_cache,  # (one budget for plans and states)
-                    self.memory.plan_bytes() - arena.plans.held, spare, self.stats_.calls)
 
     def __call__(self, **inputs: Any) -> list[np.ndarray]:
         out = self.run(inputs)
