@@ -386,3 +386,18 @@ def test_shape_with_more_elements_than_any_array_is_refused_even_next_to_a_zero_
               {"s": np.array([0, 0, 2, 2**62])})
     refused(m, r"node 'r' \(Reshape\): output 'y' would have shape \[0, S, 2, 4611686018427387904\], more than "
                r"2\*\*63 elements", ds.ShapeError)
+
+
+@pytest.mark.parametrize("node, inits", [
+    (helper.make_node("Tile", ["x", "r"], ["y"]), {"r": np.array([1 << 61, 1])}),
+    (helper.make_node("Pad", ["x", "r"], ["y"]), {"r": np.array([0, 0, 0, (1 << 61) - 2])}),
+], ids=["Tile", "Pad"])
+def test_a_memory_plan_past_int64_bytes_is_refused_by_name(node, inits):
+    """Fuzzer cases 2519 and 2764 (seed 1207): a Tile by 2**61 repeats, a Pad of 2**61 columns, each within
+    2**63 elements, so the shape rules take them; their buffers' bytes then passed int64 where the memory plan
+    handed them to its C first-fit, and a raw OverflowError escaped. The call is refused by name instead."""
+    exe = ds.compile(ds.load_onnx(model([node], [vi("x", ["B", 4])], Y, inits)))
+    for _ in range(2):  # and again: the refusal left nothing half-done
+        with pytest.raises(ds.ConstraintViolation, match=r"value 'y' would have shape \(\d+, \d+\) at "
+                                                          r"\{'B': 2\}: \d+ bytes, .* more than any memory plan"):
+            exe.run({"x": np.ones((2, 4), np.float32)})

@@ -40,6 +40,7 @@ from dynshape.sym import Expr, Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
 ALIGN = 64
+LAYOUT_LIMIT = 1 << 62  # a memory plan's bytes in all from which it is refused (its offsets are int64 in the C)
 MEMO_INPUT_BYTES = 1 << 12  # a per-key step's computed inputs up to this size key the shared results
 MEMO_BYTES = 16 << 20  # shared per-key results in all, per planner (over it, the memo starts again)
 _SCRATCH: dict[int, dict[str, np.ndarray]] = {}  # id(arena buffer) -> tag -> the scratch its plans share
@@ -498,9 +499,15 @@ class Planner:
         return {b: -(-max(1, math.prod(shapes[b]) * self.dtypes[b].itemsize) // ALIGN) * ALIGN for b in self.buffers}
 
     def layout(self, key: tuple) -> tuple[dict, dict, int]:
-        """(shape per value, byte offset per buffer, arena size) for one key: first-fit by lifetime."""
+        """(shape per value, byte offset per buffer, arena size) for one key: first-fit by lifetime. A layout
+        whose bytes no int64 holds (a Tile by huge repeats) is refused by name, before the C sees a size."""
         shapes = dict(zip(self.values, self.shapes(key)))
         sizes = self.sizes(shapes)
+        if sum(sizes.values()) >= LAYOUT_LIMIT:
+            big = max(sizes, key=sizes.get)
+            raise ConstraintViolation(f"value {big!r} would have shape {tuple(shapes[big])} at "
+                                      f"{dict(zip(self.symbol_names, key))}: {sizes[big]} bytes, and the call's "
+                                      f"buffers {sum(sizes.values())} in all, more than any memory plan can hold")
         lib = program.LIBRARY.try_load()
         if lib is None:
             return (shapes, *self.first_fit(sizes))
