@@ -94,12 +94,13 @@ def test_unbounded_call_beyond_the_machine_is_refused_naming_input_symbol_bytes_
 
 
 def test_allocation_the_os_refuses_is_a_dynshape_error(mlp_unbounded, monkeypatch):
-    from dynshape.runtime import executable
+    from dynshape.runtime import bucket_dispatch, executable
 
     def refuse(arena, total):
         raise MemoryError(f"Unable to allocate {total} bytes")
 
-    monkeypatch.setattr(executable, "grow", refuse)
+    monkeypatch.setattr(executable, "grow", refuse)  # a key's own plan
+    monkeypatch.setattr(bucket_dispatch, "grow", refuse)  # a bucket plan
     monkeypatch.setattr(memory, "machine_bytes", lambda: None)
     with pytest.raises(ds.DynshapeError, match=r"batch = 5000 .*dims=\{'batch': \(1, N\)\}"):
         mlp_unbounded.run({"x": np.zeros((5000, 64), np.float32)})
