@@ -282,6 +282,20 @@ def test_loop_trip_count_that_is_not_a_scalar_is_refused():
     refused(_loop([3], {"m": np.array([2, 3, 4])}), r"trip count M must be a scalar", ds.ShapeError)
 
 
+def test_a_loop_whose_body_takes_another_count_of_values_is_refused():
+    """Fuzzer case 12439 (seed 1207): a Loop given two loop-carried values for a body that takes one ran the body
+    on its first inputs, and the compiled build disagreed with the reference one (onnxruntime refuses the model).
+    The body's inputs must be the iteration number, the condition and the carried values; its outputs the
+    condition, then the carried values, then the scan outputs."""
+    m = _loop([])
+    m.graph.node[0].input.append("x")
+    refused(m, r"node 'loop' \(Loop\): its body graph 'body' takes 3 inputs, but the node gives it 4", ds.ShapeError)
+    m = _loop([])
+    del m.graph.node[0].attribute[0].g.output[1]
+    refused(m, r"node 'loop' \(Loop\): the body returns 1 values, but a Loop with 1 loop-carried values needs the "
+               r"condition and those 1 first", ds.ShapeError)
+
+
 def test_loop_trip_count_of_symbolic_length_is_checked_per_call():
     exe = ds.compile(ds.load_onnx(_loop(["k"])))
     assert exe.run({"x": np.ones(4, np.float32), "m": np.array([2])})["y"].shape == (4,)  # one element: as ORT

@@ -340,6 +340,10 @@ class InferCtx:
 
         The input types are re-resolved first: a rule that iterates (Loop/Scan carried values) may hand
         back types from before the body refined one of their symbols."""
+        if len(input_types) != len(graph.inputs):  # (a fuzzed Loop with one more carried value than its body takes
+            # ran on the body's first inputs: compiled and reference builds disagreed, where onnxruntime refuses)
+            self.error(f"its body graph {graph.name or '(unnamed)'!r} takes {len(graph.inputs)} inputs, but the node "
+                       f"gives it {len(input_types)}")
         facts = self.engine.facts
         return self.engine.run(graph, [None if t is None else facts.resolve_type(t) for t in input_types])
 

@@ -224,6 +224,9 @@ def _loop_infer(ctx: InferCtx) -> list:
     mark = ctx.mark()
     head = [TensorType(I64, ()), TensorType(BOOL, ())]
     state, outs = _carry(ctx, body, head, carried, [], 1)
+    if len(outs) < 1 + len(carried):
+        ctx.error(f"the body returns {len(outs)} values, but a Loop with {len(carried)} loop-carried values needs "
+                  f"the condition and those {len(carried)} first")
     state = [_localize(ctx, t, mark) for t in state]
     trips = _trip_count(ctx, body, m, cond, outs[0])
     scans = [_localize(ctx, t, mark, trips if trips is not None else ctx.fresh("loop_trips"))
