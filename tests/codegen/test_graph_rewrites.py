@@ -83,6 +83,26 @@ def test_a_chain_of_scales_and_shifts_without_a_conv_becomes_one_multiply_add():
     assert ops.count("Mul") == 2 and ops.count("Add") == 2  # the chain's one of each; z's own
 
 
+def test_scalar_scales_on_a_huge_channel_axis_are_not_made_per_channel():
+    """Fuzzer case 5483 (seed 1207): an input declared with 10^9 channels, scaled and shifted by one value each,
+    took two float64 vectors of the channels (16 GB) before any check; past fold.MAX_CHANNELS the ops stay as
+    written (one value each), and the results as the reference's."""
+    import tracemalloc
+
+    c = (1 << 23) + 1  # past MAX_CHANNELS: folding would take 2 x 64 MB of float64 and 2 x 32 MB of float32
+    nodes = [helper.make_node("Mul", ["x", "k"], ["t"]), helper.make_node("Add", ["t", "u"], ["y"])]
+    g = ds.load_onnx(_model(nodes, [1, c, 1], {"k": np.float32(2.0), "u": np.float32(0.5)}))
+    tracemalloc.start()
+    try:
+        exe = ds.compile(g)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
+    x = RNG.standard_normal((1, c, 1)).astype(np.float32)
+    assert_f32_close(exe.run({"x": x})["y"], x * np.float32(2.0) + np.float32(0.5), rtol=1e-6, scale=1e-6)
+
+
 def test_batchnorm_after_a_conv_read_twice_is_not_folded_into_it():
     w = (RNG.standard_normal((4, 4, 1, 1))).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]),
