@@ -5,7 +5,7 @@ executable.py, which calls it once per planned call at an unseen key, stays one 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dynshape.codegen import program
 from dynshape.errors import DynshapeError
@@ -16,8 +16,11 @@ from dynshape.runtime.plan import BoundPlan
 from dynshape.runtime.rekey import BUCKETS_PER_ARENA, BucketState, bucket_layout, rekey
 from dynshape.runtime.variants import Variant
 
+if TYPE_CHECKING:
+    from dynshape.runtime.executable import Executable
 
-def bucket_plan(exe: Any, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
+
+def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> BoundPlan | None:
     """A bucket plan of this arena at key: one whose state there is remembered, put back (runtime/key_states.py),
     else the last made whose bucket holds the key moved to it (runtime/rekey.py), else a new one made at the key.
     None: the key's own plan (recalled OWN_PLAN_AFTER times, or seen before with its state dropped, while the
@@ -92,7 +95,7 @@ def bucket_plan(exe: Any, variant: Variant, key: tuple, arena: Arena) -> BoundPl
     plan.bucket.last_call = exe.stats_.calls
     return plan
 
-def leave(exe: Any, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
+def leave(exe: Executable, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
     """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
     calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
     generation passes the same buffers, so nothing is patched again)."""
