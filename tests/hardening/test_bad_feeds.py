@@ -106,6 +106,35 @@ def test_allocation_the_os_refuses_is_a_dynshape_error(mlp_unbounded, monkeypatc
         mlp_unbounded.run({"x": np.zeros((5000, 64), np.float32)})
 
 
+def test_outputs_the_os_refuses_to_allocate_are_a_dynshape_error(monkeypatch):
+    """Fuzzer case 22947 (seed 777): the arrays a call's outputs are written straight into were allocated outside
+    any check, and a MemoryError escaped raw; the call is refused naming the bytes, and runs once memory is back."""
+    from dynshape.runtime import plan
+
+    x, y = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 1024]), \
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    exe = ds.compile(ds.load_onnx(m))
+    feed = {"x": -np.ones((64, 1024), np.float32)}
+    assert not exe.run(feed)["y"].any()
+
+    class Refusing:  # numpy, but the operating system refuses every new array
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            raise MemoryError("Unable to allocate")
+
+    monkeypatch.setattr(plan, "np", Refusing())
+    with pytest.raises(ds.DynshapeError, match=r"the call's outputs need 262144 bytes, which the operating system "
+                                               r"refused"):
+        exe.run(feed)
+    monkeypatch.undo()
+    assert not exe.run(feed)["y"].any()
+
+
 def test_unplanned_path_refuses_a_contiguous_copy_beyond_the_machine(monkeypatch):
     """An interpreted Loop keeps the executable unplanned: the input copy itself is checked before it is made."""
     exe = ds.compile(ds.load_onnx(_loop_gather_model(index=0)), compile_bodies=False)

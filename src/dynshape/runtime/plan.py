@@ -114,7 +114,11 @@ class BoundPlan:
             if not self._fits(out):
                 check_out(out, self.want)  # refuses by name; an array it admits (a subclass) goes on
         elif self.fresh:
-            out = {name: np.empty(shape, dtype) for name, shape, dtype in self.fresh}
+            try:
+                out = {name: np.empty(shape, dtype) for name, shape, dtype in self.fresh}
+            except MemoryError as e:  # (fuzzer case 22947, seed 777: it escaped raw)
+                raise _refused_outputs(sum(math.prod(shape) * np.dtype(dtype).itemsize
+                                           for _, shape, dtype in self.fresh)) from e
         skip, written = self._place(arrays, out) if self.in_place or self.out_place else ((), ())
         try:
             for k, view in self.copy_in:
@@ -129,10 +133,7 @@ class BoundPlan:
                         else v.copy() for name, v in self.outputs}
             return {name: v.copy() for name, v in self.outputs}
         except MemoryError as e:
-            need = sum(int(np.asarray(v).nbytes) for _, v in self.outputs)
-            raise DynshapeError(f"copying the outputs out of the arena needs {need} bytes, which the operating "
-                                "system refused; bound the model's symbols (dims=...) or give it a memory_budget") \
-                from e
+            raise _refused_outputs(sum(int(np.asarray(v).nbytes) for _, v in self.outputs)) from e
 
     def execute(self) -> None:
         """Run the bound calls on what the arena (and the patched addresses) hold now. A failure names the node
@@ -236,6 +237,11 @@ class BoundPlan:
 
 
 IN_PLACE_BYTES = 1 << 16  # inputs below this at every key are copied (a copy costs less than a patch)
+
+
+def _refused_outputs(need: int) -> DynshapeError:
+    return DynshapeError(f"the call's outputs need {need} bytes, which the operating system refused; bound the "
+                         "model's symbols (dims=...) or give it a memory_budget")
 
 
 def _small(t: TensorType) -> bool:
