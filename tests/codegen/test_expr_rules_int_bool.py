@@ -94,3 +94,23 @@ def test_integer_arithmetic_wraps_as_numpy(op, dtype):
     got, want = _run(op, dtype, 2)
     assert got.dtype == want.dtype == dtype
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.float32])
+def test_where_selects_integers_and_bools_in_the_kernel(dtype):
+    """A masked_fill of token ids (BART's decoder inputs: Where(ids == -100, pad, ids) on int64) compiled, with a
+    constant branch broadcast from a scalar, exact."""
+    et = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = helper.make_graph([helper.make_node("Where", ["c", "k", "x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, ["b", "n"]),
+                           helper.make_tensor_value_info("x", et, ["b", "n"])],
+                          [helper.make_tensor_value_info("y", et, None)],
+                          [numpy_helper.from_array(_values(dtype, 3)[-1:].reshape(()), "k")])
+    exe = ds.compile(ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])))
+    assert not exe.explain_build()["uncompiled"], exe.explain_build()["uncompiled"]
+    rng = np.random.default_rng(5)
+    c, x = rng.integers(0, 2, (3, 170)).astype(np.bool_), _values(dtype, 4)[:510].reshape(3, 170)
+    got = exe.run({"c": c, "x": x})["y"]
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, np.where(c, _values(dtype, 3)[-1], x))
+

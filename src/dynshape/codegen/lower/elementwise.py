@@ -90,9 +90,14 @@ def _pow_accepts(node: Node, graph: Graph) -> str | None:
 
 
 def _where_accepts(node: Node, graph: Graph) -> str | None:
+    """A bool condition choosing between two values of the output's dtype: float32, int64 / int32 (a masked_fill
+    of token ids: BART's decoder inputs) or bool (a select copies the element, whatever its type)."""
     if np.dtype(graph.types[node.inputs[0]].dtype) != np.bool_:
         return "the condition is not bool"
-    return _float32_values([*node.inputs[1:], *node.outputs], graph)
+    types = {_dtype(x, graph) for x in (*node.inputs[1:], *node.outputs)}
+    if len(types) == 1 and types <= {*_NUMERIC, kir.BOOL}:
+        return None
+    return f"values {sorted(map(str, types))}, the kernel selects one of {', '.join((*_NUMERIC, kir.BOOL))}"
 
 
 def _isnan_accepts(node: Node, graph: Graph) -> str | None:
