@@ -51,6 +51,29 @@ class PoolMode(enum.IntEnum):
     AVG_PADS = 2
 
 
+class ScatterReduction(enum.IntEnum):
+    """How ds_scatter_nd / ds_scatter_elements combine an update with the element at its index (DS_SCATTER_*)."""
+
+    NONE = 0
+    ADD = 1
+    MUL = 2
+
+
+class ScatterType(enum.IntEnum):
+    """The element type a scatter's reduction computes in (DS_SCATTER_*; OTHER: bytes copied, no reduction)."""
+
+    OTHER = 0
+    F32 = 1
+    F64 = 2
+    I32 = 3
+    I64 = 4
+
+
+SCATTER_MAX_RANK = 16  # the C's index counters (DS_SCATTER_MAX_RANK)
+# a ScatterND's and a ScatterElements' table (DS_SCATTER_ND_<field>, DS_SCATTER_EL_<field>; csrc/ds_scatter.c):
+# the fields, then the geometry (shape, then the output's byte strides)
+SCATTER_ND = ("K", "M", "SLICE", "ITEMSIZE", "I32", "REDUCTION", "TYPE", "NBYTES", "OUT", "X", "IDX", "UPD")
+SCATTER_EL = ("RANK", "AXIS", "N", "ITEMSIZE", "I32", "REDUCTION", "TYPE", "NBYTES", "OUT", "X", "IDX", "UPD")
 # a conv's geometry array (DS_CONV_<field> is its index; csrc/ds_conv.h says what each holds)
 CONV_GEO = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG",
             "LDY", "ACT", "NPIX", "WREST", "XBF", "YBF", "RBF")
@@ -76,6 +99,11 @@ def header() -> str:
         "enum { " + ", ".join(f"DS_POOL_{m.name} = {m.value}" for m in PoolMode) + " };\n",
         _enum("DS_CONV", CONV_GEO, "GEO"),
         _enum("DS_POOL", POOL_GEO, "GEO"),
+        "enum { " + ", ".join(f"DS_SCATTER_{r.name} = {r.value}" for r in ScatterReduction) + " };\n",
+        "enum { " + ", ".join(f"DS_SCATTER_{t.name} = {t.value}" for t in ScatterType) + " };\n",
+        f"#define DS_SCATTER_MAX_RANK {SCATTER_MAX_RANK}\n",
+        _enum("DS_SCATTER_ND", SCATTER_ND, "GEO"),
+        _enum("DS_SCATTER_EL", SCATTER_EL, "GEO"),
         "#endif\n"])
 
 

@@ -5,6 +5,7 @@ fills the lowering table (`codegen.lowering`); the list below is the whole inven
 - native: `codegen.gemm` (MatMul, Gemm through the BLAS), `codegen.row_kernels` (LayerNormalization, Softmax
   rows), `codegen.rnn_kernel` (LSTM, GRU, RNN; also their numpy-path lowering), `movement` (Transpose, Expand,
   Cast, Gather, GatherND, GatherElements), `binary_native` (float32 arithmetic broadcast per call),
+  `scatter` (ScatterND, ScatterElements),
   `channels_last` (by wrapped op: `resize`);
 - numpy: `codegen.numpy_lowering`.
 """
@@ -23,5 +24,6 @@ from dynshape.codegen.lower import (  # noqa: F401
     qproduct,
     resize,
     rounding,
+    scatter,
     softmax,
 )
