@@ -208,6 +208,27 @@ def _text_encoder(config_cls: str, model_cls: str, exporter: str, names: list[st
     return build
 
 
+def _hf_text(config_cls: str, model_cls: str, exporter: str, field: str, **cfg: Any):
+    """A transformers text model from its config (no TEXT defaults: each architecture names its own sizes), fed
+    input_ids and attention_mask of (batch, seq), its `field` out; a model with a cache exported without it."""
+    def build(path: Path) -> None:
+        torch = _torch()
+        model = _hf(config_cls, model_cls, **cfg)
+        ids = torch.randint(3, 1000, (2, 16))
+        fixed = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+        w = _Outputs.wrap(model, BI, [field], **fixed)
+        export(w, (ids, torch.ones_like(ids)), path, BI, [field], {n: {0: "batch", 1: "seq"} for n in BI}, exporter)
+
+    return build
+
+
+# decoder-only architectures after GPT-2: RMSNorm, rotary positions, gated SiLU MLPs, grouped-query attention
+DECODER = dict(vocab_size=1000, hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=512)
+BART = dict(vocab_size=1000, d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512, max_position_embeddings=512)
+
+
 def _gpt2(path: Path) -> None:
     torch = _torch()
     model = _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=1024,
@@ -221,42 +242,49 @@ def _gpt2(path: Path) -> None:
 GPT2_LAYERS, GPT2_HEADS, GPT2_HEAD_DIM = 2, 4, 32
 
 
-def _gpt2_step(path: Path) -> None:
+def _decoder_step(config_cls: str, model_cls: str, layers: int, kv_heads: int, head_dim: int, **cfg: Any):
     """One decoder step: input_ids (batch, 1), attention_mask (batch, past + 1), past_key_values as 2 * layers
-    inputs (batch, heads, past, head_dim); logits and the present keys / values out."""
-    torch = _torch()
-    from transformers import DynamicCache
+    inputs (batch, kv_heads, past, head_dim); logits and the present keys / values out."""
+    def build(path: Path) -> None:
+        torch = _torch()
+        from transformers import DynamicCache
 
-    model = _hf("GPT2Config", "GPT2LMHeadModel", vocab_size=1000, n_embd=GPT2_HEADS * GPT2_HEAD_DIM,
-                n_layer=GPT2_LAYERS, n_head=GPT2_HEADS, n_positions=4096, use_cache=True)
+        model = _hf(config_cls, model_cls, **cfg, use_cache=True)
 
-    class Step(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
+        class Step(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = model
 
-        def forward(self, input_ids, attention_mask, *past):  # noqa: ANN202
-            cache = DynamicCache()
-            for i in range(GPT2_LAYERS):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            n_past = past[0].shape[2]
-            pos = (torch.arange(1, device=input_ids.device) + n_past).unsqueeze(0).expand(input_ids.shape[0], 1)
-            out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
-                         position_ids=pos, use_cache=True)
-            pres = []
-            for layer in out.past_key_values.layers:
-                pres += [layer.keys, layer.values]
-            return (out.logits, *pres)
+            def forward(self, input_ids, attention_mask, *past):  # noqa: ANN202
+                cache = DynamicCache()
+                for i in range(layers):
+                    cache.update(past[2 * i], past[2 * i + 1], i)
+                n_past = past[0].shape[2]
+                pos = (torch.arange(1, device=input_ids.device) + n_past).unsqueeze(0).expand(input_ids.shape[0], 1)
+                out = self.m(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                             position_ids=pos, use_cache=True)
+                pres = []
+                for layer in out.past_key_values.layers:
+                    pres += [layer.keys, layer.values]
+                return (out.logits, *pres)
 
-    names = ["input_ids", "attention_mask"] + [f"past_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
-    outs = ["logits"] + [f"present_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
-    b, p = 2, 8
-    args = (torch.randint(0, 1000, (b, 1)), torch.ones(b, p + 1, dtype=torch.int64),
-            *[torch.randn(b, GPT2_HEADS, p, GPT2_HEAD_DIM) for _ in range(2 * GPT2_LAYERS)])
-    dyn = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: "past_plus_1"},
-           **{n: {0: "batch", 2: "past"} for n in names[2:]},
-           **{n: {0: "batch", 2: "past_plus_1"} for n in outs[1:]}, "logits": {0: "batch"}}
-    export(Step(), args, path, names, outs, dyn, "classic")
+        names = ["input_ids", "attention_mask"] + [f"past_{kv}_{i}" for i in range(layers) for kv in "kv"]
+        outs = ["logits"] + [f"present_{kv}_{i}" for i in range(layers) for kv in "kv"]
+        b, p = 2, 8
+        args = (torch.randint(0, 1000, (b, 1)), torch.ones(b, p + 1, dtype=torch.int64),
+                *[torch.randn(b, kv_heads, p, head_dim) for _ in range(2 * layers)])
+        dyn = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch", 1: "past_plus_1"},
+               **{n: {0: "batch", 2: "past"} for n in names[2:]},
+               **{n: {0: "batch", 2: "past_plus_1"} for n in outs[1:]}, "logits": {0: "batch"}}
+        export(Step(), args, path, names, outs, dyn, "classic")
+
+    return build
+
+
+_gpt2_step = _decoder_step("GPT2Config", "GPT2LMHeadModel", GPT2_LAYERS, GPT2_HEADS, GPT2_HEAD_DIM, vocab_size=1000,
+                           n_embd=GPT2_HEADS * GPT2_HEAD_DIM, n_layer=GPT2_LAYERS, n_head=GPT2_HEADS,
+                           n_positions=4096)
 
 
 def _t5_encoder(path: Path) -> None:
@@ -734,13 +762,19 @@ def _img(name: str, shapes: list[Shape]) -> list[dict[str, Shape]]:
     return [{name: s} for s in shapes]
 
 
-def _gpt2_step_probes() -> list[dict[str, Shape]]:
+def _step_probes(layers: int = GPT2_LAYERS, kv_heads: int = GPT2_HEADS, head_dim: int = GPT2_HEAD_DIM
+                 ) -> list[dict[str, Shape]]:
     out = []
     for b, p in ((1, 16), (1, 512), (1, 2048)):
         d = {"input_ids": (b, 1), "attention_mask": (b, p + 1)}
-        d.update({f"past_{kv}_{i}": (b, GPT2_HEADS, p, GPT2_HEAD_DIM) for i in range(GPT2_LAYERS) for kv in "kv"})
+        d.update({f"past_{kv}_{i}": (b, kv_heads, p, head_dim) for i in range(layers) for kv in "kv"})
         out.append(d)
     return out
+
+
+def _step_inputs(layers: int) -> dict[str, str]:
+    return {"input_ids": "ids:1000", "attention_mask": "ones",
+            **{f"past_{kv}_{i}": "float" for i in range(layers) for kv in "kv"}}
 
 
 BIT = ["input_ids", "attention_mask", "token_type_ids"]
@@ -773,10 +807,40 @@ CORPUS: list[ZooModel] = [
     # dynamo=True writes an invalid Split for GPT-2's qkv at opset 17 (onnxruntime: INVALID_GRAPH): classic
     ZooModel("gpt2", "transformers GPT2LMHeadModel", "classic", _text(BI), _text_probes(BI), _gpt2),
     ZooModel("gpt2_step", "transformers GPT2LMHeadModel, one step with past_key_values", "classic",
-             {"input_ids": "ids:1000", "attention_mask": "ones",
-              **{f"past_{kv}_{i}": "float" for i in range(GPT2_LAYERS) for kv in "kv"}},
-             _gpt2_step_probes(), _gpt2_step, label_input="past_k_0"),
+             _step_inputs(GPT2_LAYERS), _step_probes(), _gpt2_step, label_input="past_k_0"),
+    ZooModel("llama_step", "transformers LlamaForCausalLM, one step with past_key_values (2 kv heads of 4)",
+             "classic", _step_inputs(2), _step_probes(2, 2, 32),
+             _decoder_step("LlamaConfig", "LlamaForCausalLM", 2, 2, 32, **{**DECODER, "max_position_embeddings": 4096}),
+             label_input="past_k_0"),
     ZooModel("t5_encoder", "transformers T5EncoderModel", "classic", _text(BI), _text_probes(BI), _t5_encoder),
+    ZooModel("llama", "transformers LlamaForCausalLM (grouped-query attention, RMSNorm, rotary)", "classic",
+             _text(BI, 3), _text_probes(BI),
+             _hf_text("LlamaConfig", "LlamaForCausalLM", "classic", "logits", **DECODER)),
+    ZooModel("llama_dynamo", "transformers LlamaForCausalLM", "dynamo", _text(BI, 3), _text_probes(BI),
+             _hf_text("LlamaConfig", "LlamaForCausalLM", "dynamo", "logits", **DECODER)),
+    ZooModel("qwen2", "transformers Qwen2ForCausalLM (biased qkv)", "classic", _text(BI, 3), _text_probes(BI),
+             _hf_text("Qwen2Config", "Qwen2ForCausalLM", "classic", "logits", **DECODER)),
+    ZooModel("phi", "transformers PhiForCausalLM (partial rotary, parallel attention and MLP)", "classic",
+             _text(BI, 3), _text_probes(BI),
+             _hf_text("PhiConfig", "PhiForCausalLM", "classic", "logits", **{**DECODER, "intermediate_size": 512,
+                                                                             "num_key_value_heads": 4})),
+    ZooModel("gemma", "transformers GemmaForCausalLM (multi-query attention)", "classic", _text(BI, 3),
+             _text_probes(BI), _hf_text("GemmaConfig", "GemmaForCausalLM", "classic", "logits",
+                                        **{**DECODER, "num_key_value_heads": 1, "head_dim": 32})),
+    # encoder-decoder: the decoder's inputs are the ids shifted right (ScatterND / ScatterElements per call)
+    ZooModel("bart", "transformers BartModel (encoder and decoder)", "classic", _text(BI, 3), _text_probes(BI),
+             _hf_text("BartConfig", "BartModel", "classic", "last_hidden_state", **BART)),
+    ZooModel("bart_dynamo", "transformers BartModel (encoder and decoder)", "dynamo", _text(BI, 3),
+             _text_probes(BI),
+             _hf_text("BartConfig", "BartModel", "dynamo", "last_hidden_state", **BART)),
+    ZooModel("mpnet", "transformers MPNetModel (relative position buckets)", "classic", _text(BI, 3),
+             _text_probes(BI), _hf_text("MPNetConfig", "MPNetModel", "classic", "last_hidden_state",
+                                        **{**TEXT, "max_position_embeddings": 514})),
+    ZooModel("deberta", "transformers DebertaV2Model (disentangled attention)", "classic", _text(BI, 3),
+             _text_probes(BI), _hf_text("DebertaV2Config", "DebertaV2Model", "classic", "last_hidden_state", **TEXT)),
+    ZooModel("clip_text", "transformers CLIPTextModel (causal mask)", "dynamo", _text(BI, 3), _text_probes(BI),
+             _hf_text("CLIPTextConfig", "CLIPTextModel", "dynamo", "last_hidden_state",
+                      **{**TEXT, "max_position_embeddings": 128})),
     ZooModel("vit", "transformers ViTModel", "dynamo", {"pixel_values": "float"},
              _img("pixel_values", [(1, 3, 64, 64), (4, 3, 64, 64), (16, 3, 64, 64)]), _vit("ViTConfig", "ViTModel",
                                                                                           "dynamo")),
