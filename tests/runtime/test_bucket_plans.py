@@ -575,6 +575,33 @@ def test_a_key_called_in_a_row_gets_its_own_plan():
     assert [k[1][2] for k in arena.plans] == [42]
 
 
+def test_a_key_whose_own_plan_would_not_be_kept_stays_on_its_bucket_plan(monkeypatch):
+    """A key called in a row, or seen again after its state was dropped, whose per-key values exceed the plan
+    cache's cap: its own plan would serve one call and be dropped, bound again on the next (BEiT at 224x224, ~70 MB
+    of relative-position tables a key: 840 ms a call instead of 18), so the bucket plan goes on serving it; the
+    answers stay each key's own plan's."""
+    from dynshape.runtime.key_states import OWN_PLAN_IN_A_ROW
+
+    exe = ds.compile(GRAPH, strategy="generic", arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(19)
+    exe.run(_feed(rng, 1, 42))
+    (arena,) = exe.arenas
+    (bucket,) = arena.buckets.values()
+    assert bucket.nbytes > 0  # the key's per-key values (a causal mask's rows, positions)
+    monkeypatch.setattr(exe.memory, "plan_bytes", lambda: bucket.nbytes - 1)
+    pl = exe.generic.planner
+    binds: list = []
+    bind = pl.bind
+    monkeypatch.setattr(pl, "bind", lambda key, *a, **k: binds.append(key) or bind(key, *a, **k))
+    for past in [42] * (2 * OWN_PLAN_IN_A_ROW) + [43, 42, 43, 42, 42, 42, 42]:
+        feed = _feed(rng, 1, past)
+        a, b = exe.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    assert not binds and not arena.plans  # moved between the two keys, never a plan bound per call
+
+
 @settings(max_examples=40, deadline=None)
 @given(a=st.tuples(st.integers(1, 3), st.integers(1, 300)), b=st.tuples(st.integers(1, 3), st.integers(1, 300)))
 def test_a_move_computes_the_symbolic_values_its_changed_symbols_touch(a, b):

@@ -34,11 +34,12 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
                 calls = exe.stats_.calls
                 st.in_a_row, st.last_call = (st.in_a_row + 1 if st.last_call == calls - 1 else 1), calls
                 return None if st.in_a_row >= ks.OWN_PLAN_IN_A_ROW and len(arena.plans) < exe.options.plan_cache \
-                    else plan
+                    and own_plan_kept(exe, arena, plan.nbytes) else plan
             made = st.remembered.get(key)
             if made is None:
                 continue
-            if made.hits >= ks.OWN_PLAN_AFTER and len(arena.plans) < exe.options.plan_cache:
+            if made.hits >= ks.OWN_PLAN_AFTER and len(arena.plans) < exe.options.plan_cache \
+                    and own_plan_kept(exe, arena, made.nbytes):
                 ks.forget(plan, key)  # called often enough to pay for binding its own plan (below)
                 return None
             made.hits += 1
@@ -46,12 +47,14 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
             if ks.recall(plan, key, exe.stats_.calls):
                 return plan
             break  # (not reached: the state at key is spared) moved or bound below
-    if ((uid, key) in seen and len(arena.plans) < exe.options.plan_cache) or program.LIBRARY.try_load() is None:
+    nbytes = seen.get((uid, key))  # its per-key bytes, once a bucket plan served it (0: none could)
+    if (nbytes is not None and len(arena.plans) < exe.options.plan_cache and own_plan_kept(exe, arena, nbytes)) \
+            or program.LIBRARY.try_load() is None:
         return None  # (a full cache would evict another key's plan for this one: a stream cycling over more
         # keys than it holds, a decode loop longer than it, would bind a plan per call)
     if len(seen) >= 4096:
         seen.clear()
-    seen[uid, key] = True
+    seen[uid, key] = 0
     pl, w = variant.planner, variant.worst
     shapes = dict(zip(pl.values, pl.shapes(key)))
     stale, last = False, None
@@ -64,6 +67,7 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
         elif plan.bucket.covers(key) and plan.bucket.fits(pl, key):
             leave(exe, plan, arena)
             if rekey(pl, plan, key, shapes):
+                seen[uid, key] = plan.nbytes
                 return plan
             del arena.buckets[slot]  # half moved: never used again; a new bucket plan starts at this key (a
             break  # product that takes another kernel from this size on: its calls change shape once, here)
@@ -93,7 +97,16 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
         arena.buckets.pop(next(iter(arena.buckets)))
     arena.buckets[slot] = plan
     plan.bucket.last_call = exe.stats_.calls
+    seen[uid, key] = plan.nbytes
     return plan
+
+
+def own_plan_kept(exe: Executable, arena: Arena, nbytes: int) -> bool:
+    """Whether a key's own plan holding `nbytes` of per-key values would stay in the arena's plan cache
+    (`PlanCache.keep` under the cap Executable._plan gives it). One that would not is bound again on every call
+    (BEiT at 224x224: relative-position tables of ~70 MB per key, 18 ms a call on its bucket plan, 840 ms binding
+    its own each call), so the bucket plan goes on serving the key."""
+    return nbytes <= exe.memory.plan_bytes() - ks.remembered_bytes(arena)
 
 def leave(exe: Executable, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
     """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
