@@ -48,6 +48,7 @@ from dynshape.passes.fold import drop_identities, fold_batchnorm
 from dynshape.passes.fusion import fuse
 from dynshape.passes.items import Item, Single
 from dynshape.passes.layout import channels_last
+from dynshape.passes.pads import fold_pads
 from dynshape.passes.qconv import float_conv_integer
 from dynshape.passes.qdq import fuse_qlinear
 from dynshape.passes.quant import fuse_dynamic_quant
@@ -189,6 +190,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
                              (options.fuse and options.packed_gemm, fuse_dynamic_quant),
                              (options.fuse and options.packed_gemm, fuse_qlinear),
                              (options.fuse, drop_identities),
+                             (options.fuse, fold_pads),
                              (options.fuse and options.fold_batchnorm, fold_batchnorm),
                              (options.fuse and options.pointwise_before_resize,
                               functools.partial(pointwise_before_resize, opset=graph.opset)),
