@@ -338,6 +338,11 @@ def _bind_instnorm_last(r: BindRequest) -> list | None:
     if lib is None or out is None or not hw or not c or scale.size != c or bias.size != c \
             or not x.flags.c_contiguous or not out.flags.c_contiguous:
         return None
+    if c == 1:  # (batch, hw, 1) holds the bytes of (batch, 1, hw): one long row an image, the channels-first
+        # kernel's (torch's GroupNorm(1) export, PoolFormer: per position, a one-channel loop ran ~8x slower)
+        args = r.keep.table([r.addr(x), r.addr(scale), r.addr(bias), r.addr(out), batch, hw, hw, 1, 1,
+                             _eps_bits(r.attrs)])
+        return [NativeCall(lib.ds_chan_norm_args, (args,))]
     eps = float(np.float32(r.attrs.get("epsilon", 1e-5)))
     return [NativeCall(lib.ds_instnorm_nhwc_f32, (r.addr(x), r.addr(scale), r.addr(bias), r.addr(out), batch, hw, c,
                                                   eps))]
