@@ -243,3 +243,41 @@ def test_a_bucket_build_compiles_its_pinned_symbols_as_literals():
         for name, got in exe.run(feed).items():
             assert_f32_close(got, want[name], rtol=1e-4, scale=1e-4)
     assert exe.stats()["hits"] == {"generic": 2, "batch == 1 and seq % 8 == 0": 1}
+
+
+def _sqrt_reshape_model():
+    """(n, c, s) -> a square map of side int(s ** 0.5) through float math on the shape (DPT's reassembly), then a
+    Conv and a Relu: inference can only name the side as a data-dependent size."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(4).standard_normal((4, 8, 3, 3)).astype(np.float32)
+    inits = {"w": w, "two": np.array([2], np.int64), "half": np.array(0.5, np.float32),
+             "nc": np.array([0, 8], np.int64), "zero": np.array(0, np.int64)}
+    nodes = [helper.make_node("Shape", ["x"], ["shp"]),
+             helper.make_node("Gather", ["shp", "two"], ["s"], axis=0),
+             helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+             helper.make_node("Pow", ["sf", "half"], ["rootf"]),
+             helper.make_node("Cast", ["rootf"], ["root"], to=TensorProto.INT64),
+             helper.make_node("Concat", ["nc", "root", "root"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["m"]),
+             helper.make_node("Conv", ["m", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "s"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_a_static_variant_compiles_sizes_the_generic_build_calls_data_dependent():
+    """A static build re-infers the graph at its key: the side computed through float math is a number there, so
+    the Conv and the Relu compile (in the generic build they run on numpy, their sizes unknown to inference)."""
+    g = _sqrt_reshape_model()
+    generic = ds.compile(g, strategy="generic")
+    assert {u["op"] for u in generic.explain_build()["uncompiled"]} & {"ChannelsLast", "Conv", "Relu"}
+    exe = ds.compile(g, strategy="static")
+    for n, s in ((1, 36), (2, 49), (1, 36)):
+        x = {"x": np.random.default_rng(s).standard_normal((n, 8, s)).astype(np.float32)}
+        assert_f32_close(exe.run(x)["y"], g.run(x)["y"], rtol=1e-4, scale=1e-5)
+    assert len(exe.variants) == 2
+    for v in exe.variants.values():
+        assert not {u.op for u in v.build.uncompiled} & {"ChannelsLast", "Conv", "Relu"}, v.build.uncompiled

@@ -39,6 +39,7 @@ from dynshape.codegen.lowering import (
 from dynshape.ir import opdef
 from dynshape.ir.execute import Scope
 from dynshape.ir.graph import Graph, Node
+from dynshape.ir.specialize import specialize
 from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes import hoist
@@ -54,7 +55,7 @@ from dynshape.passes.qdq import fuse_qlinear
 from dynshape.passes.quant import fuse_dynamic_quant
 from dynshape.passes.symbolic import SymbolicValues, live_nodes, specialized, symbolic_values
 from dynshape.runtime.pointers import address
-from dynshape.sym import Symbol
+from dynshape.sym import Expr, Symbol
 from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
 
@@ -178,6 +179,11 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     """The generic build (key None), a bucket's (`narrow`: name -> int or narrower symbol) or a static one.
     `bodies(node, graph)`: a Loop / Scan node's compiled body (a `run(args)` taking the node's inputs then the
     enclosing values in its `outer`, and a `why`), or why it is interpreted; None: every body is interpreted."""
+    if key is not None and _data_dependent_dims(graph):
+        # a static build re-infers the graph at its key: a size inference could only name as data-dependent, one
+        # computed from the shapes through float math (DPT's reassembly reshapes to int(seq_len ** 0.5)), is then
+        # the number the key gives, and the steps that read it compile (they ran on numpy in every build)
+        graph = specialize(graph, dict(zip((s.name for s in symbols), key)))
     consts = graph.constants()
     symvals = symbolic_values(graph, symbols)
     known = set(consts) | symvals.names
@@ -225,6 +231,12 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
         symvals = symbolic_values(graph, symbols, only=needed | outputs | {x for s in steps for x in s.inputs
                                                                              if isinstance(x, str)})
     return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)
+
+
+def _data_dependent_dims(graph: Graph) -> bool:
+    """Whether some value's shape has a dim inference named as data-dependent (a '?' symbol)."""
+    return any(isinstance(d, Expr) and any(n.startswith("?") for n in d.free_symbols)
+               for t in graph.types.values() if isinstance(t, TensorType) for d in t.shape)
 
 
 def _fused_steps(live: list[Node], known: set[str], g: Graph, symbols: list[Symbol], options: Options,
