@@ -1,4 +1,4 @@
-"""ReduceSum / ReduceMean / ReduceMax / ReduceMin over any consecutive axes run natively (codegen/row_kernels.py,
+"""ReduceSum / Mean / Max / Min / L2 / SumSquare / L1 over any consecutive axes run natively (codegen/row_kernels.py,
 csrc/ds_rows.c's ds_reduce_f32): the last axes as contiguous rows, middle ones as strided rows vectorised over the
 inner positions (magika's jax2tf LayerNorm sums over axis 1 of (batch, 512, 256), its softmax's max over the
 logits), where no generated kernel (a global pool's reduction) takes them first. Against the op's reference
@@ -76,7 +76,24 @@ def test_reduce_over_consecutive_axes_is_native(spy_row_kernels, op, axes, keepd
     assert "ds_reduce_args" in used or _generated(exe)
 
 
-@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("op", ["ReduceL2", "ReduceSumSquare", "ReduceL1"])
+@pytest.mark.parametrize("axes,keepdims,opset,shapes", CASES)
+def test_norms_and_sums_of_squares_over_consecutive_axes_are_native(spy_row_kernels, op, axes, keepdims, opset,
+                                                                      shapes):
+    """ReduceL2 (ConvNeXt V2's global response norm: each channel's map's norm), ReduceSumSquare, ReduceL1: sums of
+    positive terms, so float32's error in another order is relative, at most n roundings."""
+    exe = ds.compile(_model(op, axes, keepdims, len(shapes[0]), opset))
+    assert not [u for u in exe.explain_build()["uncompiled"] if u["runs"] != "native"]
+    for shape in shapes:
+        x = (RNG.standard_normal(shape) * 6).astype(np.float32)
+        n = int(np.prod([shape[a] for a in (range(len(shape)) if axes is None else axes)]))
+        got, want = exe.run({"x": x})["y"], _reference(op, x, axes, keepdims)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6 + 1.2e-7 * n, atol=0)
+    assert "ds_reduce_args" in spy_row_kernels
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceL1"])
 @pytest.mark.parametrize("axes", [[1], [2]])
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 def test_nan_infinite_and_empty_slices_as_the_reference(spy_row_kernels, op, axes):

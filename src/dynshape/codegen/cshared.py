@@ -51,6 +51,20 @@ class PoolMode(enum.IntEnum):
     AVG_PADS = 2
 
 
+class ReduceOp(enum.IntEnum):
+    """What ds_reduce_f32 computes over each slice (DS_REDUCE_*; csrc/ds_rows.c): a sum, its mean, the largest or
+    smallest element (NaN kept), the square root of the sum of squares (ConvNeXt V2's global response norm), the sum
+    of squares, the sum of magnitudes."""
+
+    SUM = 0
+    MEAN = 1
+    MAX = 2
+    MIN = 3
+    L2 = 4
+    SUM_SQUARE = 5
+    L1 = 6
+
+
 class ScatterReduction(enum.IntEnum):
     """How ds_scatter_nd / ds_scatter_elements combine an update with the element at its index (DS_SCATTER_*)."""
 
@@ -99,6 +113,7 @@ def header() -> str:
         "enum { " + ", ".join(f"DS_POOL_{m.name} = {m.value}" for m in PoolMode) + " };\n",
         _enum("DS_CONV", CONV_GEO, "GEO"),
         _enum("DS_POOL", POOL_GEO, "GEO"),
+        "enum { " + ", ".join(f"DS_REDUCE_{r.name} = {r.value}" for r in ReduceOp) + " };\n",
         "enum { " + ", ".join(f"DS_SCATTER_{r.name} = {r.value}" for r in ScatterReduction) + " };\n",
         "enum { " + ", ".join(f"DS_SCATTER_{t.name} = {t.value}" for t in ScatterType) + " };\n",
         f"#define DS_SCATTER_MAX_RANK {SCATTER_MAX_RANK}\n",

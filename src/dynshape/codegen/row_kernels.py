@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from dynshape.codegen.clib import F32, I64, P, declare
+from dynshape.codegen.cshared import ReduceOp
 from dynshape.codegen.lower.channels_last import register_channels_last
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, register_lowering
 from dynshape.ir.graph import Graph, Node
@@ -130,7 +131,10 @@ def _bind_softmax(r: BindRequest) -> list | None:
     return [NativeCall(lib.ds_softmax_mid_f32, (r.addr(x), r.addr(y), outer, n, inner, log))]
 
 
-REDUCE_OPS = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3}  # ds_reduce_f32's op codes
+# each reduction ds_reduce_f32 computes (ReduceL2: ConvNeXt V2's global response norm, each channel's map's norm)
+REDUCE_OPS = {"ReduceSum": ReduceOp.SUM, "ReduceMean": ReduceOp.MEAN, "ReduceMax": ReduceOp.MAX,
+              "ReduceMin": ReduceOp.MIN, "ReduceL2": ReduceOp.L2, "ReduceSumSquare": ReduceOp.SUM_SQUARE,
+              "ReduceL1": ReduceOp.L1}
 
 
 def _reduced_block(node: Node, rank: int, value) -> tuple[int, int] | None:  # noqa: ANN001
@@ -168,7 +172,7 @@ def _bind_reduce(r: BindRequest) -> list | None:
     outer, n, inner = math.prod(x.shape[:a]), math.prod(x.shape[a:a + count]), math.prod(x.shape[a + count:])
     if not outer * inner:
         return []
-    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, REDUCE_OPS[r.node.op_type]])
+    args = r.keep.table([r.addr(x), r.addr(y), outer, n, inner, int(REDUCE_OPS[r.node.op_type])])
     return [NativeCall(lib.ds_reduce_args, (args,))]
 
 

@@ -3,6 +3,7 @@
    numpy needs five to eight passes with temporaries for these; one row at a time in C keeps the row in
    cache. The row length is a runtime argument, so one build serves every shape. */
 #include "ds_prelude.h"
+#include "ds_shared.h" /* DS_REDUCE_*: the reductions ds_reduce_f32 computes */
 #include "ds_layernorm_row.h"
 #include "ds_softmax_row.h"
 
@@ -127,7 +128,7 @@ void ds_layernorm_f32(const float *restrict x, const float *restrict scale, cons
     for (int64_t r = 0; r < rows; r++) ds_layernorm_row_inline(x + r * n, y + r * n, scale, bias, n, eps);
 }
 
-/* ReduceSum / ReduceMean / ReduceMax / ReduceMin (op 0 / 1 / 2 / 3) of x seen as (outer, n, inner), over its
+/* ReduceSum / Mean / Max / Min / L2 / SumSquare / L1 (op DS_REDUCE_*) of x seen as (outer, n, inner), over its
    middle axis: y[o][i] = op over k of x[o][k][i]. The reduced axes of a C-contiguous array, when they are
    consecutive, are that middle axis whatever the rank. inner = 1 (the last axes): rows of n contiguous elements,
    T5's RMSNorm (mean(x^2) over the hidden axis), the channels-first LayerNorms written as x.mean(1) that the layout
@@ -141,10 +142,10 @@ static inline float ds_nan_max(float acc, float v) { return (v > acc || v != v) 
 static inline float ds_nan_min(float acc, float v) { return (v < acc || v != v) ? v : acc; }
 
 static void ds_reduce_row(const float *restrict xr, float *restrict y, int64_t n, int64_t op) {
-    if (op >= 2) {
-        float m = op == 2 ? -INFINITY : INFINITY;
+    if (op == DS_REDUCE_MAX || op == DS_REDUCE_MIN) {
+        float m = op == DS_REDUCE_MAX ? -INFINITY : INFINITY;
         int nan = 0;
-        if (op == 2) {
+        if (op == DS_REDUCE_MAX) {
             #pragma omp simd reduction(max:m) reduction(|:nan)
             for (int64_t i = 0; i < n; i++) { m = xr[i] > m ? xr[i] : m; nan |= xr[i] != xr[i]; }
         } else {
@@ -155,9 +156,17 @@ static void ds_reduce_row(const float *restrict xr, float *restrict y, int64_t n
         return;
     }
     float s = 0.0f;
-    #pragma omp simd reduction(+:s)
-    for (int64_t i = 0; i < n; i++) s += xr[i];
-    *y = op == 1 ? s / (float)n : s;
+    if (op == DS_REDUCE_L2 || op == DS_REDUCE_SUM_SQUARE) {
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) s += xr[i] * xr[i];
+    } else if (op == DS_REDUCE_L1) {
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) s += fabsf(xr[i]);
+    } else {
+        #pragma omp simd reduction(+:s)
+        for (int64_t i = 0; i < n; i++) s += xr[i];
+    }
+    *y = op == DS_REDUCE_MEAN ? s / (float)n : op == DS_REDUCE_L2 ? sqrtf(s) : s;
 }
 
 void ds_reduce_f32(const float *restrict x, float *restrict y, int64_t outer, int64_t n, int64_t inner, int64_t op) {
@@ -167,7 +176,7 @@ void ds_reduce_f32(const float *restrict x, float *restrict y, int64_t outer, in
         return;
     }
     const int64_t blocks = (inner + DS_LANES - 1) / DS_LANES;
-    const float init = op == 2 ? -INFINITY : op == 3 ? INFINITY : 0.0f;
+    const float init = op == DS_REDUCE_MAX ? -INFINITY : op == DS_REDUCE_MIN ? INFINITY : 0.0f;
     #pragma omp parallel for schedule(static) if(outer * n * inner >= 32768)
     for (int64_t t = 0; t < outer * blocks; t++) {
         const int64_t o = t / blocks, j0 = (t % blocks) * DS_LANES;
@@ -177,10 +186,16 @@ void ds_reduce_f32(const float *restrict x, float *restrict y, int64_t outer, in
         for (int64_t j = 0; j < w; j++) acc[j] = init;
         for (int64_t k = 0; k < n; k++) {
             const float *xr = xo + k * inner;
-            if (op == 0 || op == 1) {
+            if (op == DS_REDUCE_SUM || op == DS_REDUCE_MEAN) {
                 #pragma omp simd
                 for (int64_t j = 0; j < w; j++) acc[j] += xr[j];
-            } else if (op == 2) {
+            } else if (op == DS_REDUCE_L2 || op == DS_REDUCE_SUM_SQUARE) {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) acc[j] += xr[j] * xr[j];
+            } else if (op == DS_REDUCE_L1) {
+                #pragma omp simd
+                for (int64_t j = 0; j < w; j++) acc[j] += fabsf(xr[j]);
+            } else if (op == DS_REDUCE_MAX) {
                 #pragma omp simd
                 for (int64_t j = 0; j < w; j++) acc[j] = ds_nan_max(acc[j], xr[j]);
             } else {
@@ -189,7 +204,8 @@ void ds_reduce_f32(const float *restrict x, float *restrict y, int64_t outer, in
             }
         }
         float *yo = y + o * inner + j0;
-        for (int64_t j = 0; j < w; j++) yo[j] = op == 1 ? acc[j] / (float)n : acc[j];
+        for (int64_t j = 0; j < w; j++)
+            yo[j] = op == DS_REDUCE_MEAN ? acc[j] / (float)n : op == DS_REDUCE_L2 ? sqrtf(acc[j]) : acc[j];
     }
 }
 
