@@ -367,6 +367,16 @@ def _wav2vec2(path: Path) -> None:
            {"input_values": {0: "batch", 1: "samples"}}, "classic")
 
 
+def _hubert(path: Path) -> None:
+    torch = _torch()
+    model = _hf("HubertConfig", "HubertModel", hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=256, conv_dim=(64,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                mask_time_prob=0.0)
+    w = _Outputs.wrap(model, ["input_values"], ["last_hidden_state"])
+    export(w, (torch.randn(1, 16000),), path, ["input_values"], ["last_hidden_state"],
+           {"input_values": {0: "batch", 1: "n"}}, "classic")
+
+
 # ---- torch.nn models written here -------------------------------------------------------------------------
 def _nn():
     torch = _torch()
@@ -758,6 +768,9 @@ def _text_probes(names: list[str], shapes=((1, 16), (2, 64), (4, 128))) -> list[
     return [{n: s for n in names} for s in shapes]
 
 
+VISION_PROBES = [(1, 3, 64, 64), (2, 3, 96, 96), (1, 3, 224, 224)]
+
+
 def _img(name: str, shapes: list[Shape]) -> list[dict[str, Shape]]:
     return [{name: s} for s in shapes]
 
@@ -852,6 +865,45 @@ CORPUS: list[ZooModel] = [
              _whisper_encoder),
     ZooModel("wav2vec2", "transformers Wav2Vec2Model", "classic", {"input_values": "float"},
              _img("input_values", [(1, 4000), (1, 16000), (2, 32000)]), _wav2vec2),
+    ZooModel("hubert", "transformers HubertModel", "classic", {"input_values": "float"},
+             _img("input_values", [(1, 4000), (1, 16000), (2, 32000)]), _hubert),
+    # vision models at three resolutions (nothing declared: batch, H and W symbolic in the file)
+    ZooModel("beit", "transformers BeitModel (relative position bias, interpolated per resolution)", "classic",
+             {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES),
+             _hf_cnn("BeitConfig", "BeitModel", "classic", 64, out="last_hidden_state",
+                     **{**VIT, "intermediate_size": 256}, use_relative_position_bias=True)),
+    ZooModel("dinov2", "transformers Dinov2Model", "classic", {"pixel_values": "float"},
+             _img("pixel_values", VISION_PROBES),
+             _hf_cnn("Dinov2Config", "Dinov2Model", "classic", 64, out="last_hidden_state",
+                     **{**VIT, "intermediate_size": 256})),
+    ZooModel("yolos", "transformers YolosModel (detection tokens)", "classic", {"pixel_values": "float"},
+             _img("pixel_values", VISION_PROBES),
+             _hf_cnn("YolosConfig", "YolosModel", "classic", 64, out="last_hidden_state",
+                     **{**VIT, "intermediate_size": 256, "image_size": [64, 64]}, num_detection_tokens=10)),
+    ZooModel("dpt", "transformers DPTForDepthEstimation (reassembles int(seq ** 0.5) squares)", "classic",
+             {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES),
+             _hf_cnn("DPTConfig", "DPTForDepthEstimation", "classic", 64, out="predicted_depth", image_size=64,
+                     patch_size=8, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
+                     backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 32, 64, 64], fusion_hidden_size=32)),
+    ZooModel("segformer", "transformers SegformerForSemanticSegmentation", "classic", {"pixel_values": "float"},
+             _img("pixel_values", VISION_PROBES),
+             _hf_cnn("SegformerConfig", "SegformerForSemanticSegmentation", "classic", 64, num_encoder_blocks=4,
+                     depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 128], decoder_hidden_size=64, num_labels=10)),
+    ZooModel("mobilenetv2_hf", "transformers MobileNetV2Model (TF-style same padding: a Pad before each conv)",
+             "classic", {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES),
+             _hf_cnn("MobileNetV2Config", "MobileNetV2Model", "classic", 224, out="last_hidden_state")),
+    ZooModel("regnet", "transformers RegNetModel (grouped convs)", "classic", {"pixel_values": "float"},
+             _img("pixel_values", VISION_PROBES),
+             _hf_cnn("RegNetConfig", "RegNetModel", "classic", 64, out="last_hidden_state",
+                     hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1], groups_width=16, embedding_size=16)),
+    ZooModel("poolformer", "transformers PoolFormerModel (GroupNorm(1), average pools)", "classic",
+             {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES),
+             _hf_cnn("PoolFormerConfig", "PoolFormerModel", "classic", 64, out="last_hidden_state",
+                     hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])),
+    ZooModel("convnextv2", "transformers ConvNextV2Model (global response norm: ReduceL2)", "classic",
+             {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES),
+             _hf_cnn("ConvNextV2Config", "ConvNextV2Model", "classic", 64, out="last_hidden_state",
+                     hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])),
     ZooModel("convnext_hf", "transformers ConvNextForImageClassification", "dynamo", {"pixel_values": "float"},
              _img("pixel_values", [(1, 3, 64, 64), (1, 3, 128, 128), (2, 3, 224, 224)]),
              _hf_cnn("ConvNextConfig", "ConvNextForImageClassification", "dynamo", 64, hidden_sizes=[32, 64, 128, 256],
