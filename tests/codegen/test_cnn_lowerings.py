@@ -107,6 +107,8 @@ def _act_nodes(act: str, x: str, y: str) -> list:
     if act == "HardSwish_AddClipDivMul":  # x * (clip / 6), the operands the other way round
         return [mk("Add", ["three", x], [f"{y}_a"]), mk("Clip", [f"{y}_a", "zero", "six"], [f"{y}_c"]),
                 mk("Div", [f"{y}_c", "six"], [f"{y}_d"]), mk("Mul", [f"{y}_d", x], [y])]
+    if act == "Relu6":  # MobileNetV2's Clip(x, 0, 6)
+        return [mk("Clip", [x, "zero", "six"], [y])]
     if act == "HardSwish_HardSigmoidMul":
         return [mk("HardSigmoid", [x], [f"{y}_h"], alpha=1 / 6, beta=0.5), mk("Mul", [x, f"{y}_h"], [y])]
     return [mk(act, [x], [y])]
@@ -114,7 +116,7 @@ def _act_nodes(act: str, x: str, y: str) -> list:
 
 def _act_inits(act: str) -> dict:
     return {k: np.float32(v) for k, v in (("zero", 0), ("two", 2), ("three", 3), ("five", 5), ("six", 6))} \
-        if act.startswith("HardSwish_") else {}
+        if act.startswith("HardSwish_") or act == "Relu6" else {}
 
 
 # SiLU on the paths that apply it: implicit-GEMM tiles (1x1, 3x3), Winograd, depthwise rows (16-channel blocks,
@@ -139,6 +141,14 @@ def test_conv_tiles_apply_silu_in_registers(ci, co, k, attrs, winograd):
     """Conv + bias + Mul(c, Sigmoid(c)): finished by the conv's C (the vector logistic of csrc/ds_vmath.h),
     within float32's reach of the reference, NaN kept."""
     _finish_in_tiles_case(ci, co, k, attrs, True, winograd, "SiLU")
+
+
+@pytest.mark.parametrize("ci,co,k,attrs", FINISHED, ids=[str(i) for i in range(len(FINISHED))])
+@pytest.mark.parametrize("winograd", [True, False])
+def test_conv_tiles_apply_relu6_in_registers(ci, co, k, attrs, winograd):
+    """Conv + bias + Clip(c, 0, 6) (MobileNetV2's ReLU6): finished by the conv's C on every path (implicit GEMM,
+    Winograd, depthwise rows, the few-channel runs), so a 1x1 conv into a depthwise one chains; NaN kept."""
+    _finish_in_tiles_case(ci, co, k, attrs, True, winograd, "Relu6")
 
 
 @pytest.mark.parametrize("ci,co,k,attrs", [FINISHED[i] for i in (0, 2, 4)], ids=["1x1", "3x3", "stem"])

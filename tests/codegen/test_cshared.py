@@ -33,7 +33,7 @@ def test_the_c_headers_see_the_python_constants() -> None:
 
 def test_the_lowerings_take_the_shared_constants() -> None:
     """The lowerings' names for the shared values are cshared's (no second definition to drift)."""
-    assert (conv.ACT_NONE, conv.ACT_RELU, conv.ACT_HARDSWISH, conv.ACT_SILU) == tuple(cshared.Act)
+    assert (conv.ACT_NONE, conv.ACT_RELU, conv.ACT_HARDSWISH, conv.ACT_SILU, conv.ACT_RELU6) == tuple(cshared.Act)
     assert conv.ROWS == cshared.CONV_ROWS and conv.WINO_TILES is cshared.WINO_TILES
     assert pool.POOL_GEO is cshared.POOL_GEO
 

@@ -40,6 +40,7 @@ class Act(enum.IntEnum):
     RELU = 1
     HARDSWISH = 2
     SILU = 3
+    RELU6 = 4  # Clip(c, 0, 6): MobileNetV2's
 
 
 class PoolMode(enum.IntEnum):

@@ -189,7 +189,8 @@ def match_conv(s: Schedule, i: int, item: Item) -> Match | None:
     return Match(make(epi), at, absorbed, alone) if epi is not None else alone
 
 
-FINISHING_ACTS = ("Relu", "HardSwish", "SiLU")  # the activations conv tiles apply in registers (codegen/lower/conv.py)
+# the activations conv tiles apply in registers (codegen/lower/conv.py); Relu6 is Clip(y, 0, 6)
+FINISHING_ACTS = ("Relu", "HardSwish", "SiLU", "Relu6")
 
 
 def finishing_act(group: tuple | list, y: str, graph: Graph | None = None) -> str | None:
@@ -201,6 +202,9 @@ def finishing_act(group: tuple | list, y: str, graph: Graph | None = None) -> st
         return None
     if len(group) == 1 and group[0].op_type in ("Relu", "HardSwish") and list(group[0].inputs) == [y]:
         return group[0].op_type
+    if len(group) == 1 and graph is not None and group[0].op_type == "Clip" and list(group[0].inputs[:1]) == [y] \
+            and _clip_bounds(group[0], graph) == (0.0, 6.0):
+        return "Relu6"
     if len(group) == 2:
         sig, mul = group
         if sig.op_type == "Sigmoid" and list(sig.inputs) == [y] and mul.op_type == "Mul" \
@@ -209,6 +213,17 @@ def finishing_act(group: tuple | list, y: str, graph: Graph | None = None) -> st
     if graph is not None and _hardswish_written_out(group, y, graph):
         return "HardSwish"
     return None
+
+
+def _clip_bounds(clip: Node, graph: Graph) -> tuple[float, float] | None:
+    """A Clip's (min, max) when both are given as constants (inputs from opset 11, attributes before), else None."""
+    if "min" in clip.attrs or "max" in clip.attrs or len(clip.inputs) < 2:
+        lo, hi = clip.attrs.get("min"), clip.attrs.get("max")
+        return None if lo is None or hi is None else (float(lo), float(hi))
+    values = [const_value(x, graph) if x else None for x in (list(clip.inputs[1:3]) + [""])[:2]]
+    if any(v is None or np.size(v) != 1 for v in values):
+        return None
+    return float(np.asarray(values[0]).reshape(-1)[0]), float(np.asarray(values[1]).reshape(-1)[0])
 
 
 def _hardswish_written_out(group: tuple | list, y: str, graph: Graph) -> bool:

@@ -33,6 +33,10 @@
 #define DS_HSWISH1(r) DS_HSW(c##r##0)
 #define DS_HSWISH2(r) DS_HSWISH1(r) DS_HSW(c##r##1)
 #define DS_HSWISH4(r) DS_HSWISH2(r) DS_HSW(c##r##2) DS_HSW(c##r##3)
+#define DS_R6(v) v = ds_act_light(v, DS_ACT_RELU6);
+#define DS_RELU61(r) DS_R6(c##r##0)
+#define DS_RELU62(r) DS_RELU61(r) DS_R6(c##r##1)
+#define DS_RELU64(r) DS_RELU62(r) DS_R6(c##r##2) DS_R6(c##r##3)
 #define DS_SIL(v) v = ds_act(v, DS_ACT_SILU);
 #define DS_SILU1(r) DS_SIL(c##r##0)
 #define DS_SILU2(r) DS_SILU1(r) DS_SIL(c##r##1)
@@ -43,7 +47,8 @@
       if (res) { const int64_t OC = geo[DS_CONV_OC]; DS_ROWS##MR(DS_ADDR##N) }                             \
       if (act == DS_ACT_RELU) { DS_ROWS##MR(DS_RELU##N) }                                                  \
       else if (act == DS_ACT_HARDSWISH) { DS_ROWS##MR(DS_HSWISH##N) }                                      \
-      else if (act == DS_ACT_SILU) { DS_ROWS##MR(DS_SILU##N) } }
+      else if (act == DS_ACT_SILU) { DS_ROWS##MR(DS_SILU##N) }                                             \
+      else if (act == DS_ACT_RELU6) { DS_ROWS##MR(DS_RELU6##N) } }
 #define DS_BIAS1 const ds_v16 f0 = ds_mld16(bias, m0);
 #define DS_BIAS2 const ds_v16 f0 = ds_mld16(bias, m0), f1 = ds_mld16(bias + 16, m1);
 #define DS_BIAS4                                                                                            \

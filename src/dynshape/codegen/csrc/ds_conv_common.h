@@ -27,10 +27,12 @@ static inline ds_v16 ds_min16(float hi, ds_v16 c) {
 }
 #endif
 /* DS_ACT_RELU: max(0, c); DS_ACT_HARDSWISH: c * min(1, max(0, c / 6 + 1 / 2)) (ONNX's, alpha 1/6, beta 1/2);
-   DS_ACT_SILU: c * sigmoid(c) (Mul(x, Sigmoid(x)): EfficientNet, YOLO, MobileViT).
-   ds_act_light: the ones cheap enough to apply in a store inside loops (Relu, HardSwish; a SiLU passes through). */
+   DS_ACT_SILU: c * sigmoid(c) (Mul(x, Sigmoid(x)): EfficientNet, YOLO, MobileViT); DS_ACT_RELU6: min(6, max(0, c))
+   (Clip(c, 0, 6): MobileNetV2). ds_act_light: the ones cheap enough to apply in a store inside loops (Relu,
+   HardSwish, Relu6; a SiLU passes through). */
 static inline ds_v16 ds_act_light(ds_v16 c, int64_t act) {
     if (act == DS_ACT_RELU) return ds_max16(0.0f, c);
+    if (act == DS_ACT_RELU6) return ds_min16(6.0f, ds_max16(0.0f, c));
     if (act == DS_ACT_HARDSWISH) return c * ds_min16(1.0f, ds_max16(0.0f, c * (1.0f / 6.0f) + 0.5f));
     return c;
 }
@@ -61,8 +63,9 @@ static inline ds_v8 ds_min8(float hi, ds_v8 c) {
     return c;
 }
 #endif
-static inline ds_v8 ds_act_light8(ds_v8 c, int64_t act) { /* ds_act_light's: Relu and HardSwish; SiLU passes */
+static inline ds_v8 ds_act_light8(ds_v8 c, int64_t act) { /* ds_act_light's: Relu, HardSwish, Relu6; SiLU passes */
     if (act == DS_ACT_RELU) return ds_max8(0.0f, c);
+    if (act == DS_ACT_RELU6) return ds_min8(6.0f, ds_max8(0.0f, c));
     if (act == DS_ACT_HARDSWISH) return c * ds_min8(1.0f, ds_max8(0.0f, c * (1.0f / 6.0f) + 0.5f));
     return c;
 }

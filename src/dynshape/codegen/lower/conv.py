@@ -144,11 +144,11 @@ def winograd_fits(geo: dict, options=None) -> bool:
         and geo["C"] >= max(16, winograd_min_channels(options) if options else 16) and geo["OC"] >= 16
 
 
-ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU = (cshared.Act.NONE, cshared.Act.RELU, cshared.Act.HARDSWISH,
-                                             cshared.Act.SILU)  # what the conv's C applies (DS_ACT_*)
+ACT_NONE, ACT_RELU, ACT_HARDSWISH, ACT_SILU, ACT_RELU6 = (
+    cshared.Act.NONE, cshared.Act.RELU, cshared.Act.HARDSWISH, cshared.Act.SILU, cshared.Act.RELU6)  # DS_ACT_*
 # an epilogue that is just one of these: applied in the C (the order of passes/rules.py's FINISHING_ACTS, which the
 # 1x1 -> depthwise rule checks)
-_ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH, ACT_SILU), strict=True))
+_ACTS = dict(zip(FINISHING_ACTS, (ACT_RELU, ACT_HARDSWISH, ACT_SILU, ACT_RELU6), strict=True))
 
 
 def _geo_array(geo: dict, E: dict, act: int = ACT_NONE, npix: kir.Expr | None = None, name: str = "geo"
