@@ -1,7 +1,8 @@
 """Greedy generation with a KV cache on the corpus GPT-2 step model (issue 29: "a 64-token greedy generation in
 tokens/s >= 1.3x onnxruntime's"), as a user runs it: the file as exported (`bench/zoo_models.py`'s gpt2_step:
 transformers GPT2LMHeadModel, 2 layers, 4 heads of 32, vocabulary 1000, one token per step with
-past_key_values in and present out), loaded with `ds.load_onnx(path)`, nothing declared.
+past_key_values in and present out; or `--model llama_step`: LlamaForCausalLM, 2 layers, 4 query heads sharing 2
+key / value heads of 32, rotary positions), loaded with `ds.load_onnx(path)`, nothing declared.
 
 Each loop starts from a prompt's cache (past length --prompt, random keys and values), then runs --tokens steps:
 logits -> argmax -> the next input_ids, the attention mask one longer, each step's presents fed back as the next
@@ -12,7 +13,7 @@ the first and second loops at each prompt length are printed apart (the first mo
 length, the second puts back the states those moves left).
 
     python bench/zoo_models.py --only gpt2_step       # the model, once
-    python bench/generate_bench.py [--threads 1] [--tokens 64] [--prompt 16,512]
+    python bench/generate_bench.py [--threads 1] [--tokens 64] [--prompt 16,512] [--model llama_step]
 """
 
 from __future__ import annotations
@@ -26,22 +27,34 @@ import numpy as np
 import dynshape as ds
 from benchutil import cpu_model, limit_threads
 from ort_util import ort_session
-from zoo_models import BY_NAME, GPT2_HEAD_DIM, GPT2_HEADS, GPT2_LAYERS
+from zoo_models import BY_NAME
 
-KV = [f"past_{kv}_{i}" for i in range(GPT2_LAYERS) for kv in "kv"]
+
+class Cache:
+    """A step model's KV cache geometry, read off its corpus entry: the past inputs (past_k_0, past_v_0, ...) and
+    their (heads, head_dim) (GPT-2's 4 of 32; Llama's step 2 key / value heads of 32)."""
+
+    def __init__(self, name: str) -> None:
+        m = BY_NAME[name]
+        self.names = [x for x in m.inputs if x.startswith("past_")]
+        _, self.heads, _, self.head_dim = m.probes[0][self.names[0]]
+        self.layers = len(self.names) // 2
+
+
+KV: list[str] = []  # the past inputs of the model benchmarked (main sets them)
 
 
 def _present(name: str) -> str:
     return name.replace("past_", "present_")
 
 
-def generate_dyn(exe, prompt: dict, tokens: int, bufs: list[dict]) -> list[int]:
+def generate_dyn(exe, prompt: dict, tokens: int, bufs: list[dict], heads: int, head_dim: int) -> list[int]:
     past = {k: prompt[k] for k in KV}
     ids, p0 = prompt["input_ids"], prompt[KV[0]].shape[2]
     out_ids = []
     for i in range(tokens):
         n = p0 + i + 1
-        out = {_present(k): np.ndarray((1, GPT2_HEADS, n, GPT2_HEAD_DIM), np.float32, buffer=bufs[i % 2][k])
+        out = {_present(k): np.ndarray((1, heads, n, head_dim), np.float32, buffer=bufs[i % 2][k])
                for k in KV}
         r = exe.run({"input_ids": ids, "attention_mask": np.ones((1, n), np.int64), **past}, out=out)
         nxt = int(np.argmax(r["logits"][0, -1]))
@@ -71,29 +84,33 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompt", default="16,512", help="past lengths the loops start from, comma-separated")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--model", default="gpt2_step", help="a corpus step model: gpt2_step or llama_step")
     args = ap.parse_args()
     limit_threads(args.threads)
-    m = BY_NAME["gpt2_step"]
+    cache = Cache(args.model)
+    KV[:] = cache.names
+    heads, hd = cache.heads, cache.head_dim
+    m = BY_NAME[args.model]
     path = m.path()
     exe = ds.compile(ds.load_onnx(path))
     sess = ort_session(path, args.threads)
     names = [o.name for o in sess.get_outputs()]
     limit_threads(args.threads)
-    print(f"CPU: {cpu_model()}; threads {args.threads}; gpt2_step ({GPT2_LAYERS} layers, {GPT2_HEADS} heads of "
-          f"{GPT2_HEAD_DIM}), loaded with ds.load_onnx(path), nothing declared; {args.tokens} tokens per loop")
+    print(f"CPU: {cpu_model()}; threads {args.threads}; {args.model} ({cache.layers} layers, {heads} key / value "
+          f"heads of {hd}), loaded with ds.load_onnx(path), nothing declared; {args.tokens} tokens per loop")
     print("| prompt (past) | dynshape tokens/s | onnxruntime tokens/s | dyn / ort | first loop: dynshape | "
           "onnxruntime | dyn / ort | second loop: dynshape | onnxruntime | dyn / ort |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for p0 in (int(x) for x in args.prompt.split(",")):
         prompt = {"input_ids": np.array([[7]], np.int64),
-                  **{k: rng.standard_normal((1, GPT2_HEADS, p0, GPT2_HEAD_DIM)).astype(np.float32) for k in KV}}
+                  **{k: rng.standard_normal((1, heads, p0, hd)).astype(np.float32) for k in KV}}
         cap = p0 + args.tokens + 1
-        bufs = [{k: np.empty(GPT2_HEADS * cap * GPT2_HEAD_DIM, np.float32) for k in KV} for _ in range(2)]
+        bufs = [{k: np.empty(heads * cap * hd, np.float32) for k in KV} for _ in range(2)]
         # the first loop at this prompt length: every step a past length this executable has not seen (its plan
         # bound on the way), what a user's first generation gets; the rounds after it reuse the cached plans
         t = time.perf_counter()
-        a = generate_dyn(exe, prompt, args.tokens, bufs)
+        a = generate_dyn(exe, prompt, args.tokens, bufs, heads, hd)
         t_first = time.perf_counter()
         b = generate_ort(sess, names, prompt, args.tokens)
         first = {"dyn": args.tokens / (t_first - t), "ort": args.tokens / (time.perf_counter() - t_first)}
@@ -102,13 +119,13 @@ def main() -> None:
         # the second loop: every past length seen once (dynshape puts back the states its first loop's moves left,
         # runtime/key_states.py; it used to bind each key's own plan here, ~1.1 ms a token)
         t = time.perf_counter()
-        generate_dyn(exe, prompt, args.tokens, bufs)
+        generate_dyn(exe, prompt, args.tokens, bufs, heads, hd)
         t_second = time.perf_counter()
         generate_ort(sess, names, prompt, args.tokens)
         second = {"dyn": args.tokens / (t_second - t), "ort": args.tokens / (time.perf_counter() - t_second)}
         times: dict[str, list[float]] = {"dyn": [], "ort": []}
         for r in range(args.rounds):
-            order = (("dyn", lambda p=prompt, b=bufs: generate_dyn(exe, p, args.tokens, b)),
+            order = (("dyn", lambda p=prompt, b=bufs: generate_dyn(exe, p, args.tokens, b, heads, hd)),
                      ("ort", lambda p=prompt: generate_ort(sess, names, p, args.tokens)))
             for k, f in (order if r % 2 == 0 else order[::-1]):
                 t = time.perf_counter()

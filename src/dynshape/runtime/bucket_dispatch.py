@@ -108,6 +108,7 @@ def own_plan_kept(exe: Executable, arena: Arena, nbytes: int) -> bool:
     its own each call), so the bucket plan goes on serving the key."""
     return nbytes <= exe.memory.plan_bytes() - ks.remembered_bytes(arena)
 
+
 def leave(exe: Executable, plan: BoundPlan, arena: Arena, spare: tuple | None = None) -> None:
     """A bucket plan about to move off its key: its state there remembered (runtime/key_states.py), as the
     calls at that key left it (their in-place words pointing at the caller's arrays: a decode loop's next
