@@ -99,3 +99,37 @@ def test_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DYNSHAPE_BLAS")
     assert Options().blas == "auto"
     assert blas.resolve("auto").name == ("mkl" if blas.mkl() else "openblas")
+
+
+@pytest.mark.parametrize("case", [
+    ("matmul", (5, 70, 64), (5, 64, 90), 0, 0),  # a batch of at least the team: one product a thread
+    ("matmul", (301, 128), (128, 97), 0, 0),  # one product: row blocks, the last one shorter
+    ("matmul", (3, 257, 40), (40, 60), 0, 0),  # one B for every batch entry (stride 0)
+    ("gemm", (64, 301), (97, 64), 1, 1),  # op(A) = A^T: its rows are A's columns
+    ("gemm", (301, 64), (97, 64), 0, 1),
+])
+def test_products_split_over_the_openmp_team_with_openblas(case) -> None:
+    """With numpy's OpenBLAS and an OpenMP team of two, a product large enough runs as row blocks (or batch
+    entries) on the team, each a single-threaded sgemm (csrc/ds_matmul.c): the values of one call, a Gemm's beta
+    and C included, and OpenBLAS's own thread count put back after (it ran two threads of its own beside the
+    team's, which then waited for a descheduled thread: BEiT at 224x224 18 ms at one thread, 58 at two)."""
+    from threadpoolctl import threadpool_limits
+
+    from dynshape.codegen import gemm
+
+    mm = gemm.kernel()
+    if mm is None or mm.blas != "openblas":
+        pytest.skip("the products run on MKL here, which shares the kernels' OpenMP pool")
+    kind, sa, sb, ta, tb = case
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    with threadpool_limits(2):
+        before = blas.openblas().num_threads()
+        if kind == "matmul":
+            got, want = gemm.matmul(a, b), a.astype(np.float64) @ b.astype(np.float64)
+        else:
+            c = rng.standard_normal((1, sb[0] if tb else sb[1])).astype(np.float32)
+            got = gemm.gemm(a, b, c, 0.5, 2.0, ta, tb)
+            want = 0.5 * ((a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)) + 2.0 * c
+        assert blas.openblas().num_threads() == before == 2
+    assert_f32_close(got, want.astype(np.float32), rtol=1e-5, scale=1e-4)

@@ -48,6 +48,11 @@ class Blas:
     def num_threads(self) -> int:
         return int(self._get_threads())
 
+    def thread_knobs(self) -> tuple[int, int]:
+        """The addresses of its set / get thread-count functions (C takes them: csrc/ds_matmul.c)."""
+        return (ctypes.cast(self._set_threads, ctypes.c_void_p).value or 0,
+                ctypes.cast(self._get_threads, ctypes.c_void_p).value or 0)
+
     @contextmanager
     def threads(self, n: int) -> Iterator[None]:
         """Run a block with `n` GEMM threads, then restore the previous count (benchmarks)."""

@@ -23,10 +23,10 @@ from dynshape.ir.graph import Graph, Node
 from dynshape.passes.values import is_float32
 
 _SIGNATURES = {"ds_matmul_f32": (P, P, P, I64, I64, I64, I64, I64, I64, INT, INT, F32, F32),
-               "ds_matmul_packed": (P, P), "ds_bind_blas": (P, P)}
+               "ds_matmul_packed": (P, P), "ds_bind_blas": (P, P), "ds_bind_blas_threads": (P, P)}
 # one library per BLAS: each loaded copy holds its own function pointers (ds_bind_blas), so executables compiled
 # with different `blas` options can live in one process
-LIBRARIES = {name: declare(f"gemm_{name}", "ds_matmul.c", _SIGNATURES, flags=("-fopenmp-simd", f"-DDS_BLAS_{name}"))
+LIBRARIES = {name: declare(f"gemm_{name}", "ds_matmul.c", _SIGNATURES, openmp=True, flags=(f"-DDS_BLAS_{name}",))
              for name in ("mkl", "openblas")}
 
 
@@ -52,6 +52,8 @@ def kernel(choice: str = "auto") -> Matmul | None:
                 blas = resolve(choice)
                 lib = LIBRARIES[blas.name].load()
                 bind(lib, blas)
+                if blas.name == "openblas":  # its own threads: split the products over the OpenMP team instead
+                    lib.ds_bind_blas_threads(*blas.thread_knobs())
                 _bound[choice] = Matmul(lib.ds_matmul_f32, lib.ds_matmul_packed, blas.name)
             except Exception:  # noqa: BLE001 - no compiler or no usable BLAS: numpy's matmul instead
                 _bound[choice] = None
