@@ -30,6 +30,7 @@ from dynshape.ir.types import TensorType
 from dynshape.ir.work import Work, graph_work
 from dynshape.options import Options, make
 from dynshape.passes.constfold import Folded, fold_constant_nodes
+from dynshape.passes.einsum import decompose_einsums
 from dynshape.passes.qdq import fuse_qdq
 from dynshape.runtime import key_states as ks
 from dynshape.runtime import profile as profile_io
@@ -87,6 +88,8 @@ class Executable:
         self._overrides = Overrides(graph, lambda g: compile(g, options=opts)) if graph.overridable else None
         if opts.fuse and opts.precision == "int8":  # before folding, which would dequantize the int8 weights
             graph = fuse_qdq(graph)
+        if opts.fuse:  # Einsums as Transposes, Reshapes and a MatMul (passes/einsum.py): before folding, which
+            graph = decompose_einsums(graph)  # then packs a constant operand regrouped for its product
         self.folded = fold_constant_nodes(graph, opts.fold_bytes) if opts.fuse else Folded(graph)
         self.graph = graph = self.folded.graph
         tensors_only = all(isinstance(graph.types.get(v.name), TensorType) for v in graph.inputs)
