@@ -347,6 +347,16 @@ def _gather_elements_accepts(node: Node, graph: Graph) -> str | None:
     return None if 1 <= len(x.shape) <= 16 else "rank 0 or above 16"
 
 
+def elements_axis(attrs: dict, data: tuple, indices: tuple) -> int | None:
+    """The axis (>= 0) a GatherElements / ScatterElements takes, when its indices fit the data on every other axis
+    (no larger there); None where the reference raises (an axis out of range, indices too long)."""
+    axis = int(attrs.get("axis", 0))
+    if not -len(data) <= axis < len(data):
+        return None
+    axis %= len(data)
+    return None if any(i > d for k, (i, d) in enumerate(zip(indices, data)) if k != axis) else axis
+
+
 def _bind_gather_elements(r: BindRequest) -> list | None:
     """One C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and the call
     raises with the node's name, as the reference's IndexError would."""
@@ -355,11 +365,8 @@ def _bind_gather_elements(r: BindRequest) -> list | None:
     if lib is None or out is None or x.ndim != idx.ndim or not 1 <= x.ndim <= 16 or out.shape != idx.shape \
             or not out.flags.c_contiguous or not idx.flags.c_contiguous or idx.dtype.name not in ("int32", "int64"):
         return None
-    axis = int(r.attrs.get("axis", 0))
-    if not -x.ndim <= axis < x.ndim:
-        return None
-    axis %= x.ndim
-    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+    axis = elements_axis(r.attrs, x.shape, idx.shape)
+    if axis is None:
         return None  # the reference's error
     n = x.shape[axis]
     desc = r.keep.table([x.ndim, axis, x.itemsize, int(idx.dtype == np.int32), r.addr(out), r.addr(x), r.addr(idx),

@@ -16,6 +16,7 @@ import numpy as np
 
 from dynshape.codegen.clib import I64, P, declare
 from dynshape.codegen.cshared import SCATTER_EL, SCATTER_MAX_RANK, SCATTER_ND, ScatterReduction, ScatterType
+from dynshape.codegen.lower.movement import elements_axis
 from dynshape.codegen.lowering import BindRequest, NativeRule, register_lowering
 from dynshape.errors import DynshapeError
 from dynshape.ir.graph import Graph, Node
@@ -92,11 +93,8 @@ def _bind_scatter_elements(r: BindRequest) -> list | None:
     if lib is None or not _plain_buffers(x, idx, upd, out) or not x.ndim == idx.ndim == upd.ndim \
             or idx.shape != upd.shape:
         return None
-    axis = int(r.attrs.get("axis", 0))
-    if not -x.ndim <= axis < x.ndim:
-        return None
-    axis %= x.ndim
-    if any(i > d for k, (i, d) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+    axis = elements_axis(r.attrs, x.shape, idx.shape)
+    if axis is None:
         return None  # the reference's error
     n = x.shape[axis]
     fields = {**_fields(r, x, idx, upd, out), "RANK": x.ndim, "AXIS": axis, "N": n}
