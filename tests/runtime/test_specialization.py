@@ -281,3 +281,36 @@ def test_a_static_variant_compiles_sizes_the_generic_build_calls_data_dependent(
     assert len(exe.variants) == 2
     for v in exe.variants.values():
         assert not {u.op for u in v.build.uncompiled} & {"ChannelsLast", "Conv", "Relu"}, v.build.uncompiled
+
+
+def test_a_graph_with_sizes_only_a_key_fixes_specializes_a_shape_from_its_second_call():
+    """Where the generic build runs steps on numpy because inference named a size data-dependent, a shape's static
+    variant is the fast path: the default strategy builds it once the shape is called twice (not 20 times), and
+    explain says so; other graphs keep the default threshold."""
+    g = _sqrt_reshape_model()
+    exe = ds.compile(g)
+    x = {"x": np.random.default_rng(3).standard_normal((2, 8, 25)).astype(np.float32)}
+    for _ in range(2):
+        assert_f32_close(exe.run(x)["y"], g.run(x)["y"], rtol=1e-4, scale=1e-5)
+    assert exe.wait_for_builds(60)
+    assert [v["values"] for v in exe.explain_strategy()["variants"]] == [{"n": 2, "s": 25}]
+    assert exe.explain_strategy()["auto_specialize"]["hot_calls"] == 2
+    assert ds.compile(_graph()).explain_strategy()["auto_specialize"]["hot_calls"] == 20
+
+
+def test_sizes_that_depend_on_the_data_itself_go_back_to_the_usual_threshold():
+    """A NonZero's count is data-dependent in any build: after the first variant shows that, shapes earn variants
+    at the usual rate again (no background build per shape for nothing)."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["t"], perm=[1, 0]),
+             helper.make_node("Cast", ["t"], ["y"], to=TensorProto.FLOAT), helper.make_node("Relu", ["y"], ["z"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "m"])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)])
+    exe = ds.compile(ds.load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+    assert exe.explain_strategy()["auto_specialize"]["hot_calls"] == 2
+    x = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    for _ in range(2):
+        exe.run(x)
+    assert exe.wait_for_builds(60)
+    assert exe.explain_strategy()["auto_specialize"]["hot_calls"] == 20

@@ -179,7 +179,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     """The generic build (key None), a bucket's (`narrow`: name -> int or narrower symbol) or a static one.
     `bodies(node, graph)`: a Loop / Scan node's compiled body (a `run(args)` taking the node's inputs then the
     enclosing values in its `outer`, and a `why`), or why it is interpreted; None: every body is interpreted."""
-    if key is not None and _data_dependent_dims(graph):
+    if key is not None and data_dependent_dims(graph):
         # a static build re-infers the graph at its key: a size inference could only name as data-dependent, one
         # computed from the shapes through float math (DPT's reassembly reshapes to int(seq_len ** 0.5)), is then
         # the number the key gives, and the steps that read it compile (they ran on numpy in every build)
@@ -233,7 +233,7 @@ def build(graph: Graph, symbols: list[Symbol], options: Options, key: tuple | No
     return Build(spec, key, tuple(steps), fixed, symvals if key is None else None, tuple(uncompiled), options, nk)
 
 
-def _data_dependent_dims(graph: Graph) -> bool:
+def data_dependent_dims(graph: Graph) -> bool:
     """Whether some value's shape has a dim inference named as data-dependent (a '?' symbol)."""
     return any(isinstance(d, Expr) and any(n.startswith("?") for n in d.free_symbols)
                for t in graph.types.values() if isinstance(t, TensorType) for d in t.shape)

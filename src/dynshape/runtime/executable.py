@@ -38,7 +38,7 @@ from dynshape.runtime.arenas import Arena, ArenaPool, grow
 from dynshape.runtime.assumptions import Assumptions
 from dynshape.runtime.binder import graph_binder, nonempty_first
 from dynshape.runtime.bucket_dispatch import bucket_plan
-from dynshape.runtime.build import KernelStep, build
+from dynshape.runtime.build import KernelStep, build, data_dependent_dims
 from dynshape.runtime.builder import LAST_REQUEST, BackgroundBuilder, in_builder
 from dynshape.runtime.loop_bodies import Bodies
 from dynshape.runtime.memory import MemoryPolicy, check_machine, machine_refusal, settled, tune_allocator
@@ -131,6 +131,13 @@ class Executable:
         self._auto = self.choice.auto_specialize
         if self.choice.every_shape:
             self.profile_.min_calls, self.profile_.min_share = 1, 0.0
+        elif self._auto and generic.build.uncompiled and data_dependent_dims(graph):
+            # sizes inference names data-dependent that the key fixes (DPT's reshape to int(seq ** 0.5)): the
+            # generic build runs their steps on numpy, a shape's static variant compiles them (build.build
+            # re-infers at the key), so a shape earns its variant on its second call, not its 20th
+            self.profile_.min_calls = min(self.profile_.min_calls, 2)
+            self.notes.append("some sizes depend on values inference could not follow (data-dependent to the "
+                              "generic build): a shape is hot from its 2nd call")
         self.memory.init(generic.planner, self._why_unplanned())
         self._pool = ArenaPool(opts.arenas, wait=self.memory.bounded)
         self._add_buckets(self.choice.buckets)
@@ -317,6 +324,9 @@ class Executable:
     def _build_hot(self, key: tuple, why: str, where: str) -> None:
         with pinned_cache_dir(self._cache):  # where the executable was compiled, whatever others do since
             variant = self._variant(key, exact_guard(self.symbols, key, why, where, pinned=False))
+        if self.profile_.min_calls < self.options.hot_calls and data_dependent_dims(variant.build.graph):
+            self.profile_.min_calls = self.options.hot_calls  # sizes that depend on the data itself (a NonZero's
+            # count): a variant compiles no more than the generic build, so shapes earn one at the usual rate
         self._install(variant)
 
     def _build_failed(self, key: tuple, e: Exception) -> None:
