@@ -86,9 +86,11 @@ class ScatterType(enum.IntEnum):
 
 SCATTER_MAX_RANK = 16  # the C's index counters (DS_SCATTER_MAX_RANK)
 # a ScatterND's and a ScatterElements' table (DS_SCATTER_ND_<field>, DS_SCATTER_EL_<field>; csrc/ds_scatter.c):
-# the fields, then the geometry (shape, then the output's byte strides)
-SCATTER_ND = ("K", "M", "SLICE", "ITEMSIZE", "I32", "REDUCTION", "TYPE", "NBYTES", "OUT", "X", "IDX", "UPD")
-SCATTER_EL = ("RANK", "AXIS", "N", "ITEMSIZE", "I32", "REDUCTION", "TYPE", "NBYTES", "OUT", "X", "IDX", "UPD")
+# the fields both begin with (DS_SCATTER_AT_<field>: one reader in the C), their own, then the geometry (shape,
+# then the output's byte strides)
+SCATTER_CALL = ("ITEMSIZE", "I32", "REDUCTION", "TYPE", "NBYTES", "OUT", "X", "IDX", "UPD")
+SCATTER_ND = (*SCATTER_CALL, "K", "M", "SLICE")
+SCATTER_EL = (*SCATTER_CALL, "RANK", "AXIS", "N")
 # a conv's geometry array (DS_CONV_<field> is its index; csrc/ds_conv.h says what each holds)
 CONV_GEO = ("H", "W", "C", "OH", "OW", "OC", "KH", "KW", "SH", "SW", "DH", "DW", "PT", "PL", "G", "CG", "OCG",
             "LDY", "ACT", "NPIX", "WREST", "XBF", "YBF", "RBF")
@@ -118,6 +120,7 @@ def header() -> str:
         "enum { " + ", ".join(f"DS_SCATTER_{r.name} = {r.value}" for r in ScatterReduction) + " };\n",
         "enum { " + ", ".join(f"DS_SCATTER_{t.name} = {t.value}" for t in ScatterType) + " };\n",
         f"#define DS_SCATTER_MAX_RANK {SCATTER_MAX_RANK}\n",
+        _enum("DS_SCATTER_AT", SCATTER_CALL, "END"),
         _enum("DS_SCATTER_ND", SCATTER_ND, "GEO"),
         _enum("DS_SCATTER_EL", SCATTER_EL, "GEO"),
         "#endif\n"])

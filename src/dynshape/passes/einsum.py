@@ -28,6 +28,7 @@ import numpy as np
 from dynshape.ir.graph import Graph, Node
 from dynshape.ir.opdef import is_default_domain
 from dynshape.ir.types import TensorType
+from dynshape.ops.dims import prod
 
 
 class _Decline(Exception):  # noqa: N818 - a verdict: this Einsum stays as it is
@@ -42,6 +43,7 @@ class _Builder:
     dtype: np.dtype
     shapes: dict  # the operands' shapes (a Shape node's value)
     nodes: list = dataclasses.field(default_factory=list)
+    shape_of: dict = dataclasses.field(default_factory=dict)  # operand -> its Shape node's output, made once
     consts: dict = dataclasses.field(default_factory=dict)
     types: dict = dataclasses.field(default_factory=dict)
 
@@ -54,11 +56,10 @@ class _Builder:
         self.types[n] = TensorType(value.dtype, value.shape, value)
         return n
 
-    def node(self, op: str, ins: list[str], shape: tuple, out: str | None = None, **attrs) -> str:
-        y = out or self.name(op.lower())
+    def node(self, op: str, ins: list[str], shape: tuple, **attrs) -> str:
+        y = self.name(op.lower())
         self.nodes.append(Node(op, "", self.name(op), attrs, ins, [y]))
-        if out is None:
-            self.types[y] = TensorType(self.dtype, tuple(shape))
+        self.types[y] = TensorType(self.dtype, tuple(shape))
         return y
 
     def transpose(self, x: str, labels: str, order: str, dims: dict) -> tuple[str, str]:
@@ -74,7 +75,7 @@ class _Builder:
         its axis, read through Shape: a value the compiler knows per key, never computed per call)."""
         if groups == axes:
             return x
-        shape_out = tuple(_product([dims[c] for c in g]) for g in groups)
+        shape_out = tuple(prod([dims[c] for c in g]) for g in groups)
         target: list = []
         for q, g in enumerate(groups):
             d = shape_out[q]
@@ -99,7 +100,9 @@ class _Builder:
                     factor = self.const(np.array([dims[c]], np.int64))
                 else:
                     src, axis = where[c]
-                    shp = self.value("Shape", [src], list(self.shapes[src]))
+                    shp = self.shape_of.get(src)
+                    if shp is None:
+                        shp = self.shape_of[src] = self.value("Shape", [src], list(self.shapes[src]))
                     factor = self.value("Gather", [shp, self.const(np.array([axis], np.int64))], [dims[c]], axis=0)
                 part = factor if part is None else self.value("Mul", [part, factor],
                                                               [self.types[part].value[0] * self.types[factor].value[0]])
@@ -115,13 +118,6 @@ class _Builder:
         self.nodes.append(Node(op, "", self.name(op), attrs, ins, [y]))
         self.types[y] = TensorType(np.dtype(np.int64), (len(entries),), np.array(entries, dtype=object))
         return y
-
-
-def _product(dims: list) -> object:
-    out = 1
-    for d in dims:
-        out = out * d
-    return out
 
 
 def _lower(n: Node, types: dict, opset: int) -> _Builder:
@@ -169,15 +165,14 @@ def _lower(n: Node, types: dict, opset: int) -> _Builder:
     a, la = b.transpose(xs[0], ta, batch + left + contracted, dims)
     r, lb = b.transpose(xs[1], tb, batch + contracted + right, dims)
     keep_left = not batch and len(left) >= 1  # the left-only labels stay axes: the right operand broadcasts
-    a_axes = [c for c in la]
     a_groups = [*left, contracted] if keep_left else [*batch, left, contracted]
     r_groups = [*batch, contracted, right]
-    a3 = b.regroup(a, a_axes, a_groups, dims, where)
-    r3 = b.regroup(r, [c for c in lb], r_groups, dims, where)
+    a3 = b.regroup(a, list(la), a_groups, dims, where)
+    r3 = b.regroup(r, list(lb), r_groups, dims, where)
     c_axes = a_groups[:-1] + [right]
-    c = b.node("MatMul", [a3, r3], tuple(_product([dims[ch] for ch in g]) for g in c_axes))
+    c = b.node("MatMul", [a3, r3], tuple(prod([dims[ch] for ch in g]) for g in c_axes))
     labels = (left if keep_left else batch + left) + right
-    c2 = b.regroup(c, c_axes, [ch for ch in labels], dims, where)
+    c2 = b.regroup(c, c_axes, list(labels), dims, where)
     b.transpose(c2, labels, out, dims)
     _rename_last(b, c2, y)
     return b

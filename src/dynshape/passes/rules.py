@@ -248,10 +248,7 @@ def _hardswish_written_out(group: tuple | list, y: str, graph: Graph) -> bool:
     add, clip, a, b = group
     if not is_const(other(add, y) or "", 3.0) or list(clip.inputs[:1]) != [add.outputs[0]]:
         return False
-    lo, hi = (list(clip.inputs[1:3]) + ["", ""])[:2]
-    bounds = (is_const(lo, 0.0) and is_const(hi, 6.0)) if len(clip.inputs) > 1 else \
-        (float(clip.attrs.get("min", np.nan)) == 0.0 and float(clip.attrs.get("max", np.nan)) == 6.0)
-    if not bounds:
+    if _clip_bounds(clip, graph) != (0.0, 6.0):
         return False
     c = clip.outputs[0]
     if a.op_type == "Mul" and b.op_type == "Div":  # (y * c) / 6

@@ -45,32 +45,45 @@ static void ds_scatter_combine(char *dst, const char *src, int64_t count, int64_
     }
 }
 
+/* The fields both tables begin with (DS_SCATTER_AT_*): element size, index width, reduction, element type, the
+   output's bytes and the buffers. */
+typedef struct {
+    int64_t size, i32, reduction, type, nbytes;
+    char *out;
+    const char *x, *upd;
+    const void *idx;
+} ds_scatter_call;
+
+static ds_scatter_call ds_scatter_read(const int64_t *a) {
+    const ds_scatter_call c = {a[DS_SCATTER_AT_ITEMSIZE], a[DS_SCATTER_AT_I32], a[DS_SCATTER_AT_REDUCTION],
+                               a[DS_SCATTER_AT_TYPE], a[DS_SCATTER_AT_NBYTES], (char *)a[DS_SCATTER_AT_OUT],
+                               (const char *)a[DS_SCATTER_AT_X], (const char *)a[DS_SCATTER_AT_UPD],
+                               (const void *)a[DS_SCATTER_AT_IDX]};
+    return c;
+}
+
 /* a: see DS_SCATTER_ND_* (k index components per update, m updates of `slice` elements each; shape[k] the data's
    first k dims, ostride[k] the output's strides over them in bytes). */
 int64_t ds_scatter_nd(const int64_t *a) {
     const int64_t k = a[DS_SCATTER_ND_K], m = a[DS_SCATTER_ND_M], slice = a[DS_SCATTER_ND_SLICE];
-    const int64_t size = a[DS_SCATTER_ND_ITEMSIZE], i32 = a[DS_SCATTER_ND_I32];
-    const int64_t reduction = a[DS_SCATTER_ND_REDUCTION], type = a[DS_SCATTER_ND_TYPE];
-    char *out = (char *)a[DS_SCATTER_ND_OUT];
-    const char *x = (const char *)a[DS_SCATTER_ND_X], *upd = (const char *)a[DS_SCATTER_ND_UPD];
-    const void *idx = (const void *)a[DS_SCATTER_ND_IDX];
+    const ds_scatter_call c = ds_scatter_read(a);
     const int64_t *shape = a + DS_SCATTER_ND_GEO, *ostride = shape + k;
     int64_t bad = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < k; j++) {
-            int64_t v = ds_scatter_index(idx, i32, i * k + j);
+            int64_t v = ds_scatter_index(c.idx, c.i32, i * k + j);
             v += v < 0 ? shape[j] : 0;
             bad += v < 0 || v >= shape[j];
         }
     if (bad) return bad;
-    if (x != out) memcpy(out, x, (size_t)a[DS_SCATTER_ND_NBYTES]);
+    if (c.x != c.out) memcpy(c.out, c.x, (size_t)c.nbytes);
     for (int64_t i = 0; i < m; i++) {
         int64_t off = 0;
         for (int64_t j = 0; j < k; j++) {
-            int64_t v = ds_scatter_index(idx, i32, i * k + j);
+            int64_t v = ds_scatter_index(c.idx, c.i32, i * k + j);
             off += (v + (v < 0 ? shape[j] : 0)) * ostride[j];
         }
-        ds_scatter_combine(out + off, upd + i * slice * size, slice, size, reduction, type);
+        ds_scatter_combine(c.out + off, c.upd + i * slice * c.size, slice, c.size, c.reduction, c.type);
     }
     return 0;
 }
@@ -79,25 +92,21 @@ int64_t ds_scatter_nd(const int64_t *a) {
    updates'), ostride[rank] the output's strides in bytes). */
 int64_t ds_scatter_elements(const int64_t *a) {
     const int64_t rank = a[DS_SCATTER_EL_RANK], axis = a[DS_SCATTER_EL_AXIS], n = a[DS_SCATTER_EL_N];
-    const int64_t size = a[DS_SCATTER_EL_ITEMSIZE], i32 = a[DS_SCATTER_EL_I32];
-    const int64_t reduction = a[DS_SCATTER_EL_REDUCTION], type = a[DS_SCATTER_EL_TYPE];
-    char *out = (char *)a[DS_SCATTER_EL_OUT];
-    const char *x = (const char *)a[DS_SCATTER_EL_X], *upd = (const char *)a[DS_SCATTER_EL_UPD];
-    const void *idx = (const void *)a[DS_SCATTER_EL_IDX];
+    const ds_scatter_call c = ds_scatter_read(a);
     const int64_t *shape = a + DS_SCATTER_EL_GEO, *ostride = shape + rank;
     int64_t total = 1, bad = 0, ctr[DS_SCATTER_MAX_RANK] = {0};
     for (int64_t d = 0; d < rank; d++) total *= shape[d];
     for (int64_t p = 0; p < total; p++) {
-        const int64_t v = ds_scatter_index(idx, i32, p);
+        const int64_t v = ds_scatter_index(c.idx, c.i32, p);
         bad += v < -n || v >= n;
     }
     if (bad) return bad;
-    if (x != out) memcpy(out, x, (size_t)a[DS_SCATTER_EL_NBYTES]);
+    if (c.x != c.out) memcpy(c.out, c.x, (size_t)c.nbytes);
     for (int64_t p = 0; p < total; p++) {
-        int64_t v = ds_scatter_index(idx, i32, p), off = 0;
+        int64_t v = ds_scatter_index(c.idx, c.i32, p), off = 0;
         v += v < 0 ? n : 0;
         for (int64_t d = 0; d < rank; d++) off += (d == axis ? v : ctr[d]) * ostride[d];
-        ds_scatter_combine(out + off, upd + p * size, 1, size, reduction, type);
+        ds_scatter_combine(c.out + off, c.upd + p * c.size, 1, c.size, c.reduction, c.type);
         for (int64_t d = rank - 1; d >= 0; d--) {
             if (++ctr[d] < shape[d]) break;
             ctr[d] = 0;
