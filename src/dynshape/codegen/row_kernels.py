@@ -324,7 +324,13 @@ def _bind_chan_norm(r: BindRequest) -> list | None:
     if lib is None or not n or not rows or scale.size != channels or bias.size != channels \
             or not x.flags.c_contiguous or not r.outs[0].flags.c_contiguous:
         return None
-    args = r.keep.table([r.addr(x), r.addr(scale), r.addr(bias), r.addr(r.outs[0]), rows, n, hw_, cpr, channels,
+    return _chan_norm_call(r, lib, rows, n, hw_, cpr, channels)
+
+
+def _chan_norm_call(r: BindRequest, lib, rows: int, n: int, hw: int, cpr: int, channels: int) -> list:  # noqa: ANN001
+    """ds_chan_norm_args over `rows` rows of n elements (cpr channels of hw each), the request's four buffers."""
+    x, scale, bias, out = r.ins[0], r.ins[1], r.ins[2], r.outs[0]
+    args = r.keep.table([r.addr(x), r.addr(scale), r.addr(bias), r.addr(out), rows, n, hw, cpr, channels,
                          _eps_bits(r.attrs)])
     return [NativeCall(lib.ds_chan_norm_args, (args,))]
 
@@ -344,9 +350,7 @@ def _bind_instnorm_last(r: BindRequest) -> list | None:
         return None
     if c == 1:  # (batch, hw, 1) holds the bytes of (batch, 1, hw): one long row an image, the channels-first
         # kernel's (torch's GroupNorm(1) export, PoolFormer: per position, a one-channel loop ran ~8x slower)
-        args = r.keep.table([r.addr(x), r.addr(scale), r.addr(bias), r.addr(out), batch, hw, hw, 1, 1,
-                             _eps_bits(r.attrs)])
-        return [NativeCall(lib.ds_chan_norm_args, (args,))]
+        return _chan_norm_call(r, lib, batch, hw, hw, 1, 1)
     eps = float(np.float32(r.attrs.get("epsilon", 1e-5)))
     return [NativeCall(lib.ds_instnorm_nhwc_f32, (r.addr(x), r.addr(scale), r.addr(bias), r.addr(out), batch, hw, c,
                                                   eps))]
