@@ -155,7 +155,9 @@ class Options:
                        "DYNSHAPE_BLAS", "auto")
     par_min_elements: int = _build("elements below which an elementwise or row loop nest runs on one thread",
                                    default=1 << 15)
-    par_min_flops: int = _build("multiply-adds below which a product runs on one thread", default=1 << 20)
+    # (1 << 20 until 2026-12: MobileNetV2's and RegNet's convs on small maps, 0.1-1 M multiply-adds each, ran on one
+    # thread of two, 0.77x onnxruntime at 64x64; from 1 << 17 they split: -22% there, bert at (1, 16) -10%)
+    par_min_flops: int = _build("multiply-adds below which a product or conv runs on one thread", default=1 << 17)
     par_min_weights: int = _build("weight floats from which a product or conv runs on every thread whatever its "
                                   "rows (streaming them is its cost: a batch-1 classifier's 1024 x 1000)",
                                   default=1 << 18)

@@ -5,6 +5,7 @@ several shapes of one build."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -237,7 +238,7 @@ def test_conv_tiles_add_a_residual_in_registers(ci, co, k, attrs, bias, relu, sw
 
 def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
     """A 1x1 conv of 1024 -> 1000 channels on a 1x1 map (DenseNet's head): a million multiply-adds, under
-    par_min_flops, but 4 MB of weights, which the threads share from par_min_weights on."""
+    a par_min_flops of 2 M, but 4 MB of weights, which the threads share from par_min_weights on."""
     w = (RNG.standard_normal((1000, 1024, 1, 1)) * 0.05).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
     model, dims = _model(nodes, ["n", 1024, 1, 1], {"w": w}), {"n": (1, 4)}
@@ -248,11 +249,30 @@ def test_a_pooled_classifier_conv_streams_its_weights_on_every_thread():
         head = "if (omp_get_max_threads() > 1 && "
         return [ln.strip()[len(head):-3] for ln in step.source.splitlines() if ln.strip().startswith(head)]
 
-    shared, by_flops = ds.compile(g), ds.compile(g, par_min_weights=1 << 40)
+    shared = ds.compile(g, par_min_flops=1 << 21)
+    by_flops = ds.compile(g, par_min_flops=1 << 21, par_min_weights=1 << 40)
     assert omp_ifs(shared) == ["1"] and omp_ifs(by_flops) not in ([], ["1"])
     x = RNG.standard_normal((3, 1024, 1, 1)).astype(np.float32)
     for exe in (shared, by_flops):
         assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
+
+
+def test_a_small_maps_pointwise_conv_splits_over_the_threads():
+    """MobileNetV2's 96 -> 576 expansion on a 4x4 map (64x64 input): 0.9 M multiply-adds, ~18 us on one thread,
+    which ran on one thread of two under the old par_min_flops (1 M): the threads now share it."""
+    w = (RNG.standard_normal((576, 96, 1, 1)) * 0.1).astype(np.float32)
+    g = ds.load_onnx(_model([helper.make_node("Conv", ["x", "w"], ["y"])], [1, 96, 4, 4], {"w": w}))
+
+    def omp_ifs(exe) -> list[str]:  # the printer's branch around each parallel loop: its condition
+        (step,) = [s for s in exe.generic.steps if isinstance(s, KernelStep)]
+        head = "if (omp_get_max_threads() > 1 && "
+        return [ln.strip()[len(head):-3] for ln in step.source.splitlines() if ln.strip().startswith(head)]
+
+    exe = ds.compile(g)
+    (cond,) = omp_ifs(exe)  # (the pixels' product by the weights', against the threshold)
+    assert int(re.search(r">= (\d+)\)$", cond).group(1)) <= 4 * 4 * 576 * 96, cond
+    x = RNG.standard_normal((1, 96, 4, 4)).astype(np.float32)
+    assert_f32_close(exe.run({"x": x})["y"], g.run({"x": x})["y"], rtol=1e-4, scale=1e-5)
 
 
 @pytest.mark.parametrize("threads", [2, 3])

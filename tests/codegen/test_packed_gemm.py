@@ -254,8 +254,8 @@ def test_in_place_weights_only_where_every_shape_has_few_rows(monkeypatch):
 
 
 def test_one_row_by_large_weights_runs_on_every_thread():
-    """A batch-1 classifier (1 x 1024 by 1024 x 1000: a million multiply-adds, under par_min_flops) streams 4 MB
-    of weights, which the threads share from par_min_weights on; below it the row count decides."""
+    """A batch-1 classifier (1 x 1024 by 1024 x 1000: a million multiply-adds, under a par_min_flops of 2 M)
+    streams 4 MB of weights, which the threads share from par_min_weights on; below it the row count decides."""
     rng = np.random.default_rng(5)
     w = rng.standard_normal((1024, 1000)).astype(np.float32)
 
@@ -268,7 +268,7 @@ def test_one_row_by_large_weights_runs_on_every_thread():
         return [ln.strip()[len(head):-3] for ln in exe.generic.steps[0].source.splitlines()
                 if ln.strip().startswith(head)]
 
-    shared, by_rows = build(), build(par_min_weights=1 << 40)
+    shared, by_rows = build(par_min_flops=1 << 21), build(par_min_flops=1 << 21, par_min_weights=1 << 40)
     assert omp_ifs(shared) == ["1"] and "L0" in omp_ifs(by_rows)[0]
     for m in (1, 3):
         x = rng.standard_normal((m, 1024)).astype(np.float32)
