@@ -15,7 +15,7 @@ What has none of these runs its reference, and `explain` says why.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dynshape.codegen import kir
@@ -183,6 +183,12 @@ class RetableRequest:
     in_addrs: list
     out_addrs: list
     itemsize: int
+    # the C entry point of each call the step's last binding made, in order: a rule whose binder picks among
+    # entry points retables only the one its words are for (None: bind again)
+    fns: tuple = ()
+    # per input, the array where it is a constant or a per-key value (its contents known for the key, as
+    # BindRequest.fixed), else None: a rule whose binder checks such contents (a Gather's indices) checks them here
+    in_values: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -195,9 +201,10 @@ class NativeRule:
     options)`: what the native step computes in other than plain float32 (an LSTM on 8-bit weights, its input
     projection in bf16), or None; explain prints it, so a user sees which steps run in which precision.
     `retable(request)`: for a binder whose calls take only tables that follow from its buffers' shapes and
-    addresses (no array's contents), the words of each table, in the order `bind` made them, for a
-    `RetableRequest`; None: bind again. A bucket plan moving to a new key writes these words instead of binding
-    (a decoder's KV Concat: ~40 us a step less per token)."""
+    addresses (and from the contents of constant or per-key inputs, checked as bind checks them), the words of
+    each table, in the order `bind` made them, for a `RetableRequest`; None: bind again. A bucket plan moving to
+    a new key writes these words instead of binding (a decoder's KV Concat: ~40 us a step less per token; Llama's
+    key / value heads repeated by Expand: ~25 us each)."""
 
     accepts: Callable[[Node, Graph], str | None]
     bind: Callable[[BindRequest], list[Callable[[], None]] | None]

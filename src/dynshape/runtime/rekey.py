@@ -284,7 +284,8 @@ class BucketState:
             try:
                 words = rec.retable(RetableRequest(
                     s.node, s.attrs, [shape(x) for x in s.inputs], [shape(o) for o in s.outputs],
-                    [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize))
+                    [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize,
+                    tuple(c.fn for c in rec.calls), [pl.fixed.get(x) if x else None for x in s.inputs]))
                 if words is None or len(words) != len(rec.tables) or any(len(w) != len(t)
                                                                           for w, t in zip(words, rec.tables)):
                     continue
@@ -453,7 +454,8 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
             words = rec.retable(RetableRequest(
                 s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
-                [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize))
+                [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize,
+                tuple(c.fn for c in rec.calls), [fixed.get(x) if x else None for x in s.inputs]))
             if words is not None and len(words) == len(rec.tables) and all(
                     len(w) == len(t) for w, t in zip(words, rec.tables)):
                 for w, t in zip(words, rec.tables):

@@ -50,10 +50,41 @@ def _copy(src: np.ndarray, out: np.ndarray, keep: Keep) -> list | None:
             if table is not None:
                 keep.append(table)
             return [NativeCall(lib.ds_permute_rows, (desc,))]
-        desc = keep.table([len(shape), src.itemsize, out.ctypes.data, src.ctypes.data, *shape, *strides])
+        desc = keep.table(_strided_desc(shape, strides, src.itemsize, out.ctypes.data, src.ctypes.data))
         keep.hold(src)
         return [NativeCall(lib.ds_copy_strided, (desc,))]
     return [functools.partial(np.copyto, out, src, casting="unsafe")]
+
+
+def _strided_desc(shape: list[int], strides: list[int], itemsize: int, out_addr: int, src_addr: int) -> list[int]:
+    """ds_copy_strided's table for a merged view (`_merged`) copied into a contiguous output."""
+    return [len(shape), itemsize, out_addr, src_addr, *shape, *strides]
+
+
+def _retable_copy(r: RetableRequest, src_strides: list[int] | None) -> list | None:
+    """The words of a `_copy` that made one ds_copy_strided call, for a source of the output's shape read with
+    `src_strides` (bytes) at the request's first input address; None where `_copy` would take another path at this
+    key (the row-permute entry point, a table of offsets) or made another call at the last one."""
+    lib = program.LIBRARY.try_load()
+    if src_strides is None or lib is None or r.fns != (lib.ds_copy_strided,) or r.in_addrs[0] is None \
+            or r.out_addrs[0] is None or len(src_strides) > 16:
+        return None
+    shape, strides = _merged(r.out_shapes[0], src_strides)
+    if _is_shuffle(shape, strides, r.itemsize) or _row_table(shape, strides, r.itemsize) is not None:
+        return None
+    return [_strided_desc(shape, strides, r.itemsize, r.out_addrs[0], r.in_addrs[0])]
+
+
+def _contiguous_strides(shape: tuple, itemsize: int) -> list[int] | None:
+    """A C-contiguous array's strides in bytes, as numpy gives them; None where a dim is 0 (numpy's strides of an
+    empty array are its own business: the binder decides)."""
+    if any(d == 0 for d in shape):
+        return None
+    out, step = [], itemsize
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
 
 
 def _merged(shape: tuple, strides: tuple) -> tuple[list[int], list[int]]:
@@ -120,6 +151,27 @@ def _bind_expand(r: BindRequest) -> list | None:
     except ValueError:
         return None
     return _copy(src, out, r.keep)
+
+
+def _retable_expand(r: RetableRequest) -> list | None:
+    """`_bind_expand`'s words from the shapes: the input broadcast to the output's shape (stride 0 on the dims it
+    repeats), as np.broadcast_to strides it. Why: Llama's key / value heads repeated for its query heads are four
+    Expands of the growing cache a step, each bound again at every new past length (~25 us each)."""
+    x, out = r.in_shapes[0], r.out_shapes[0]
+    strides = _contiguous_strides(x, r.itemsize) if x is not None and out is not None and len(x) <= len(out) \
+        else None
+    if strides is None:
+        return None
+    lead = len(out) - len(x)
+    src = [0] * lead
+    for d, n, st in zip(x, out[lead:], strides):
+        if d == n:
+            src.append(st)
+        elif d == 1:
+            src.append(0)
+        else:
+            return None  # not broadcastable: bind again (it falls back to the numpy path, which raises)
+    return _retable_copy(r, src)
 
 
 def _cast_accepts(node: Node, graph: Graph) -> str | None:
@@ -303,6 +355,28 @@ def _bind_gather_picked(r: BindRequest) -> list | None:
     return [pick]
 
 
+def _retable_gather(r: RetableRequest) -> list | None:
+    """`_bind_gather`'s table for indices known for the key (a causal mask's positions, per-key values of a
+    decode step's past length): their range checked as the binder checks it, the words from the shapes and
+    addresses. Why: GPT-2's mask gather was bound again at every new past length (~30 us a token)."""
+    lib = program.LIBRARY.try_load()
+    idx = r.in_values[1] if len(r.in_values) > 1 else None
+    x = r.in_shapes[0]
+    if lib is None or r.fns != (lib.ds_gather_rows,) or not isinstance(idx, np.ndarray) or idx.ndim == 0 \
+            or idx.dtype.name not in ("int32", "int64") or not idx.flags.c_contiguous or not x \
+            or any(a is None for a in (r.in_addrs[0], r.in_addrs[1], r.out_addrs[0])):
+        return None
+    axis = int(r.attrs.get("axis", 0))
+    axis = axis + len(x) if axis < 0 else axis
+    if not 0 <= axis < len(x) or r.out_shapes[0] != (*x[:axis], *idx.shape, *x[axis + 1:]):
+        return None
+    n = x[axis]
+    if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+        return None  # bind again: it raises, naming the index
+    return [[r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], int(idx.dtype == np.int32), math.prod(x[:axis]), n,
+             math.prod(x[axis + 1:]) * r.itemsize, idx.size]]
+
+
 def _gather_bind(r: BindRequest) -> list | None:
     if np.ndim(r.ins[1]) == 0:
         return _bind_gather_one(r) if _fixed_params(r) else _bind_gather_picked(r)
@@ -439,9 +513,9 @@ def _bind_pad_positions(src: np.ndarray, out: np.ndarray, grow: list, mode: str,
 
 register_lowering("Transpose", "native", NativeRule(_one_output, _bind_transpose))
 register_lowering("Concat", "native", NativeRule(_concat_accepts, _bind_concat, retable=_retable_concat))
-register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand))
+register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand, retable=_retable_expand))
 register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
-register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind))
+register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind, retable=_retable_gather))
 register_lowering("GatherND", "native", NativeRule(_one_output, _bind_gather_nd))
 register_lowering("Slice", "native", NativeRule(_one_output, _bind_slice))
 register_lowering("Split", "native", NativeRule(_split_accepts, _bind_split))
