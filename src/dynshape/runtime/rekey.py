@@ -443,8 +443,12 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
             if new_inputs:
                 if rec.placed:
                     restore()
-                dirty = _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0], *[at[o] for o in s.outputs],
-                                                                  *[at[x] for x in s.inputs]))]) or dirty
+                if type(rec.where[0]) is not int:
+                    dirty = _write_inputs(st, rec, at) or dirty
+                else:  # (a call of its own: made again)
+                    dirty = _write(pl, st, rec, [NativeCall(s.entry, (rec.calls[0].args[0],
+                                                                      *[at[o] for o in s.outputs],
+                                                                      *[at[x] for x in s.inputs]))]) or dirty
             continue
         now = _shapes_of(pl, s, shapes)
         if not new_inputs and now == rec.shapes:
@@ -549,6 +553,30 @@ def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> bool:
                         for a, b in zip(prog[off:off + len(words)].tolist(), words))
         prog[off:off + len(words)] = words
     rec.calls = made
+    return moved
+
+
+def _write_inputs(st: BucketState, rec: StepRecord, at: dict) -> bool:
+    """A kernel's program words for its per-key inputs' new addresses, in place ([entry, nargs, key table,
+    *outputs, *inputs]: its entry, key table and outputs stay, and the words of an input read in place were put
+    back on its slot by `_restore` first); whether a word that changed is an address in an in-place slot. Why:
+    making the whole call again and comparing its words cost ~3 us a kernel, nine a token on Llama's step (its
+    rotary tables are new per-key arrays at every past length). The record's `calls` keep the last binding's
+    (a kernel's are read for their key table only)."""
+    s = rec.step
+    j, off = rec.where[0]
+    prog = st.programs[j]
+    first = off + 3 + len(s.outputs)
+    span = st.span
+    moved = span is None
+    for i, x in enumerate(s.inputs):
+        if x in rec.perkey:
+            new = at[x]
+            old = int(prog[first + i])
+            if new != old:
+                if not moved and (span[0] <= new < span[1] or span[0] <= old < span[1]):
+                    moved = True
+                prog[first + i] = new
     return moved
 
 

@@ -363,7 +363,7 @@ def _retable_gather(r: RetableRequest) -> list | None:
     idx = r.in_values[1] if len(r.in_values) > 1 else None
     x = r.in_shapes[0]
     if lib is None or r.fns != (lib.ds_gather_rows,) or not isinstance(idx, np.ndarray) or idx.ndim == 0 \
-            or idx.dtype.name not in ("int32", "int64") or not idx.flags.c_contiguous or not x \
+            or idx.dtype.type not in (np.int32, np.int64) or not idx.flags.c_contiguous or not x \
             or any(a is None for a in (r.in_addrs[0], r.in_addrs[1], r.out_addrs[0])):
         return None
     axis = int(r.attrs.get("axis", 0))
