@@ -10,9 +10,9 @@ what the key changes: the kernels' one key table is written in place; a native s
 buffers' shapes or its per-key inputs changed (a Concat of the past and the new token), into the same program
 words; per-key values equal to the last key's stay the same arrays; the inputs' and outputs' views and the
 in-place words are made for the key (searched again only when an address in an in-place slot moved). A step
-whose rule has `retable` (Concat) gets its tables' words from shapes and addresses alone, without views or a
-binder. Anything a step cannot redo in place (another number or kind of calls) gives up: the caller drops the
-bucket plan and binds a new one at the key.
+whose rule has `retable` (Concat, Expand; a Gather of per-key indices, which it range-checks) gets its tables'
+words from shapes and addresses alone, without views or a binder. Anything a step cannot redo in place (another
+number or kind of calls) gives up: the caller drops the bucket plan and binds a new one at the key.
 
 Soundness rests on one fact: a binder's calls are a function of its node, its buffers (address, shape,
 strides) and the contents of its constant and per-key inputs; a step whose buffers and inputs are the same
