@@ -38,7 +38,7 @@ from dynshape.ops.dims import (
     static_shape,
     value_list,
 )
-from dynshape.sym import eq
+from dynshape.sym import eq, exact_quotient
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -70,7 +70,10 @@ def cancel(num: list, den: list) -> tuple[Any, Any]:
 def quotient(ctx: InferCtx, num: list, den: list, what: str) -> Any:
     """prod(num) // prod(den), exact: equal factors cancel first, and the divisibility it needs is recorded.
 
-    A symbolic divisor that may be 0 cannot divide: the result is then a fresh dim q with q * divisor == num.
+    A symbolic divisor that may be 0 cannot divide: where it divides num as polynomials (one term dividing every
+    term of num: Swin's window reverse), the quotient is the dim wherever the divisor is not 0, which the generic
+    graph assumes (a divisor of 0 leaves the -1 undefined: such inputs run on a static specialisation, where the
+    rule refuses them as numpy and onnxruntime do); else the result is a fresh dim q with q * divisor == num.
     """
     n, k = cancel(num, den)
     if is_static(k):
@@ -81,6 +84,10 @@ def quotient(ctx: InferCtx, num: list, den: list, what: str) -> Any:
     try:
         q, r = n // k, n % k
     except ShapeError:
+        q = exact_quotient(n, k)
+        if q is not None and not ctx.is_local(k, 0):
+            ctx.assume(k >= 1, f"{what}'s divisor {k} is not 0")
+            return q
         q = ctx.fresh(what)
         ctx.require(eq(q * k, n))
         return q

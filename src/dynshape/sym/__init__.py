@@ -9,7 +9,7 @@ from dynshape.errors import ShapeError
 from dynshape.sym.bounds import bounds, divisor
 from dynshape.sym.cond import Cond, divides, eq, le, lt, ne, prove
 from dynshape.sym.expr import DimLike, Expr, OpAtom, Symbol, as_dim, as_int, is_expr
-from dynshape.sym.rewrite import ceil_div, floordiv, max_, min_, mod, simplify, substitute
+from dynshape.sym.rewrite import ceil_div, exact_quotient, floordiv, max_, min_, mod, simplify, substitute
 from dynshape.sym.solve import check_symbol, solve
 
 
@@ -62,6 +62,6 @@ sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = [
     "Cond", "DimLike", "Expr", "OpAtom", "Symbol", "as_dim", "as_int", "bounds", "ceil_div", "check_symbol",
-    "divides", "divisor", "eq", "floordiv", "is_expr", "le", "lt", "make_symbol", "max_", "min_", "mod", "ne",
-    "prove", "simplify", "solve", "substitute", "sym",
+    "divides", "divisor", "eq", "exact_quotient", "floordiv", "is_expr", "le", "lt", "make_symbol", "max_", "min_",
+    "mod", "ne", "prove", "simplify", "solve", "substitute", "sym",
 ]

@@ -99,6 +99,20 @@ def _divide_by_monomial(a: Expr, b: Expr) -> tuple:
     return Expr.from_terms(q, qconst), Expr.from_terms(r, a.const)
 
 
+def exact_quotient(a: DimLike, b: DimLike) -> DimLike | None:
+    """q with a == b * q as polynomials (for every value of their atoms, b = 0 included), where b is one term
+    (c * atoms) dividing every term of a; None otherwise. Why: Reshape's -1 beside floor-division dims (Swin's
+    window reverse: B*(H//7)*(W//7)*49*C elements over (H//7)*(W//7)*49*C) is B wherever that divisor is not 0,
+    but `floordiv` refuses a divisor that may be 0, and the -1 became a data-dependent dim."""
+    a, b = as_dim(a), as_dim(b)
+    if not isinstance(b, Expr):
+        return None
+    if isinstance(a, int):
+        return 0 if a == 0 else None
+    quot, rest = _divide_by_monomial(a, b)
+    return quot if quot is not None and isinstance(rest, int) and rest == 0 else None
+
+
 def _mono_div(m: tuple, d: tuple) -> tuple | None:
     rest = list(m)
     for a in d:

@@ -1,0 +1,55 @@
+"""Window attention's reshapes (Swin's window partition and reverse): the -1 of the reverse is the batch symbol,
+not a data-dependent dim, though its divisor (the windows per image, a product of floor divisions) may be 0. The
+generic graph assumes it is not (such inputs leave the -1 undefined, which numpy and onnxruntime refuse)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dynshape as ds
+from dynshape.frontends.onnx import load_onnx
+
+
+def _window_model():
+    """x (B, H, W, 8) -> 7 x 7 windows (B * H//7 * W//7, 7, 7, 8) -> Relu -> back to (B, H//7, W//7, 7, 7, 8) with
+    a -1 batch, as HF Swin's window_partition / window_reverse write them (shapes from Shape -> Gather -> Div)."""
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["sh"]),
+             *[n("Gather", ["sh", f"i{k}"], [d]) for k, d in enumerate("bhwc")],
+             n("Div", ["h", "seven"], ["h7"]), n("Div", ["w", "seven"], ["w7"]),
+             n("Concat", ["b", "h7", "seven", "w7", "seven", "c"], ["t1"], axis=0),
+             n("Reshape", ["x", "t1"], ["x6"]), n("Transpose", ["x6"], ["x6t"], perm=[0, 1, 3, 2, 4, 5]),
+             n("Concat", ["m1", "seven", "seven", "c"], ["t2"], axis=0), n("Reshape", ["x6t", "t2"], ["win"]),
+             n("Relu", ["win"], ["act"]),
+             n("Concat", ["m1", "h7", "w7", "seven", "seven", "c"], ["t3"], axis=0),
+             n("Reshape", ["act", "t3"], ["r6"], name="reverse"),
+             n("Transpose", ["r6"], ["y"], perm=[0, 1, 3, 2, 4, 5])]
+    inits = {**{f"i{k}": [k] for k in range(4)}, "seven": [7], "m1": [-1]}
+    g = helper.make_graph(nodes, "windows", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "H", "W", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _numpy(x: np.ndarray) -> np.ndarray:
+    b, h, w, c = x.shape
+    win = np.maximum(x.reshape(b, h // 7, 7, w // 7, 7, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, 7, 7, c), 0)
+    return win.reshape(-1, h // 7, w // 7, 7, 7, c).transpose(0, 1, 3, 2, 4, 5)
+
+
+def test_the_window_reverses_minus_one_is_the_batch():
+    g = load_onnx(_window_model())
+    assert str(g.types["r6"].shape[0]) == "B", g.types["r6"].shape  # (a fresh '?' dim before)
+    assert any(f.kind == "assume" and "reverse" in f.origin for f in g.signature.facts)
+    exe = ds.compile(g)
+    rng = np.random.default_rng(0)
+    for shape in ((1, 7, 7, 8), (2, 14, 21, 8), (3, 28, 7, 8)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], _numpy(x))
+    bad = rng.standard_normal((1, 15, 14, 8)).astype(np.float32)  # not whole windows: numpy refuses it too
+    with pytest.raises(ValueError):
+        _numpy(bad)
+    with pytest.raises(ds.DynshapeError):
+        exe.run({"x": bad})
