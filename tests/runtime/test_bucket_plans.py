@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
 from dynshape.runtime.rekey import bucket_of
+from step_models import step_model
 
 D, HEADS, VOCAB, POSITIONS = 32, 2, 50, 320
 
@@ -50,16 +51,7 @@ def _gpt_step_model():
               n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
               n("Reshape", ["ot", "shape2"], ["o2"]),
               n("MatMul", ["o2", "wo"], ["y"])]
-    kv = ["b", HEADS, "past", hd]
-    graph = helper.make_graph(
-        nodes, "step",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 1]),
-         helper.make_tensor_value_info("mask", TensorProto.INT64, ["b", "past_plus_1"]),
-         helper.make_tensor_value_info("past_k", TensorProto.FLOAT, kv),
-         helper.make_tensor_value_info("past_v", TensorProto.FLOAT, kv)],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "present_k", "present_v")],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return step_model(nodes, inits, HEADS, hd, "past_plus_1")
 
 
 GRAPH = load_onnx(_gpt_step_model())

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import dynshape as ds
 from dynshape.errors import DynshapeError
 from dynshape.frontends.onnx import load_onnx
+from step_models import step_model
 
 D, KV_HEADS, Q_HEADS, VOCAB = 32, 2, 4, 50
 HD = D // Q_HEADS
@@ -53,16 +54,7 @@ def _gqa_step_model():
               n("Add", ["s", "bias"], ["sb"]), n("Softmax", ["sb"], ["p"], axis=-1),
               n("MatMul", ["p", "vh"], ["o"]), n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
               n("Reshape", ["ot", "out2"], ["o2"]), n("MatMul", ["o2", "wo"], ["y"])]
-    kv = ["b", KV_HEADS, "past", HD]
-    graph = helper.make_graph(
-        nodes, "step",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", 1]),
-         helper.make_tensor_value_info("mask", TensorProto.INT64, ["b", "mlen"]),
-         helper.make_tensor_value_info("past_k", TensorProto.FLOAT, kv),
-         helper.make_tensor_value_info("past_v", TensorProto.FLOAT, kv)],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "present_k", "present_v")],
-        [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return step_model(nodes, inits, KV_HEADS, HD, "mlen")
 
 
 GRAPH = load_onnx(_gqa_step_model())
