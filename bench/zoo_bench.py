@@ -15,9 +15,9 @@ faster), and the nodes dynshape runs outside compiled kernels on every call (the
 entries whose `how` is neither "native" nor "compiled body" (a Loop / Scan body or an If's branches compiled,
 called per call) and that `explain` says run every call, by op: not views, not steps run once per shape; for
 an executable without `.generic`, one build per rank-fixing length or per branch value, the build that served
-the probe); then geometric means. A model that fails in one
-runtime prints the error and goes on with the others. Timings on the shared 2-core machine are noisy: compare
-ratios from one run.
+the probe; and, where it differs, the same count in the hot variant the timing ran); then geometric means. A
+model that fails in one runtime prints the error and goes on with the others. Timings on the shared 2-core
+machine are noisy: compare ratios from one run.
 
 First figures (dynshape at 1a90b08, AMD EPYC Zen 4, family 25 model 17, --quick): 1 thread, ort/dyn geomean 1.02
 over 103 rows (1.23 without the three silero files that branch on `sr`; light_*: 1.51), ov/dyn 1.46 over 94;
@@ -142,14 +142,15 @@ def _serving_executable(exe: Any, feed: Feed) -> Any:
     return exe if hasattr(exe, "generic") else None
 
 
-def outside_kernels(exe: Any, feed: Feed) -> dict[str, int] | None:
-    """Nodes run outside compiled kernels on every call, by op (None: the executable does not say). Nodes that run
-    once per shape (they read only constants and the shape) or never (views of their input's buffer) cost
-    nothing per call and are not counted: `explain_build` says which is which."""
+def outside_kernels(exe: Any, feed: Feed, hot: bool = False) -> dict[str, int] | None:
+    """Nodes run outside compiled kernels on every call, by op (None: the executable does not say), in the generic
+    build, or (`hot`) in the build serving this feed's shape (its hot variant, once made: what the timing measures).
+    Nodes that run once per shape (they read only constants and the shape) or never (views of their input's
+    buffer) cost nothing per call and are not counted: `explain_build` says which is which."""
     e = _serving_executable(exe, feed)
     if e is None or not hasattr(e, "explain_build"):
         return None
-    unc = e.explain_build()["uncompiled"]
+    unc = e.explain_build(tuple(e.binder(feed)[1]) if hot else None)["uncompiled"]
     return dict(collections.Counter(u["op"] for u in unc if u["runs"] not in ("native", "compiled body")
                                     and u["when"] == "every call").most_common())
 
@@ -160,6 +161,15 @@ def fmt_ops(ops: dict[str, int] | None) -> str:
     if not ops:
         return "0"
     return f"{sum(ops.values())}: " + " ".join(f"{k} {v}" for k, v in ops.items())
+
+
+def fmt_outside(row: dict) -> str:
+    """The generic build's count, and the hot variant's (the build the timing ran) where it differs: DPT's
+    generic build runs 115 nodes on numpy, its variants none."""
+    out = fmt_ops(row.get("outside"))
+    if "outside_hot" in row and row["outside_hot"] != row.get("outside"):
+        out += f" (hot variant: {fmt_ops(row['outside_hot'])})"
+    return out
 
 
 # ---- correctness ------------------------------------------------------------------------------------------
@@ -251,6 +261,7 @@ def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Names
         if exe is not None and "dynshape" in ok:  # the default strategy's steady state: this shape's hot variant
             steady({"dynshape": ok["dynshape"]}, feed, 25)  # built in the background before the rounds
             limit_threads(args.threads)
+            row["outside_hot"] = outside_kernels(exe, feed, hot=True)
         t = time_interleaved(ok, feed, args.budget, rounds=args.rounds)
         row["ms"] = {k: 1e3 * v for k, v in t.items()}
     d = row["ms"].get("dynshape")
@@ -262,7 +273,7 @@ def bench_probe(m: ZooModel, i: int, calls: dict, exe: Any, args: argparse.Names
         row["ref_err"] = reference_errors(m, feed, outs)
         errs += "; against the numpy reference: " + ", ".join(f"{k} {v:.1e}" for k, v in row["ref_err"].items())
     print(f"  {m.name} {row['probe']}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in row["ms"].items()) + ratios +
-          errs + (f"; outside kernels {fmt_ops(row.get('outside'))}" if "outside" in row else "") +
+          errs + (f"; outside kernels {fmt_outside(row)}" if "outside" in row else "") +
           "".join(f"; {k} FAILED: {e}" for k, e in row["errors"].items()), flush=True)
     return row
 
@@ -298,7 +309,7 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
                     ratios[k].append(r)
                     rs.append(f"{r:.2f}")
                     if k == "ort" and r < 1:
-                        slower.append((rec["model"], row["probe"], r, fmt_ops(row.get("outside"))))
+                        slower.append((rec["model"], row["probe"], r, fmt_outside(row)))
                 else:
                     rs.append("-")
             es = []
@@ -311,7 +322,7 @@ def print_table(recs: list[dict], peers: list[str], args: argparse.Namespace) ->
                     against = f"; numpy reference: {k} {ref[k]:.1e}, ort {ref['ort']:.1e}" if k in ref else ""
                     wrong.append(f"{rec['model']} {row['probe']} {k} ({v:.1e}{against})")
             print(f"| {rec['model']} | {row['probe']} | " + " | ".join(_cell(row, rec, k) for k in cols) + " | " +
-                  " | ".join(rs) + " | " + " | ".join(es) + f" | {fmt_ops(row.get('outside'))} |")
+                  " | ".join(rs) + " | " + " | ".join(es) + f" | {fmt_outside(row)} |")
     gm = statistics.geometric_mean
     summary = {k: {"geomean": gm(v), "min": min(v), "rows": len(v)} for k, v in ratios.items() if v}
     print("\ngeometric means: " + "; ".join(f"{k}/dyn {s['geomean']:.2f} over {s['rows']} rows (min {s['min']:.2f})"

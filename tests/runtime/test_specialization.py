@@ -314,3 +314,20 @@ def test_sizes_that_depend_on_the_data_itself_go_back_to_the_usual_threshold():
         exe.run(x)
     assert exe.wait_for_builds(60)
     assert exe.explain_strategy()["auto_specialize"]["hot_calls"] == 20
+
+
+def test_explain_build_of_a_key_describes_the_build_serving_it():
+    """explain_build(key) lists the uncompiled nodes of the build that serves the key (its static variant once
+    made, what a benchmark of that shape times), explain_build() the generic build's."""
+    g = _sqrt_reshape_model()
+    exe = ds.compile(g, strategy="static")
+    x = {"x": np.random.default_rng(1).standard_normal((1, 8, 36)).astype(np.float32)}
+    exe.run(x)
+    key = tuple(exe.binder(x)[1])
+
+    def ops(info: dict) -> set:
+        return {u["op"] for u in info["uncompiled"]}
+
+    assert ops(exe.explain_build()) & {"ChannelsLast", "Conv", "Relu"}
+    assert not ops(exe.explain_build(key)) & {"ChannelsLast", "Conv", "Relu"}, exe.explain_build(key)
+    assert exe.explain_build((2, 49)) == exe.explain_build()  # a key without a variant: the generic build

@@ -561,9 +561,11 @@ class Executable:
                 "text": f"plus up to {top.scratch_bytes / 2**20:.1f} MiB a thread of kernel scratch outside the "
                         f"arena while {top.label} runs"}
 
-    def explain_build(self) -> dict:
-        """The generic build: its kernels, and every node that runs without a generated kernel, how and why."""
-        b, pl = self.generic.build, self.generic.planner
+    def explain_build(self, key: tuple | None = None) -> dict:
+        """The generic build (with `key`: the build serving that key, its hot variant once one is made): its
+        kernels, and every node that runs without a generated kernel, how and why."""
+        v = (self.table.exact.get(tuple(key)) if key is not None else None) or self.generic
+        b, pl = v.build, v.planner
         once = {b.steps[i].label for i in pl.per_key} if pl is not None else set()
         views = {b.steps[i].label for i in pl.alias_step} if pl is not None else set()
 
