@@ -548,6 +548,10 @@ CORPUS: list[ZooModel] = [
              _img("pixel_values", VISION_PROBES),
              _hf_cnn("YolosConfig", "YolosModel", "classic", 64, out="last_hidden_state",
                      **{**VIT, "intermediate_size": 256, "image_size": [64, 64]}, num_detection_tokens=10)),
+    ZooModel("swin", "transformers SwinModel (windows of 4 over maps padded to whole windows)", "classic",
+             {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES), _hf_cnn(
+                 "SwinConfig", "SwinModel", "classic", 64, out="last_hidden_state", image_size=64, patch_size=4,
+                 embed_dim=32, depths=[1, 1], num_heads=[2, 4], window_size=4)),
     ZooModel("dpt", "transformers DPTForDepthEstimation (reassembles int(seq ** 0.5) squares)", "classic",
              {"pixel_values": "float"}, _img("pixel_values", VISION_PROBES),
              _hf_cnn("DPTConfig", "DPTForDepthEstimation", "classic", 64, out="predicted_depth", image_size=64,

@@ -7,6 +7,8 @@ nothing is true only "usually". The ones used:
   (X // a) // b      = X // (a*b)                   (a, b > 0)
   X // c             = k     when k*c <= X < (k+1)*c is provable
   (c*q*X + R) % c    = R % c;  X % c = 0 when c divides X;  X % c = X - k*c within one period
+  (-Y) % c           = c*((Y + c - 1) // c) - Y      (every term of -Y negative: a padding amount; -(Y % c)
+                                                      as -Y)
   min(a, b)          = a     when a <= b is provable
   c*(X // d)         = (c/d)*X   when d | c and d | X          (in `simplify`)
 """
@@ -226,7 +228,25 @@ def _mod_const(a: Expr, c: int) -> DimLike:
     lo, hi = interval(r)
     if lo != -INF and hi != INF and lo // c == hi // c:
         return r - int(lo // c) * c
+    if all(coef < 0 for _, coef in r.terms):
+        # r = -y, or -(y % c) (== -y modulo c): what pads y up to a multiple of c, as exporters write it (HF Swin's
+        # `(-(y % c)) % c`, or `(c - y % c) % c`), is c * ceil(y / c) - y for every integer y, so y plus it is
+        # c * ceil(y / c): a multiple of c the canonical form shows (a padded map's windows divide its size)
+        y = _mod_arg(r, c)
+        y = -r if y is None else y
+        return c * floordiv(y + (c - 1), c) - y
     return _pinned(OpAtom("mod", (r, c)))
+
+
+def _mod_arg(r: Expr, c: int) -> DimLike | None:
+    """y where r is -(y % c), else None."""
+    if r.const != 0 or len(r.terms) != 1:
+        return None
+    (mono, coef), = r.terms
+    atom = mono[0] if len(mono) == 1 else None
+    if coef != -1 or not isinstance(atom, OpAtom) or atom.op != "mod" or atom.args[1] != c:
+        return None
+    return atom.args[0]
 
 
 def _minmax(op: str, args: tuple) -> DimLike:
