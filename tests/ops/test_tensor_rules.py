@@ -302,3 +302,16 @@ def test_unknown_parameters_keep_rank_and_what_is_certain():
     assert p.shape[0] == n and ds.is_expr(p.shape[1])
     (sl,), _ = infer("Slice", [tt((n, 3, 4)), tt((1,), I64), tt((1,), I64), const([1])])
     assert sl.shape[0] == n and ds.is_expr(sl.shape[1]) and sl.shape[2] == 4
+
+
+def test_mod_of_a_dividend_that_may_be_negative_follows_fmod():
+    """fmod=0 (numpy's mod, the divisor's sign) is the engine's floor mod for a positive divisor whatever the
+    dividend's sign; fmod=1 (C's fmod, the dividend's sign) is not, and stays unknown for a dividend that may be
+    negative. Values checked at every h."""
+    h = ds.sym("h", min=0, max=40)
+    (floor,), _ = infer("Mod", [symval([-(h % 7)]), const([7])])
+    (trunc,), _ = infer("Mod", [symval([-(h % 7)]), const([7])], fmod=1)
+    assert trunc.value is None
+    (e,) = floor.value.tolist()
+    for v in range(41):
+        assert e.evaluate({"h": v}) == (-(v % 7)) % 7

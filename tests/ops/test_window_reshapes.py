@@ -55,15 +55,16 @@ def test_the_window_reverses_minus_one_is_the_batch():
         exe.run({"x": bad})
 
 
-def _padded_window_model():
+def _padded_window_model(negated: bool = False):
     """Swin's way: pad H and W up to whole 7 x 7 windows by (7 - H % 7) % 7 rows / columns, partition, Relu, reverse
     with -1 batches, crop back: every size symbolic (the -1s are B only if the padded sizes are known multiples of
     7, which the canonical form of the padding shows)."""
     n = helper.make_node
     nodes = [n("Shape", ["x"], ["sh"]), *[n("Gather", ["sh", f"i{k}"], [d]) for k, d in enumerate("bhwc")],
              *[n(op, ins, [out]) for op, ins, out in (
-                 ("Mod", ["h", "seven"], "hm"), ("Sub", ["seven", "hm"], "hn"), ("Mod", ["hn", "seven"], "ph"),
-                 ("Mod", ["w", "seven"], "wm"), ("Sub", ["seven", "wm"], "wn"), ("Mod", ["wn", "seven"], "pw"))],
+                 ("Mod", ["h", "seven"], "hm"), *_minus("seven", "hm", "hn", negated), ("Mod", ["hn", "seven"], "ph"),
+                 ("Mod", ["w", "seven"], "wm"), *_minus("seven", "wm", "wn", negated),
+                 ("Mod", ["wn", "seven"], "pw"))],
              n("Concat", ["z4", "z1", "ph", "pw", "z1"], ["pads"], axis=0), n("Pad", ["x", "pads"], ["xp"]),
              n("Shape", ["xp"], ["shp"]), n("Gather", ["shp", "i1"], ["hp"]), n("Gather", ["shp", "i2"], ["wp"]),
              n("Div", ["hp", "seven"], ["h7"]), n("Div", ["wp", "seven"], ["w7"]),
@@ -82,10 +83,16 @@ def _padded_window_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_windows_of_a_padded_map_keep_every_size_symbolic():
+def _minus(c: str, x: str, out: str, negated: bool) -> list:
+    """c - x (HF Swin's Python), or -x as Neg (torch's `-x % c`: a dividend that may be negative)."""
+    return [("Neg", [x], out)] if negated else [("Sub", [c, x], out)]
+
+
+@pytest.mark.parametrize("negated", [False, True])
+def test_windows_of_a_padded_map_keep_every_size_symbolic(negated):
     """Before, the reverse's -1s were fresh data-dependent dims and the reshapes after them ran on numpy; now they
     are the batch symbol, nothing is data-dependent, and the answers are numpy's for sizes that pad and do not."""
-    g = load_onnx(_padded_window_model())
+    g = load_onnx(_padded_window_model(negated))
     assert str(g.types["r6"].shape[0]) == "B" and str(g.types["full"].shape[0]) == "B", g.types["full"].shape
     assert not [k for k, t in g.types.items() if "?" in str(getattr(t, "shape", ""))]
     exe = ds.compile(g)

@@ -156,6 +156,15 @@ def _int_mod(a: Any, b: Any) -> Any:
     raise _Unknown
 
 
+def _int_floor_mod(a: Any, b: Any) -> Any:
+    """Mod with fmod=0 takes the divisor's sign (numpy's mod): for a positive divisor the engine's floor mod,
+    whatever the dividend's sign (torch's `-h % w` exports as Neg then Mod; fmod=1 truncates, so it keeps
+    `_int_mod`'s non-negative dividend)."""
+    if _positive(b):
+        return a % b
+    raise _Unknown
+
+
 def _min(*xs: Any) -> Any:
     out = xs[0]
     for x in xs[1:]:
@@ -694,7 +703,7 @@ def _div_rule(ctx: InferCtx) -> list[TensorType]:
 
 
 def _mod_rule(ctx: InferCtx) -> list[TensorType]:
-    fold = _int_mod if dt.is_int(ctx.inputs[0].dtype) else None
+    fold = (_int_mod if ctx.attr("fmod", 0) else _int_floor_mod) if dt.is_int(ctx.inputs[0].dtype) else None
     return _broadcast_rule(fold=fold)(ctx)
 
 
