@@ -71,8 +71,8 @@ def short_error(e: BaseException) -> str:
 
 
 # ---- the runtimes ------------------------------------------------------------------------------------------
-def make_dynshape(path: str, precision: str = "fp32") -> tuple[Callable[[Feed], list[np.ndarray]], Any,
-                                                                 dict[str, float]]:
+def make_dynshape(path: str, precision: str = "fp32", strategy: str | None = None
+                  ) -> tuple[Callable[[Feed], list[np.ndarray]], Any, dict[str, float]]:
     import dynshape as ds
 
     t = time.perf_counter()
@@ -82,7 +82,7 @@ def make_dynshape(path: str, precision: str = "fp32") -> tuple[Callable[[Feed], 
         raise RuntimeError(f"load_onnx: {short_error(e)}") from e
     t_load = time.perf_counter() - t
     try:
-        exe = ds.compile(g, precision=precision)
+        exe = ds.compile(g, precision=precision, **({"strategy": strategy} if strategy else {}))
     except Exception as e:  # noqa: BLE001
         raise RuntimeError(f"compile: {short_error(e)}") from e
     names = [v.name for v in g.outputs]
@@ -225,7 +225,7 @@ def bench_model(m: ZooModel, args: argparse.Namespace, peers: list[str]) -> dict
         t = time.perf_counter()
         try:
             if k == "dynshape":
-                calls[k], exe, rec["dynshape_times"] = make_dynshape(path, args.precision)
+                calls[k], exe, rec["dynshape_times"] = make_dynshape(path, args.precision, args.strategy)
             elif k == "ort":
                 calls[k] = make_ort(path, args.threads)
             else:
@@ -373,6 +373,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=None, help="seconds of timing per probe (default 2, quick 0.5)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 16, quick 8)")
     ap.add_argument("--json", default="", help="write every row here")
+    ap.add_argument("--strategy", default="", help="ds.compile's strategy (default: its default, hot-shape variants "
+                                                   "made in the background; generic: the one build every new shape "
+                                                   "meets first, timed alone)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="dynshape's precision; bf16 runs OpenVINO at its default precision (bf16 where the CPU has "
                          "it) instead of f32, and marks outputs wrong from 5e-2")
@@ -399,7 +402,8 @@ def main() -> None:
         import openvino
 
         versions += f", OpenVINO {openvino.__version__}"
-    print(f"CPU: {cpu_model()}; precision {args.precision}; threads {args.threads}; dynshape {dynshape_version()}; "
+    print(f"CPU: {cpu_model()}; precision {args.precision}; strategy {args.strategy or 'default'}; threads "
+          f"{args.threads}; dynshape {dynshape_version()}; "
           f"{versions}; corpus "
           f"{zoo_dir()}; budget {args.budget} s x {args.rounds} rounds per probe; load average "
           f"{os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)", flush=True)
