@@ -150,7 +150,13 @@ def outside_kernels(exe: Any, feed: Feed, hot: bool = False) -> dict[str, int] |
     e = _serving_executable(exe, feed)
     if e is None or not hasattr(e, "explain_build"):
         return None
-    unc = e.explain_build(tuple(e.binder(feed)[1]) if hot else None)["uncompiled"]
+    key = None
+    if hot:
+        try:
+            key = tuple(e.binder(feed)[1])
+        except Exception:  # noqa: BLE001 - a branch's build binds fewer inputs (the branch value is its key)
+            return None
+    unc = e.explain_build(key)["uncompiled"]
     return dict(collections.Counter(u["op"] for u in unc if u["runs"] not in ("native", "compiled body")
                                     and u["when"] == "every call").most_common())
 
@@ -167,7 +173,7 @@ def fmt_outside(row: dict) -> str:
     """The generic build's count, and the hot variant's (the build the timing ran) where it differs: DPT's
     generic build runs 115 nodes on numpy, its variants none."""
     out = fmt_ops(row.get("outside"))
-    if "outside_hot" in row and row["outside_hot"] != row.get("outside"):
+    if row.get("outside_hot") is not None and row["outside_hot"] != row.get("outside"):
         out += f" (hot variant: {fmt_ops(row['outside_hot'])})"
     return out
 
