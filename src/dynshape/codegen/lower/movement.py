@@ -194,6 +194,19 @@ def _gather_accepts(node: Node, graph: Graph) -> str | None:
     return _one_output(node, graph)
 
 
+def _gather_table(out_addr: int, x_addr: int, idx_addr: int, idx: np.ndarray, x_shape: tuple, axis: int,
+                  itemsize: int, count: int) -> list[int]:
+    """ds_gather_rows' / ds_gather_pick's table: the output, the data, the indices and whether they are int32, the
+    data's rows before the axis, its length, the bytes after it, and the index count (0: one index, picked)."""
+    return [out_addr, x_addr, idx_addr, int(idx.dtype == np.int32), math.prod(x_shape[:axis]), x_shape[axis],
+            math.prod(x_shape[axis + 1:]) * itemsize, count]
+
+
+def _out_of_range(idx: np.ndarray, n: int) -> bool:
+    """Whether an index lies outside [-n, n), ONNX's admissible range for an axis of length n."""
+    return bool(idx.size) and (int(idx.min()) < -n or int(idx.max()) >= n)
+
+
 def _bind_gather(r: BindRequest) -> list | None:
     x, idx, out = r.ins[0], r.ins[1], r.outs[0]
     axis = r.attrs.get("axis", 0)
@@ -206,11 +219,11 @@ def _bind_gather(r: BindRequest) -> list | None:
                                                                                   *x.shape[axis + 1:]):
         # one C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and the call
         # then raises np.take's IndexError (which names the first such index; the plan names the node)
-        desc = r.keep.table([r.addr(out), r.addr(x), r.addr(idx), int(idx.dtype == np.int32),
-                             math.prod(x.shape[:axis]), n, math.prod(x.shape[axis + 1:]) * x.itemsize, idx.size])
+        desc = r.keep.table(_gather_table(r.addr(out), r.addr(x), r.addr(idx), idx, x.shape, axis, x.itemsize,
+                                          idx.size))
         fn, label = lib.ds_gather_rows, r.node.label()
         if _fixed_params(r):  # indices known for the key (a causal mask's positions): checked now, and the call
-            if idx.size and (idx.min() < -n or idx.max() >= n):  # joins the plan's program (no Python call, and
+            if _out_of_range(idx, n):  # joins the plan's program (no Python call, and
                 np.take(x, idx, axis=axis)  # a bucket plan moved to another key rewrites its table in place)
             return [NativeCall(fn, (desc,))]
 
@@ -226,7 +239,7 @@ def _bind_gather(r: BindRequest) -> list | None:
     def gather() -> None:
         # mode="raise" copies through a temporary buffer (3x slower on bert's embeddings): the indices are
         # checked here, then "wrap" maps the admissible negative ones as ONNX does (-1 is the last)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
+        if _out_of_range(idx, n):
             np.take(x, idx, axis=axis)  # raises the out-of-range error, names the index
         np.take(x, idx, axis=axis, out=out, mode="wrap")
 
@@ -349,8 +362,7 @@ def _bind_gather_picked(r: BindRequest) -> list | None:
             and x.flags.c_contiguous and out.flags.c_contiguous):
         # the same step in C, for a loop driver running the body's iterations in one call (runtime/loop_driver.py;
         # it checks the status word a[7]): `pick` stays the plan's own call, which raises by name
-        table = r.keep.table([r.addr(out), r.addr(x), r.addr(idx), int(idx.dtype == np.int32),
-                              math.prod(x.shape[:axis]), n, math.prod(x.shape[axis + 1:]) * x.itemsize, 0])
+        table = r.keep.table(_gather_table(r.addr(out), r.addr(x), r.addr(idx), idx, x.shape, axis, x.itemsize, 0))
         pick.native = (lib.ds_gather_pick, table)  # type: ignore[attr-defined]
     return [pick]
 
@@ -370,11 +382,9 @@ def _retable_gather(r: RetableRequest) -> list | None:
     axis = axis + len(x) if axis < 0 else axis
     if not 0 <= axis < len(x) or r.out_shapes[0] != (*x[:axis], *idx.shape, *x[axis + 1:]):
         return None
-    n = x[axis]
-    if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+    if _out_of_range(idx, x[axis]):
         return None  # bind again: it raises, naming the index
-    return [[r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], int(idx.dtype == np.int32), math.prod(x[:axis]), n,
-             math.prod(x[axis + 1:]) * r.itemsize, idx.size]]
+    return [_gather_table(r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], idx, x, axis, r.itemsize, idx.size)]
 
 
 def _gather_bind(r: BindRequest) -> list | None:
