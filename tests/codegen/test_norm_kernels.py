@@ -79,6 +79,18 @@ def test_instance_norm_between_convs_runs_channels_last_natively():
         _close(exe.run({"x": x})["y"], g.run({"x": x})["y"])
 
 
+def _torch_group_norm(x: str, scale: str, bias: str, out: str) -> list:
+    """GroupNorm as torch exports it: x reshaped to (N, groups, -1) by the initializer `target`, an
+    InstanceNormalization of the groups (`scale`, `bias`: ones and zeros), reshaped back to x's shape, then the
+    per-channel `gamma` and `beta`."""
+    return [helper.make_node("Reshape", [x, "target"], ["r1"]),
+            helper.make_node("InstanceNormalization", ["r1", scale, bias], ["n1"]),
+            helper.make_node("Shape", [x], ["shape1"]),
+            helper.make_node("Reshape", ["n1", "shape1"], ["r2"]),
+            helper.make_node("Mul", ["r2", "gamma"], ["m"]),
+            helper.make_node("Add", ["m", "beta"], [out])]
+
+
 def test_torch_groupnorm_export_between_conv1ds_stays_channels_last():
     """torch exports GroupNorm(C, C) (wav2vec2's feature encoder) as Reshape to (N, C, -1), InstanceNormalization
     with unit scale, Reshape back, Mul and Add per channel: the Reshapes are the identity, so they run no step and
@@ -91,12 +103,7 @@ def test_torch_groupnorm_export_between_conv1ds_stays_channels_last():
              "gamma": RNG.standard_normal((c, 1)).astype(np.float32),
              "beta": RNG.standard_normal((c, 1)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], strides=[5]),
-             helper.make_node("Reshape", ["c1", "target"], ["r1"]),
-             helper.make_node("InstanceNormalization", ["r1", "ones", "zeros"], ["n1"]),
-             helper.make_node("Shape", ["c1"], ["shape1"]),
-             helper.make_node("Reshape", ["n1", "shape1"], ["r2"]),
-             helper.make_node("Mul", ["r2", "gamma"], ["m"]),
-             helper.make_node("Add", ["m", "beta"], ["a"]),
+             *_torch_group_norm("c1", "ones", "zeros", "a"),
              helper.make_node("Relu", ["a"], ["g"]),
              helper.make_node("Conv", ["g", "w2"], ["y"], strides=[2])]
     g = _graph(nodes, ["n", 1, "t"], inits)
@@ -122,12 +129,7 @@ def test_torch_groupnorm_of_one_group_runs_as_one_row_an_image(spy_row_kernels):
              "gamma": RNG.standard_normal((c, 1, 1)).astype(np.float32),
              "beta": RNG.standard_normal((c, 1, 1)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Reshape", ["c1", "target"], ["r1"]),
-             helper.make_node("InstanceNormalization", ["r1", "one", "zero"], ["n1"]),
-             helper.make_node("Shape", ["c1"], ["shape1"]),
-             helper.make_node("Reshape", ["n1", "shape1"], ["r2"]),
-             helper.make_node("Mul", ["r2", "gamma"], ["m"]),
-             helper.make_node("Add", ["m", "beta"], ["y0"]),
+             *_torch_group_norm("c1", "one", "zero", "y0"),
              helper.make_node("Conv", ["y0", "w2"], ["y"])]
     g = _graph(nodes, ["n", 3, "h", "w"], inits)
     exe = ds.compile(g)
