@@ -112,8 +112,11 @@ def main() -> None:
         if p0 <= seen:
             raise SystemExit(f"prompt {p0}: the first loops before reached past {seen}; give prompt lengths more "
                              f"than --first-rounds x (--tokens + 1) apart")
-        prompt = {"input_ids": np.array([[7]], np.int64),
-                  **{k: rng.standard_normal((1, heads, p0, hd)).astype(np.float32) for k in KV}}
+        def prompt_at(past: int) -> dict:  # a prompt's cache of `past` random keys and values, token 7 next
+            return {"input_ids": np.array([[7]], np.int64),
+                    **{k: rng.standard_normal((1, heads, past, hd)).astype(np.float32) for k in KV}}
+
+        prompt = prompt_at(p0)
         span = args.tokens + 1
         cap = p0 + args.first_rounds * span
         bufs = [{k: np.empty(heads * cap * hd, np.float32) for k in KV} for _ in range(2)]
@@ -122,9 +125,7 @@ def main() -> None:
         # the plans to new keys only); the rounds after them reuse the states the moves left
         firsts: dict[str, list[float]] = {"dyn": [], "ort": []}
         for r in range(args.first_rounds):
-            start = prompt if r == 0 else {
-                "input_ids": prompt["input_ids"],
-                **{k: rng.standard_normal((1, heads, p0 + r * span, hd)).astype(np.float32) for k in KV}}
+            start = prompt if r == 0 else prompt_at(p0 + r * span)
             t = time.perf_counter()
             a = generate_dyn(exe, start, args.tokens, bufs, heads, hd)
             t_first = time.perf_counter()
