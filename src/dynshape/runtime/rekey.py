@@ -282,10 +282,7 @@ class BucketState:
                 return None if not x else tuple(traced(d) for d in types[x].shape)
 
             try:
-                words = rec.retable(RetableRequest(
-                    s.node, s.attrs, [shape(x) for x in s.inputs], [shape(o) for o in s.outputs],
-                    [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize,
-                    tuple(c.fn for c in rec.calls), [pl.fixed.get(x) if x else None for x in s.inputs]))
+                words = rec.retable(_retable_request(rec, shape, at, pl.fixed))
                 if words is None or len(words) != len(rec.tables) or any(len(w) != len(t)
                                                                           for w, t in zip(words, rec.tables)):
                     continue
@@ -304,6 +301,16 @@ class BucketState:
             self.words = compile_key_function("retable_words", list(pl.symbol_names),
                                               "return [" + ", ".join(to_py(e, names) for e in forms) + "]")
             self.word_symbols = frozenset().union(*(e.free_symbols for e in forms))
+
+
+def _retable_request(rec: StepRecord, shape: Any, at: dict, values: dict) -> RetableRequest:
+    """A step's retable request: its buffers' shapes (`shape(name)`: this key's, or traced), addresses (`at`),
+    the entry points of its last binding, and the arrays of its inputs found in `values` (constants, per-key)."""
+    s = rec.step
+    return RetableRequest(s.node, s.attrs, [shape(x) for x in s.inputs], [shape(o) for o in s.outputs],
+                          [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs],
+                          rec.itemsize, tuple(c.fn for c in rec.calls),
+                          [values.get(x) if x else None for x in s.inputs])
 
 
 def _row_stride(shapes: dict, x: str, into: str | None) -> int:
@@ -456,10 +463,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         if rec.placed:
             restore()  # what follows rewrites the step's words wholesale
         if rec.retable is not None:  # the tables' words from the shapes and addresses alone: no views, no binder
-            words = rec.retable(RetableRequest(
-                s.node, s.attrs, [shape_of(x) for x in s.inputs], [shape_of(o) for o in s.outputs],
-                [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs], rec.itemsize,
-                tuple(c.fn for c in rec.calls), [fixed.get(x) if x else None for x in s.inputs]))
+            words = rec.retable(_retable_request(rec, shape_of, at, fixed))
             if words is not None and len(words) == len(rec.tables) and all(
                     len(w) == len(t) for w, t in zip(words, rec.tables)):
                 for w, t in zip(words, rec.tables):
