@@ -205,6 +205,10 @@ class Options:
                               "cheaper than binding its own plan; the plan's state at each key is remembered and "
                               "put back when the key comes again, and a key called often binds its own", True,
                               "DYNSHAPE_BUCKET_PLANS")
+    per_key_in_arena: bool = _run("a bucket plan runs the per-key steps that are cheap in its arena (kernels, native "
+                                  "steps, views; values no larger than the inputs) on every call instead of in "
+                                  "Python at each new shape: a decode loop's masks and positions", True,
+                                  "DYNSHAPE_PER_KEY_IN_ARENA")
     inputs_in_place: bool = _run("large inputs that only generated kernels read are read where the caller's array "
                                  "lies, not copied into the arena", True, "DYNSHAPE_INPUTS_IN_PLACE")
     inputs_kept: bool = _run("every input's arena slot is its own for the whole call (no later value reuses it): "

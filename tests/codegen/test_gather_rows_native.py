@@ -37,7 +37,7 @@ def _data(dtype, shape):
 
 @pytest.fixture
 def calls(spy_native) -> list:
-    return spy_native(movement, "ds_gather_rows")
+    return spy_native(movement, "ds_gather_rows_st")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.float16, np.bool_])

@@ -133,6 +133,7 @@ def report(exe: Any, target: Path, declared_by: str) -> dict[str, Any]:
         "uncompiled": built["uncompiled"],
         "bodies": built["bodies"],
         "concat_slices": built["concat_slices"],
+        "per_key": built["per_key"],
         "builds": built["builds"],
         "folded": built["folded"],
         "options": built["options"],
@@ -183,6 +184,10 @@ def _print(data: dict[str, Any]) -> None:
     if data["concat_slices"]:
         line("written into their Concat's columns (no copy): " + ", ".join(
             f"{c['value']} -> {c['into']}[{c['columns'][0]}:{c['columns'][1]}]" for c in data["concat_slices"]))
+    if data["per_key"]:
+        arena = sum(p["bucket plans"].startswith("every") for p in data["per_key"])
+        line(f"computed from the shape alone ({len(data['per_key'])} steps): once per shape in a shape's own plan; "
+             f"{arena} of them on every call, in the arena, in a plan serving shapes not seen before")
     head(f"nodes without a compiled kernel ({len(data['uncompiled'])})")
     for u in data["uncompiled"]:
         line(f"{u['node']}: runs its {u['runs']}, {u['when']}", u["why"])

@@ -37,7 +37,7 @@ class Keep(list):
     """The plan's list of kept objects, and the tables waiting for `seal`. With `track_ints`, `int_tables` lists
     the sealed int64 tables as int64 views (a plan whose inputs are read in place patches the addresses in them)."""
 
-    __slots__ = ("_pending", "_ints", "int_tables", "buffers")  # no per-plan __dict__
+    __slots__ = ("_pending", "_ints", "int_tables", "buffers", "checks")  # no per-plan __dict__
 
     def __init__(self, track_ints: bool = False) -> None:
         super().__init__()
@@ -45,6 +45,9 @@ class Keep(list):
         self._ints: set[int] | None = set() if track_ints else None
         self.int_tables: list[np.ndarray] = []
         self.buffers: list[np.ndarray] = []  # the sealed tables' buffers (what a bucket plan rewrites in place)
+        # (table, word, fail) of each status word a native call sets when it refuses its input (an index out of
+        # range): the plan reads them after its calls and calls fail(table words, status) (BoundPlan.execute)
+        self.checks: list[tuple[TableRef, int, Any]] = []
 
     @property
     def track_ints(self) -> bool:
@@ -58,6 +61,11 @@ class Keep(list):
             self._ints.add(id(ref))
         self._pending.append(ref)
         return ref
+
+    def check(self, ref: TableRef, word: int, fail: Any) -> None:
+        """Word `word` of table `ref` is a status its call sets (0: fine); `fail(words, status)` raises, naming the
+        node, where it is set."""
+        self.checks.append((ref, word, fail))
 
     def seal(self) -> None:
         """Every table collected so far into one buffer of their total size (each on an int64 boundary)."""

@@ -189,6 +189,9 @@ class RetableRequest:
     # per input, the array where it is a constant or a per-key value (its contents known for the key, as
     # BindRequest.fixed), else None: a rule whose binder checks such contents (a Gather's indices) checks them here
     in_values: list = field(default_factory=list)
+    # per input, its elements' bytes (0 for omitted ones): a rule whose table says an input's type (a Gather's
+    # int32 or int64 indices) reads it here
+    in_itemsizes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class NativeRule:
     plan may point the node at its columns of a Concat (runtime/concat_joins.py). `describe(node, graph,
     options)`: what the native step computes in other than plain float32 (an LSTM on 8-bit weights, its input
     projection in bf16), or None; explain prints it, so a user sees which steps run in which precision.
+    `params(node)`: the inputs whose contents bind reads (None: every input after the first).
     `retable(request)`: for a binder whose calls take only tables that follow from its buffers' shapes and
     addresses (and from the contents of constant or per-key inputs, checked as bind checks them), the words of
     each table, in the order `bind` made them, for a `RetableRequest`; None: bind again. A bucket plan moving to
@@ -211,3 +215,7 @@ class NativeRule:
     strided: Callable[[Node], bool] = lambda node: False
     describe: Callable[[Node, Graph, Options], str | None] = lambda node, graph, options: None
     retable: Callable[[RetableRequest], list[list[int]] | None] | None = None
+    # the inputs (by position) whose contents `bind` reads when it binds (so they must be constants or per-key
+    # values); the others it reads only when its calls run. None: every input after the first (the data). A
+    # bucket plan keeps the key's symbolic values that no binder reads so in its arena (runtime/per_key.py)
+    params: Callable[[Node], tuple[int, ...]] | None = None

@@ -25,7 +25,8 @@ LIBRARY = declare("program", "ds_program.c", {"ds_run_program": (P, I64), "ds_co
                                                     "ds_gather_pick": (P,), "ds_gather_rows": (P,),
                                                     "ds_run_loop": (P, I64, I64, I64),
                                                     "ds_copy_general": (P,), "ds_scatter_bytes": (P, I64, P),
-                                                    "ds_gather_bytes": (P, I64, P)},
+                                                    "ds_gather_bytes": (P, I64, P), "ds_range_int": (P,),
+                                                    "ds_gather_rows_st": (P,)},
                   openmp=True, restypes={"ds_first_fit": ctypes.c_int64, "ds_gather_elements": ctypes.c_int64,
                                          "ds_gather_rows": ctypes.c_int64, "ds_run_loop": ctypes.c_int64})
 

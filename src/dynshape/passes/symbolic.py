@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dynshape.errors import ConstraintViolation
 from dynshape.ir.graph import Graph, Node
 from dynshape.ir.types import TensorType
 from dynshape.sym import Expr, Symbol, substitute
@@ -33,17 +34,30 @@ class SymbolicValues:
     parts: tuple = ()
 
     def __call__(self, key: tuple) -> dict[str, np.ndarray]:
-        return self.fn(key)
+        try:
+            return self.fn(key)
+        except OverflowError as e:
+            raise _overflow(key, e) from None
 
     def only(self, key: tuple, changed: Collection[str]) -> dict[str, np.ndarray]:
         """The values that read a symbol in `changed`, at `key` (the others are as at a key that differs from this
         one in `changed` alone). Why: a bucket plan moved along a decode loop changes two of GPT-2's step's three
         symbols, and making all 25 of its values cost ~40 us a token, most of them read from the last key's."""
         out: dict[str, np.ndarray] = {}
-        for symbols, fn in self.parts:
-            if not symbols.isdisjoint(changed):
-                out.update(fn(key))
+        try:
+            for symbols, fn in self.parts:
+                if not symbols.isdisjoint(changed):
+                    out.update(fn(key))
+        except OverflowError as e:
+            raise _overflow(key, e) from None
         return out
+
+
+def _overflow(key: tuple, e: OverflowError) -> ConstraintViolation:
+    """A value the shapes give that its integer type cannot hold (an int32 size past 2**31 - 1): refused, where
+    numpy would wrap it and the shapes inferred from it would no longer hold."""
+    return ConstraintViolation(f"at key {key} a value computed from the input shapes does not fit its integer "
+                               f"type ({e}): the model's shape arithmetic overflows for these inputs")
 
 
 def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] | None = None) -> SymbolicValues:

@@ -55,7 +55,9 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
     if len(seen) >= 4096:
         seen.clear()
     seen[uid, key] = 0
-    pl, w = variant.planner, variant.worst
+    w = variant.worst
+    whole = w is not None and w.monotone and w.reserve <= buf.size  # bounded: the worst case's offsets hold all
+    pl = variant.planner if whole else variant.bucket_planner  # (whose offsets are the variant's planner's)
     shapes = dict(zip(pl.values, pl.shapes(key)))
     stale, last = False, None
     for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
@@ -64,7 +66,7 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
         last = last or plan.bucket.key
         if plan.arena is not buf:
             stale = True
-        elif plan.bucket.covers(key) and plan.bucket.fits(pl, key):
+        elif plan.bucket.planner is pl and plan.bucket.covers(key) and plan.bucket.fits(pl, key):
             leave(exe, plan, arena)
             if rekey(pl, plan, key, shapes):
                 seen[uid, key] = plan.nbytes
@@ -73,7 +75,7 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
             break  # product that takes another kernel from this size on: its calls change shape once, here)
     if stale:
         ks.drop_stale_buckets(arena)
-    if w is not None and w.monotone and w.reserve <= buf.size:
+    if whole:
         top, offsets, total, sizes = None, w.offsets, w.layout, None
     else:
         made = bucket_layout(pl, key, shapes, tuple(s.hi for s in exe.symbols), last)
@@ -91,7 +93,8 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
         arena.fit = (pl, offsets, sizes or pl.sizes(shapes))
     slot = (uid, "worst" if top is None else top)
     symvals = variant.build.symbolic(key) if variant.build.symbolic is not None else {}
-    plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=BucketState(slot, top, offsets, sizes, total))
+    state = BucketState(slot, top, offsets, sizes, total, planner=pl)
+    plan = pl.bind(key, arena.buf, shapes, offsets, symvals, bucket=state)
     arena.buckets.pop(slot, None)
     while len(arena.buckets) >= BUCKETS_PER_ARENA:
         arena.buckets.pop(next(iter(arena.buckets)))

@@ -585,6 +585,9 @@ class Executable:
             # branches written straight into their columns of a Concat, which then runs no step
             "concat_slices": [{"value": x, "into": j.into, "columns": [j.col, j.col + b.graph.types[x].shape[-1]]}
                               for x, j in (pl.joins.items() if pl is not None else ())],
+            # the steps that read only constants and the shape: each key's own plan computes them once, a bucket
+            # plan (a shape not seen before) runs the cheap ones on every call in its arena (runtime/per_key.py)
+            "per_key": _per_key_steps(v),
             "folded": {"bytes": self.folded.nbytes, "nodes": dict(self.folded.by_op),
                        "cap": self.options.fold_bytes},
             "builds": self._which_build(),
@@ -620,6 +623,15 @@ class Executable:
             "planned": t.generic.planner is not None,
             "nodes": len(self.graph.nodes),
         }
+
+
+def _per_key_steps(v: Variant) -> list[dict]:
+    pl = v.planner
+    if pl is None or not pl.per_key:
+        return []
+    arena = v.bucket_planner.keyed.in_arena
+    return [{"node": v.build.steps[i].label, "own plans": "once per shape",
+             "bucket plans": "every call, in the arena" if i in arena else "once per shape"} for i in pl.per_key]
 
 
 def _fill(res: dict[str, np.ndarray], out: dict | None) -> dict[str, np.ndarray]:

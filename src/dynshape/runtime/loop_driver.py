@@ -107,6 +107,8 @@ class Driver:
                 stat.append(table.addr + 7 * 8)
             else:
                 return None
+        # the status words of the plan's native calls that check their inputs (a Gather's indices read at run time)
+        stat += [ctypes.addressof(words) + 8 * k for words, k, _ in lean.plan.checks]
         counter = lean.counter
         if counter is not None and (counter.dtype != np.int64 or counter.shape != ()):
             return None

@@ -12,8 +12,8 @@ no allocation on the request path but the outputs the caller keeps.
 
 from __future__ import annotations
 
+import ctypes
 import math
-import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,14 +26,13 @@ from dynshape.codegen import program
 from dynshape.codegen.keep import Keep, TableRef
 from dynshape.codegen.lowering import BindRequest, NativeCall
 from dynshape.errors import ConstraintViolation, DynshapeError
-from dynshape.ir.execute import Scope
-from dynshape.ir.opdef import is_random
 from dynshape.ir.types import TensorType
 from dynshape.options import Options
 from dynshape.passes.values import is_view
-from dynshape.runtime.arenas import aligned_bytes, own_pages
+from dynshape.runtime.arenas import aligned_bytes
 from dynshape.runtime.build import Build, KernelStep, NodeStep
 from dynshape.runtime.concat_joins import concat_joins
+from dynshape.runtime.per_key import PerKeySteps, contiguous, shape_py, slot_image
 from dynshape.runtime.pointers import address
 from dynshape.runtime.programs import Call, find_places, pack_programs, patch
 from dynshape.sym import Expr, Symbol
@@ -41,8 +40,6 @@ from dynshape.sym.pysource import compile_key_function, key_names, to_py
 
 ALIGN = 64
 LAYOUT_LIMIT = 1 << 62  # a memory plan's bytes in all from which it is refused (its offsets are int64 in the C)
-MEMO_INPUT_BYTES = 1 << 12  # a per-key step's computed inputs up to this size key the shared results
-MEMO_BYTES = 16 << 20  # shared per-key results in all, per planner (over it, the memo starts again)
 _SCRATCH: dict[int, dict[str, np.ndarray]] = {}  # id(arena buffer) -> tag -> the scratch its plans share
 
 
@@ -91,6 +88,8 @@ class BoundPlan:
     # `calls` as run: a NativeCall as a partial of its C function (no Python frame per call: ~0.1 us each)
     runs: tuple = ()
     bucket: Any = None  # a plan moved between the keys of its layout in place: its BucketState (rekey.py)
+    # (table words, index, fail) of each status word a native call sets when it refuses its input (Keep.check)
+    checks: tuple = ()
 
     def __post_init__(self) -> None:
         self.views_changed()
@@ -149,6 +148,10 @@ class BoundPlan:
             raise ConstraintViolation(f"{self.labels[i]}: {e}") from e
         except Exception as e:  # data-dependent failures (an index out of range): name the node
             raise ConstraintViolation(f"{self.labels[i]} failed at run time: {type(e).__name__}: {e}") from e
+        for words, k, fail in self.checks:  # a native call that refused its input (it wrote nothing it may not)
+            if words[k]:
+                status, words[k] = words[k], 0
+                fail(words, status)
 
     def load(self, arrays: list, kept: frozenset) -> None:
         """Make the plan read the inputs indexed in `kept` from `arrays` (where they lie, or copied into their
@@ -257,6 +260,13 @@ def _small(t: TensorType) -> bool:
     return n < IN_PLACE_BYTES
 
 
+def status_words(keeps: list) -> tuple:
+    """The sealed keeps' status words (Keep.check) as (table words, index, fail), for BoundPlan.checks. A bucket
+    plan's move rewrites a table in place, at the same address, so these stay valid across its keys (rekey.py)."""
+    return tuple(((ctypes.c_int64 * (ref.nbytes // 8)).from_address(ref.addr), k, fail)
+                 for keep in keeps for ref, k, fail in keep.checks)
+
+
 def fresh_outputs(outputs: list, out_place: tuple) -> tuple:
     """BoundPlan.fresh: the outputs written in place that are large enough to get new arrays per call."""
     writable = {p[0] for p in out_place}
@@ -307,49 +317,30 @@ def plannable(b: Build, symbols: list[Symbol]) -> bool:
     return all(isinstance(g.types.get(v.name), TensorType) for v in (*g.inputs, *g.outputs))
 
 
-def _shape_py(shape: tuple, names: dict) -> str:
-    """A shape's tuple as Python source over the key's names (compile_key_function's body)."""
-    return "(" + "".join(to_py(d, names) + ", " for d in shape) + ")"
-
-
-def _contiguous(a: np.ndarray) -> np.ndarray:
-    """C-contiguous without changing the rank (np.ascontiguousarray turns 0-d arrays into 1-d)."""
-    a = np.asarray(a)
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
 class Planner:
     """What does not depend on the key: value order, lifetimes, aliasing, shape functions."""
 
-    def __init__(self, build: Build, symbols: list[Symbol], options: Options):
-        self.build, self.graph, self.options = build, build.graph, options
+    def __init__(self, build: Build, symbols: list[Symbol], options: Options, in_arena: bool = False):
+        self.build, self.graph, self.options, self.symbols = build, build.graph, options, symbols
         g = self.graph
-        self.fixed = {k: _contiguous(v) for k, v in build.fixed.items()}
+        self.fixed = {k: contiguous(v) for k, v in build.fixed.items()}
         self.fixed_addr = {id(v): v.ctypes.data for v in self.fixed.values()}
         self.fixed_at = {k: v.ctypes.data for k, v in self.fixed.items()}  # by value name (or PackedWeight)
         self._entries: dict[int, tuple] = {}  # id(ctypes function) -> (it, its address): see _entry
         inputs = [v.name for v in g.inputs]
-        # steps that read only constants and the key's symbolic values (position ids, masks built from shapes,
-        # token-type embeddings): computed once per key when the plan is bound, never on the request path
-        known = set(self.fixed) | (set(build.symbolic.names) if build.symbolic is not None else set())
-        self.per_key: list[int] = []
-        # per-key results shared between the plans of keys whose inputs to the step agree (_memo_key)
-        self._per_key_memo: dict[tuple, tuple] = {}
-        self._memo_bytes = 0
-        self._memo_lock = threading.Lock()
-        per_key_values: set[str] = set()
-        for i, s in enumerate(build.steps):
-            ins = [x for x in s.inputs if x]
-            random = isinstance(s, NodeStep) and (s.scoped or is_random(s.node))
-            if ins and not random and all(x in known or x in per_key_values for x in ins):
-                self.per_key.append(i)
-                per_key_values.update(o for o in s.outputs if o)
         produced = [o for s in build.steps for o in s.outputs if o]
         # the symbolic values a step or an output reads: a plan keeps only those (text recognition's exported
         # shape arithmetic leaves ~27 small arrays per key, 6.5 KB of each cached plan's 15 KB, read by nothing)
         self.reads = {v.name for v in g.outputs} | {x for s in build.steps for x in s.inputs if isinstance(x, str)}
         self.reads |= {x for s in build.steps if isinstance(s, NodeStep) for x in s.node.free_names()}
-        self.values = [x for x in dict.fromkeys(inputs + produced) if x not in self.fixed and x not in per_key_values]
+        # steps that read only constants and the key's symbolic values (position ids, masks built from shapes,
+        # token-type embeddings): computed once per key when the plan is bound, never on the request path (an
+        # `in_arena` planner, a bucket plan's, runs the cheap ones in its arena instead: per_key.py)
+        self.keyed = PerKeySteps(build, self.fixed, [s.name for s in symbols], self.reads, in_arena)
+        self.per_key, per_key_values = self.keyed.steps, self.keyed.made
+        self.slots = sorted(self.keyed.slots)  # symbolic values held in the arena, written per key (per_key.py)
+        self.values = [x for x in dict.fromkeys(inputs + self.slots + produced)
+                       if x not in self.fixed and x not in per_key_values]
         # aliasing: outputs of view-like ops share their input's buffer; a Concat's branches are written into it
         self.base: dict[str, str] = {x: x for x in self.values}
         self.joins, self.alias_step = concat_joins(build, set(self.per_key), {v.name for v in g.outputs})
@@ -361,7 +352,7 @@ class Planner:
                 self.base[s.outputs[0]] = self.base[s.inputs[0]]
                 self.alias_step.add(i)
         end = len(build.steps)
-        first: dict[str, int] = {x: -1 for x in inputs}
+        first: dict[str, int] = {x: -1 for x in (*inputs, *self.slots)}
         last: dict[str, int] = {}
         for i, s in enumerate(build.steps):
             for o in s.outputs:
@@ -378,7 +369,7 @@ class Planner:
                 last[self.base[v.name]] = end
         self.in_place = self._readable_in_place(inputs)
         self.out_place = self._writable_in_place()
-        for x in self.in_place:  # its slot is its own to the end: no later buffer shares its address
+        for x in (*self.in_place, *self.slots):  # its slot is its own to the end: no buffer shares its address
             last[x] = end
         if options.inputs_kept:  # every input's, too (a Loop body: see BoundPlan.load)
             for x in inputs:
@@ -398,39 +389,13 @@ class Planner:
         self.dtypes = {x: np.dtype(g.types[x].dtype) for x in self.values}
         self.symbol_names = [s.name for s in symbols]
         names = key_names(self.symbol_names)
-        body = ", ".join(_shape_py(g.types[x].shape, names) for x in self.values)
+        body = ", ".join(shape_py(g.types[x].shape, names) for x in self.values)
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
         # the buffers whose bytes depend on the key, and those bytes as one function of it (BucketState.fits)
         self.grows = [b for b in self.buffers if any(isinstance(d, Expr) for d in g.types[b].shape)]
         body = ", ".join("*".join(f"({to_py(d, names)})" for d in g.types[b].shape) + f"*{self.dtypes[b].itemsize}"
                          for b in self.grows)
         self.grow_bytes = compile_key_function("grow_bytes", list(names), f"return [{body}]")
-        self._key_views, self.view_shapes = self._per_key_views(names)
-        # per per-key step, its inputs that are not constants (what a move compares with the last key's)
-        self._key_inputs = {i: [x for x in build.steps[i].inputs if x and x not in self.fixed] for i in self.per_key}
-
-    def _per_key_views(self, names: dict) -> tuple[dict, Callable | None]:
-        """The per-key steps that only view their input (Unsqueeze, Reshape, Squeeze, Flatten, Identity of a
-        per-key value), each -> (its index in `view_shapes(key)`, the function giving their outputs' shapes; its
-        dtype). Why: `key_values` makes such an output as the input's array reshaped to that shape, where the
-        reference (its argument checks, a Scope, the memo's key) cost ~12 us a step: six of GPT-2's thirteen
-        per-key steps, run at every token of a first generation."""
-        g, views, shapes = self.graph, {}, []
-        known = set(self.symbol_names)
-        for i in self.per_key:
-            s = self.build.steps[i]
-            outs = [o for o in s.outputs if o]
-            if type(s) is not NodeStep or not is_view(s.node) or len(outs) != 1 or not s.inputs or not s.inputs[0]:
-                continue
-            t, src = g.types.get(outs[0]), g.types.get(s.inputs[0])
-            if not isinstance(t, TensorType) or not isinstance(src, TensorType) or t.dtype != src.dtype or any(
-                    isinstance(d, Expr) and not d.free_symbols <= known for d in t.shape):
-                continue
-            views[i] = (len(shapes), np.dtype(t.dtype))
-            shapes.append(_shape_py(t.shape, names))
-        if not views:
-            return {}, None
-        return views, compile_key_function("view_shapes", list(names), f"return [{', '.join(shapes)}]")
 
     def _readable_in_place(self, inputs: list[str]) -> list[str]:
         """The inputs a call can read where the caller's array lies instead of copying them into the arena: large
@@ -541,37 +506,6 @@ class Planner:
             total = max(total, at + sizes[b])
         return offsets, total
 
-    def _memo_key(self, i: int, names: tuple, args: list) -> tuple | None:
-        """What step i's per-key result depends on: its constants by name, the rest (symbol values, shapes
-        made from them) by content; None (not shared) when such an input is large. Why share: the keys of a
-        model at many widths repeat most of these values (text recognition's zero LSTM states depend on the
-        batch alone), and each plan of the cache kept its own copy (1 MB over 300 new shapes). Only node steps
-        (pure functions of their inputs and attributes: random and scoped ones are never per key); a kernel's
-        loop extents come from the key itself, so its result is not shared."""
-        if not isinstance(self.build.steps[i], NodeStep):
-            return None
-        parts: list = [i]
-        for x, a in zip(names, args):
-            if not x:
-                parts.append(None)
-            elif x in self.fixed:
-                parts.append(x)
-            elif isinstance(a, np.ndarray) and a.nbytes <= MEMO_INPUT_BYTES:
-                parts.append((a.dtype.str, a.shape, a.tobytes()))
-            else:
-                return None
-        return tuple(parts)
-
-    def _remember(self, memo: tuple, made: tuple) -> None:
-        size = sum(v.nbytes for v in made if v is not None)
-        with self._memo_lock:
-            if self._memo_bytes + size > MEMO_BYTES:
-                self._per_key_memo.clear()
-                self._memo_bytes = 0
-            if size <= MEMO_BYTES:
-                self._per_key_memo[memo] = made
-                self._memo_bytes += size
-
     def addresses(self, key: tuple, base: int, shapes: dict, offsets: dict) -> dict:
         """Every value's address in an arena at `base` (constants' too), refusing a dim the symbols make negative."""
         dtypes, joins = self.dtypes, self.joins
@@ -599,75 +533,6 @@ class Planner:
             raise ConstraintViolation(f"value {x!r} would have shape {tuple(shapes[x])} at "
                                       f"{dict(zip(self.symbol_names, key))}, which no array can hold ({e})") from None
 
-    def key_values(self, key: tuple, symvals: dict, at: dict, addrs: dict, keep: list,
-                   previous: dict | None = None, changed: frozenset | set = frozenset()) -> tuple[dict, int]:
-        """The constants and this key's values (the symbolic ones read, the per-key steps run), their addresses
-        in `at` and `addrs`, each kept in `keep`: (name -> array, bytes computed for the key). With `previous` (a
-        bucket plan's values at its last key): a value equal to the previous one is that same array (one that
-        reads none of the `changed` symbols is, unread), and a per-key step whose inputs are all the same arrays
-        keeps its outputs, so the words reading them stay as they are."""
-        g = self.graph
-        fixed = dict(self.fixed)
-        deps = self.build.symbolic.deps if self.build.symbolic is not None else {}
-        for k, v in symvals.items():
-            if k not in self.reads:
-                continue
-            v = _contiguous(v)
-            p = previous.get(k) if previous is not None else None
-            if p is not None and p.shape == v.shape and p.dtype == v.dtype and p.tobytes() == v.tobytes():
-                fixed[k] = p  # at[k] holds its address already
-                continue
-            fixed[k] = v
-            addrs[id(v)] = at[k] = address(v)
-            keep.append(v)
-        if previous is not None:  # a move's `symvals` hold only the values the changed symbols read: the others
-            for k, v in previous.items():  # are the last key's
-                if k not in fixed and k in deps and deps[k].isdisjoint(changed):
-                    fixed[k] = v
-        per_key_bytes, vshapes = 0, None
-        scope = Scope(fixed, {}, key)  # (the same map the steps below fill: one for all of them)
-        for i in self.per_key:
-            s = self.build.steps[i]
-            if previous is not None and all(fixed[x] is previous.get(x) for x in self._key_inputs[i]):
-                for name in s.outputs:  # the same inputs: the same outputs, at the same addresses
-                    if name:
-                        v = fixed[name] = previous[name]
-                        per_key_bytes += v.nbytes
-                continue
-            view = self._key_views.get(i)
-            if view is not None and fixed[s.inputs[0]].dtype == view[1]:  # the input's array at the output's
-                vshapes = vshapes or self.view_shapes(key)  # shape (_per_key_views; it holds no bytes of its own)
-                try:
-                    v = fixed[s.inputs[0]].reshape(vshapes[view[0]])
-                except ValueError as e:
-                    raise ConstraintViolation(f"{s.label} failed for this shape: ValueError: {e}") from e
-                name = next(o for o in s.outputs if o)
-                fixed[name] = v
-                addrs[id(v)] = at[name] = address(v)
-                keep.append(v)
-                continue
-            args = [fixed[x] if x else None for x in s.inputs]
-            # (a bucket plan's move does not share: its states keep their values, and a decode loop's are new at
-            # every key, so looking them up cost ~8 us a step for nothing)
-            memo = self._memo_key(i, s.inputs, args) if previous is None else None
-            made = self._per_key_memo.get(memo) if memo is not None else None
-            if made is None:
-                try:
-                    outs = s.run(args, scope)
-                except Exception as e:  # an index the shapes put out of range: name the node, as run time does
-                    raise ConstraintViolation(f"{s.label} failed for this shape: {type(e).__name__}: {e}") from e
-                made = tuple(own_pages(_contiguous(np.asarray(out, dtype=g.types[name].dtype))) if name else None
-                             for name, out in zip(s.outputs, outs))
-                if memo is not None:
-                    self._remember(memo, made)
-            for name, v in zip(s.outputs, made):
-                if name:
-                    fixed[name] = v
-                    addrs[id(v)] = at[name] = address(v)
-                    keep.append(v)
-                    per_key_bytes += v.nbytes
-        return fixed, per_key_bytes
-
     def bind(self, key: tuple, arena: np.ndarray, shapes: dict, offsets: dict, symvals: dict,
              bucket: Any = None) -> BoundPlan:
         """This key's plan in `arena`: every value's address, the per-key steps run, every step bound.
@@ -692,7 +557,7 @@ class Planner:
 
         keep = Keep(track_ints=bool(self.in_place or self.out_place))
         copied: set[str] = set()  # in-place inputs a Python call reads in this plan: copied, not patched
-        fixed, per_key_bytes = self.key_values(key, symvals, at, addrs, keep)
+        fixed, per_key_bytes = self.keyed.values(key, symvals, at, addrs, keep)
 
         def addr(a: np.ndarray) -> int:
             return addrs.get(id(a)) or a.ctypes.data
@@ -702,6 +567,14 @@ class Planner:
 
         calls: list[Call] = []
         labels: list[str] = []
+        if self.slots:  # (a bucket planner's: the key's symbolic values into their arena slots, first, every call)
+            image, spans, slot_views = slot_image(self.slots, symvals, at)
+            keep += [image, spans]
+            calls.append(NativeCall(program.LIBRARY.load().ds_scatter_bytes, (spans.ctypes.data, len(self.slots),
+                                                                              image.ctypes.data)))
+            labels.append("the shape's values into their arena slots")
+            if bucket is not None:
+                bucket.slot_image, bucket.slot_views = image, slot_views
         scratch = scratch_for(arena, keep)
         key_arrays: dict[tuple, TableRef] = {}  # one int64 table per distinct kernel key in this plan
         skip = self.alias_step | set(self.per_key)
@@ -759,6 +632,7 @@ class Planner:
         plan = BoundPlan(inputs, calls, outputs, arena, keep, labels, per_key_bytes, tuple(names), in_place,
                          [p[2] for p in in_place], out_place, [p[1] for p in out_place],
                          fresh_outputs(outputs, out_place))
+        plan.checks = status_words([keep, *(own for _, own in spans.values() if own is not None)])
         if bucket is not None:
             bucket.record(self, key, base, shapes, at, fixed, spans, made_calls, where, programs, keep.int_tables,
                           copied, [keep, *(own for _, own in spans.values() if own is not None)])

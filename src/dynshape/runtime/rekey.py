@@ -110,7 +110,8 @@ def holding_bucket(arena: Any, uid: int, pl: Planner, key: tuple, shapes: dict) 
     loop's is the last made), or None."""
     for plan in reversed(arena.buckets.values()):
         st = plan.bucket
-        if st.slot[0] == uid and plan.arena is arena.buf and st.covers(key) and st.fits(pl, key):
+        if st.slot[0] == uid and st.planner is pl and plan.arena is arena.buf and st.covers(key) \
+                and st.fits(pl, key):
             return plan
     return None
 
@@ -130,6 +131,7 @@ class StepRecord:
     retable: Any = None  # its rule's `retable` (its tables' words from shapes and addresses), where it applies
     tables: list = field(default_factory=list)  # an int64 view of each table its calls take, for retable
     itemsize: int = 0  # its output's element size, for retable
+    in_itemsizes: tuple = ()  # its inputs' element sizes (0: omitted), for retable
     # its retable traced (`BucketState.trace_retables`): (table, word, index in the bucket's traced words) of each
     # word that depends on the key; None: not traced (retable per key, or bind again)
     form: tuple | None = None
@@ -147,6 +149,11 @@ class BucketState:
     offsets: dict
     sizes: dict | None  # each buffer's bytes in the layout (None: the layout holds every key)
     total: int = 0  # the layout's arena bytes
+    planner: Any = None  # the Planner that bound it (a variant's bucket planner, or its own: bucket_dispatch.py)
+    # the symbolic values it holds in arena slots (Planner.slots): their image, which its first call copies into
+    # the slots, and each one's (name, view of the image) (per_key.slot_image)
+    slot_image: Any = None
+    slot_views: tuple = ()
     key: tuple = ()
     at: dict = field(default_factory=dict)  # every value's address at `key`: one map, a move and a recall write its
     # per-key values' entries in place (the arena's are the layout's, the same at every key of the bucket)
@@ -232,6 +239,7 @@ class BucketState:
             if rule is not None and rule.retable is not None and not any(x in pl.joins for x in names) \
                     and all(type(c) is NativeCall and all(type(a) is TableRef for a in c.args) for c in rec.calls):
                 rec.retable, rec.itemsize = rule.retable, np.dtype(pl.graph.types[s.outputs[0]].dtype).itemsize
+                rec.in_itemsizes = tuple(np.dtype(pl.graph.types[x].dtype).itemsize if x else 0 for x in s.inputs)
                 rec.tables = [(ctypes.c_int64 * (a.nbytes // 8)).from_address(a.addr)  # (kept by the plan)
                               for c in rec.calls for a in c.args]
             self.steps.append(rec)
@@ -250,7 +258,9 @@ class BucketState:
 
         g = pl.graph
         self.io = (*(io(v.name, v.name in pl.base) for v in g.inputs), *(io(v.name, True) for v in g.outputs))
-        buffers = [b for b in (*programs, *(b for k in keeps for b in k.buffers)) if b.nbytes]
+        # (and the image of the symbolic values' slots: a state put back holds its key's values)
+        image = () if self.slot_image is None else (self.slot_image,)
+        buffers = [b for b in (*programs, *(b for k in keeps for b in k.buffers), *image) if b.nbytes]
         self.mutable = np.array([x for b in buffers for x in (b.ctypes.data, b.nbytes)], np.int64)
         self.copy_args, self.mutable_bytes = (self.mutable.ctypes.data, len(buffers)), sum(b.nbytes for b in buffers)
         # the steps whose calls, held tables or shapes a move may assign (a traced retable's and a kernel's without
@@ -310,7 +320,7 @@ def _retable_request(rec: StepRecord, shape: Any, at: dict, values: dict) -> Ret
     return RetableRequest(s.node, s.attrs, [shape(x) for x in s.inputs], [shape(o) for o in s.outputs],
                           [at[x] if x else None for x in s.inputs], [at[o] if o else None for o in s.outputs],
                           rec.itemsize, tuple(c.fn for c in rec.calls),
-                          [values.get(x) if x else None for x in s.inputs])
+                          [values.get(x) if x else None for x in s.inputs], rec.in_itemsizes)
 
 
 def _row_stride(shapes: dict, x: str, into: str | None) -> int:
@@ -383,7 +393,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
     symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's)
     symvals = symbolic.only(key, changed) if symbolic is not None else {}
-    fixed, per_key_bytes = pl.key_values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
+    fixed, per_key_bytes = pl.keyed.values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
     fixed_addr = pl.fixed_addr
     moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
     old_shapes, old_views = st.shapes, st.arrays
@@ -403,6 +413,10 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
             views[x] = v
             addrs[id(v)] = at[x]
         return v
+
+    for x, v in st.slot_views:  # the image of the symbolic values held in the arena (per_key.slot_image)
+        if x in symvals:
+            v[...] = symvals[x]
 
     def addr(a: np.ndarray) -> int:
         return addrs.get(id(a)) or fixed_addr.get(id(a)) or address(a)

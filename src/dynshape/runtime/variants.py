@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from dynshape.runtime.budget import Worst
 from dynshape.runtime.build import Build
+from dynshape.runtime.per_key import arena_steps
 from dynshape.runtime.plan import Planner
 from dynshape.runtime.profile import KeyProfile
 from dynshape.runtime.strategy import Guard, compile_pick
@@ -33,6 +34,18 @@ class Variant:
     hits: int = 0
     last_call: int = 0  # stats.calls at its latest hit (eviction: least recently hot)
     worst: Worst | None = None  # bounded memory: the arena its keys need, offsets valid over its guard
+    _bucket_planner: Planner | None = None
+
+    @property
+    def bucket_planner(self) -> Planner | None:
+        """The planner its bucket plans take: its cheap per-key steps run in the arena (runtime/per_key.py), so a
+        plan moved to a new key computes nothing in Python; the planner itself where no per-key step moves. Made on
+        the first bucket plan (most variants never make one)."""
+        pl = self.planner
+        if self._bucket_planner is None and pl is not None:
+            moves = pl.options.per_key_in_arena and pl.keyed.steps and arena_steps(pl.build, pl.keyed.steps)
+            self._bucket_planner = Planner(pl.build, pl.symbols, pl.options, in_arena=True) if moves else pl
+        return self._bucket_planner
 
     @property
     def key(self) -> tuple | None:

@@ -482,6 +482,22 @@ int64_t ds_gather_rows(const int64_t *a) {
     return bad;
 }
 
+/* ds_gather_rows inside a program: a = its words, then a status word a[8], set to the count of indices out of
+   range (their rows zeroed, as there), and a[9], the first such index as given. The plan checks the status after
+   its calls (BoundPlan.execute) and raises, naming the node and the index (the indices' buffer may hold other
+   values by then); a loop driver checks it after each iteration. Why: with indices read at run time (a token's
+   embedding row) the gather was a Python call, ~1.5 us and a split program on every call. */
+void ds_gather_rows_st(int64_t *a) {
+    const int64_t bad = ds_gather_rows(a);
+    if (!bad) return;
+    const int64_t n = a[5], count = a[7];
+    for (int64_t j = 0; j < count; j++) {
+        const int64_t v = a[3] ? (int64_t)((const int32_t *)a[2])[j] : ((const int64_t *)a[2])[j];
+        if (v < -n || v >= n) { a[9] = v; break; }
+    }
+    a[8] = bad;
+}
+
 /* The lean iterations of a compiled Loop / Scan body (runtime/loop_driver.py) in one foreign call, instead of a
    Python loop of ~1 us an iteration around a body of ~1 us of kernels. d = [body, nbody, carry, ncarry, cond,
    nstat, stat, nadv, (word, base, delta) x nadv]: for each iteration i in [start, stop): the carried values
@@ -540,4 +556,23 @@ int64_t ds_first_fit(int64_t n, const int64_t *size, const int64_t *order, const
         if (at + sz > total) total = at + sz;
     }
     return total;
+}
+
+/* Range over integers: out[i] = start + i * delta for i < n, a = [out, n, &start, &delta, is_int32] (start and
+   delta read where they lie when the call runs: constants, or a value of the key in the plan's arena; n is the
+   output's length, which inference made from the same values). The arithmetic wraps in the output's width as
+   numpy's start + arange(n) * delta does: unsigned, so no overflow is undefined. Why in C: in a bucket plan a decode
+   step's positions and mask columns are computed on every call (runtime/per_key.py), where numpy's arange through
+   the reference cost ~8 us. */
+void ds_range_int(const int64_t *a) {
+    const int64_t n = a[1];
+    if (a[4]) {
+        uint32_t *out = (uint32_t *)a[0];
+        const uint32_t start = *(const uint32_t *)a[2], delta = *(const uint32_t *)a[3];
+        for (int64_t i = 0; i < n; i++) out[i] = start + (uint32_t)i * delta;
+    } else {
+        uint64_t *out = (uint64_t *)a[0];
+        const uint64_t start = *(const uint64_t *)a[2], delta = *(const uint64_t *)a[3];
+        for (int64_t i = 0; i < n; i++) out[i] = start + (uint64_t)i * delta;
+    }
 }

@@ -5,7 +5,7 @@ fills the lowering table (`codegen.lowering`); the list below is the whole inven
 - native: `codegen.gemm` (MatMul, Gemm through the BLAS), `codegen.row_kernels` (LayerNormalization, Softmax
   rows), `codegen.rnn_kernel` (LSTM, GRU, RNN; also their numpy-path lowering), `movement` (Transpose, Expand,
   Cast, Gather, GatherND, GatherElements), `binary_native` (float32 arithmetic broadcast per call),
-  `scatter` (ScatterND, ScatterElements),
+  `scatter` (ScatterND, ScatterElements), `range_native` (integer Range with bounds known per key),
   `channels_last` (by wrapped op: `resize`);
 - numpy: `codegen.numpy_lowering`.
 """
@@ -22,6 +22,7 @@ from dynshape.codegen.lower import (  # noqa: F401
     product,
     qconv,
     qproduct,
+    range_native,
     resize,
     rounding,
     scatter,

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
 from dynshape.codegen import program
 from dynshape.codegen.keep import Keep
 from dynshape.codegen.lowering import BindRequest, NativeCall, NativeRule, RetableRequest, register_lowering
-from dynshape.errors import DynshapeError
+from dynshape.errors import ConstraintViolation, DynshapeError
 from dynshape.ir import opdef
 from dynshape.ir.graph import Graph, Node
+from dynshape.sym.trace import Traced, untraced
 
 _PLAIN = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
           "float64"}
@@ -75,10 +77,22 @@ def _retable_copy(r: RetableRequest, src_strides: list[int] | None) -> list | No
     return [_strided_desc(shape, strides, r.itemsize, r.out_addrs[0], r.in_addrs[0])]
 
 
+def _symbolic(*dims: Any) -> bool:
+    """Whether a dim is traced (sym/trace.py: a bucket plan tracing a retable into the key's compiled function)."""
+    return any(isinstance(d, Traced) for d in dims)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """a == b for ints; for traced dims, whether they are the same expression, so equal at every key (different
+    ones count as unequal: the callers only ever skip an optimisation on that answer, or refuse)."""
+    return untraced(a) == untraced(b) if _symbolic(a, b) else a == b
+
+
 def _contiguous_strides(shape: tuple, itemsize: int) -> list[int] | None:
     """A C-contiguous array's strides in bytes, as numpy gives them; None where a dim is 0 (numpy's strides of an
-    empty array are its own business: the binder decides)."""
-    if any(d == 0 for d in shape):
+    empty array are its own business: the binder decides). A traced dim may be 0 at some key: the copy then moves
+    nothing (ds_copy_strided returns at a zero dim), whatever the strides say."""
+    if any(not _symbolic(d) and d == 0 for d in shape):
         return None
     out, step = [], itemsize
     for d in reversed(shape):
@@ -91,17 +105,19 @@ def _merged(shape: tuple, strides: tuple) -> tuple[list[int], list[int]]:
     """The same strided view with adjacent dims merged where the outer one steps over the inner one whole (the
     destination is contiguous, so its dims merge alike): a channels-last shuffle's (N, H, W, g, c) reads as
     (N * H * W, g, c), and the copy's index arithmetic per outer position shrinks with the rank."""
-    dims = [(int(n), int(st)) for n, st in zip(shape, strides) if n != 1]  # a length-1 dim moves nothing
+    # a length-1 dim moves nothing (a traced dim is kept: where it is 1, its stride is never stepped)
+    dims = [(n if _symbolic(n) else int(n), st if _symbolic(st) else int(st))
+            for n, st in zip(shape, strides) if _symbolic(n) or n != 1]
     if not dims:
         return [1] * min(1, len(shape)), [0] * min(1, len(shape))
     out_shape, out_strides = [dims[0][0]], [dims[0][1]]
     for n, st in dims[1:]:
-        if out_strides[-1] == n * st:
-            out_shape[-1] *= int(n)
-            out_strides[-1] = int(st)
+        if _same(out_strides[-1], n * st):
+            out_shape[-1] *= n
+            out_strides[-1] = st
         else:
-            out_shape.append(int(n))
-            out_strides.append(int(st))
+            out_shape.append(n)
+            out_strides.append(st)
     return out_shape, out_strides
 
 
@@ -110,9 +126,10 @@ SHUFFLE_GROUPS = (2, 4, 8)  # the (G, n) -> (n, G) transposes ds_permute_rows in
 
 def _is_shuffle(shape: list[int], strides: list[int], itemsize: int) -> bool:
     """A view (rows, n, G) of 4-byte elements reading each row's (G, n) block transposed: a channels-last
-    channel shuffle (ShuffleNet's groups), moved by ds_permute_rows without a table (csrc's ds_shuffle_rows)."""
-    return itemsize == 4 and len(shape) == 3 and shape[2] in SHUFFLE_GROUPS and strides[1] == 4 \
-        and strides[2] == 4 * shape[1] and strides[0] % 4 == 0
+    channel shuffle (ShuffleNet's groups), moved by ds_permute_rows without a table (csrc's ds_shuffle_rows).
+    Never for traced dims (the strided copy is right at every key)."""
+    return not _symbolic(*shape, *strides) and itemsize == 4 and len(shape) == 3 and shape[2] in SHUFFLE_GROUPS \
+        and strides[1] == 4 and strides[2] == 4 * shape[1] and strides[0] % 4 == 0
 
 
 ROW_TABLE_MAX = 1024  # elements of the inner block moved by one table (ds_permute_rows)
@@ -125,6 +142,8 @@ def _row_table(shape: list[int], strides: list[int], itemsize: int) -> np.ndarra
     """For a view (rows, *inner) of 4-byte elements whose inner block is small and not contiguous, or contiguous
     in short runs only (a transpose of inner dims per row), the block's source offsets in elements, in
     destination order; else None."""
+    if _symbolic(*shape, *strides):  # (traced: the strided copy, right at every key)
+        return None
     contiguous_runs = strides[-1] == itemsize and shape[-1] >= SHORT_RUN
     if itemsize != 4 or len(shape) < 3 or contiguous_runs or any(st % 4 for st in strides[1:]) \
             or math.prod(shape[1:]) > ROW_TABLE_MAX or shape[0] == 0:
@@ -165,12 +184,12 @@ def _retable_expand(r: RetableRequest) -> list | None:
     lead = len(out) - len(x)
     src = [0] * lead
     for d, n, st in zip(x, out[lead:], strides):
-        if d == n:
+        if _same(d, n):
             src.append(st)
-        elif d == 1:
+        elif not _symbolic(d) and d == 1:
             src.append(0)
         else:
-            return None  # not broadcastable: bind again (it falls back to the numpy path, which raises)
+            return None  # not broadcastable (or not known to be at every key): bind again (the numpy path raises)
     return _retable_copy(r, src)
 
 
@@ -202,6 +221,17 @@ def _gather_table(out_addr: int, x_addr: int, idx_addr: int, idx: np.ndarray, x_
             math.prod(x_shape[axis + 1:]) * itemsize, count]
 
 
+GATHER_STATUS = 8  # ds_gather_rows_st's status word: the count of indices out of range (9: the first)
+
+
+def _gather_refused(label: str, axis: int, words: Any, bad: int) -> None:
+    """A run-time Gather's refusal from its table's words (read after the call: a bucket plan moved to another key
+    rewrote them): numpy's IndexError wording for the first index out of range, which the call kept (word 9)."""
+    n = words[5]
+    raise ConstraintViolation(f"{label}: index {words[9]} is out of bounds for axis {axis} with size {n} ({bad} of "
+                              f"the indices are out of range [-{n}, {n}))")
+
+
 def _out_of_range(idx: np.ndarray, n: int) -> bool:
     """Whether an index lies outside [-n, n), ONNX's admissible range for an axis of length n."""
     return bool(idx.size) and (int(idx.min()) < -n or int(idx.max()) >= n)
@@ -219,22 +249,16 @@ def _bind_gather(r: BindRequest) -> list | None:
                                                                                   *x.shape[axis + 1:]):
         # one C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and the call
         # then raises np.take's IndexError (which names the first such index; the plan names the node)
-        desc = r.keep.table(_gather_table(r.addr(out), r.addr(x), r.addr(idx), idx, x.shape, axis, x.itemsize,
-                                          idx.size))
-        fn, label = lib.ds_gather_rows, r.node.label()
+        words = _gather_table(r.addr(out), r.addr(x), r.addr(idx), idx, x.shape, axis, x.itemsize, idx.size)
         if _fixed_params(r):  # indices known for the key (a causal mask's positions): checked now, and the call
             if _out_of_range(idx, n):  # joins the plan's program (no Python call, and
                 np.take(x, idx, axis=axis)  # a bucket plan moved to another key rewrites its table in place)
-            return [NativeCall(fn, (desc,))]
-
-        def gather_rows() -> None:
-            bad = fn(desc.addr)  # the table's address, known once the plan is sealed
-            if bad:
-                np.take(x, idx, axis=axis)
-                raise DynshapeError(f"{label}: {bad} of the indices are out of range [-{n}, {n}) for axis {axis} "
-                                    f"of data of shape {x.shape}")
-
-        return [gather_rows]
+            return [NativeCall(lib.ds_gather_rows, (r.keep.table(words),))]
+        # indices read at run time (token ids): the call joins the program too, and sets its status word (the
+        # table's 9th) to the count of indices out of range, which the plan checks after its calls
+        desc = r.keep.table([*words, 0, 0])
+        r.keep.check(desc, GATHER_STATUS, functools.partial(_gather_refused, r.node.label(), axis))
+        return [NativeCall(lib.ds_gather_rows_st, (desc,))]
 
     def gather() -> None:
         # mode="raise" copies through a temporary buffer (3x slower on bert's embeddings): the indices are
@@ -374,6 +398,8 @@ def _retable_gather(r: RetableRequest) -> list | None:
     lib = program.LIBRARY.try_load()
     idx = r.in_values[1] if len(r.in_values) > 1 else None
     x = r.in_shapes[0]
+    if lib is not None and r.fns == (lib.ds_gather_rows_st,):
+        return _retable_gather_st(r)
     if lib is None or r.fns != (lib.ds_gather_rows,) or not isinstance(idx, np.ndarray) or idx.ndim == 0 \
             or idx.dtype.type not in (np.int32, np.int64) or not idx.flags.c_contiguous or not x \
             or any(a is None for a in (r.in_addrs[0], r.in_addrs[1], r.out_addrs[0])):
@@ -385,6 +411,24 @@ def _retable_gather(r: RetableRequest) -> list | None:
     if _out_of_range(idx, x[axis]):
         return None  # bind again: it raises, naming the index
     return [_gather_table(r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], idx, x, axis, r.itemsize, idx.size)]
+
+
+def _retable_gather_st(r: RetableRequest) -> list | None:
+    """The table of a Gather whose indices are read at run time (checked by its call): the words from the shapes
+    and addresses alone, plain arithmetic (no comparison of dims), so a bucket plan traces it into the key's
+    compiled function. The output's shape is the data's with the indices' in place of the axis by inference, as
+    the binder found it at the plan's key."""
+    x, ix = r.in_shapes[0], r.in_shapes[1] if len(r.in_shapes) > 1 else None
+    size = r.in_itemsizes[1] if len(r.in_itemsizes) > 1 else 0
+    if not x or ix is None or size not in (4, 8) or any(a is None for a in (r.in_addrs[0], r.in_addrs[1],
+                                                                            r.out_addrs[0])):
+        return None
+    axis = int(r.attrs.get("axis", 0))
+    axis = axis + len(x) if axis < 0 else axis
+    if not 0 <= axis < len(x):
+        return None
+    return [[r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], int(size == 4), math.prod(x[:axis]), x[axis],
+             math.prod(x[axis + 1:]) * r.itemsize, math.prod(ix), 0, 0]]
 
 
 def _gather_bind(r: BindRequest) -> list | None:
@@ -523,7 +567,8 @@ def _bind_pad_positions(src: np.ndarray, out: np.ndarray, grow: list, mode: str,
 
 register_lowering("Transpose", "native", NativeRule(_one_output, _bind_transpose))
 register_lowering("Concat", "native", NativeRule(_concat_accepts, _bind_concat, retable=_retable_concat))
-register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand, retable=_retable_expand))
+register_lowering("Expand", "native", NativeRule(_one_output, _bind_expand, retable=_retable_expand,
+                                                 params=lambda node: ()))  # (the shape: its output's)
 register_lowering("Cast", "native", NativeRule(_cast_accepts, _bind_cast))
 register_lowering("Gather", "native", NativeRule(_gather_accepts, _gather_bind, retable=_retable_gather))
 register_lowering("GatherND", "native", NativeRule(_one_output, _bind_gather_nd))

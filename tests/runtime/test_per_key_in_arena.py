@@ -1,0 +1,224 @@
+"""A bucket plan runs its cheap per-key steps in its arena (runtime/per_key.py): a decode step's positions, its
+mask's columns and its rotary cos / sin are computed by the plan's own calls on every call, and the key's symbolic
+values (the past length as a tensor) lie in arena slots written per key, so a move to a new past length runs no
+step in Python and rewrites no word by hand. Every answer must be the one the key's own plan gives, bit for bit,
+in any order of keys (a state put back restores its slots); an index out of range is still refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import dynshape as ds
+from dynshape.frontends.onnx import load_onnx
+from dynshape.runtime import rekey
+from dynshape.runtime.build import KernelStep, NodeStep
+from step_models import step_model
+
+D, HEADS, VOCAB = 16, 2, 30
+HD = D // HEADS
+
+
+def _rotary_step_model():
+    """A decoder step whose query is scaled by the cos / sin of its position (Range(past, past + 1) times a
+    frequency row, as a rotary embedding's), whose mask row is gathered from the fed mask at Range(0, past + 1),
+    with the cache concatenated and attended over."""
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    inits = {"wq": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
+             **{f"w{w}": (rng.standard_normal((D, D)) * 0.3).astype(np.float32) for w in "kvo"},
+             "wte": rng.standard_normal((VOCAB, D)).astype(np.float32),
+             "freq": (0.5 ** np.arange(D // 2)).astype(np.float32),
+             "two": np.array(2, np.int64), "one": np.array(1, np.int64), "zero": np.array(0, np.int64),
+             "shape4": np.array([0, 1, HEADS, HD], np.int64), "axes12": np.array([1, 2], np.int64),
+             "out2": np.array([0, 1, D], np.int64), "big": np.array(-1e4, np.float32),
+             "onef": np.array(1.0, np.float32), "ax0": np.array([0], np.int64)}
+    nodes = [n("Gather", ["wte", "ids"], ["x"]),
+             n("Shape", ["past_k"], ["pshape"]), n("Gather", ["pshape", "two"], ["past"]),
+             n("Add", ["past", "one"], ["past1"]),
+             n("Range", ["past", "past1", "one"], ["pos"]), n("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+             n("Unsqueeze", ["posf", "ax0"], ["pos2"]), n("Mul", ["pos2", "freq"], ["ang"]),
+             n("Cos", ["ang"], ["cos"]), n("Sin", ["ang"], ["sin"]), n("Concat", ["cos", "sin"], ["rot"], axis=-1),
+             n("MatMul", ["x", "wq"], ["q0"]), n("Mul", ["q0", "rot"], ["qp"]),
+             n("Range", ["zero", "past1", "one"], ["mpos"]), n("Gather", ["mask", "mpos"], ["mrow"], axis=1,
+                                                                name="mask_gather")]
+    for w in "qkv":
+        src = "qp" if w == "q" else "x"
+        if w != "q":
+            nodes.append(n("MatMul", ["x", f"w{w}"], [f"{w}p"]))
+        nodes += [n("Reshape", [f"{w}p" if w != "q" else src, "shape4"], [f"{w}r"]),
+                  n("Transpose", [f"{w}r"], [f"{w}t"], perm=[0, 2, 1, 3])]
+    nodes += [n("Concat", ["past_k", "kt"], ["present_k"], axis=2),
+              n("Concat", ["past_v", "vt"], ["present_v"], axis=2),
+              n("Transpose", ["present_k"], ["kT"], perm=[0, 1, 3, 2]), n("MatMul", ["qt", "kT"], ["s"]),
+              n("Cast", ["mrow"], ["maskf"], to=TensorProto.FLOAT), n("Unsqueeze", ["maskf", "axes12"], ["mask4"]),
+              n("Sub", ["onef", "mask4"], ["hole"]), n("Mul", ["hole", "big"], ["bias"]),
+              n("Add", ["s", "bias"], ["sb"]), n("Softmax", ["sb"], ["p"], axis=-1),
+              n("MatMul", ["p", "present_v"], ["o"]), n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              n("Reshape", ["ot", "out2"], ["o2"]), n("MatMul", ["o2", "wo"], ["y"])]
+    return step_model(nodes, inits, HEADS, HD, "mlen")
+
+
+GRAPH = load_onnx(_rotary_step_model())
+
+
+def _feed(rng, batch: int, past: int, mlen: int | None = None) -> dict:
+    mask = np.ones((batch, past + 1 if mlen is None else mlen), np.int64)
+    mask[:, : rng.integers(0, min(past + 1, mask.shape[1]))] = 0  # left padding
+    return {"ids": rng.integers(0, VOCAB, (batch, 1)), "mask": mask,
+            **{k: rng.standard_normal((batch, HEADS, past, HD)).astype(np.float32) for k in ("past_k", "past_v")}}
+
+
+class _Spy:
+    """While `on`: the steps run through their Python entry (`run`: a per-key step computed for a key, or an
+    unplanned step), and the retables made while a bucket plan moves (rekey._move; not those a new plan traces)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on, self.moving, self.ran, self.retabled, self.moves = False, False, [], [], 0
+        for cls in (NodeStep, KernelStep):
+            real = cls.run
+            monkeypatch.setattr(cls, "run", lambda step, args, scope, real=real: (
+                self.on and self.ran.append(step.label)) or real(step, args, scope))
+        request = rekey._retable_request
+        monkeypatch.setattr(rekey, "_retable_request", lambda rec, *a: (
+            self.on and self.moving and self.retabled.append(rec.step.label)) or request(rec, *a))
+        move = rekey._move
+
+        def moving(*a):
+            self.moving, self.moves = True, self.moves + self.on
+            try:
+                return move(*a)
+            finally:
+                self.moving = False
+
+        monkeypatch.setattr(rekey, "_move", moving)
+
+
+def test_every_per_key_step_of_a_decode_step_runs_in_the_arena():
+    """The positions' Range, Cast, Mul, Cos, Sin and Concat, and the mask's Range: none is left to compute per key
+    in Python; the past length's tensors lie in arena slots; the own plans' planner keeps them per key."""
+    exe = ds.compile(GRAPH, strategy="generic")
+    bucket, own = exe.generic.bucket_planner, exe.generic.planner
+    assert bucket is not own and not bucket.keyed.steps and len(bucket.keyed.in_arena) >= 4
+    assert bucket.slots and own.keyed.steps and not own.slots
+    labels = {exe.generic.build.steps[i].label for i in bucket.keyed.in_arena}
+    assert any("Cos" in x for x in labels) and sum("(Range)" in x for x in labels) == 2, labels
+
+
+@pytest.mark.parametrize("in_arena", [True, False])
+def test_a_decode_loop_moves_its_bucket_plan_without_python_steps_or_retables(monkeypatch, in_arena):
+    """40 tokens, each past length new, then the same 40 again (states put back, slots restored): every answer
+    the own plans' bit for bit; with the per-key steps in the arena no step runs in Python and no table is
+    retabled as the plan moves (without: the positions, mask and rotary steps at every token)."""
+    fast = ds.compile(GRAPH, strategy="generic", per_key_in_arena=in_arena)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    spy = _Spy(monkeypatch)
+    rng = np.random.default_rng(1)
+    start = _feed(rng, 2, 5)
+    for _ in range(2):
+        feed = start
+        for i in range(40):
+            spy.on = True
+            a = fast.run(feed)
+            spy.on = False
+            b = own.run(feed)
+            for k in b:
+                np.testing.assert_array_equal(a[k], b[k])
+            past = feed["past_k"].shape[2]
+            feed = {"ids": np.full((2, 1), i % VOCAB), "mask": np.ones((2, past + 2), np.int64),
+                    "past_k": a["present_k"], "past_v": a["present_v"]}
+    assert fast.stats()["plans"]["own"] == 0 and spy.moves >= 30
+    if in_arena:
+        assert not spy.ran and not spy.retabled, (spy.ran[:5], spy.retabled[:5])
+    else:
+        assert spy.ran and spy.retabled
+
+
+def test_keys_in_any_order_answer_as_their_own_plans():
+    """Past lengths and batches in a shuffled order, each repeated (a move to each new key, a state put back at
+    each seen one, its slots restored): the own plans' bits every time."""
+    fast = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(2)
+    keys = [(b, p) for b in (1, 3) for p in (0, 1, 7, 8, 30, 31, 64, 100)]
+    order = [keys[i] for i in rng.permutation(len(keys))] * 2
+    rng.shuffle(order)
+    for batch, past in order:
+        feed = _feed(rng, batch, past)
+        a, b = fast.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_mask_shorter_than_the_positions_is_refused_by_name_at_a_moved_key():
+    """The mask's Gather reads its positions (computed in the arena) when it runs: a mask shorter than the past
+    puts one outside it, and the call is refused naming the node (not answered with the zeros the C gather writes
+    for an index it does not read); the next key is served as before."""
+    fast = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(3)
+    for past in (20, 21, 22):
+        feed = _feed(rng, 1, past)
+        for k, v in own.run(feed).items():
+            np.testing.assert_array_equal(fast.run(feed)[k], v)
+    with pytest.raises(ds.ConstraintViolation, match="mask_gather.*out of bounds"):
+        fast.run(_feed(rng, 1, 23, mlen=10))
+    for past in (24, 22):
+        feed = _feed(rng, 1, past)
+        for k, v in own.run(feed).items():
+            np.testing.assert_array_equal(fast.run(feed)[k], v)
+
+
+def test_only_cheap_small_per_key_steps_move_and_their_producers_follow_the_ones_that_stay():
+    """Three chains of steps that read only the shape, for an input of length n: positions (a Range: in the
+    arena), an outer product of other positions (its size grows faster than any input's: per key, with the Range it
+    reads), and the Sign of a third Range (numpy: per key, with the Range it reads). Every answer the own plans'
+    bit for bit."""
+    n = helper.make_node
+    inits = [helper.make_tensor(k, TensorProto.INT64, [], [v]) for k, v in (("zero", 0), ("one", 1), ("two", 2))]
+    inits += [helper.make_tensor(k, TensorProto.INT64, [1], [v]) for k, v in (("i0", 0), ("ax0", 0), ("ax1", 1))]
+    nodes = [n("Shape", ["x"], ["s"]), n("Gather", ["s", "i0"], ["n1"]), n("Squeeze", ["n1"], ["len"]),
+             n("Range", ["zero", "len", "one"], ["ra"], name="range_a"),
+             n("Cast", ["ra"], ["fa"], to=TensorProto.FLOAT), n("Add", ["x", "fa"], ["ya"]),
+             n("Range", ["zero", "len", "two"], ["rb"], name="range_b"),
+             n("Unsqueeze", ["rb", "ax1"], ["col"]), n("Unsqueeze", ["rb", "ax0"], ["row"]),
+             n("Mul", ["col", "row"], ["outer"], name="outer"), n("ReduceSum", ["outer", "ax1"], ["osum"], keepdims=0),
+             n("Cast", ["osum"], ["fb"], to=TensorProto.FLOAT), n("Concat", ["x", "fb"], ["yb"], axis=0),
+             n("Range", ["one", "len", "one"], ["rc"], name="range_c"), n("Sign", ["rc"], ["sc"], name="sign"),
+             n("Cast", ["sc"], ["fc"], to=TensorProto.FLOAT), n("Concat", ["x", "fc"], ["yc"], axis=0)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in ("ya", "yb", "yc")],
+                          inits)
+    graph = load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    fast = ds.compile(graph, strategy="generic")
+    own = ds.compile(graph, strategy="generic", bucket_plans=False)
+    bucket = fast.generic.bucket_planner
+    steps = fast.generic.build.steps
+    moved = {steps[i].label for i in bucket.keyed.in_arena}
+    stayed = {steps[i].label for i in bucket.keyed.steps}
+    assert any("range_a" in x for x in moved)
+    for name in ("range_b", "outer", "range_c", "sign"):
+        assert any(name in x for x in stayed) and not any(name in x for x in moved), (name, moved, stayed)
+    rng = np.random.default_rng(4)
+    for size in (3, 4, 9, 5, 17, 4, 3):
+        x = rng.standard_normal(size).astype(np.float32)
+        a, b = fast.run({"x": x}), own.run({"x": x})
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_two_bucket_plans_sharing_an_arena_keep_their_shape_values():
+    """One arena, two bucket plans (batch 1 and batch 3) called in turn, each at its key again or moved by the past
+    alone: the other plan's buffers overwrite the first one's symbolic-value slots between its calls, so each call
+    copies its values in again (per_key.slot_image); every answer the own plans'."""
+    fast = ds.compile(GRAPH, strategy="generic", arenas=1)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    rng = np.random.default_rng(5)
+    for batch, past in [(1, 35), (3, 31), (1, 35), (3, 31), (1, 36), (3, 32), (1, 36), (1, 37), (3, 7), (1, 37)]:
+        feed = _feed(rng, batch, past)
+        a, b = fast.run(feed), own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+    (arena,) = fast.arenas
+    assert len({p.bucket.key[0] for p in arena.buckets.values()}) == 2 and not arena.plans
