@@ -104,6 +104,9 @@ def test_every_per_key_step_of_a_decode_step_runs_in_the_arena():
     assert bucket.slots and own.keyed.steps and not own.slots
     labels = {exe.generic.build.steps[i].label for i in bucket.keyed.in_arena}
     assert any("Cos" in x for x in labels) and sum("(Range)" in x for x in labels) == 2, labels
+    said = {p["node"]: p["bucket plans"] for p in exe.explain_build()["per_key"]}  # explain says where each runs
+    assert set(said) == {exe.generic.build.steps[i].label for i in own.keyed.steps}
+    assert {x for x, where in said.items() if where.startswith("every call")} == labels
 
 
 @pytest.mark.parametrize("in_arena", [True, False])
