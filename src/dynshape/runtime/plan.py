@@ -338,7 +338,7 @@ class Planner:
         # `in_arena` planner, a bucket plan's, runs the cheap ones in its arena instead: per_key.py)
         self.keyed = PerKeySteps(build, self.fixed, [s.name for s in symbols], self.reads, in_arena)
         self.per_key, per_key_values = self.keyed.steps, self.keyed.made
-        self.slots = sorted(self.keyed.slots)  # symbolic values held in the arena, written per key (per_key.py)
+        self.slots = sorted(self.keyed.slots)  # symbolic values held in the arena (per_key.slot_image)
         self.values = [x for x in dict.fromkeys(inputs + self.slots + produced)
                        if x not in self.fixed and x not in per_key_values]
         # aliasing: outputs of view-like ops share their input's buffer; a Concat's branches are written into it
