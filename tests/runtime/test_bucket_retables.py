@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import dynshape as ds
 from dynshape.errors import DynshapeError
 from dynshape.frontends.onnx import load_onnx
-from step_models import step_model
+from step_models import attend, step_feed, step_model
 
 D, KV_HEADS, Q_HEADS, VOCAB = 32, 2, 4, 50
 HD = D // Q_HEADS
@@ -48,23 +48,14 @@ def _gqa_step_model():
                   n("Unsqueeze", [f"present_{w}", "axis2"], [f"{w}5"]),
                   n("Expand", [f"{w}5", "rep"], [f"{w}x"]),
                   n("Reshape", [f"{w}x", "heads"], [f"{w}h"])]
-    nodes += [n("Transpose", ["kh"], ["kT"], perm=[0, 1, 3, 2]), n("MatMul", ["q", "kT"], ["s"]),
-              n("Cast", ["mrow"], ["maskf"], to=TensorProto.FLOAT), n("Unsqueeze", ["maskf", "axes12"], ["mask4"]),
-              n("Sub", ["onef", "mask4"], ["hole"]), n("Mul", ["hole", "big"], ["bias"]),
-              n("Add", ["s", "bias"], ["sb"]), n("Softmax", ["sb"], ["p"], axis=-1),
-              n("MatMul", ["p", "vh"], ["o"]), n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-              n("Reshape", ["ot", "out2"], ["o2"]), n("MatMul", ["o2", "wo"], ["y"])]
-    return step_model(nodes, inits, KV_HEADS, HD, "mlen")
+    return step_model(nodes + attend("q", "kh", "vh"), inits, KV_HEADS, HD, "mlen")
 
 
 GRAPH = load_onnx(_gqa_step_model())
 
 
 def _feed(rng, batch: int, past: int, mlen: int | None = None) -> dict:
-    mask = np.ones((batch, past + 1 if mlen is None else mlen), np.int64)
-    mask[:, : rng.integers(0, min(past + 1, mask.shape[1]))] = 0  # left padding
-    return {"ids": rng.integers(0, VOCAB, (batch, 1)), "mask": mask,
-            **{k: rng.standard_normal((batch, KV_HEADS, past, HD)).astype(np.float32) for k in ("past_k", "past_v")}}
+    return step_feed(rng, batch, past, KV_HEADS, HD, VOCAB, mlen)
 
 
 def _pair() -> tuple:

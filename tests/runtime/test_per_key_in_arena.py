@@ -14,7 +14,7 @@ import dynshape as ds
 from dynshape.frontends.onnx import load_onnx
 from dynshape.runtime import rekey
 from dynshape.runtime.build import KernelStep, NodeStep
-from step_models import step_model
+from step_models import attend, same_answers, step_feed, step_model
 
 D, HEADS, VOCAB = 16, 2, 30
 HD = D // HEADS
@@ -50,24 +50,15 @@ def _rotary_step_model():
         nodes += [n("Reshape", [f"{w}p" if w != "q" else src, "shape4"], [f"{w}r"]),
                   n("Transpose", [f"{w}r"], [f"{w}t"], perm=[0, 2, 1, 3])]
     nodes += [n("Concat", ["past_k", "kt"], ["present_k"], axis=2),
-              n("Concat", ["past_v", "vt"], ["present_v"], axis=2),
-              n("Transpose", ["present_k"], ["kT"], perm=[0, 1, 3, 2]), n("MatMul", ["qt", "kT"], ["s"]),
-              n("Cast", ["mrow"], ["maskf"], to=TensorProto.FLOAT), n("Unsqueeze", ["maskf", "axes12"], ["mask4"]),
-              n("Sub", ["onef", "mask4"], ["hole"]), n("Mul", ["hole", "big"], ["bias"]),
-              n("Add", ["s", "bias"], ["sb"]), n("Softmax", ["sb"], ["p"], axis=-1),
-              n("MatMul", ["p", "present_v"], ["o"]), n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-              n("Reshape", ["ot", "out2"], ["o2"]), n("MatMul", ["o2", "wo"], ["y"])]
-    return step_model(nodes, inits, HEADS, HD, "mlen")
+              n("Concat", ["past_v", "vt"], ["present_v"], axis=2)]
+    return step_model(nodes + attend("qt", "present_k", "present_v"), inits, HEADS, HD, "mlen")
 
 
 GRAPH = load_onnx(_rotary_step_model())
 
 
 def _feed(rng, batch: int, past: int, mlen: int | None = None) -> dict:
-    mask = np.ones((batch, past + 1 if mlen is None else mlen), np.int64)
-    mask[:, : rng.integers(0, min(past + 1, mask.shape[1]))] = 0  # left padding
-    return {"ids": rng.integers(0, VOCAB, (batch, 1)), "mask": mask,
-            **{k: rng.standard_normal((batch, HEADS, past, HD)).astype(np.float32) for k in ("past_k", "past_v")}}
+    return step_feed(rng, batch, past, HEADS, HD, VOCAB, mlen)
 
 
 class _Spy:
@@ -148,10 +139,7 @@ def test_keys_in_any_order_answer_as_their_own_plans():
     order = [keys[i] for i in rng.permutation(len(keys))] * 2
     rng.shuffle(order)
     for batch, past in order:
-        feed = _feed(rng, batch, past)
-        a, b = fast.run(feed), own.run(feed)
-        for k in b:
-            np.testing.assert_array_equal(a[k], b[k])
+        same_answers(fast, own, _feed(rng, batch, past))
 
 
 def test_a_mask_shorter_than_the_positions_is_refused_by_name_at_a_moved_key():
@@ -163,14 +151,12 @@ def test_a_mask_shorter_than_the_positions_is_refused_by_name_at_a_moved_key():
     rng = np.random.default_rng(3)
     for past in (20, 21, 22):
         feed = _feed(rng, 1, past)
-        for k, v in own.run(feed).items():
-            np.testing.assert_array_equal(fast.run(feed)[k], v)
+        same_answers(fast, own, feed)
     with pytest.raises(ds.ConstraintViolation, match="mask_gather.*out of bounds"):
         fast.run(_feed(rng, 1, 23, mlen=10))
     for past in (24, 22):
         feed = _feed(rng, 1, past)
-        for k, v in own.run(feed).items():
-            np.testing.assert_array_equal(fast.run(feed)[k], v)
+        same_answers(fast, own, feed)
 
 
 def test_only_cheap_small_per_key_steps_move_and_their_producers_follow_the_ones_that_stay():
@@ -206,9 +192,7 @@ def test_only_cheap_small_per_key_steps_move_and_their_producers_follow_the_ones
     rng = np.random.default_rng(4)
     for size in (3, 4, 9, 5, 17, 4, 3):
         x = rng.standard_normal(size).astype(np.float32)
-        a, b = fast.run({"x": x}), own.run({"x": x})
-        for k in b:
-            np.testing.assert_array_equal(a[k], b[k])
+        same_answers(fast, own, {"x": x})
 
 
 def test_two_bucket_plans_sharing_an_arena_keep_their_shape_values():
@@ -219,9 +203,6 @@ def test_two_bucket_plans_sharing_an_arena_keep_their_shape_values():
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     rng = np.random.default_rng(5)
     for batch, past in [(1, 35), (3, 31), (1, 35), (3, 31), (1, 36), (3, 32), (1, 36), (1, 37), (3, 7), (1, 37)]:
-        feed = _feed(rng, batch, past)
-        a, b = fast.run(feed), own.run(feed)
-        for k in b:
-            np.testing.assert_array_equal(a[k], b[k])
+        same_answers(fast, own, _feed(rng, batch, past))
     (arena,) = fast.arenas
     assert len({p.bucket.key[0] for p in arena.buckets.values()}) == 2 and not arena.plans
