@@ -206,3 +206,28 @@ def test_two_bucket_plans_sharing_an_arena_keep_their_shape_values():
         same_answers(fast, own, _feed(rng, batch, past))
     (arena,) = fast.arenas
     assert len({p.bucket.key[0] for p in arena.buckets.values()}) == 2 and not arena.plans
+
+
+def test_two_threads_decoding_at_once_answer_as_their_own_plans():
+    """Two decode loops at once on two arenas (a server's instances): each arena's bucket plans hold their own slots
+    and in-arena values, both made by the variant's one bucket planner; every answer the own plans'."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fast = ds.compile(GRAPH, strategy="generic", arenas=2)
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+
+    def loop(seed: int) -> int:
+        rng = np.random.default_rng(seed)
+        feed = _feed(rng, 1 + seed % 2, 3 + seed)
+        for i in range(30):
+            a = same_answers(fast, own, feed)
+            past = feed["past_k"].shape[2]
+            feed = {"ids": np.full((feed["ids"].shape[0], 1), i % VOCAB),
+                    "mask": np.ones((feed["ids"].shape[0], past + 2), np.int64),
+                    "past_k": a["present_k"], "past_v": a["present_v"]}
+        return i
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(loop, [0, 1])) == [29, 29]
+    planners = {id(p.bucket.planner) for a in fast.arenas for p in a.buckets.values()}
+    assert planners == {id(fast.generic.bucket_planner)}

@@ -21,6 +21,7 @@ from dynshape.runtime.profile import KeyProfile
 from dynshape.runtime.strategy import Guard, compile_pick
 
 _uids = itertools.count()
+_BUCKET_PLANNER_LOCK = threading.Lock()  # Variant.bucket_planner is made once, whichever thread asks first
 
 
 @dataclass(eq=False)
@@ -43,8 +44,10 @@ class Variant:
         the first bucket plan (most variants never make one)."""
         pl = self.planner
         if self._bucket_planner is None and pl is not None:
-            moves = pl.options.per_key_in_arena and pl.keyed.steps and arena_steps(pl.build, pl.keyed.steps)
-            self._bucket_planner = Planner(pl.build, pl.symbols, pl.options, in_arena=True) if moves else pl
+            with _BUCKET_PLANNER_LOCK:  # (one per variant: arenas on other threads move the same plans' kind)
+                if self._bucket_planner is None:
+                    moves = pl.options.per_key_in_arena and pl.keyed.steps and arena_steps(pl.build, pl.keyed.steps)
+                    self._bucket_planner = Planner(pl.build, pl.symbols, pl.options, in_arena=True) if moves else pl
         return self._bucket_planner
 
     @property
