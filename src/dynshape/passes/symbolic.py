@@ -34,30 +34,27 @@ class SymbolicValues:
     parts: tuple = ()
 
     def __call__(self, key: tuple) -> dict[str, np.ndarray]:
-        try:
-            return self.fn(key)
-        except OverflowError as e:
-            raise _overflow(key, e) from None
+        return _values_at(self.fn, key)
 
     def only(self, key: tuple, changed: Collection[str]) -> dict[str, np.ndarray]:
         """The values that read a symbol in `changed`, at `key` (the others are as at a key that differs from this
         one in `changed` alone). Why: a bucket plan moved along a decode loop changes two of GPT-2's step's three
         symbols, and making all 25 of its values cost ~40 us a token, most of them read from the last key's."""
         out: dict[str, np.ndarray] = {}
-        try:
-            for symbols, fn in self.parts:
-                if not symbols.isdisjoint(changed):
-                    out.update(fn(key))
-        except OverflowError as e:
-            raise _overflow(key, e) from None
+        for symbols, fn in self.parts:
+            if not symbols.isdisjoint(changed):
+                out.update(_values_at(fn, key))
         return out
 
 
-def _overflow(key: tuple, e: OverflowError) -> ConstraintViolation:
-    """A value the shapes give that its integer type cannot hold (an int32 size past 2**31 - 1): refused, where
-    numpy would wrap it and the shapes inferred from it would no longer hold."""
-    return ConstraintViolation(f"at key {key} a value computed from the input shapes does not fit its integer "
-                               f"type ({e}): the model's shape arithmetic overflows for these inputs")
+def _values_at(fn: Callable[[tuple], dict[str, np.ndarray]], key: tuple) -> dict[str, np.ndarray]:
+    """fn(key), refusing a value the shapes give that its integer type cannot hold (an int32 size past 2**31 - 1):
+    numpy would wrap it, and the shapes inferred from it would no longer hold."""
+    try:
+        return fn(key)
+    except OverflowError as e:
+        raise ConstraintViolation(f"at key {key} a value computed from the input shapes does not fit its integer "
+                                  f"type ({e}): the model's shape arithmetic overflows for these inputs") from None
 
 
 def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] | None = None) -> SymbolicValues:

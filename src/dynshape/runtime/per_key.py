@@ -13,9 +13,9 @@ per-key step then ran in Python at every token (GPT-2's step: Range, Expand, a G
 call, the per-key steps that are cheap there: kernels, native steps, and views of values made in the arena,
 whose outputs grow no faster in the symbols than the graph's largest input (a mask row over the past, as large as
 the cache; never an encoder's (seq, seq) mask or BEiT's ~70 MB relative-position tables, which cost more per call
-than once per key). A move
-then has nothing to compute: their words follow the key as the other steps' do. A per-key step that stays (a
-numpy step, a large value) never reads an arena value: a step that feeds one stays per key too.
+than once per key). A move then has nothing to compute: their words follow the key as the other steps' do. A
+per-key step that stays (a numpy step, a large value) never reads an arena value: a step that feeds one stays per
+key too.
 """
 
 from __future__ import annotations
@@ -115,12 +115,12 @@ def arena_steps(build: Build, per_key: list[int]) -> frozenset[int]:
 
 
 def arena_symbols(build: Build, per_key: list[int]) -> frozenset[str]:
-    """The symbolic values an `in_arena` planner keeps in arena slots, written at each new key (a decode step's
-    past length as a tensor, its position): those of static shape that no remaining per-key step reads and no
-    binder reads when it binds (a kernel's operand, a native rule's input outside its `params`, a Python step's
-    input). Why: a value made anew per key moves to a new address, so every step reading it was retabled or had
-    its words rewritten at every token (GPT-2's step: a Range, an Expand and two kernels, ~25 us); in a slot its
-    address is the layout's, and the steps read what it holds when they run."""
+    """The symbolic values an `in_arena` planner keeps in arena slots, copied in by each call (`slot_image`: a
+    decode step's past length as a tensor, its position): those of static shape that no remaining per-key step
+    reads and no binder reads when it binds (a kernel's operand, a native rule's input outside its `params`; a
+    Python step's inputs stay values of the key). Why: a value made anew per key moves to a new address, so every
+    step reading it was retabled or had its words rewritten at every token (GPT-2's step: a Range, an Expand and
+    two kernels, ~25 us); in a slot its address is the layout's, and the steps read what it holds when they run."""
     if build.symbolic is None:
         return frozenset()
     g, keyed = build.graph, set(per_key)
@@ -131,7 +131,7 @@ def arena_symbols(build: Build, per_key: list[int]) -> frozenset[str]:
         if not out.intersection(s.inputs):
             continue
         if i in keyed or (isinstance(s, NodeStep) and (s.scoped or s.native is None)):
-            out.difference_update(s.inputs)  # (a Python step runs on views too, but it may be per key elsewhere)
+            out.difference_update(s.inputs)
         elif isinstance(s, NodeStep):
             params = s.native.params(s.node) if s.native.params is not None else range(1, len(s.inputs))
             out.difference_update(s.inputs[k] for k in params if k < len(s.inputs))

@@ -213,12 +213,13 @@ def _gather_accepts(node: Node, graph: Graph) -> str | None:
     return _one_output(node, graph)
 
 
-def _gather_table(out_addr: int, x_addr: int, idx_addr: int, idx: np.ndarray, x_shape: tuple, axis: int,
-                  itemsize: int, count: int) -> list[int]:
+def _gather_table(out_addr: int, x_addr: int, idx_addr: int, idx_int32: bool, x_shape: tuple, axis: int,
+                  itemsize: int, count: int, status: bool = False) -> list[int]:
     """ds_gather_rows' / ds_gather_pick's table: the output, the data, the indices and whether they are int32, the
-    data's rows before the axis, its length, the bytes after it, and the index count (0: one index, picked)."""
-    return [out_addr, x_addr, idx_addr, int(idx.dtype == np.int32), math.prod(x_shape[:axis]), x_shape[axis],
-            math.prod(x_shape[axis + 1:]) * itemsize, count]
+    data's rows before the axis, its length, the bytes after it, and the index count (0: one index, picked);
+    `status`: ds_gather_rows_st's two more words (GATHER_STATUS: the count refused, then the first one)."""
+    return [out_addr, x_addr, idx_addr, int(idx_int32), math.prod(x_shape[:axis]), x_shape[axis],
+            math.prod(x_shape[axis + 1:]) * itemsize, count, *((0, 0) if status else ())]
 
 
 GATHER_STATUS = 8  # ds_gather_rows_st's status word: the count of indices out of range (9: the first)
@@ -247,16 +248,17 @@ def _bind_gather(r: BindRequest) -> list | None:
             and idx.dtype.name in ("int32", "int64") and x.dtype == out.dtype and idx.flags.c_contiguous \
             and x.flags.c_contiguous and out.flags.c_contiguous and out.shape == (*x.shape[:axis], *idx.shape,
                                                                                   *x.shape[axis + 1:]):
-        # one C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and the call
-        # then raises np.take's IndexError (which names the first such index; the plan names the node)
-        words = _gather_table(r.addr(out), r.addr(x), r.addr(idx), idx, x.shape, axis, x.itemsize, idx.size)
+        # one C call over the indices (csrc/ds_program.c): out-of-range ones are counted, not read, and refused
+        # naming the first such index and the node (here where the indices are known, else by the plan after it)
+        at = (r.addr(out), r.addr(x), r.addr(idx), idx.dtype == np.int32)
         if _fixed_params(r):  # indices known for the key (a causal mask's positions): checked now, and the call
             if _out_of_range(idx, n):  # joins the plan's program (no Python call, and
                 np.take(x, idx, axis=axis)  # a bucket plan moved to another key rewrites its table in place)
-            return [NativeCall(lib.ds_gather_rows, (r.keep.table(words),))]
+            return [NativeCall(lib.ds_gather_rows, (r.keep.table(_gather_table(*at, x.shape, axis, x.itemsize,
+                                                                               idx.size)),))]
         # indices read at run time (token ids): the call joins the program too, and sets its status word (the
         # table's 9th) to the count of indices out of range, which the plan checks after its calls
-        desc = r.keep.table([*words, 0, 0])
+        desc = r.keep.table(_gather_table(*at, x.shape, axis, x.itemsize, idx.size, status=True))
         r.keep.check(desc, GATHER_STATUS, functools.partial(_gather_refused, r.node.label(), axis))
         return [NativeCall(lib.ds_gather_rows_st, (desc,))]
 
@@ -386,49 +388,41 @@ def _bind_gather_picked(r: BindRequest) -> list | None:
             and x.flags.c_contiguous and out.flags.c_contiguous):
         # the same step in C, for a loop driver running the body's iterations in one call (runtime/loop_driver.py;
         # it checks the status word a[7]): `pick` stays the plan's own call, which raises by name
-        table = r.keep.table(_gather_table(r.addr(out), r.addr(x), r.addr(idx), idx, x.shape, axis, x.itemsize, 0))
+        table = r.keep.table(_gather_table(r.addr(out), r.addr(x), r.addr(idx), idx.dtype == np.int32, x.shape, axis,
+                                           x.itemsize, 0))
         pick.native = (lib.ds_gather_pick, table)  # type: ignore[attr-defined]
     return [pick]
 
 
 def _retable_gather(r: RetableRequest) -> list | None:
-    """`_bind_gather`'s table for indices known for the key (a causal mask's positions, per-key values of a
-    decode step's past length): their range checked as the binder checks it, the words from the shapes and
-    addresses. Why: GPT-2's mask gather was bound again at every new past length (~30 us a token)."""
+    """`_bind_gather`'s table at another key, from the shapes and addresses. Indices known for the key (a causal
+    mask's positions, per-key values of a decode step's past length) are range-checked as the binder checks them
+    (why: GPT-2's mask gather was bound again at every new past length, ~30 us a token). Indices read at run time
+    (ds_gather_rows_st: checked by its call) need no check: the words are plain arithmetic (no comparison of dims),
+    so a bucket plan traces them into the key's compiled function; the output's shape is the data's with the
+    indices' in place of the axis, by inference, as the binder found it at the plan's key."""
     lib = program.LIBRARY.try_load()
-    idx = r.in_values[1] if len(r.in_values) > 1 else None
     x = r.in_shapes[0]
-    if lib is not None and r.fns == (lib.ds_gather_rows_st,):
-        return _retable_gather_st(r)
-    if lib is None or r.fns != (lib.ds_gather_rows,) or not isinstance(idx, np.ndarray) or idx.ndim == 0 \
-            or idx.dtype.type not in (np.int32, np.int64) or not idx.flags.c_contiguous or not x \
-            or any(a is None for a in (r.in_addrs[0], r.in_addrs[1], r.out_addrs[0])):
-        return None
-    axis = int(r.attrs.get("axis", 0))
-    axis = axis + len(x) if axis < 0 else axis
-    if not 0 <= axis < len(x) or r.out_shapes[0] != (*x[:axis], *idx.shape, *x[axis + 1:]):
-        return None
-    if _out_of_range(idx, x[axis]):
-        return None  # bind again: it raises, naming the index
-    return [_gather_table(r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], idx, x, axis, r.itemsize, idx.size)]
-
-
-def _retable_gather_st(r: RetableRequest) -> list | None:
-    """The table of a Gather whose indices are read at run time (checked by its call): the words from the shapes
-    and addresses alone, plain arithmetic (no comparison of dims), so a bucket plan traces it into the key's
-    compiled function. The output's shape is the data's with the indices' in place of the axis by inference, as
-    the binder found it at the plan's key."""
-    x, ix = r.in_shapes[0], r.in_shapes[1] if len(r.in_shapes) > 1 else None
-    size = r.in_itemsizes[1] if len(r.in_itemsizes) > 1 else 0
-    if not x or ix is None or size not in (4, 8) or any(a is None for a in (r.in_addrs[0], r.in_addrs[1],
-                                                                            r.out_addrs[0])):
+    if lib is None or not x or any(a is None for a in (r.in_addrs[0], r.in_addrs[1], r.out_addrs[0])):
         return None
     axis = int(r.attrs.get("axis", 0))
     axis = axis + len(x) if axis < 0 else axis
     if not 0 <= axis < len(x):
         return None
-    return [[r.out_addrs[0], r.in_addrs[0], r.in_addrs[1], int(size == 4), math.prod(x[:axis]), x[axis],
-             math.prod(x[axis + 1:]) * r.itemsize, math.prod(ix), 0, 0]]
+    at = (r.out_addrs[0], r.in_addrs[0], r.in_addrs[1])
+    if r.fns == (lib.ds_gather_rows_st,):
+        ix, size = r.in_shapes[1], r.in_itemsizes[1] if len(r.in_itemsizes) > 1 else 0
+        if ix is None or size not in (4, 8):
+            return None
+        return [_gather_table(*at, size == 4, x, axis, r.itemsize, math.prod(ix), status=True)]
+    idx = r.in_values[1] if len(r.in_values) > 1 else None
+    if r.fns != (lib.ds_gather_rows,) or not isinstance(idx, np.ndarray) or idx.ndim == 0 \
+            or idx.dtype.type not in (np.int32, np.int64) or not idx.flags.c_contiguous \
+            or r.out_shapes[0] != (*x[:axis], *idx.shape, *x[axis + 1:]):
+        return None
+    if _out_of_range(idx, x[axis]):
+        return None  # bind again: it raises, naming the index
+    return [_gather_table(*at, idx.dtype == np.int32, x, axis, r.itemsize, idx.size)]
 
 
 def _gather_bind(r: BindRequest) -> list | None:
