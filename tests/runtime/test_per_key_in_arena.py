@@ -11,19 +11,22 @@ import pytest
 from onnx import TensorProto, helper
 
 import dynshape as ds
+from dynshape.codegen import program
 from dynshape.frontends.onnx import load_onnx
 from dynshape.runtime import rekey
 from dynshape.runtime.build import KernelStep, NodeStep
+from dynshape.runtime.per_key import PerKeySteps
 from step_models import attend, same_answers, step_feed, step_model
 
 D, HEADS, VOCAB = 16, 2, 30
 HD = D // HEADS
 
 
-def _rotary_step_model():
+def _rotary_step_model(view_targets: bool = False):
     """A decoder step whose query is scaled by the cos / sin of its position (Range(past, past + 1) times a
     frequency row, as a rotary embedding's), whose mask row is gathered from the fed mask at Range(0, past + 1),
-    with the cache concatenated and attended over."""
+    with the cache concatenated and attended over. `view_targets`: the keys attended over through two reshapes
+    whose target shapes are computed from the present keys' shape (per key: (-1, past + 1, head dim), then back)."""
     rng = np.random.default_rng(0)
     n = helper.make_node
     inits = {"wq": (rng.standard_normal((D, D)) * 0.3).astype(np.float32),
@@ -33,7 +36,8 @@ def _rotary_step_model():
              "two": np.array(2, np.int64), "one": np.array(1, np.int64), "zero": np.array(0, np.int64),
              "shape4": np.array([0, 1, HEADS, HD], np.int64), "axes12": np.array([1, 2], np.int64),
              "out2": np.array([0, 1, D], np.int64), "big": np.array(-1e4, np.float32),
-             "onef": np.array(1.0, np.float32), "ax0": np.array([0], np.int64)}
+             "onef": np.array(1.0, np.float32), "ax0": np.array([0], np.int64),
+             "s2": np.array([2], np.int64), "s4": np.array([4], np.int64), "m1": np.array([-1], np.int64)}
     nodes = [n("Gather", ["wte", "ids"], ["x"]),
              n("Shape", ["past_k"], ["pshape"]), n("Gather", ["pshape", "two"], ["past"]),
              n("Add", ["past", "one"], ["past1"]),
@@ -51,7 +55,13 @@ def _rotary_step_model():
                   n("Transpose", [f"{w}r"], [f"{w}t"], perm=[0, 2, 1, 3])]
     nodes += [n("Concat", ["past_k", "kt"], ["present_k"], axis=2),
               n("Concat", ["past_v", "vt"], ["present_v"], axis=2)]
-    return step_model(nodes + attend("qt", "present_k", "present_v"), inits, HEADS, HD, "mlen")
+    keys = "present_k"
+    if view_targets:
+        nodes += [n("Shape", ["present_k"], ["pks"]), n("Slice", ["pks", "s2", "s4"], ["tail"]),
+                  n("Concat", ["m1", "tail"], ["flat"], axis=0), n("Reshape", ["present_k", "flat"], ["k3"]),
+                  n("Reshape", ["k3", "pks"], ["k4"])]
+        keys = "k4"
+    return step_model(nodes + attend("qt", keys, "present_v"), inits, HEADS, HD, "mlen")
 
 
 GRAPH = load_onnx(_rotary_step_model())
@@ -231,3 +241,57 @@ def test_two_threads_decoding_at_once_answer_as_their_own_plans():
         assert list(pool.map(loop, [0, 1])) == [29, 29]
     planners = {id(p.bucket.planner) for a in fast.arenas for p in a.buckets.values()}
     assert planners == {id(fast.generic.bucket_planner)}
+
+
+def test_a_decode_move_makes_no_per_key_value_and_writes_its_words_in_one_call(monkeypatch):
+    """Keys attended over through reshapes whose targets are computed from the past length: a view's target is
+    read by no call, so it is not made per key; a move along the past then leaves every per-key value as it was
+    (none computed) and writes the kernels' key tables and the traced words with one compiled function and one C
+    call; every answer the own plans' bit for bit, the states put back on a second pass too."""
+    graph = load_onnx(_rotary_step_model(view_targets=True))
+    fast = ds.compile(graph, strategy="generic")
+    own = ds.compile(graph, strategy="generic", bucket_plans=False)
+    assert not {"pks", "flat"} & fast.generic.bucket_planner.keyed.reads
+    calls = {"values": 0, "puts": 0, "on": False}
+
+    def count(what: str) -> None:
+        calls[what] += calls["on"]
+
+    values, puts = PerKeySteps.values, rekey._put_words
+    monkeypatch.setattr(PerKeySteps, "values", lambda *a, **k: count("values") or values(*a, **k))
+    monkeypatch.setattr(rekey, "_put_words", lambda *a: count("puts") or puts(*a))
+    rng = np.random.default_rng(6)
+    start = _feed(rng, 2, 3)
+    for _ in range(2):
+        feed = start
+        for i in range(30):
+            calls["on"] = True
+            a = fast.run(feed)
+            calls["on"] = False
+            b = own.run(feed)
+            for k in b:
+                np.testing.assert_array_equal(a[k], b[k])
+            past = feed["past_k"].shape[2]
+            feed = {"ids": np.full((2, 1), i % VOCAB), "mask": np.ones((2, past + 2), np.int64),
+                    "past_k": a["present_k"], "past_v": a["present_v"]}
+    # (past 3..32 on the first pass: a bucket plan bound at a few octaves, moved at every other token)
+    assert fast.stats()["plans"]["own"] == 0 and calls["puts"] >= 25
+    assert calls["values"] <= 3, calls  # the bucket plans' binds make their values; their moves none
+
+
+def test_put_words_writes_every_word_or_none_where_an_in_place_address_changes():
+    """ds_put_words: every value into its word; but where a word that changes holds or would hold an address in
+    the in-place span, nothing at all (the caller puts the in-place words back first), and 1 returned."""
+    lib = program.LIBRARY.load()
+    words = np.array([1, 2, 3, 500], np.int64)
+    dst = np.array([words.ctypes.data + 8 * i for i in (2, 0, 3)], np.int64)
+
+    def put(vals: list, lo: int, hi: int) -> int:
+        v = np.array(vals, np.int64)
+        return lib.ds_put_words(dst.ctypes.data, v.ctypes.data, len(v), lo, hi)
+
+    assert put([30, 10, 500], 400, 600) == 0 and words.tolist() == [10, 2, 30, 500]  # 500 in span but unchanged
+    assert put([31, 11, 501], 400, 600) == 1 and words.tolist() == [10, 2, 30, 500]  # it changes: nothing written
+    assert put([31, 11, 450], 0, 0) == 0 and words.tolist() == [11, 2, 31, 450]  # no span: all written
+    assert put([7, 8, 9], 440, 451) == 1 and words.tolist() == [11, 2, 31, 450]  # the old value in span
+    assert put([7, 450, 9], 449, 451) == 1 and words.tolist() == [11, 2, 31, 450]  # a new value in span

@@ -26,9 +26,10 @@ LIBRARY = declare("program", "ds_program.c", {"ds_run_program": (P, I64), "ds_co
                                                     "ds_run_loop": (P, I64, I64, I64),
                                                     "ds_copy_general": (P,), "ds_scatter_bytes": (P, I64, P),
                                                     "ds_gather_bytes": (P, I64, P), "ds_range_int": (P,),
-                                                    "ds_gather_rows_st": (P,)},
+                                                    "ds_gather_rows_st": (P,), "ds_put_words": (P, P, I64, I64, I64)},
                   openmp=True, restypes={"ds_first_fit": ctypes.c_int64, "ds_gather_elements": ctypes.c_int64,
-                                         "ds_gather_rows": ctypes.c_int64, "ds_run_loop": ctypes.c_int64})
+                                         "ds_gather_rows": ctypes.c_int64, "ds_run_loop": ctypes.c_int64,
+                                         "ds_put_words": ctypes.c_int64})
 
 
 def address(cfunc) -> int:

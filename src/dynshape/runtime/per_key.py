@@ -176,6 +176,28 @@ class PerKeySteps:
         self._views, self.view_shapes = self._views_of(symbol_names)
         # per per-key step, its inputs that are not constants (what a move compares with the last key's)
         self._inputs = {i: [x for x in build.steps[i].inputs if x and x not in fixed] for i in self.steps}
+        self._outside: frozenset | None = None
+        self.unread(set())
+
+    def unread(self, names: set) -> None:
+        """Values no call of a plan reads after all (a view's target shape: the Planner knows its views only after
+        this is made): not made per key. And the symbols the per-key values outside the arena read (None: some are
+        computed by steps, or read symbols not recorded): a move changing none of them leaves every one as it was
+        (`unchanged`)."""
+        self.reads.difference_update(names)
+        symbolic = self.build.symbolic
+        deps = symbolic.deps if symbolic is not None else {}
+        outside = [k for k in (symbolic.names if symbolic is not None else ()) if k in self.reads
+                   and k not in self.slots]
+        self._outside = None if self.steps or any(k not in deps for k in outside) \
+            else frozenset().union(*(deps[k] for k in outside))
+
+    def unchanged(self, changed: set | frozenset) -> bool:
+        """Whether a move whose `changed` symbols are these leaves every per-key value outside the arena as at the
+        last key (`values` would carry each one over: none reads a changed symbol, and no per-key step runs). Why:
+        a decode loop changes the past length alone, which GPT-2's 17 per-key reshape targets (batch-only) do not
+        read, and `values` spent ~20 us a token finding that out."""
+        return self._outside is not None and self._outside.isdisjoint(changed)
 
     def _views_of(self, symbol_names: list[str]) -> tuple[dict, Callable | None]:
         """The per-key steps that only view their input (Unsqueeze, Reshape, Squeeze, Flatten, Identity of a

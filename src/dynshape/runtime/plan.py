@@ -332,7 +332,8 @@ class Planner:
         # the symbolic values a step or an output reads: a plan keeps only those (text recognition's exported
         # shape arithmetic leaves ~27 small arrays per key, 6.5 KB of each cached plan's 15 KB, read by nothing)
         self.reads = {v.name for v in g.outputs} | {x for s in build.steps for x in s.inputs if isinstance(x, str)}
-        self.reads |= {x for s in build.steps if isinstance(s, NodeStep) for x in s.node.free_names()}
+        free = {x for s in build.steps if isinstance(s, NodeStep) for x in s.node.free_names()}
+        self.reads |= free
         # steps that read only constants and the key's symbolic values (position ids, masks built from shapes,
         # token-type embeddings): computed once per key when the plan is bound, never on the request path (an
         # `in_arena` planner, a bucket plan's, runs the cheap ones in its arena instead: per_key.py)
@@ -346,11 +347,18 @@ class Planner:
         self.joins, self.alias_step = concat_joins(build, set(self.per_key), {v.name for v in g.outputs})
         for x, jn in self.joins.items():
             self.base[x] = jn.into
+        views = set()
         for i, s in enumerate(build.steps):
             if isinstance(s, NodeStep) and is_view(s.node) and s.inputs and s.inputs[0] in self.base \
                     and s.outputs[0] in self.base and len([o for o in s.outputs if o]) == 1:
                 self.base[s.outputs[0]] = self.base[s.inputs[0]]
                 self.alias_step.add(i)
+                views.add(i)
+        # what a view of an arena value reads besides it (a Reshape's target shape) no call reads: the view's shape
+        # is the planner's, from the key (a decode step's per-key reshape targets were made at every token)
+        read = {x for i, s in enumerate(build.steps) if i not in views for x in s.inputs if isinstance(x, str)}
+        self.keyed.unread({x for i in views for x in build.steps[i].inputs[1:] if x and x not in read}
+                          - {v.name for v in g.outputs} - free)
         end = len(build.steps)
         first: dict[str, int] = {x: -1 for x in (*inputs, *self.slots)}
         last: dict[str, int] = {}

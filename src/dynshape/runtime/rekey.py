@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dynshape.codegen import program
 from dynshape.codegen.keep import Keep, TableRef
 from dynshape.codegen.lowering import NativeCall, RetableRequest
 from dynshape.runtime.build import KernelStep
@@ -178,6 +179,9 @@ class BucketState:
     by_value: dict = field(default_factory=dict)  # per-key value -> indices in `steps` of those that read it
     words: Any = None  # key -> every traced retable word (`trace_retables`), None: no step has a form
     word_symbols: frozenset = frozenset()  # the symbols those words read
+    word_exprs: list = field(default_factory=list)  # those words as expressions (`trace_retables`)
+    # per set of changed symbols: the words a move writes when nothing else changes (`_lean_puts`), or None
+    puts: dict = field(default_factory=dict)
     # the graph's inputs and outputs, each (name, dtype, offset in the arena): dtype None where its array is not a
     # plain view of the arena (a constant or per-key value, a Concat's columns), offset None for an input the
     # calls do not read (no array)
@@ -306,6 +310,7 @@ class BucketState:
             varying = [(t, i, e) for t, es in enumerate(exprs) for i, e in enumerate(es) if isinstance(e, Expr)]
             rec.form = tuple((t, i, len(forms) + j) for j, (t, i, _) in enumerate(varying))
             forms += [e for _, _, e in varying]
+        self.word_exprs = forms
         if forms:  # only the words that depend on the key (the others stay as the binder wrote them)
             names = key_names(pl.symbol_names)
             self.words = compile_key_function("retable_words", list(pl.symbol_names),
@@ -393,9 +398,13 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
     symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's)
     symvals = symbolic.only(key, changed) if symbolic is not None else {}
-    fixed, per_key_bytes = pl.keyed.values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
+    keyed = pl.keyed
+    if keyed.unchanged(changed):  # every per-key value outside the arena as at the last key: nothing to compute
+        fixed, per_key_bytes, moved = {**pl.fixed, **st.fixed}, 0, frozenset()
+    else:
+        fixed, per_key_bytes = keyed.values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
+        moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
     fixed_addr = pl.fixed_addr
-    moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
     old_shapes, old_views = st.shapes, st.arrays
     views: dict = {}
 
@@ -424,8 +433,12 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     def shape_of(x: str | None) -> tuple | None:
         return None if not x else fixed[x].shape if x in fixed else shapes[x]
 
-    for view, strided in zip(st.views, st.strided):
-        view[:] = key if strided is None else (*key, _row_stride(shapes, *strided))
+    puts = None
+    if not moved:  # (then the steps' words alone may change: one compiled function of the key writes them all)
+        c = frozenset(changed)
+        puts = st.puts.get(c, _UNSET)
+        if puts is _UNSET:
+            puts = st.puts[c] = _lean_puts(pl, st, c)
     replaced: dict = {}  # index in the plan's calls -> the Python call that replaces it
     restored = False
 
@@ -439,11 +452,20 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     if dirty:
         restore()
     todo = set()  # the steps whose buffers' shapes or per-key inputs may have changed
-    for name in changed:
-        todo.update(st.by_symbol.get(name, ()))
-    for x in moved:
-        todo.update(st.by_value.get(x, ()))
-    traced_words = st.words(key) if st.words is not None and not changed.isdisjoint(st.word_symbols) else None
+    if puts is not None:
+        if _put_words(puts, key, None if dirty else st.span):  # (refused: a word in an in-place slot changes)
+            restore()
+            dirty = True
+            _put_words(puts, key, None)
+    else:
+        for view, strided in zip(st.views, st.strided):
+            view[:] = key if strided is None else (*key, _row_stride(shapes, *strided))
+        for name in changed:
+            todo.update(st.by_symbol.get(name, ()))
+        for x in moved:
+            todo.update(st.by_value.get(x, ()))
+    traced_words = st.words(key) if todo and st.words is not None and not changed.isdisjoint(st.word_symbols) \
+        else None
     for k in sorted(todo):
         rec = st.steps[k]
         s = rec.step
@@ -539,7 +561,8 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     plan.inputs = arrays[:n]
     plan.outputs = [(name, v) for (name, _), v in zip(plan.outputs, arrays[n:])]
     st.key, st.shapes, st.arrays, st.at = key, shapes, views, at
-    st.fixed = {x: fixed[x] for x in st.fixed}
+    if moved:  # (else the same arrays: the map stays, shared with the states remembered at earlier keys)
+        st.fixed = {x: fixed[x] for x in st.fixed}
     if dirty:  # the in-place words found again (as bind finds them), from their slots
         restore()
         words = st.programs + st.int_tables + [t for rec in st.steps if rec.keep is not None
@@ -555,6 +578,58 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     plan.fresh = fresh_outputs(plan.outputs, plan.out_place)
     plan.nbytes = per_key_bytes
     plan.views_changed()
+
+
+_UNSET = object()
+
+
+def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None:
+    """The words a move changing the symbols in `changed`, and no per-key value, writes: every kernel key table
+    (the key, and a row stride from the shapes) and the traced words of the steps reading a changed symbol, as one
+    compiled function of the key, with each word's address; None where such a move does more (a step reading a
+    changed symbol with neither a traced retable nor a kernel's key table: bound again or retabled per key). Why:
+    the tables' and the traced words' loops, a view write or a word write at a time, were ~25 us of a decode
+    step's move, all of it Python; `_put_words` is one compiled function and one C call."""
+    todo = sorted({k for name in changed for k in st.by_symbol.get(name, ())})
+    names = key_names(pl.symbol_names)
+    types = pl.graph.types
+    exprs, dst = [], []
+    for (ref, count, _), strided in zip(st.tables, st.strided):
+        words = [names[x] for x in pl.symbol_names]
+        if strided is not None:
+            x, into = strided
+            words.append("1" if len(types[x].shape) < 2 else f"max({to_py(types[into or x].shape[-1], names)}, 1)")
+        if len(words) != count:
+            return None
+        exprs += words
+        dst += [ref.addr + 8 * j for j in range(count)]
+    for k in todo:
+        rec = st.steps[k]
+        if rec.form is None:
+            if type(rec.step) is KernelStep:  # its key table is above, its addresses stay
+                continue
+            return None
+        for t, i, j in rec.form:
+            exprs.append(to_py(st.word_exprs[j], names))
+            dst.append(ctypes.addressof(rec.tables[t]) + 8 * i)
+    if not exprs:
+        return None
+    fn = compile_key_function("lean_words", list(pl.symbol_names), "return [" + ", ".join(exprs) + "]")
+    dst_array, vals = np.array(dst, np.int64), np.zeros(len(dst), np.int64)
+    lib = program.LIBRARY.try_load()
+    if lib is None:
+        return None
+    return fn, vals, dst_array, dst_array.ctypes.data, vals.ctypes.data, len(dst), lib.ds_put_words
+
+
+def _put_words(puts: tuple, key: tuple, span: tuple | None) -> bool:
+    """Write a lean move's words at `key` (`_lean_puts`); True, writing nothing, where a word that changes holds or
+    would hold an address in `span` (the in-place slots': the caller puts their words back, then writes with no
+    span)."""
+    fn, vals, _, dst_at, vals_at, n, put = puts
+    vals[:] = fn(key)
+    lo, hi = span if span is not None else (0, 0)
+    return bool(put(dst_at, vals_at, n, lo, hi))
 
 
 def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> bool:

@@ -401,6 +401,21 @@ void ds_scatter_bytes(const int64_t *spans, int64_t n, const char *src) {
     }
 }
 
+/* A bucket plan's move to a new key (runtime/rekey.py's `_put_words`): vals[i] into the int64 word at address
+   dst[i], for every i; unless a word that changes holds, or would hold, an address in [lo, hi) (an in-place
+   slot's: the caller puts the words patched with its callers' addresses back first, then calls again with lo = hi):
+   then nothing is written and 1 returned. */
+int64_t ds_put_words(const int64_t *dst, const int64_t *vals, int64_t n, int64_t lo, int64_t hi) {
+    for (int64_t i = 0; lo < hi && i < n; i++) {
+        const int64_t old = *(const int64_t *)dst[i], now = vals[i];
+        if (old != now && ((old >= lo && old < hi) || (now >= lo && now < hi)))
+            return 1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        *(int64_t *)dst[i] = vals[i];
+    return 0;
+}
+
 void ds_gather_bytes(const int64_t *spans, int64_t n, char *dst) {
     for (int64_t i = 0; i < n; i++) {
         memcpy(dst, (const void *)spans[2 * i], (size_t)spans[2 * i + 1]);
