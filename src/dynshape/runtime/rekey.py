@@ -369,8 +369,6 @@ def rekey(pl: Planner, plan: BoundPlan, key: tuple, shapes: dict) -> bool:
             pl.addresses(key, arena.ctypes.data, shapes, st.offsets)  # raises, naming the value
     if st.shapes is None:  # (recalled: a remembered state keeps no shapes)
         st.shapes = dict(zip(pl.values, pl.shapes(st.key)))
-    old = st.shapes  # this key's shapes as the last key's tuples where equal (a remembered state holds fewer objects)
-    shapes = {x: o if (o := old.get(x)) == shp else shp for x, shp in shapes.items()}
     try:
         _move(pl, plan, st, key, shapes, st.at)  # (in place: a move rewrites only its per-key values')
     except Exception:  # noqa: BLE001 - a step that cannot move in place, or a binder failing for this key: the
@@ -396,12 +394,22 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     arena = plan.arena
     addrs: dict = {}
     changed = {name for name, a, b in zip(pl.symbol_names, key, st.key) if a != b}
-    symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's)
-    symvals = symbolic.only(key, changed) if symbolic is not None else {}
     keyed = pl.keyed
-    if keyed.unchanged(changed):  # every per-key value outside the arena as at the last key: nothing to compute
+    lean = keyed.unchanged(changed)  # every per-key value outside the arena as at the last key: nothing to compute
+    puts = None
+    if lean:  # (then the words alone change: one compiled function of the key writes them all, `_lean_puts`)
+        c = frozenset(changed)
+        puts = st.puts.get(c, _UNSET)
+        if puts is _UNSET:
+            puts = st.puts[c] = _lean_puts(pl, st, c)
+    symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's;
+    # none where the lean words hold the slots' values)
+    symvals = symbolic.only(key, changed) if symbolic is not None and (puts is None or not puts[-1]) else {}
+    if lean:
         fixed, per_key_bytes, moved = {**pl.fixed, **st.fixed}, 0, frozenset()
-    else:
+    else:  # (this key's shapes as the last key's tuples where equal: the states a move that binds steps again
+        old = st.shapes  # leaves remembered hold fewer objects; a lean move keeps no shapes of its steps)
+        shapes = {x: o if (o := old.get(x)) == shp else shp for x, shp in shapes.items()}
         fixed, per_key_bytes = keyed.values(key, symvals, at, addrs, [], st.fixed, changed)  # kept by st.fixed
         moved = {x for x, v in st.fixed.items() if fixed[x] is not v}  # per-key values that are new arrays
     fixed_addr = pl.fixed_addr
@@ -433,12 +441,6 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     def shape_of(x: str | None) -> tuple | None:
         return None if not x else fixed[x].shape if x in fixed else shapes[x]
 
-    puts = None
-    if not moved:  # (then the steps' words alone may change: one compiled function of the key writes them all)
-        c = frozenset(changed)
-        puts = st.puts.get(c, _UNSET)
-        if puts is _UNSET:
-            puts = st.puts[c] = _lean_puts(pl, st, c)
     replaced: dict = {}  # index in the plan's calls -> the Python call that replaces it
     restored = False
 
@@ -585,11 +587,12 @@ _UNSET = object()
 
 def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None:
     """The words a move changing the symbols in `changed`, and no per-key value, writes: every kernel key table
-    (the key, and a row stride from the shapes) and the traced words of the steps reading a changed symbol, as one
-    compiled function of the key, with each word's address; None where such a move does more (a step reading a
-    changed symbol with neither a traced retable nor a kernel's key table: bound again or retabled per key). Why:
-    the tables' and the traced words' loops, a view write or a word write at a time, were ~25 us of a decode
-    step's move, all of it Python; `_put_words` is one compiled function and one C call."""
+    (the key, and a row stride from the shapes), the traced words of the steps reading a changed symbol, and the
+    symbolic values in the slots' image where every one is int64 (the last item says so), as one compiled function
+    of the key, with each word's address; None where such a move does more (a step reading a changed symbol with
+    neither a traced retable nor a kernel's key table: bound again or retabled per key). Why: the tables', the
+    traced words' and the slots' loops, an array or a word at a time, were ~40 us of a decode step's move, all of
+    it Python; `_put_words` is one compiled function and one C call."""
     todo = sorted({k for name in changed for k in st.by_symbol.get(name, ())})
     names = key_names(pl.symbol_names)
     types = pl.graph.types
@@ -612,6 +615,10 @@ def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None
         for t, i, j in rec.form:
             exprs.append(to_py(st.word_exprs[j], names))
             dst.append(ctypes.addressof(rec.tables[t]) + 8 * i)
+    slots = _slot_words(pl, st, names)
+    if slots is not None:
+        exprs += slots[0]
+        dst += slots[1]
     if not exprs:
         return None
     fn = compile_key_function("lean_words", list(pl.symbol_names), "return [" + ", ".join(exprs) + "]")
@@ -619,15 +626,40 @@ def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None
     lib = program.LIBRARY.try_load()
     if lib is None:
         return None
-    return fn, vals, dst_array, dst_array.ctypes.data, vals.ctypes.data, len(dst), lib.ds_put_words
+    return fn, vals, dst_array, dst_array.ctypes.data, vals.ctypes.data, len(dst), lib.ds_put_words, slots is not None
+
+
+def _slot_words(pl: Planner, st: BucketState, names: dict) -> tuple[list, list] | None:
+    """The symbolic values in the slots' image (per_key.slot_image) as words: (each element's expression, its
+    address in the image); None unless every one is int64 and inference knows each element as an integer
+    expression of the key's symbols (what `symbolic_values` computes them from)."""
+    exprs, dst = [], []
+    types = pl.graph.types
+    for x, v in st.slot_views:
+        value = getattr(types.get(x), "value", None)
+        if v.dtype != np.int64 or not v.flags.c_contiguous or value is None or value.dtype != object \
+                or value.size != v.size:
+            return None
+        at = address(v)
+        for i, e in enumerate(value.reshape(-1)):
+            if isinstance(e, Expr):
+                if not e.free_symbols <= names.keys():
+                    return None
+                exprs.append(to_py(e, names))
+            elif isinstance(e, (int, np.integer)):
+                exprs.append(str(int(e)))
+            else:
+                return None
+            dst.append(at + 8 * i)
+    return exprs, dst
 
 
 def _put_words(puts: tuple, key: tuple, span: tuple | None) -> bool:
     """Write a lean move's words at `key` (`_lean_puts`); True, writing nothing, where a word that changes holds or
     would hold an address in `span` (the in-place slots': the caller puts their words back, then writes with no
     span)."""
-    fn, vals, _, dst_at, vals_at, n, put = puts
-    vals[:] = fn(key)
+    fn, vals, _, dst_at, vals_at, n, put, _ = puts
+    vals[:] = fn(key)  # (a value past int64 raises OverflowError: the move fails, and the key's own bind refuses it)
     lo, hi = span if span is not None else (0, 0)
     return bool(put(dst_at, vals_at, n, lo, hi))
 
