@@ -627,3 +627,31 @@ def test_a_move_computes_the_symbolic_values_its_changed_symbols_touch(a, b):
     shapes = dict(zip(pl.values, pl.shapes(keys[1])))
     assert pl.grow_bytes(keys[1]) == [int(np.prod(shapes[x])) * pl.dtypes[x].itemsize for x in pl.grows]
     assert pl.grows
+
+
+
+def test_a_bucket_plans_shapes_at_another_key_are_the_whole_functions():
+    """BucketState.shapes_at, which computes only the shapes that read a symbol changed since the plan's key (and
+    the bytes of those buffers): over 80 random pairs of keys, every value's shape as the planner's whole function
+    gives it at the second key, or None exactly where a buffer outgrows its slot in the plan's layout (`fits`,
+    over every buffer)."""
+    exe = ds.compile(GRAPH, strategy="generic", arenas=1)
+    pl = exe.generic.bucket_planner
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(80):
+        a, b = [(int(rng.integers(1, 4)), int(rng.integers(1, 300))) for _ in range(2)]
+        exe.run(_feed(rng, *a))
+        (arena,) = exe.arenas
+        keys = [tuple({"b": batch, "past": past, "past_plus_1": past + 1}[n] for n in pl.symbol_names)
+                for batch, past in (a, b)]
+        for state in [p.bucket for p in arena.buckets.values() if p.bucket.key == keys[0]]:
+            if state.sizes is None or not state.covers(keys[1]):
+                continue
+            got = state.shapes_at(pl, keys[1])
+            if state.fits(pl, keys[1]):
+                assert got == dict(zip(pl.values, pl.shapes(keys[1])))
+            else:
+                assert got is None
+            checked += 1
+    assert checked >= 20, checked

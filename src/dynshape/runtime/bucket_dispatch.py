@@ -58,7 +58,6 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
     w = variant.worst
     whole = w is not None and w.monotone and w.reserve <= buf.size  # bounded: the worst case's offsets hold all
     pl = variant.planner if whole else variant.bucket_planner  # (whose offsets are the variant's planner's)
-    shapes = dict(zip(pl.values, pl.shapes(key)))
     stale, last = False, None
     for slot, plan in reversed(arena.buckets.items()):  # the last made first (a decode loop's)
         if slot[0] != uid:
@@ -66,13 +65,17 @@ def bucket_plan(exe: Executable, variant: Variant, key: tuple, arena: Arena) -> 
         last = last or plan.bucket.key
         if plan.arena is not buf:
             stale = True
-        elif plan.bucket.planner is pl and plan.bucket.covers(key) and plan.bucket.fits(pl, key):
+        elif plan.bucket.planner is pl and plan.bucket.covers(key):
+            shapes = plan.bucket.shapes_at(pl, key)  # (None: a buffer outgrows its slot in the plan's layout)
+            if shapes is None:
+                continue
             leave(exe, plan, arena)
             if rekey(pl, plan, key, shapes):
                 seen[uid, key] = plan.nbytes
                 return plan
             del arena.buckets[slot]  # half moved: never used again; a new bucket plan starts at this key (a
             break  # product that takes another kernel from this size on: its calls change shape once, here)
+    shapes = dict(zip(pl.values, pl.shapes(key)))
     if stale:
         ks.drop_stale_buckets(arena)
     if whole:

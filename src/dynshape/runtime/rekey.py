@@ -34,6 +34,7 @@ from dynshape.codegen import program
 from dynshape.codegen.keep import Keep, TableRef
 from dynshape.codegen.lowering import NativeCall, RetableRequest
 from dynshape.runtime.build import KernelStep
+from dynshape.runtime.per_key import shape_py
 from dynshape.runtime.plan import BoundPlan, Planner, fresh_outputs, scratch_for
 from dynshape.runtime.pointers import address
 from dynshape.runtime.programs import native_words, patch
@@ -182,6 +183,9 @@ class BucketState:
     word_exprs: list = field(default_factory=list)  # those words as expressions (`trace_retables`)
     # per set of changed symbols: the words a move writes when nothing else changes (`_lean_puts`), or None
     puts: dict = field(default_factory=dict)
+    # per set of changed symbols: the values whose shapes read one, and one function of the key giving their shapes
+    # and the bytes of the growing buffers among them, with those buffers' caps (`shapes_at`)
+    parts: dict = field(default_factory=dict)
     # the graph's inputs and outputs, each (name, dtype, offset in the arena): dtype None where its array is not a
     # plain view of the arena (a constant or per-key value, a Concat's columns), offset None for an input the
     # calls do not read (no array)
@@ -207,6 +211,26 @@ class BucketState:
         if self.sizes is None:
             return True
         return all(map(operator.le, pl.grow_bytes(key), self.caps))
+
+    def shapes_at(self, pl: Planner, key: tuple) -> dict | None:
+        """Every value's shape at this key of the bucket, or None where a buffer outgrows its slot in the layout
+        (`fits`). From the last key's: only the shapes reading a symbol that changed are computed, with the bytes
+        of the growing buffers among them (the others fit as they did). Why: all of GPT-2's step's 100 shapes and
+        90 buffer sizes were ~30 us of each token of a first generation, where the past length changes ~30."""
+        if self.shapes is None:  # (recalled: a remembered state keeps no shapes)
+            return dict(zip(pl.values, pl.shapes(key))) if self.fits(pl, key) else None
+        changed = frozenset(name for name, a, b in zip(pl.symbol_names, key, self.key) if a != b)
+        part = self.parts.get(changed)
+        if part is None:
+            part = self.parts[changed] = _shapes_part(pl, self, changed)
+        names, fn, caps = part
+        made = fn(key)
+        n = len(names)
+        if self.sizes is not None and not all(map(operator.le, made[n:], caps)):
+            return None
+        shapes = dict(self.shapes)
+        shapes.update(zip(names, made[:n]))
+        return shapes
 
     def record(self, pl: Planner, key: tuple, base: int, shapes: dict, at: dict, fixed: dict, spans: dict,
                calls: list, where: list, programs: list, int_tables: list, copied: set, keeps: list) -> None:
@@ -316,6 +340,23 @@ class BucketState:
             self.words = compile_key_function("retable_words", list(pl.symbol_names),
                                               "return [" + ", ".join(to_py(e, names) for e in forms) + "]")
             self.word_symbols = frozenset().union(*(e.free_symbols for e in forms))
+
+
+def _shapes_part(pl: Planner, st: BucketState, changed: frozenset) -> tuple:
+    """BucketState.parts' entry for `changed`: (the values whose shapes read a changed symbol, one function of the
+    key giving their shapes and then the bytes of the growing buffers among them, those buffers' caps)."""
+    types, names = pl.graph.types, key_names(pl.symbol_names)
+
+    def reads(x: str) -> bool:
+        return any(isinstance(d, Expr) and not d.free_symbols.isdisjoint(changed) for d in types[x].shape)
+
+    values = [x for x in pl.values if reads(x)]
+    grows = [k for k, b in enumerate(pl.grows) if reads(b)]
+    body = [shape_py(types[x].shape, names) for x in values]
+    body += ["*".join(f"({to_py(d, names)})" for d in types[pl.grows[k]].shape)
+             + f"*{pl.dtypes[pl.grows[k]].itemsize}" for k in grows]
+    fn = compile_key_function("moved_shapes", list(pl.symbol_names), f"return [{', '.join(body)}]")
+    return values, fn, tuple(st.caps[k] for k in grows) if st.caps else ()
 
 
 def _retable_request(rec: StepRecord, shape: Any, at: dict, values: dict) -> RetableRequest:
