@@ -503,7 +503,7 @@ def test_a_recall_puts_back_every_field_and_word_a_move_changed():
     (plan,) = arena.buckets.values()
     st = plan.bucket
     own = ("remembered", "remembered_bytes", "in_a_row", "last_call")  # (the memory itself, and the call counts)
-    made_again = ("shapes", "arrays")  # (a move's caches, not kept by a state: the next move makes them again)
+    made_again = ("shapes", "arrays", "movable_snap")  # (caches, not kept by a state: made again, checked below)
 
     def state() -> tuple:
         spans = st.mutable.tolist()
@@ -525,6 +525,9 @@ def test_a_recall_puts_back_every_field_and_word_a_move_changed():
             assert _same(before[f], after[f]), f
     assert at41[3] == now[3]
     assert st.shapes is None and st.arrays == {}
+    snap = st.movable_snap  # (the movable steps' fields as put back, which the next state remembered shares)
+    assert snap is None or all(_same(a, b) for a, b in zip(snap, [x for k in st.movable for x in (
+        st.steps[k].calls, st.steps[k].held, st.steps[k].shapes)], strict=True))
 
 
 def test_cached_plans_and_remembered_states_share_one_byte_budget(monkeypatch):

@@ -32,11 +32,13 @@ while a stream that moved to other shapes frees the old states once they have go
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
+
+import numpy as np
 
 from dynshape.codegen import program
 from dynshape.runtime.plan import BoundPlan
+from dynshape.runtime.pointers import address
 from dynshape.runtime.rekey import BucketState
 
 # recalls of a key after which it gets its own plan (the plan cache permitting): binding one costs about as much
@@ -69,16 +71,19 @@ class _State:
     __slots__ = ("words", "at", "values", "nbytes", "hits", "last")
 
     def __init__(self, plan: BoundPlan, st: BucketState, now: int) -> None:
-        self.words = bytearray(max(1, st.mutable_bytes))
-        self.at = ctypes.addressof(ctypes.c_char.from_buffer(self.words))  # (kept alive by `words`)
+        self.words = np.empty(max(1, st.mutable_bytes), np.uint8)
+        self.at = address(self.words)  # (kept alive by `words`)
         _COPY[1](*st.copy_args, self.at)
-        steps = st.steps
+        snap = st.movable_snap  # (one tuple shared by the states remembered while no move bound a step again)
+        if snap is None:
+            steps = st.steps
+            snap = st.movable_snap = tuple(x for k in st.movable for x in (steps[k].calls, steps[k].held,
+                                                                           steps[k].shapes))
         self.values = (plan.inputs, plan.outputs, plan.runs, plan.in_place, plan.out_place, plan.fresh, plan.nbytes,
                        plan.want, plan.copy_in, st.key, tuple(st.at[x] for x in st.fixed),
                        st.fixed, tuple(plan.calls),
                        None if plan.current is None else tuple(plan.current),
-                       None if plan.out_current is None else tuple(plan.out_current),
-                       *[x for k in st.movable for x in (steps[k].calls, steps[k].held, steps[k].shapes)])
+                       None if plan.out_current is None else tuple(plan.out_current), snap)
         # its memory, estimated: the words, the per-key values and their map (a dict entry and its object ~100
         # bytes), each movable step's calls, tables and shapes (~500 bytes) and each input's and output's view
         # (~300). Not kept: the shapes and the views' map (a move after a recall makes them again: a move's cache,
@@ -143,11 +148,12 @@ def recall(plan: BoundPlan, key: tuple, now: int = 0) -> bool:
     plan.calls[:] = calls
     plan.current = None if current is None else list(current)
     plan.out_current = None if out_current is None else list(out_current)
-    steps, k = st.steps, 15
+    steps, snap, k = st.steps, made.values[15], 0
     for i in st.movable:
         rec = steps[i]
-        rec.calls, rec.held, rec.shapes = made.values[k:k + 3]
+        rec.calls, rec.held, rec.shapes = snap[k:k + 3]
         k += 3
+    st.movable_snap = snap
     return True
 
 

@@ -186,6 +186,9 @@ class BucketState:
     # per set of changed symbols: the values whose shapes read one, and one function of the key giving their shapes
     # and the bytes of the growing buffers among them, with those buffers' caps (`shapes_at`)
     parts: dict = field(default_factory=dict)
+    # the movable steps' (calls, held, shapes), flat, as the states remember them: None once a move may have bound
+    # one again (made anew by the next state remembered; key_states.py)
+    movable_snap: tuple | None = None
     # the graph's inputs and outputs, each (name, dtype, offset in the arena): dtype None where its array is not a
     # plain view of the arena (a constant or per-key value, a Concat's columns), offset None for an input the
     # calls do not read (no array)
@@ -509,6 +512,8 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
             todo.update(st.by_value.get(x, ()))
     traced_words = st.words(key) if todo and st.words is not None and not changed.isdisjoint(st.word_symbols) \
         else None
+    if todo:  # (the steps below may assign their calls, tables and shapes)
+        st.movable_snap = None
     for k in sorted(todo):
         rec = st.steps[k]
         s = rec.step
