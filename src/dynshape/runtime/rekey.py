@@ -449,8 +449,8 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
     symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's;
     # none where the lean words hold the slots' values)
     symvals = symbolic.only(key, changed) if symbolic is not None and (puts is None or not puts[-1]) else {}
-    if lean:
-        fixed, per_key_bytes, moved = {**pl.fixed, **st.fixed}, 0, frozenset()
+    if lean:  # (read below, never written: the constants' own map where the plan holds no per-key value)
+        fixed, per_key_bytes, moved = {**pl.fixed, **st.fixed} if st.fixed else pl.fixed, 0, frozenset()
     else:  # (this key's shapes as the last key's tuples where equal: the states a move that binds steps again
         old = st.shapes  # leaves remembered hold fewer objects; a lean move keeps no shapes of its steps)
         shapes = {x: o if (o := old.get(x)) == shp else shp for x, shp in shapes.items()}
