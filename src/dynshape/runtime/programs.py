@@ -85,7 +85,8 @@ def find_places(values: list[tuple], at: dict, nbytes: dict, dtypes: dict, calls
         i = slot_of[k]
         if i in dropped or i not in found:
             continue
-        places = [(programs[j], np.array(pos, np.intp)) for j, pos in found[i]]
+        # (a single word as its index: numpy sets one item several times faster than it sets an index array's)
+        places = [(programs[j], pos[0] if len(pos) == 1 else np.array(pos, np.intp)) for j, pos in found[i]]
         out.append((key, dtypes[x], at[x], nbytes[x], places))
     return tuple(out)
 
