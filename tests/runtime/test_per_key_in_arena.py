@@ -295,3 +295,35 @@ def test_put_words_writes_every_word_or_none_where_an_in_place_address_changes()
     assert put([31, 11, 450], 0, 0) == 0 and words.tolist() == [11, 2, 31, 450]  # no span: all written
     assert put([7, 8, 9], 440, 451) == 1 and words.tolist() == [11, 2, 31, 450]  # the old value in span
     assert put([7, 450, 9], 449, 451) == 1 and words.tolist() == [11, 2, 31, 450]  # a new value in span
+
+
+def test_a_lean_move_whose_words_cross_an_in_place_slot_puts_the_places_back_first(monkeypatch):
+    """Every bucket plan's in-place span widened to all addresses: each lean move's words then count as in-place
+    addresses, so ds_put_words refuses (writing nothing), the in-place words go back on their slots, the words are
+    written, and the places are searched again; the answers, with out= arrays and inputs read in place, are still
+    the own plans' bit for bit."""
+    fast = ds.compile(GRAPH, strategy="generic")
+    own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
+    refused = []
+    puts, record = rekey._put_words, rekey.BucketState.record
+
+    def widened(st, *a, **k):
+        record(st, *a, **k)
+        st.span = (0, 1 << 62)
+
+    monkeypatch.setattr(rekey.BucketState, "record", widened)
+    monkeypatch.setattr(rekey, "_put_words", lambda *a: refused.append(puts(*a)) or refused[-1])
+    rng = np.random.default_rng(8)
+    feed = _feed(rng, 1, 4)
+    bufs = [{k: np.empty(HEADS * 64 * HD, np.float32) for k in ("present_k", "present_v")} for _ in range(2)]
+    for i in range(30):
+        n = feed["past_k"].shape[2] + 1
+        out = {k: np.ndarray((1, HEADS, n, HD), np.float32, buffer=bufs[i % 2][k]) for k in bufs[0]}
+        a = fast.run(feed, out=out)
+        b = own.run(feed)
+        for k in b:
+            np.testing.assert_array_equal(a[k], b[k])
+        assert a["present_k"] is out["present_k"]
+        feed = {"ids": np.full((1, 1), i % VOCAB), "mask": np.ones((1, n + 1), np.int64),
+                "past_k": a["present_k"], "past_v": a["present_v"]}
+    assert refused.count(True) >= 10, refused  # (each refused write is followed by the unchecked one)

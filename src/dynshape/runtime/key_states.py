@@ -66,7 +66,8 @@ def _copiers() -> list:
 class _State:
     """One remembered state: the words, and in one flat tuple (few objects: the collector walks every state kept)
     the plan's and the bucket state's fields a move assigns (the order `recall` unpacks), the calls, the in-place
-    addresses, and each movable step's calls, held tables and shapes."""
+    addresses, and each movable step's calls, held tables and shapes (one flat tuple, `BucketState.movable_snap`,
+    shared by the states remembered while no move bound a step again: a decode loop's lean moves bind none)."""
 
     __slots__ = ("words", "at", "values", "nbytes", "hits", "last")
 
