@@ -71,6 +71,25 @@ def _feed(rng, batch: int, past: int, mlen: int | None = None) -> dict:
     return step_feed(rng, batch, past, HEADS, HD, VOCAB, mlen)
 
 
+def _decode_twice(fast, own, start: dict, tokens: int, watch) -> None:
+    """Two passes of a decode loop from `start` (the second puts back the states the first's moves left): every
+    answer of `fast` (called between `watch(True)` and `watch(False)`) the own plans' bit for bit, its presents fed
+    back as the next token's pasts."""
+    batch = start["ids"].shape[0]
+    for _ in range(2):
+        feed = start
+        for i in range(tokens):
+            watch(True)
+            a = fast.run(feed)
+            watch(False)
+            b = own.run(feed)
+            for k in b:
+                np.testing.assert_array_equal(a[k], b[k])
+            past = feed["past_k"].shape[2]
+            feed = {"ids": np.full((batch, 1), i % VOCAB), "mask": np.ones((batch, past + 2), np.int64),
+                    "past_k": a["present_k"], "past_v": a["present_v"]}
+
+
 class _Spy:
     """While `on`: the steps run through their Python entry (`run`: a per-key step computed for a key, or an
     unplanned step), and the retables made while a bucket plan moves (rekey._move; not those a new plan traces)."""
@@ -119,19 +138,7 @@ def test_a_decode_loop_moves_its_bucket_plan_without_python_steps_or_retables(mo
     own = ds.compile(GRAPH, strategy="generic", bucket_plans=False)
     spy = _Spy(monkeypatch)
     rng = np.random.default_rng(1)
-    start = _feed(rng, 2, 5)
-    for _ in range(2):
-        feed = start
-        for i in range(40):
-            spy.on = True
-            a = fast.run(feed)
-            spy.on = False
-            b = own.run(feed)
-            for k in b:
-                np.testing.assert_array_equal(a[k], b[k])
-            past = feed["past_k"].shape[2]
-            feed = {"ids": np.full((2, 1), i % VOCAB), "mask": np.ones((2, past + 2), np.int64),
-                    "past_k": a["present_k"], "past_v": a["present_v"]}
+    _decode_twice(fast, own, _feed(rng, 2, 5), 40, lambda on: setattr(spy, "on", on))
     assert fast.stats()["plans"]["own"] == 0 and spy.moves >= 30
     if in_arena:
         assert not spy.ran and not spy.retabled, (spy.ran[:5], spy.retabled[:5])
@@ -261,19 +268,7 @@ def test_a_decode_move_makes_no_per_key_value_and_writes_its_words_in_one_call(m
     monkeypatch.setattr(PerKeySteps, "values", lambda *a, **k: count("values") or values(*a, **k))
     monkeypatch.setattr(rekey, "_put_words", lambda *a: count("puts") or puts(*a))
     rng = np.random.default_rng(6)
-    start = _feed(rng, 2, 3)
-    for _ in range(2):
-        feed = start
-        for i in range(30):
-            calls["on"] = True
-            a = fast.run(feed)
-            calls["on"] = False
-            b = own.run(feed)
-            for k in b:
-                np.testing.assert_array_equal(a[k], b[k])
-            past = feed["past_k"].shape[2]
-            feed = {"ids": np.full((2, 1), i % VOCAB), "mask": np.ones((2, past + 2), np.int64),
-                    "past_k": a["present_k"], "past_v": a["present_v"]}
+    _decode_twice(fast, own, _feed(rng, 2, 3), 30, lambda on: calls.__setitem__("on", on))
     # (past 3..32 on the first pass: a bucket plan bound at a few octaves, moved at every other token)
     assert fast.stats()["plans"]["own"] == 0 and calls["puts"] >= 25
     assert calls["values"] <= 3, calls  # the bucket plans' binds make their values; their moves none
