@@ -76,3 +76,28 @@ def test_plans_of_one_arena_share_the_recurrent_workspace():
     assert list(shared) == ["rnn:the_lstm"]
     held = {id(a) for p in arena.plans.values() for a in p.keep if isinstance(a, np.ndarray) and a.nbytes >= 4096}
     assert len(held) <= 3  # the scratch buffers, however many keys
+
+
+@pytest.mark.parametrize("op, direction", [("LSTM", "forward"), ("GRU", "forward"), ("LSTM", "bidirectional")])
+def test_a_one_token_step_with_large_weights_splits_over_the_threads_exactly(op, direction):
+    """A decoder's one-token step whose weights exceed what one core's L2 keeps (hidden 200, input 384: 640 KB of
+    R and 1.2 MB of W an LSTM direction, 25 panels of 32 columns, the last one short) splits its input
+    projection's column blocks and its recurrent product's panels over the threads (ds_rnn.c's DSR_PAR_BYTES),
+    whatever its few multiply-adds: at 2 and 3 threads (blocks of 7, 7, 7, 4 and 9, 9, 7 panels) the same bits as
+    on one thread, each output column computed by one thread, and the reference's values; a short sequence and a
+    batch of 3 too."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    g = ds.load_onnx(_model(op, hidden=200, inp=384, direction=direction), dims={"seq": (1, 8), "batch": (1, 4)})
+    exe = ds.compile(g)
+    rng = np.random.default_rng(3)
+    for seq, batch in [(1, 1), (3, 1), (1, 3)]:
+        x = rng.standard_normal((seq, batch, 384)).astype(np.float32)
+        want = g.run({"x": x})
+        outs = []
+        for threads in (1, 2, 3):
+            with threadpoolctl.threadpool_limits(threads, user_api="openmp"):
+                outs.append(exe.run({"x": x}))
+        for name in want:
+            assert_f32_close(outs[0][name], want[name], rtol=1e-4, scale=1e-5)
+            for other in outs[1:]:
+                np.testing.assert_array_equal(other[name], outs[0][name])

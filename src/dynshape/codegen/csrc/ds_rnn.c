@@ -65,6 +65,13 @@
 
 enum { DSR_LSTM = 0, DSR_GRU = 1, DSR_RNN = 2 };
 #define DSR_PAR_MIN (1 << 20)          /* multiply-adds per step below which a step stays on one thread */
+/* packed weights a product of few rows streams, above which it splits over the threads whatever its multiply-adds:
+   each thread's share then stays in its own L2 from call to call (a decoder's one-token LSTM step at hidden 256,
+   input 384: 1 MB of R and 1.5 MB of W, ~66 us from L3 on one thread of an Intel Xeon at 2 threads) */
+#define DSR_PAR_BYTES (512 * 1024)
+#ifdef _OPENMP
+int omp_in_parallel(void);
+#endif
 #define DSR_W_BLOCK_BYTES (512 * 1024) /* packed W per column block of the input projection */
 
 /* ---- activations: branch-free, so the per-row loops vectorise ---------------------------------------------- */
@@ -440,7 +447,12 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
             C[b * hid + j] = c0[j];
         }
     }
-    const int par = batch * gh * hid >= DSR_PAR_MIN;
+    const int rows_par = batch * gh * hid >= DSR_PAR_MIN;
+    int par = rows_par; /* the recurrent product's: also where R is large (not inside the directions' own team) */
+#ifdef _OPENMP
+    par = par || ((int64_t)sizeof(float) * gh * hid >= DSR_PAR_BYTES && omp_get_max_threads() > 1
+                  && !omp_in_parallel());
+#endif
     for (int64_t s = 0; s < maxlen; s++) {
         st.s = s;
         if (s + 1 < maxlen) dsr_prefetch_step(L, d, s + 1, st.reverse);
@@ -453,11 +465,11 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
         } else {
             dsr_recurrent(L, H, rp, S, gh, par);
         }
-        dsr_rows(&st, 0, par);
+        dsr_rows(&st, 0, rows_par);
         if (L->op == DSR_GRU) {
             /* default GRU: the h gate's recurrent product is (r * H) Rh^T, so it waits for r */
             if (!L->lbr) dsr_recurrent(L, st.T2, rp_h, S + 2 * hid, hid, par);
-            dsr_rows(&st, 1, par);
+            dsr_rows(&st, 1, rows_par);
         }
         if (L->y) {
             for (int64_t b = 0; b < batch; b++) {
@@ -482,6 +494,12 @@ static void dsr_direction(const dsr_layer *L, int64_t d) {
             if (yc) yc[j] = len ? C[b * hid + j] : 0.0f;
         }
     }
+}
+
+/* the input projection's column block of `step` panels from panel q: rows of X @ those columns of packed W */
+static void dsr_w_block(const dsr_layer *L, int64_t rows, int64_t q, int64_t step, int64_t panels) {
+    const int64_t ncols = q + step < panels ? step * 32 : L->n - q * 32;
+    ds_gemm_packed(L->x, L->in, L->wp + q * L->in * 32, L->gx + q * 32, L->n, rows, ncols, L->in);
 }
 
 static void dsr_layer_run(int op, const int64_t *a) {
@@ -540,7 +558,19 @@ static void dsr_layer_run(int op, const int64_t *a) {
        stay in L2 (~512 KB) while every row streams past; a bidirectional W at hidden 256 is 4 MB, which the
        rows would otherwise pull from L3 once per 60-row block. */
     const int64_t panels = dsr_panels(L.n), block = (DSR_W_BLOCK_BYTES / 128) / (L.in > 0 ? L.in : 1);
-    const int64_t step = block < 1 ? 1 : block;
+    int64_t step = block < 1 ? 1 : block;
+    /* few rows and a large W (a decoder's one-token step): too few multiply-adds for ds_gemm_packed to split, but
+       streamed from L3 on one thread; the column blocks split evenly over the threads, each one's in its own L2 */
+    int w_par = 0;
+#ifdef _OPENMP
+    const int64_t nth = omp_get_max_threads();
+    w_par = nth > 1 && !(L.wq || L.wbf16) && rows * L.n * L.in < DSR_PAR_MIN
+            && (int64_t)sizeof(float) * L.n * L.in >= DSR_PAR_BYTES;
+    if (w_par) {
+        const int64_t nb = ((panels + step - 1) / step + nth - 1) / nth * nth;
+        step = (panels + nb - 1) / nb;
+    }
+#endif
     if (L.wq) { /* its panel pairs (16 KB each at input 512) stay in L1 while every row passes */
         float *scratch = L.q8ws + (L.rq ? L.nd * L.batch * dsq_row_floats(hid) : 0);
         dsq_product(L.x, L.wq, L.gx, L.n, rows, L.n, L.in, scratch, rows * L.n * L.in >= DSR_PAR_MIN, L.portable);
@@ -554,9 +584,12 @@ static void dsr_layer_run(int op, const int64_t *a) {
                 ds_gemm_block_bf16(L.x, L.in, L.wp, L.gx, L.n, i0, i1, q, L.n, L.in, ep);
         }
     }
-    for (int64_t q = 0; q < (L.wq || L.wbf16 ? 0 : panels); q += step) {
-        const int64_t ncols = (q + step < panels ? step * 32 : L.n - q * 32);
-        ds_gemm_packed(L.x, L.in, L.wp + q * L.in * 32, L.gx + q * 32, L.n, rows, ncols, L.in);
+    const int64_t wblocks = L.wq || L.wbf16 ? 0 : (panels + step - 1) / step;
+    if (w_par) {
+        #pragma omp parallel for schedule(static)
+        for (int64_t qb = 0; qb < wblocks; qb++) dsr_w_block(&L, rows, qb * step, step, panels);
+    } else {
+        for (int64_t qb = 0; qb < wblocks; qb++) dsr_w_block(&L, rows, qb * step, step, panels);
     }
     /* the directions on two threads, each step on one; unless a step is big enough to split over the team
        (dsr_direction's `par`): then the directions run one after the other, each step's product split, so that
