@@ -57,6 +57,22 @@ def _values_at(fn: Callable[[tuple], dict[str, np.ndarray]], key: tuple) -> dict
                                   f"type ({e}): the model's shape arithmetic overflows for these inputs") from None
 
 
+def value_items_py(t: object, names: Mapping[str, str]) -> list[str] | None:
+    """Python source for each element of a value inference knows from the symbols alone (a TensorType whose
+    `value` is a static-shape array of integers and expressions of the symbols in `names`), flat, in order; None for
+    any other value. What `symbolic_values` compiles, and what a bucket plan's lean move writes (runtime/rekey.py)."""
+    if not isinstance(t, TensorType) or t.value is None or t.value.dtype != object:
+        return None
+    if any(isinstance(d, Expr) for d in t.value.shape):
+        return None
+    flat = list(t.value.reshape(-1))
+    if not all(isinstance(v, (int, np.integer, Expr)) for v in flat):
+        return None
+    if any(isinstance(v, Expr) and not v.free_symbols <= names.keys() for v in flat):
+        return None
+    return [to_py(v, names) if isinstance(v, Expr) else str(int(v)) for v in flat]
+
+
 def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] | None = None) -> SymbolicValues:
     """Compile one function computing every value inference knows as an expression of `symbols` (of those in
     `only`, when given: a build computes per key just what its steps read; GPT-2's step read 24 of 120, and
@@ -67,17 +83,11 @@ def symbolic_values(graph: Graph, symbols: list[Symbol], only: Collection[str] |
     for name, t in sorted(graph.types.items()):
         if only is not None and name not in only:
             continue
-        if not isinstance(t, TensorType) or t.value is None or t.value.dtype != object:
+        items = value_items_py(t, names)
+        if items is None:
             continue
-        if any(isinstance(d, Expr) for d in t.value.shape):
-            continue
-        flat = list(t.value.reshape(-1))
-        if not all(isinstance(v, (int, np.integer, Expr)) for v in flat):
-            continue
-        if any(isinstance(v, Expr) and not v.free_symbols <= set(names) for v in flat):
-            continue
-        deps[name] = frozenset().union(*(v.free_symbols for v in flat if isinstance(v, Expr)))
-        items = ", ".join(to_py(v, names) if isinstance(v, Expr) else str(int(v)) for v in flat)
+        deps[name] = frozenset().union(*(v.free_symbols for v in t.value.reshape(-1) if isinstance(v, Expr)))
+        items = ", ".join(items)
         exprs.append((deps[name], f"out[{name!r}] = _np.array([{items}], dtype=_np.{np.dtype(t.dtype).name})"
                                   f".reshape({tuple(t.value.shape)!r})"))
 

@@ -401,9 +401,13 @@ class Planner:
         self.shapes = compile_key_function("shapes", list(names), f"return [{body}]")
         # the buffers whose bytes depend on the key, and those bytes as one function of it (BucketState.fits)
         self.grows = [b for b in self.buffers if any(isinstance(d, Expr) for d in g.types[b].shape)]
-        body = ", ".join("*".join(f"({to_py(d, names)})" for d in g.types[b].shape) + f"*{self.dtypes[b].itemsize}"
-                         for b in self.grows)
+        body = ", ".join(self.bytes_py(b, names) for b in self.grows)
         self.grow_bytes = compile_key_function("grow_bytes", list(names), f"return [{body}]")
+
+    def bytes_py(self, b: str, names: dict) -> str:
+        """Python source for buffer b's bytes (unaligned) as a function of the key's symbols (renamed by `names`):
+        `grow_bytes`' items, and a bucket plan's at its changed symbols (rekey.py's `_shapes_part`)."""
+        return "*".join(f"({to_py(d, names)})" for d in self.graph.types[b].shape) + f"*{self.dtypes[b].itemsize}"
 
     def _readable_in_place(self, inputs: list[str]) -> list[str]:
         """The inputs a call can read where the caller's array lies instead of copying them into the arena: large

@@ -26,13 +26,14 @@ import math
 import operator
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dynshape.codegen import program
 from dynshape.codegen.keep import Keep, TableRef
 from dynshape.codegen.lowering import NativeCall, RetableRequest
+from dynshape.passes.symbolic import value_items_py
 from dynshape.runtime.build import KernelStep
 from dynshape.runtime.per_key import shape_py
 from dynshape.runtime.plan import BoundPlan, Planner, fresh_outputs, scratch_for
@@ -355,9 +356,7 @@ def _shapes_part(pl: Planner, st: BucketState, changed: frozenset) -> tuple:
 
     values = [x for x in pl.values if reads(x)]
     grows = [k for k, b in enumerate(pl.grows) if reads(b)]
-    body = [shape_py(types[x].shape, names) for x in values]
-    body += ["*".join(f"({to_py(d, names)})" for d in types[pl.grows[k]].shape)
-             + f"*{pl.dtypes[pl.grows[k]].itemsize}" for k in grows]
+    body = [shape_py(types[x].shape, names) for x in values] + [pl.bytes_py(pl.grows[k], names) for k in grows]
     fn = compile_key_function("moved_shapes", list(pl.symbol_names), f"return [{', '.join(body)}]")
     return values, fn, tuple(st.caps[k] for k in grows) if st.caps else ()
 
@@ -448,7 +447,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
             puts = st.puts[c] = _lean_puts(pl, st, c)
     symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's;
     # none where the lean words hold the slots' values)
-    symvals = symbolic.only(key, changed) if symbolic is not None and (puts is None or not puts[-1]) else {}
+    symvals = symbolic.only(key, changed) if symbolic is not None and (puts is None or not puts.slots) else {}
     if lean:  # (read below, never written: the constants' own map where the plan holds no per-key value)
         fixed, per_key_bytes, moved = {**pl.fixed, **st.fixed} if st.fixed else pl.fixed, 0, frozenset()
     else:  # (this key's shapes as the last key's tuples where equal: the states a move that binds steps again
@@ -631,10 +630,25 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
 _UNSET = object()
 
 
-def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None:
+class _LeanWords(NamedTuple):
+    """`_lean_puts`' words: the compiled function giving them at a key, the buffer it fills, the words' addresses
+    (kept alive here), those two buffers' addresses and count, ds_put_words, and whether the slots' image is among
+    them (the symbolic values then need not be computed)."""
+
+    fn: Any
+    vals: np.ndarray
+    dst: np.ndarray
+    dst_at: int
+    vals_at: int
+    n: int
+    put: Any
+    slots: bool
+
+
+def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> _LeanWords | None:
     """The words a move changing the symbols in `changed`, and no per-key value, writes: every kernel key table
     (the key, and a row stride from the shapes), the traced words of the steps reading a changed symbol, and the
-    symbolic values in the slots' image where every one is int64 (the last item says so), as one compiled function
+    symbolic values in the slots' image where every one is int64 (`slots` says so), as one compiled function
     of the key, with each word's address; None where such a move does more (a step reading a changed symbol with
     neither a traced retable nor a kernel's key table: bound again or retabled per key). Why: the tables', the
     traced words' and the slots' loops, an array or a word at a time, were ~40 us of a decode step's move, all of
@@ -645,7 +659,7 @@ def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None
     exprs, dst = [], []
     for (ref, count, _), strided in zip(st.tables, st.strided):
         words = [names[x] for x in pl.symbol_names]
-        if strided is not None:
+        if strided is not None:  # (`_row_stride`, as source)
             x, into = strided
             words.append("1" if len(types[x].shape) < 2 else f"max({to_py(types[into or x].shape[-1], names)}, 1)")
         if len(words) != count:
@@ -672,7 +686,8 @@ def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> tuple | None
     lib = program.LIBRARY.try_load()
     if lib is None:
         return None
-    return fn, vals, dst_array, dst_array.ctypes.data, vals.ctypes.data, len(dst), lib.ds_put_words, slots is not None
+    return _LeanWords(fn, vals, dst_array, dst_array.ctypes.data, vals.ctypes.data, len(dst), lib.ds_put_words,
+                      slots is not None)
 
 
 def _slot_words(pl: Planner, st: BucketState, names: dict) -> tuple[list, list] | None:
@@ -680,34 +695,23 @@ def _slot_words(pl: Planner, st: BucketState, names: dict) -> tuple[list, list] 
     address in the image); None unless every one is int64 and inference knows each element as an integer
     expression of the key's symbols (what `symbolic_values` computes them from)."""
     exprs, dst = [], []
-    types = pl.graph.types
     for x, v in st.slot_views:
-        value = getattr(types.get(x), "value", None)
-        if v.dtype != np.int64 or not v.flags.c_contiguous or value is None or value.dtype != object \
-                or value.size != v.size:
+        items = value_items_py(pl.graph.types.get(x), names)
+        if v.dtype != np.int64 or not v.flags.c_contiguous or items is None or len(items) != v.size:
             return None
         at = address(v)
-        for i, e in enumerate(value.reshape(-1)):
-            if isinstance(e, Expr):
-                if not e.free_symbols <= names.keys():
-                    return None
-                exprs.append(to_py(e, names))
-            elif isinstance(e, (int, np.integer)):
-                exprs.append(str(int(e)))
-            else:
-                return None
-            dst.append(at + 8 * i)
+        exprs += items
+        dst += [at + 8 * i for i in range(len(items))]
     return exprs, dst
 
 
-def _put_words(puts: tuple, key: tuple, span: tuple | None) -> bool:
+def _put_words(puts: _LeanWords, key: tuple, span: tuple | None) -> bool:
     """Write a lean move's words at `key` (`_lean_puts`); True, writing nothing, where a word that changes holds or
     would hold an address in `span` (the in-place slots': the caller puts their words back, then writes with no
     span)."""
-    fn, vals, _, dst_at, vals_at, n, put, _ = puts
-    vals[:] = fn(key)  # (a value past int64 raises OverflowError: the move fails, and the key's own bind refuses it)
-    lo, hi = span if span is not None else (0, 0)
-    return bool(put(dst_at, vals_at, n, lo, hi))
+    puts.vals[:] = puts.fn(key)  # (a value past int64 raises OverflowError: the move fails, the key's own bind
+    lo, hi = span if span is not None else (0, 0)  # refuses it)
+    return bool(puts.put(puts.dst_at, puts.vals_at, puts.n, lo, hi))
 
 
 def _write(pl: Planner, st: BucketState, rec: StepRecord, made: list) -> bool:
