@@ -5,6 +5,9 @@ Under CI (`CI` set, as `.ci/run` runs), a test skipped because a package could n
 guards silently stopped running (issue 28: the PyTorch frontend's 12 tests skipped in CI for months). Skips for
 absent hardware or tools stay skips; their reasons name what is absent.
 
+`_private_cache`: every test builds into a private disk cache, never the user's ~/.cache/dynshape (suite-wide:
+under pytest-xdist a worker may run the node suite's child processes before any other test set one).
+
 `_shared_builds`: one store of built kernel libraries for the session (tests/shared_builds.py): a library the
 session already compiled is copied, not compiled again. `pytest --cold-builds` turns it off.
 """
@@ -45,6 +48,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cold-builds", action="store_true",
                      help="compile every kernel library each time a test builds it (no session store of builds)")
 
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Session scope: in place before any module fixture compiles anything (and inherited by child processes)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DYNSHAPE_CACHE_DIR", str(tmp_path_factory.mktemp("dynshape-cache")))
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,6 +1,5 @@
 """Small ONNX models for the CLI tests, built with onnx.helper into a temporary directory (nothing downloaded)."""
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +16,6 @@ def save(tmp: Path, name: str, nodes: list, inputs: list, outputs: list, inits: 
     path = tmp / f"{name}.onnx"
     onnx.save(model, str(path))
     return path
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """If the compiler is present, it must build into a private cache, never the user's."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DYNSHAPE_CACHE_DIR", str(tmp_path_factory.mktemp("dynshape-cache")))
-        yield
 
 
 @pytest.fixture(scope="session")

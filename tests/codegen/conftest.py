@@ -1,20 +1,12 @@
-"""Every codegen test builds into a private disk cache, never the user's ~/.cache/dynshape."""
+"""Codegen fixtures: which native bf16 path a test takes (`tile_path`), which native entries a binder or the row
+kernels' caller looked up (`spy_native`, `spy_row_kernels`). The private build cache is suite-wide
+(tests/conftest.py)."""
 
-from collections.abc import Iterator
 from types import ModuleType, SimpleNamespace
 
 import pytest
 
 from dynshape.codegen import bf16, program
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    # Session scope: it must be in place before module-scoped fixtures compile anything.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DYNSHAPE_CACHE_DIR", str(tmp_path_factory.mktemp("dynshape-cache")))
-        yield
-
 
 
 @pytest.fixture

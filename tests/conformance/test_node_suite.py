@@ -42,6 +42,8 @@ pytestmark = [
 
 
 def _suite(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    # the child processes build into the session's private cache (tests/conftest.py), never the user's
+    assert os.environ.get("DYNSHAPE_CACHE_DIR"), "the suite-wide private build cache is not in place"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, str(SUITE), "--data", str(DATA), *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
