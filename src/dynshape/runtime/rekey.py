@@ -709,8 +709,9 @@ def _put_words(puts: _LeanWords, key: tuple, span: tuple | None) -> bool:
     """Write a lean move's words at `key` (`_lean_puts`); True, writing nothing, where a word that changes holds or
     would hold an address in `span` (the in-place slots': the caller puts their words back, then writes with no
     span)."""
-    puts.vals[:] = puts.fn(key)  # (a value past int64 raises OverflowError: the move fails, the key's own bind
-    lo, hi = span if span is not None else (0, 0)  # refuses it)
+    # (a value past int64 raises OverflowError: the move fails, and the key's own bind refuses it)
+    puts.vals[:] = puts.fn(key)
+    lo, hi = span if span is not None else (0, 0)
     return bool(puts.put(puts.dst_at, puts.vals_at, puts.n, lo, hi))
 
 
