@@ -3,7 +3,9 @@ grouped 1x1 convs), 5 or 8 outputs, 24 or 40 outputs (a panel of 24 columns: 16 
 outputs (the runs path over KW * C). Without AVX-512 the tiles run such tails on one 8-float vector a row instead of
 a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 the same cases take the masked
 16-column tiles. Pointwise convs (1x1, stride 1, unpadded) with wider panels take AVX2's flat tile
-(ds_conv_fmicro_6: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows).
+(ds_conv_fmicro_6: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows), and
+their panels of 17..24 columns AVX2's flat 4-row x 3-vector tile (ds_conv_fmicro3_4, the third vector masked
+below 24).
 Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a Concat's columns
 (rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
 
@@ -24,7 +26,9 @@ CASES = [(136, 136, 4, 1, 1, 28, "add_relu"), (16, 5, 1, 3, 1, 13, "none"), (24,
          (10, 24, 1, 1, 1, 11, "concat"),
          # pointwise convs with panels of more than 24 columns: AVX2's flat 6-row tile (rows C apart across images)
          (16, 64, 1, 1, 1, 13, "silu"), (24, 56, 1, 1, 1, 10, "add_relu"), (64, 128, 2, 1, 1, 7, "silu"),
-         (40, 72, 1, 1, 1, 9, "concat")]
+         (40, 72, 1, 1, 1, 9, "concat"),
+         # pointwise panels of 17..24 columns: AVX2's flat 4 x 24 tile (pixels 100 and 300: partial tiles after it)
+         (48, 20, 1, 1, 1, 10, "silu"), (32, 88, 1, 1, 1, 10, "add_relu"), (144, 24, 1, 1, 1, 10, "relu")]
 
 
 def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.Generator) -> onnx.ModelProto:

@@ -137,6 +137,12 @@ static inline __attribute__((always_inline)) void ds_dw_slide(
 DS_DW_SLIDE(1, 3)
 DS_DW_SLIDE(1, 5)
 DS_DW_SLIDE(1, 7)
+#ifndef __AVX512F__
+/* Stride 2 too on 8-float vectors: DS_DW_BLOCK's loads there are ds_ld8n's, a lane-count test each (its masks
+   are AVX-512's), and it loads 24 input vectors a kernel row where the slide loads 17 (Zen 3, a 3x3 stride-2
+   depthwise of 96 channels on 112x112: 434 -> 210 us against onnxruntime's 230 -> 188) */
+DS_DW_SLIDE(2, 3)
+#endif
 
 typedef void (*ds_dw_block_fn)(const int64_t *, const float *restrict, const float *restrict, const float *restrict,
                                float *restrict, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
@@ -144,7 +150,11 @@ typedef void (*ds_dw_block_fn)(const int64_t *, const float *restrict, const flo
 static ds_dw_block_fn ds_dw_slider(const int64_t *geo) {
     GEO_LOCALS;
     (void)H; (void)W; (void)C; (void)KH; (void)SH; (void)DH; (void)PT; (void)PL; (void)CG; (void)LDY;
-    if (DW != 1 || SW != 1) return 0;
+    if (DW != 1) return 0;
+#ifndef __AVX512F__
+    if (SW == 2) return KW == 3 ? ds_dw_slide_2_3 : 0;
+#endif
+    if (SW != 1) return 0;
     return KW == 3 ? ds_dw_slide_1_3 : KW == 5 ? ds_dw_slide_1_5 : KW == 7 ? ds_dw_slide_1_7 : 0;
 }
 
