@@ -667,6 +667,28 @@ def test_a_1x1_conv_into_a_depthwise_one_runs_as_one_kernel(cin, cexp, k, s, act
            [(1, cin, 9, 11), (2, cin, 30, 17), (1, cin, 3, 3), (1, cin, 1, 5), (1, cin, 120, 160)], ["conv_chain"])
 
 
+@pytest.mark.parametrize("k,s", [(3, 1), (5, 2)])
+def test_a_chains_chunks_split_the_rows_evenly_over_the_threads(k, s):
+    """The chain's chunks of an image's rows are as many as fit the scratch rounded up to a multiple of the threads,
+    each an equal share to one row (a 120-row map of 100 expanded channels: 15 chunks of 8 rows at 1 and 3 threads,
+    16 of 7 or 8 at 2; after stride 2, 60 rows in 15 chunks of 4 at 1 and 3 threads, 16 of 3 or 4 at 2): at 1, 2 and
+    3 threads the same bits as on one thread and the reference's values, with two images."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    model = _pw_dw(16, 100, k, s, "Relu", "Relu")
+    g = ds.load_onnx(model, dims={"n": (1, 3), "h": (1, 200), "w": (1, 200)})
+    exe = ds.compile(g)
+    assert [st.kind for st in exe.generic.steps if isinstance(st, KernelStep)] == ["conv_chain"]
+    x = RNG.standard_normal((2, 16, 120, 160)).astype(np.float32)
+    want = g.run({"x": x})["y"]
+    outs = []
+    for threads in (1, 2, 3):
+        with threadpoolctl.threadpool_limits(threads, user_api="openmp"):
+            outs.append(exe.run({"x": x})["y"])
+    assert_f32_close(outs[0], want, rtol=1e-4, scale=1e-5)
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+
+
 def test_a_small_expanded_map_runs_as_two_conv_kernels():
     """Where the chain does not pay (an expanded map of 2 channels: under PWDW_MIN_MAP_BYTES at the typical
     side) or is switched off, its lowering declines and its two convs run as kernels of their own, not node by

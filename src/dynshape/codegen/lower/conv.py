@@ -727,12 +727,20 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     if bias_d is not None and not in_c:
         raise Unsupported("the depthwise conv's bias is not a per-channel vector")
     rows, chunks, nc, n, ho0, ho1, r = (kir.Var(v) for v in ("R", "NCH", "nc", "n", "ho0", "ho1", "r"))
-    j = kir.Var("j")
+    j, c0, nt, cap = kir.Var("j"), kir.Var("NCH0"), kir.Var("NT"), kir.Var("RF")
     oh, ow = E["OH"], E["OW"]
     row_bytes = E["W"] * (gd["SH"] * c * 4)
     fit = i64(PWDW_SCRATCH_BYTES) / row_bytes
-    body += [kir.Let(rows, kir.Select(fit < i64(1), i64(1), kir.Select(fit > oh, oh, fit))),
-             kir.Let(chunks, (oh + rows - 1) / rows)]
+    work = kir.product([E["N"], E["H"], E["W"], i64(c * gp["C"])])
+    par = work >= ctx.options.par_min_flops
+    # an image's rows in as many chunks as fit the scratch, rounded up to a multiple of the threads (at most one a
+    # row), each an equal share of the rows to one row: chunks of `fit` rows left the last one short, and the
+    # threads' static shares unequal (a 56-row map in chunks of 16 rows on 2 threads: 32 rows against 24)
+    body += [kir.Let(cap, kir.Select(fit < i64(1), i64(1), kir.Select(fit > oh, oh, fit))),
+             kir.Let(nt, kir.Select(par, kir.Call("omp_get_max_threads", (), I64), i64(1))),
+             kir.Let(c0, (oh + cap - 1) / cap),
+             kir.Let(chunks, kir.minimum((c0 + nt - 1) / nt * nt, oh)),
+             kir.Let(rows, (oh + chunks - 1) / chunks)]
     need = ((rows - 1) * gd["SH"] + (gd["KH"] - 1) * gd["DH"] + 1) * E["W"] * c
     seen = _without_bias(node_d) if in_c else node_d
     epilogue = [] if act_d else epilogue_loop(g, ops_d, seen, dw.epilogue, dw.outputs[0], o0, r * c + j, r, j,
@@ -741,17 +749,16 @@ def lower_conv_chain(ch: ConvChain, ctx: LowerCtx) -> Lowered:
     # it is too narrow to pay (bf16_too_narrow); the depthwise rows stay float32
     low = bf16.active(ctx.options) and not bf16_too_narrow(gp, ctx.options.bf16_min_conv_macs)
     low_args: tuple[kir.Expr, ...] = _bf16_tile(ctx, body)[:2] if low else ()
-    chunk = [kir.Let(n, nc / chunks), kir.Let(ho0, (nc % chunks) * rows),
-             kir.Let(ho1, kir.Select(ho0 + rows < oh, ho0 + rows, oh)),
+    chunk = [kir.Let(n, nc / chunks), kir.Let(ho0, (nc % chunks) * oh / chunks),
+             kir.Let(ho1, (nc % chunks + 1) * oh / chunks),
              _call("ds_pwdw_rows_t" if low else "ds_pwdw_rows", kir.Addr(geo_p), kir.Addr(geo_d), kir.Addr(x),
                    kir.Addr(bp), _operand_addr(ops_p, bias_p), kir.Addr(wd), bias_d_arg, kir.Addr(o0),
                    kir.Addr(zeros), kir.Addr(scratch), n, ho0, ho1, *low_args)]
     if epilogue:
         chunk.append(kir.For(r, (n * oh + ho1) * ow, tuple(epilogue), start=(n * oh + ho0) * ow))
     loop = kir.For(nc, E["N"] * chunks, tuple(chunk), omp=kir.Omp(shared=True))
-    work = kir.product([E["N"], E["H"], E["W"], i64(c * gp["C"])])
     body += [kir.Alloc(zeros, i64(gp["C"]), zero=True),
-             kir.Region((kir.Alloc(scratch, need), loop, kir.Free(scratch)), if_=work >= ctx.options.par_min_flops),
+             kir.Region((kir.Alloc(scratch, need), loop, kir.Free(scratch)), if_=par),
              kir.Free(zeros)]
     kernel = kir.Kernel(ctx.name, tuple(ext), (o0,), (x, bp, *ops_p.buffers, wd, *ops_d.buffers), tuple(body),
                         ctx.symbols)
