@@ -31,4 +31,5 @@ void ds_layernorm_row(const float *x, float *y, const float *restrict scale, con
 void ds_layernorm_row_tree(const float *x, float *y, const float *restrict scale, const float *restrict bias,
                            int64_t n, float eps);
 int omp_get_max_threads(void);
+int omp_in_parallel(void); /* (libgomp's, as omp.h would declare them: ds_rnn.c asks both) */
 #endif

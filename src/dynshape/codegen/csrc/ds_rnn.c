@@ -69,9 +69,6 @@ enum { DSR_LSTM = 0, DSR_GRU = 1, DSR_RNN = 2 };
    each thread's share then stays in its own L2 from call to call (a decoder's one-token LSTM step at hidden 256,
    input 384: 1 MB of R and 1.5 MB of W, ~66 us from L3 on one thread of an Intel Xeon at 2 threads) */
 #define DSR_PAR_BYTES (512 * 1024)
-#ifdef _OPENMP
-int omp_in_parallel(void);
-#endif
 #define DSR_W_BLOCK_BYTES (512 * 1024) /* packed W per column block of the input projection */
 
 /* ---- activations: branch-free, so the per-row loops vectorise ---------------------------------------------- */
