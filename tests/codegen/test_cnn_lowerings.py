@@ -62,8 +62,10 @@ CONVS = [  # (ci, co, k, attrs)
     (32, 32, (3, 3), {"group": 32, "strides": [2, 2], "dilations": [2, 2], "pads": [2, 1, 2, 1]}),
     # stride 1 and 3, 5 or 7 columns: the sliding blocks (ds_dw_slide; the 75-column probe gives them interiors)
     (24, 24, (7, 7), {"group": 24, "pads": [3, 3, 3, 3]}),
-    # stride 2, 3 columns: without AVX-512 the sliding blocks too (ds_dw_slide_2_3), a masked tail (40 = 8 * 5)
+    # stride 2, 3 or 5 columns: without AVX-512 the sliding blocks too (ds_dw_slide_2_3 / _2_5), masked tails
+    # there (20 = 8 + 8 + 4; 40 = 8 * 5: none; AVX-512's 16-lane blocks: 4 and 8)
     (40, 40, (3, 3), {"group": 40, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    (20, 20, (5, 5), {"group": 20, "strides": [2, 2], "pads": [2, 2, 2, 2]}),
     # depthwise of 1, 2, 4 or 8 channels at stride 1 as flat runs of pixels (ds_dw_flat), and at stride 2 the loops
     (8, 8, (3, 3), {"group": 8, "pads": [1, 1, 1, 1]}), (4, 4, (5, 5), {"group": 4, "pads": [2, 4, 2, 4],
                                                                           "dilations": [1, 2]}),

@@ -139,9 +139,11 @@ DS_DW_SLIDE(1, 5)
 DS_DW_SLIDE(1, 7)
 #ifndef __AVX512F__
 /* Stride 2 too on 8-float vectors: DS_DW_BLOCK's loads there are ds_ld8n's, a lane-count test each (its masks
-   are AVX-512's), and it loads 24 input vectors a kernel row where the slide loads 17 (Zen 3, a 3x3 stride-2
-   depthwise of 96 channels on 112x112, hot: 1.33-1.35x onnxruntime's time -> 1.00-1.09x) */
+   are AVX-512's), and it loads 24 (3 wide) or 40 (5 wide) input vectors a kernel row where the slide loads 17 or
+   19 (Zen 3, hot: a 3x3 stride-2 depthwise of 96 channels on 112x112 1.33-1.35x onnxruntime's time -> 1.00-1.09x;
+   a 5x5 of 144 channels on 56x56, 5 runs each, 193-303 -> 161-234 us) */
 DS_DW_SLIDE(2, 3)
+DS_DW_SLIDE(2, 5)
 #endif
 
 typedef void (*ds_dw_block_fn)(const int64_t *, const float *restrict, const float *restrict, const float *restrict,
@@ -152,7 +154,7 @@ static ds_dw_block_fn ds_dw_slider(const int64_t *geo) {
     (void)H; (void)W; (void)C; (void)KH; (void)SH; (void)DH; (void)PT; (void)PL; (void)CG; (void)LDY;
     if (DW != 1) return 0;
 #ifndef __AVX512F__
-    if (SW == 2) return KW == 3 ? ds_dw_slide_2_3 : 0;
+    if (SW == 2) return KW == 3 ? ds_dw_slide_2_3 : KW == 5 ? ds_dw_slide_2_5 : 0;
 #endif
     if (SW != 1) return 0;
     return KW == 3 ? ds_dw_slide_1_3 : KW == 5 ? ds_dw_slide_1_5 : KW == 7 ? ds_dw_slide_1_7 : 0;
