@@ -227,11 +227,26 @@ DS_CONV_MICRO(4)
 DS_CONV_MICRO(3) /* with 5: the last pixels of a block (ds_conv_tile) */
 DS_CONV_MICRO(5)
 DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of the 16 registers) */
-/* A pointwise conv (1x1, stride 1, unpadded: ds_conv_flat) is a product: pixel p's input is the row xg + p * C
-   whatever its image, so its 6-row micro-tile needs neither DS_POS_START's divisions nor a border test per row
-   (a 16 -> 64 channel 1x1 conv's micro-tile has 16 multiply-adds per accumulator, and those divisions cost as
-   much as a quarter of them). The halves of a panel of more than 24 columns, as DS_CONV_HALF's (same order). */
-#define DS_FROW(r) const float *a##r = xg + (p + (r)) * C;
+/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats, at
+   p * C whatever its image where the stride is 1, so its micro-tiles need neither DS_POS_START's divisions nor a
+   border test per row (a 16 -> 64 channel 1x1 conv's micro-tile has 16 multiply-adds per accumulator, and those
+   divisions cost as much as a quarter of them); at stride 2 (ResNet's and RegNet's shortcuts) the rows come from
+   one division per micro-tile and steps (a 16 -> 32 shortcut on 112x112, hot on Zen 3: 89 us through the per-tap
+   tiles, 65 here; onnxruntime 62). The halves of a panel of more than 24 columns, as DS_CONV_HALF's (same order). */
+static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *restrict off) {
+    const int64_t C = geo[DS_CONV_C], H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH];
+    const int64_t OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
+    if (SH == 1 && SW == 1 && OH == H && OW == W) {
+        for (int r = 0; r < n; r++) off[r] = (p + r) * C;
+        return;
+    }
+    DS_POS_START
+    for (int r = 0; r < n; r++) {
+        off[r] = ((pn_ * H + poh_ * SH) * W + pow_ * SW) * C;
+        DS_POS_NEXT
+    }
+}
+#define DS_FROW(r) const float *a##r = xg + off_[r];
 #define DS_CONV_FHALF(MR, HALF)                                                                             \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         const float *b = bp + (HALF) * 16;                                                                  \
@@ -244,7 +259,9 @@ DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of 
 static void ds_conv_fmicro_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
                              float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,
                              const float *restrict res) {
-    const int64_t C = geo[DS_CONV_C], CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    int64_t off_[6];
+    ds_pw_offsets(geo, p, 6, off_);
     DS_ROWS6(DS_FROW)
     DS_CONV_FHALF(6, 0)
     DS_CONV_FHALF(6, 1)
@@ -269,8 +286,10 @@ __attribute__((noinline)) static void ds_conv_fmicro3_4(const int64_t *geo, cons
                                                          const float *restrict bp, float *restrict yo, int64_t p,
                                                          int64_t ncols, const float *restrict bias,
                                                          const float *restrict res) {
-    const int64_t C = geo[DS_CONV_C], CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
     const int64_t n2_ = ncols - 16;
+    int64_t off_[4];
+    ds_pw_offsets(geo, p, 4, off_);
     DS_ROWS4(DS_FROW)
     DS_ROWS4(DS_F3ZERO)
     _Pragma("GCC unroll 4")
@@ -283,12 +302,12 @@ __attribute__((noinline)) static void ds_conv_fmicro3_4(const int64_t *geo, cons
     DS_ROWS4(DS_F3FIN)
 }
 #endif
-/* Whether a conv is pointwise (1x1, stride 1, no padding, the output map the input's): its pixels' inputs are
-   rows C floats apart across images. */
-static inline int ds_conv_flat(const int64_t *geo) {
-    return geo[DS_CONV_KH] == 1 && geo[DS_CONV_KW] == 1 && geo[DS_CONV_SH] == 1 && geo[DS_CONV_SW] == 1
-           && geo[DS_CONV_PT] == 0 && geo[DS_CONV_PL] == 0 && geo[DS_CONV_OH] == geo[DS_CONV_H]
-           && geo[DS_CONV_OW] == geo[DS_CONV_W];
+/* Whether a conv is pointwise (1x1, any stride, no padding read: every output pixel's one input pixel inside the
+   map): each pixel's input is a row of C floats (ds_pw_offsets). */
+static inline int ds_conv_pointwise(const int64_t *geo) {
+    return geo[DS_CONV_KH] == 1 && geo[DS_CONV_KW] == 1 && geo[DS_CONV_PT] == 0 && geo[DS_CONV_PL] == 0
+           && (geo[DS_CONV_OH] - 1) * geo[DS_CONV_SH] < geo[DS_CONV_H]
+           && (geo[DS_CONV_OW] - 1) * geo[DS_CONV_SW] < geo[DS_CONV_W];
 }
 #if DS_MR > 4
 DS_CONV_MICRO(8)
@@ -528,10 +547,10 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
        tile streams the whole panel (590 KB for 512 channels 3x3: out of L2), and 1 or 2 rows keep 2-4
        multiply-add chains where the FMA latency wants 8 (a 3x3 map's 9 pixels ran three passes, the last two at
        a quarter of the rate: 0.73 -> 0.51 ms for 512 -> 512 channels; as 6 + 3, 0.56 ms) */
-    if (ncols > 24 && ds_conv_flat(geo))
+    if (ncols > 24 && ds_conv_pointwise(geo))
         for (; p1 - p >= 10 || p1 - p == 6; p += 6)
             ds_conv_fmicro_6(geo, xg, panel, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
-    if (ncols <= 24 && ds_conv_flat(geo))
+    if (ncols <= 24 && ds_conv_pointwise(geo))
         for (; p1 - p >= 4; p += 4)
             ds_conv_fmicro3_4(geo, xg, panel, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
     for (; p1 - p >= 10 || p1 - p == 6; p += 6)
