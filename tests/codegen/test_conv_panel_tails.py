@@ -5,7 +5,7 @@ a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 
 16-column tiles. Pointwise convs (1x1, stride 1, unpadded) with wider panels take AVX2's flat tile
 (ds_conv_fmicro_6: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows), and
 their panels of 17..24 columns AVX2's flat 4-row x 3-vector tile (ds_conv_fmicro3_4, the third vector masked
-below 24), at stride 1 or 2 (ds_pw_offsets).
+below 24) and of 9..16 columns its one half (ds_conv_fnmicro_6), at stride 1 or 2 (ds_pw_offsets).
 Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a Concat's columns
 (rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
 
@@ -31,7 +31,9 @@ CASES = [(136, 136, 4, 1, 1, 28, "add_relu"), (16, 5, 1, 3, 1, 13, "none"), (24,
          (48, 20, 1, 1, 1, 10, "silu"), (32, 88, 1, 1, 1, 10, "add_relu"), (144, 24, 1, 1, 1, 10, "relu"),
          # pointwise at stride 2 (a shortcut): the same flat tiles, rows from the strided positions (odd and even
          # sides: the last input row and column read or not)
-         (16, 32, 1, 1, 2, 13, "add_relu"), (24, 56, 1, 1, 2, 12, "silu"), (40, 24, 1, 1, 2, 9, "relu")]
+         (16, 32, 1, 1, 2, 13, "add_relu"), (24, 56, 1, 1, 2, 12, "silu"), (40, 24, 1, 1, 2, 9, "relu"),
+         # pointwise panels of 9..16 columns: AVX2's flat 6-row half (ds_conv_fnmicro_6), at stride 1 and 2
+         (32, 16, 1, 1, 1, 11, "add_relu"), (24, 12, 1, 1, 2, 13, "silu"), (16, 48, 1, 1, 1, 9, "concat")]
 
 
 def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.Generator) -> onnx.ModelProto:
