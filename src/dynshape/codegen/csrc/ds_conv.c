@@ -256,29 +256,22 @@ static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *
             DS_ROWS##MR(DS_HFMA)                                                                             \
         }                                                                                                   \
         { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
-static void ds_conv_fmicro_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
-                             float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,
-                             const float *restrict res) {
-    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
-    int64_t off_[6];
-    ds_pw_offsets(geo, p, 6, off_);
-    DS_ROWS6(DS_FROW)
-    DS_CONV_FHALF(6, 0)
-    DS_CONV_FHALF(6, 1)
-}
-/* The same for a panel of 9..16 columns (16 output channels: MobileNetV2's stem and EfficientNet's first block):
-   its one half, in place of ds_conv_nmicro_6's per-tap tile (Zen 3, a 32 -> 16 1x1 conv on 112x112: 1.10x
-   onnxruntime's time hot, 1.8x in the call's order). */
-__attribute__((noinline)) static void ds_conv_fnmicro_6(const int64_t *geo, const float *restrict xg,
-                                                         const float *restrict bp, float *restrict yo, int64_t p,
-                                                         int64_t ncols, const float *restrict bias,
-                                                         const float *restrict res) {
-    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
-    int64_t off_[6];
-    ds_pw_offsets(geo, p, 6, off_);
-    DS_ROWS6(DS_FROW)
-    DS_CONV_FHALF(6, 0)
-}
+/* A flat 6-row tile (ds_pw_offsets' rows) over HALVES: both of a panel of more than 24 columns (ds_conv_fmicro_6),
+   or the first of a panel of 9..16 (ds_conv_fnmicro_6: 16 output channels, MobileNetV2's stem and EfficientNet's
+   first block, in place of ds_conv_nmicro_6's per-tap tile; Zen 3, a 32 -> 16 1x1 conv on 112x112: 217 -> 180 us
+   hot, onnxruntime 198; not inlined, as ds_conv_fmicro3_4). */
+#define DS_CONV_FMICRO_OF(ATTR, NAME, HALVES)                                                               \
+    ATTR static void NAME(const int64_t *geo, const float *restrict xg, const float *restrict bp,            \
+                          float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,          \
+                          const float *restrict res) {                                                       \
+        const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];                \
+        int64_t off_[6];                                                                                    \
+        ds_pw_offsets(geo, p, 6, off_);                                                                     \
+        DS_ROWS6(DS_FROW)                                                                                    \
+        HALVES                                                                                              \
+    }
+DS_CONV_FMICRO_OF(, ds_conv_fmicro_6, DS_CONV_FHALF(6, 0) DS_CONV_FHALF(6, 1))
+DS_CONV_FMICRO_OF(__attribute__((noinline)), ds_conv_fnmicro_6, DS_CONV_FHALF(6, 0))
 /* A pointwise conv's panel of 17..24 columns (24 output channels: MobileNetV2's and EfficientNet's narrow
    layers; 56 = 32 + 24) in one pass of 4 rows x 3 vectors: 12 accumulators, three weight vectors and the
    broadcast, 7 loads per 12 multiply-adds. DS_CONV_HALF then DS_CONV_QUARTER took two passes: 8 loads per 12 in
