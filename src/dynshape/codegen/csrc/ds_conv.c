@@ -227,12 +227,10 @@ DS_CONV_MICRO(4)
 DS_CONV_MICRO(3) /* with 5: the last pixels of a block (ds_conv_tile) */
 DS_CONV_MICRO(5)
 DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of the 16 registers) */
-/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats, at
-   p * C whatever its image where the stride is 1, so its micro-tiles need neither DS_POS_START's divisions nor a
-   border test per row (a 16 -> 64 channel 1x1 conv's micro-tile has 16 multiply-adds per accumulator, and those
-   divisions cost as much as a quarter of them); at stride 2 (ResNet's and RegNet's shortcuts) the rows come from
-   one division per micro-tile and steps (a 16 -> 32 shortcut on 112x112, hot on Zen 3: 89 us through the per-tap
-   tiles, 65 here; onnxruntime 62). The halves of a panel of more than 24 columns, as DS_CONV_HALF's (same order). */
+/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats (p * C
+   at stride 1), so its micro-tiles need neither DS_POS_START's divisions per row nor border tests (a 16 -> 64 1x1
+   conv's tile has 16 multiply-adds an accumulator: the divisions cost a quarter of that); at stride 2 (ResNet's
+   shortcuts) one division a tile, then steps (16 -> 32 on 112x112, Zen 3: 89 -> 65 us, onnxruntime 62). */
 static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *restrict off) {
     const int64_t C = geo[DS_CONV_C], H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH];
     const int64_t OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
@@ -256,10 +254,8 @@ static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *
             DS_ROWS##MR(DS_HFMA)                                                                             \
         }                                                                                                   \
         { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
-/* A flat 6-row tile (ds_pw_offsets' rows) over HALVES: both of a panel of more than 24 columns (ds_conv_fmicro_6),
-   or the first of a panel of 9..16 (ds_conv_fnmicro_6: 16 output channels, MobileNetV2's stem and EfficientNet's
-   first block, in place of ds_conv_nmicro_6's per-tap tile; Zen 3, a 32 -> 16 1x1 conv on 112x112: 217 -> 180 us
-   hot, onnxruntime 198; not inlined, as ds_conv_fmicro3_4). */
+/* A flat 6-row tile over HALVES: both of a panel of more than 24 columns, or the first of one of 9..16 (not inlined,
+   as ds_conv_fmicro3_4; Zen 3, a 32 -> 16 1x1 on 112x112: 217 us per-tap, 180 here, onnxruntime 198). */
 #define DS_CONV_FMICRO_OF(ATTR, NAME, HALVES)                                                               \
     ATTR static void NAME(const int64_t *geo, const float *restrict xg, const float *restrict bp,            \
                           float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,          \
@@ -272,13 +268,10 @@ static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *
     }
 DS_CONV_FMICRO_OF(, ds_conv_fmicro_6, DS_CONV_FHALF(6, 0) DS_CONV_FHALF(6, 1))
 DS_CONV_FMICRO_OF(__attribute__((noinline)), ds_conv_fnmicro_6, DS_CONV_FHALF(6, 0))
-/* A pointwise conv's panel of 17..24 columns (24 output channels: MobileNetV2's and EfficientNet's narrow
-   layers; 56 = 32 + 24) in one pass of 4 rows x 3 vectors: 12 accumulators, three weight vectors and the
-   broadcast, 7 loads per 12 multiply-adds. DS_CONV_HALF then DS_CONV_QUARTER took two passes: 8 loads per 12 in
-   the half, 7 per 6 in the quarter, whose 6 chains leave the FMA units idle a quarter of the time (Zen 3: a 144
-   -> 24 1x1 conv on 56x56 1.23x onnxruntime's time). Each sum in the same order (c from 0, then the bias, the
-   residual, the activation): the same bits (the 144 -> 24 conv: 1.0x onnxruntime's). Not inlined: inside
-   ds_conv_tile the same loop ran about twice as slow. */
+/* A pointwise panel of 17..24 columns (24 output channels; 56 = 32 + 24) in one pass of 4 rows x 3 vectors: 12
+   accumulators, 7 loads per 12 multiply-adds, where a half then a quarter took 8 per 12 and 7 per 6 (6 chains:
+   the FMA units idle a quarter of the time; Zen 3, 144 -> 24 on 56x56: 303 -> 245 us, onnxruntime 245). The same
+   sums in the same order: the same bits. Not inlined: inside ds_conv_tile the loop ran about twice as slow. */
 #define DS_F3ZERO(r) ds_v8 t##r##0 = {0}, t##r##1 = {0}, t##r##2 = {0};
 #define DS_F3FMA(r) { const float v = a##r[c]; t##r##0 += v * h0; t##r##1 += v * h1; t##r##2 += v * h2; }
 #define DS_F3FIN(r)                                                                                         \
