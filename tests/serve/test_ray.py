@@ -44,10 +44,8 @@ def ray_url(tmp_path_factory):
     # both busy with the other worker's gcc, once took longer: stop 63) and 30 s, fixed, for the raylet. The first
     # has a documented override, set here for the test's own start only; a second start covers the second. Neither
     # is a product retry: the server is tested below, on a Ray that started.
-    waits = {"RAY_gcs_server_port_wait_time_s": "120"}
-    saved = {k: os.environ.get(k) for k in waits}
-    os.environ.update({k: os.environ.get(k) or v for k, v in waits.items()})
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # (an operator's own value kept)
+        mp.setenv("RAY_gcs_server_port_wait_time_s", os.environ.get("RAY_gcs_server_port_wait_time_s") or "120")
         for attempt in (1, 2):
             try:
                 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -56,12 +54,6 @@ def ray_url(tmp_path_factory):
                 ray.shutdown()
                 if attempt == 2 or not _is_start_up_timeout(e):
                     raise
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     port = _free_port()
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
