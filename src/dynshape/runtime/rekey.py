@@ -35,6 +35,7 @@ from dynshape.codegen.keep import Keep, TableRef
 from dynshape.codegen.lowering import NativeCall, RetableRequest
 from dynshape.passes.symbolic import value_items_py
 from dynshape.runtime.build import KernelStep
+from dynshape.runtime.lean_io import make_lean_io
 from dynshape.runtime.per_key import shape_py
 from dynshape.runtime.plan import BoundPlan, Planner, fresh_outputs, scratch_for
 from dynshape.runtime.pointers import address
@@ -444,7 +445,7 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         c = frozenset(changed)
         puts = st.puts.get(c, _UNSET)
         if puts is _UNSET:
-            puts = st.puts[c] = _lean_puts(pl, st, c)
+            puts = st.puts[c] = _lean_puts(pl, st, c, arena)
     symbolic = pl.build.symbolic  # (only the symbolic values the changed symbols read: the others stay the last key's;
     # none where the lean words hold the slots' values)
     symvals = symbolic.only(key, changed) if symbolic is not None and (puts is None or not puts.slots) else {}
@@ -590,23 +591,28 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
         for w, a in replaced.items():
             runs[w] = a
         plan.runs = tuple(runs)
-    arrays = []  # the inputs' and outputs' arrays (inline: ~1 us a view less than `get`)
-    for x, dtype, off in st.io:
-        if off is None:
-            arrays.append(None)
-        elif dtype is None:
-            arrays.append(get(x))
-        else:
-            v = views.get(x)
-            if v is None:
-                v = old_views.get(x)
-                if v is None or shapes[x] != old_shapes[x]:
-                    v = np.ndarray(shapes[x], dtype, buffer=arena, offset=off)
-                views[x] = v
-            arrays.append(v)
-    n = len(plan.inputs)
-    plan.inputs = arrays[:n]
-    plan.outputs = [(name, v) for (name, _), v in zip(plan.outputs, arrays[n:])]
+    made = None if puts is None or puts.io is None or todo or replaced else \
+        puts.io(key, old_views, fixed, {p[0] for p in plan.out_place})
+    if made is not None:  # (lean_io.py: the loop below, written out for this bucket and these symbols)
+        plan.inputs, plan.outputs, views, plan.want, plan.copy_in, in_bytes, out_bytes, fresh = made
+    else:
+        arrays = []  # the inputs' and outputs' arrays (inline: ~1 us a view less than `get`)
+        for x, dtype, off in st.io:
+            if off is None:
+                arrays.append(None)
+            elif dtype is None:
+                arrays.append(get(x))
+            else:
+                v = views.get(x)
+                if v is None:
+                    v = old_views.get(x)
+                    if v is None or shapes[x] != old_shapes[x]:
+                        v = np.ndarray(shapes[x], dtype, buffer=arena, offset=off)
+                    views[x] = v
+                arrays.append(v)
+        n = len(plan.inputs)
+        plan.inputs = arrays[:n]
+        plan.outputs = [(name, v) for (name, _), v in zip(plan.outputs, arrays[n:])]
     st.key, st.shapes, st.arrays, st.at = key, shapes, views, at
     if moved:  # (else the same arrays: the map stays, shared with the states remembered at earlier keys)
         st.fixed = {x: fixed[x] for x in st.fixed}
@@ -616,14 +622,22 @@ def _move(pl: Planner, plan: BoundPlan, st: BucketState, key: tuple, shapes: dic
                                                for t in rec.keep.int_tables]
         plan.in_place, plan.out_place = pl.places(at, shapes, plan.calls, words, st.copied, st.sizes)
         plan.current, plan.out_current = [p[2] for p in plan.in_place], [p[1] for p in plan.out_place]
+        if made is not None:  # (the places found may be others: `fresh` follows them)
+            fresh = fresh_outputs(plan.outputs, plan.out_place)
+    elif made is not None:
+        plan.in_place = tuple((k, d, slot, in_bytes[k], places) for k, d, slot, _, places in plan.in_place)
+        plan.out_place = tuple((x, slot, out_bytes[x], places) for x, slot, _, places in plan.out_place)
     elif plan.in_place or plan.out_place:  # the same words hold the same addresses: only the sizes change
         dt, names = pl.dtypes, plan.input_names
         plan.in_place = tuple((k, d, slot, math.prod(shapes[names[k]]) * dt[names[k]].itemsize, places)
                               for k, d, slot, _, places in plan.in_place)
         plan.out_place = tuple((x, slot, math.prod(shapes[x]) * dt[x].itemsize, places)
                                for x, slot, _, places in plan.out_place)
-    plan.fresh = fresh_outputs(plan.outputs, plan.out_place)
     plan.nbytes = per_key_bytes
+    if made is not None:
+        plan.fresh = fresh
+        return
+    plan.fresh = fresh_outputs(plan.outputs, plan.out_place)
     plan.views_changed()
 
 
@@ -643,9 +657,10 @@ class _LeanWords(NamedTuple):
     n: int
     put: Any
     slots: bool
+    io: Any  # lean_io.py's function of the key giving the inputs' and outputs' views and sizes, or None
 
 
-def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> _LeanWords | None:
+def _lean_puts(pl: Planner, st: BucketState, changed: frozenset, arena: np.ndarray) -> _LeanWords | None:
     """The words a move changing the symbols in `changed`, and no per-key value, writes: every kernel key table
     (the key, and a row stride from the shapes), the traced words of the steps reading a changed symbol, and the
     symbolic values in the slots' image where every one is int64 (`slots` says so), as one compiled function
@@ -686,8 +701,9 @@ def _lean_puts(pl: Planner, st: BucketState, changed: frozenset) -> _LeanWords |
     lib = program.LIBRARY.try_load()
     if lib is None:
         return None
+    io = make_lean_io(pl, arena, st.io, len(pl.graph.inputs), frozenset(pl.fixed) | frozenset(st.fixed), changed)
     return _LeanWords(fn, vals, dst_array, dst_array.ctypes.data, vals.ctypes.data, len(dst), lib.ds_put_words,
-                      slots is not None)
+                      slots is not None, io)
 
 
 def _slot_words(pl: Planner, st: BucketState, names: dict) -> tuple[list, list] | None:
