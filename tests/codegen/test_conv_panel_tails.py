@@ -2,8 +2,8 @@
 grouped 1x1 convs), 5 or 8 outputs, 24 or 40 outputs (a panel of 24 columns: 16 + 8) and the RGB stems with 20 or 24
 outputs (the runs path over KW * C). Without AVX-512 the tiles run such tails on one 8-float vector a row instead of
 a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 the same cases take the masked
-16-column tiles. Pointwise convs (1x1, stride 1, unpadded) with wider panels take AVX2's flat tile
-(ds_conv_fmicro_6: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows), and
+16-column tiles. Pointwise convs (1x1, unpadded) with panels of 25..32 columns take AVX2's flat 3-row x 4-vector
+tile (ds_conv_fmicro_3: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows), and
 their panels of 17..24 columns AVX2's flat 4-row x 3-vector tile (ds_conv_fmicro3_4, the third vector masked
 below 24) and of 9..16 columns its one half (ds_conv_fnmicro_6), at stride 1 or 2 (ds_pw_offsets).
 Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a Concat's columns
@@ -33,7 +33,11 @@ CASES = [(136, 136, 4, 1, 1, 28, "add_relu"), (16, 5, 1, 3, 1, 13, "none"), (24,
          # sides: the last input row and column read or not)
          (16, 32, 1, 1, 2, 13, "add_relu"), (24, 56, 1, 1, 2, 12, "silu"), (40, 24, 1, 1, 2, 9, "relu"),
          # pointwise panels of 9..16 columns: AVX2's flat 6-row half (ds_conv_fnmicro_6), at stride 1 and 2
-         (32, 16, 1, 1, 1, 11, "add_relu"), (24, 12, 1, 1, 2, 13, "silu"), (16, 48, 1, 1, 1, 9, "concat")]
+         (32, 16, 1, 1, 1, 11, "add_relu"), (24, 12, 1, 1, 2, 13, "silu"), (16, 48, 1, 1, 1, 9, "concat"),
+         # pointwise panels of 25..32 columns: AVX2's flat 3-row x 4-vector tile (the fourth vector masked below 32;
+         # 121 / 100 / 25 pixels: a partial tile after it), at stride 1 and 2
+         (16, 60, 1, 1, 1, 11, "concat_last"), (24, 29, 1, 1, 1, 10, "add_relu"), (40, 62, 1, 1, 2, 9, "silu"),
+         (16, 96, 1, 1, 1, 10, "relu")]
 
 
 def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.Generator) -> onnx.ModelProto:
@@ -54,10 +58,14 @@ def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.G
     elif tail == "silu":
         nodes += [helper.make_node("Sigmoid", [out], ["sg"]), helper.make_node("Mul", [out, "sg"], ["y"])]
         out = "y"
-    elif tail == "concat":  # both convs write into the Concat's columns: rows co + 8 floats apart
+    elif tail in ("concat", "concat_last"):  # both convs write into the Concat's columns: rows co + 8 floats apart
+        # (concat_last: the 8-column conv first, then this one into the last columns, each row's end just before
+        # the next row's first columns, already written: a store past the panel's columns overwrites them)
         inits.append(numpy_helper.from_array((rng.standard_normal((8, ci, 1, 1)) * 0.3).astype(np.float32), "w8"))
-        nodes += [helper.make_node("Conv", ["x", "w8"], ["e"]), helper.make_node("Concat", ["c", "e"], ["j"], axis=1),
-                  helper.make_node("Relu", ["j"], ["y"])]
+        first = helper.make_node("Conv", ["x", "w8"], ["e"])
+        parts = ["c", "e"] if tail == "concat" else ["e", "c"]
+        nodes = ([first] + nodes if tail == "concat_last" else nodes + [first])
+        nodes += [helper.make_node("Concat", parts, ["j"], axis=1), helper.make_node("Relu", ["j"], ["y"])]
         out = "y"
     graph = helper.make_graph(nodes, "tails", ins, [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
                               inits)

@@ -227,79 +227,7 @@ DS_CONV_MICRO(4)
 DS_CONV_MICRO(3) /* with 5: the last pixels of a block (ds_conv_tile) */
 DS_CONV_MICRO(5)
 DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of the 16 registers) */
-/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats (p * C
-   at stride 1), so its micro-tiles need neither DS_POS_START's divisions per row nor border tests (a 16 -> 64 1x1
-   conv's tile has 16 multiply-adds an accumulator: the divisions cost a quarter of that); at stride 2 (ResNet's
-   shortcuts) one division a tile, then steps (16 -> 32 on 112x112, Zen 3: 89 -> 65 us, onnxruntime 62). */
-static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *restrict off) {
-    const int64_t C = geo[DS_CONV_C], H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH];
-    const int64_t OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
-    if (SH == 1 && SW == 1 && OH == H && OW == W) {
-        for (int r = 0; r < n; r++) off[r] = (p + r) * C;
-        return;
-    }
-    DS_POS_START
-    for (int r = 0; r < n; r++) {
-        off[r] = ((pn_ * H + poh_ * SH) * W + pow_ * SW) * C;
-        DS_POS_NEXT
-    }
-}
-#define DS_FROW(r) const float *a##r = xg + off_[r];
-#define DS_CONV_FHALF(MR, HALF)                                                                             \
-    {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
-        const float *b = bp + (HALF) * 16;                                                                  \
-        _Pragma("GCC unroll 4")                                                                             \
-        for (int64_t c = 0; c < CG; c++) {                                                                  \
-            const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8);                               \
-            DS_ROWS##MR(DS_HFMA)                                                                             \
-        }                                                                                                   \
-        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
-/* A flat 6-row tile over HALVES: both of a panel of more than 24 columns, or the first of one of 9..16 (not inlined,
-   as ds_conv_fmicro3_4; Zen 3, a 32 -> 16 1x1 on 112x112: 217 us per-tap, 180 here, onnxruntime 198). */
-#define DS_CONV_FMICRO_OF(ATTR, NAME, HALVES)                                                               \
-    ATTR static void NAME(const int64_t *geo, const float *restrict xg, const float *restrict bp,            \
-                          float *restrict yo, int64_t p, int64_t ncols, const float *restrict bias,          \
-                          const float *restrict res) {                                                       \
-        const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];                \
-        int64_t off_[6];                                                                                    \
-        ds_pw_offsets(geo, p, 6, off_);                                                                     \
-        DS_ROWS6(DS_FROW)                                                                                    \
-        HALVES                                                                                              \
-    }
-DS_CONV_FMICRO_OF(, ds_conv_fmicro_6, DS_CONV_FHALF(6, 0) DS_CONV_FHALF(6, 1))
-DS_CONV_FMICRO_OF(__attribute__((noinline)), ds_conv_fnmicro_6, DS_CONV_FHALF(6, 0))
-/* A pointwise panel of 17..24 columns (24 output channels; 56 = 32 + 24) in one pass of 4 rows x 3 vectors: 12
-   accumulators, 7 loads per 12 multiply-adds, where a half then a quarter took 8 per 12 and 7 per 6 (6 chains:
-   the FMA units idle a quarter of the time; Zen 3, 144 -> 24 on 56x56: 303 -> 245 us, onnxruntime 245). The same
-   sums in the same order: the same bits. Not inlined: inside ds_conv_tile the loop ran about twice as slow. */
-#define DS_F3ZERO(r) ds_v8 t##r##0 = {0}, t##r##1 = {0}, t##r##2 = {0};
-#define DS_F3FMA(r) { const float v = a##r[c]; t##r##0 += v * h0; t##r##1 += v * h1; t##r##2 += v * h2; }
-#define DS_F3FIN(r)                                                                                         \
-    { if (bias) { t##r##0 += b0_; t##r##1 += b1_; t##r##2 += b2_; }                                         \
-      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC];                                      \
-                 t##r##0 += ds_ld8(rr_); t##r##1 += ds_ld8(rr_ + 8); t##r##2 += ds_ld8n(rr_ + 16, n2_); }    \
-      float *o_ = yo + (r) * LDY;                                                                           \
-      ds_st8(o_, ds_act_light8(t##r##0, act_)); ds_st8(o_ + 8, ds_act_light8(t##r##1, act_));               \
-      ds_st8n(o_ + 16, ds_act_light8(t##r##2, act_), n2_); }
-__attribute__((noinline)) static void ds_conv_fmicro3_4(const int64_t *geo, const float *restrict xg,
-                                                         const float *restrict bp, float *restrict yo, int64_t p,
-                                                         int64_t ncols, const float *restrict bias,
-                                                         const float *restrict res) {
-    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
-    const int64_t n2_ = ncols - 16;
-    int64_t off_[4];
-    ds_pw_offsets(geo, p, 4, off_);
-    DS_ROWS4(DS_FROW)
-    DS_ROWS4(DS_F3ZERO)
-    _Pragma("GCC unroll 4")
-    for (int64_t c = 0; c < CG; c++) {
-        const ds_v8 h0 = ds_ld8(bp + c * 32), h1 = ds_ld8(bp + c * 32 + 8), h2 = ds_ld8(bp + c * 32 + 16);
-        DS_ROWS4(DS_F3FMA)
-    }
-    const ds_v8 b0_ = bias ? ds_ld8(bias) : (ds_v8){0}, b1_ = bias ? ds_ld8(bias + 8) : (ds_v8){0};
-    const ds_v8 b2_ = bias ? ds_ld8n(bias + 16, n2_) : (ds_v8){0};
-    DS_ROWS4(DS_F3FIN)
-}
+#include "ds_conv_flat.h"
 #endif
 /* Whether a conv is pointwise (1x1, any stride, no padding read: every output pixel's one input pixel inside the
    map): each pixel's input is a row of C floats (ds_pw_offsets). */
@@ -550,8 +478,8 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
        multiply-add chains where the FMA latency wants 8 (a 3x3 map's 9 pixels ran three passes, the last two at
        a quarter of the rate: 0.73 -> 0.51 ms for 512 -> 512 channels; as 6 + 3, 0.56 ms) */
     if (ncols > 24 && ds_conv_pointwise(geo))
-        for (; p1 - p >= 10 || p1 - p == 6; p += 6)
-            ds_conv_fmicro_6(geo, xg, panel, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
+        for (; p1 - p >= 3; p += 3)
+            ds_conv_fmicro_3(geo, xg, panel, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
     if (ncols <= 24 && ds_conv_pointwise(geo))
         for (; p1 - p >= 4; p += 4)
             ds_conv_fmicro3_4(geo, xg, panel, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);

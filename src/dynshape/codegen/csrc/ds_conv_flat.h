@@ -1,0 +1,120 @@
+/* Flat tiles of pointwise convs without AVX-512 (ds_conv.c's ds_conv_tile, included there after the half-tile
+   macros DS_HACC_ZERO, DS_HFMA, DS_HALF_FIN and DS_HFIN it shares): a pointwise conv's pixel reads one row of C
+   floats, so its micro-tiles take the pixels' offsets once (ds_pw_offsets) and run one loop over the channels, in
+   a shape per panel width: 3 rows x 32 columns, 4 x 24, 6 x 16. Why a file of its own: ds_conv.c stays under the
+   size where one reads it whole. */
+#ifndef DS_CONV_FLAT_INCLUDED
+#define DS_CONV_FLAT_INCLUDED
+/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats (p * C
+   at stride 1), so its micro-tiles need neither DS_POS_START's divisions per row nor border tests (a 16 -> 64 1x1
+   conv's tile has 16 multiply-adds an accumulator: the divisions cost a quarter of that); at stride 2 (ResNet's
+   shortcuts) one division a tile, then steps (16 -> 32 on 112x112, Zen 3: 89 -> 65 us, onnxruntime 62). */
+static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *restrict off) {
+    const int64_t C = geo[DS_CONV_C], H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH];
+    const int64_t OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
+    if (SH == 1 && SW == 1 && OH == H && OW == W) {
+        for (int r = 0; r < n; r++) off[r] = (p + r) * C;
+        return;
+    }
+    DS_POS_START
+    for (int r = 0; r < n; r++) {
+        off[r] = ((pn_ * H + poh_ * SH) * W + pow_ * SW) * C;
+        DS_POS_NEXT
+    }
+}
+#define DS_FROW(r) const float *a##r = xg + off_[r];
+#define DS_CONV_FHALF(MR, HALF)                                                                             \
+    {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
+        const float *b = bp + (HALF) * 16;                                                                  \
+        _Pragma("GCC unroll 4")                                                                             \
+        for (int64_t c = 0; c < CG; c++) {                                                                  \
+            const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8);                               \
+            DS_ROWS##MR(DS_HFMA)                                                                             \
+        }                                                                                                   \
+        { DS_HALF_FIN(HALF) DS_ROWS##MR(DS_HFIN) } }
+/* A flat 6-row tile of a panel's first 16 columns, for a panel of 9..16 (not inlined, as ds_conv_fmicro3_4; Zen 3,
+   a 32 -> 16 1x1 on 112x112: 217 us per-tap, 180 here, onnxruntime 198). */
+__attribute__((noinline)) static void ds_conv_fnmicro_6(const int64_t *geo, const float *restrict xg,
+                                                         const float *restrict bp, float *restrict yo, int64_t p,
+                                                         int64_t ncols, const float *restrict bias,
+                                                         const float *restrict res) {
+    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    int64_t off_[6];
+    ds_pw_offsets(geo, p, 6, off_);
+    DS_ROWS6(DS_FROW)
+    DS_CONV_FHALF(6, 0)
+}
+/* A pointwise panel of 17..24 columns (24 output channels; 56 = 32 + 24) in one pass of 4 rows x 3 vectors: 12
+   accumulators, 7 loads per 12 multiply-adds, where a half then a quarter took 8 per 12 and 7 per 6 (6 chains:
+   the FMA units idle a quarter of the time; Zen 3, 144 -> 24 on 56x56: 303 -> 245 us, onnxruntime 245). The same
+   sums in the same order: the same bits. Not inlined: inside ds_conv_tile the loop ran about twice as slow. */
+#define DS_F3ZERO(r) ds_v8 t##r##0 = {0}, t##r##1 = {0}, t##r##2 = {0};
+#define DS_F3FMA(r) { const float v = a##r[c]; t##r##0 += v * h0; t##r##1 += v * h1; t##r##2 += v * h2; }
+#define DS_F3FIN(r)                                                                                         \
+    { if (bias) { t##r##0 += b0_; t##r##1 += b1_; t##r##2 += b2_; }                                         \
+      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC];                                      \
+                 t##r##0 += ds_ld8(rr_); t##r##1 += ds_ld8(rr_ + 8); t##r##2 += ds_ld8n(rr_ + 16, n2_); }    \
+      float *o_ = yo + (r) * LDY;                                                                           \
+      ds_st8(o_, ds_act_light8(t##r##0, act_)); ds_st8(o_ + 8, ds_act_light8(t##r##1, act_));               \
+      ds_st8n(o_ + 16, ds_act_light8(t##r##2, act_), n2_); }
+__attribute__((noinline)) static void ds_conv_fmicro3_4(const int64_t *geo, const float *restrict xg,
+                                                         const float *restrict bp, float *restrict yo, int64_t p,
+                                                         int64_t ncols, const float *restrict bias,
+                                                         const float *restrict res) {
+    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    const int64_t n2_ = ncols - 16;
+    int64_t off_[4];
+    ds_pw_offsets(geo, p, 4, off_);
+    DS_ROWS4(DS_FROW)
+    DS_ROWS4(DS_F3ZERO)
+    _Pragma("GCC unroll 4")
+    for (int64_t c = 0; c < CG; c++) {
+        const ds_v8 h0 = ds_ld8(bp + c * 32), h1 = ds_ld8(bp + c * 32 + 8), h2 = ds_ld8(bp + c * 32 + 16);
+        DS_ROWS4(DS_F3FMA)
+    }
+    const ds_v8 b0_ = bias ? ds_ld8(bias) : (ds_v8){0}, b1_ = bias ? ds_ld8(bias + 8) : (ds_v8){0};
+    const ds_v8 b2_ = bias ? ds_ld8n(bias + 16, n2_) : (ds_v8){0};
+    DS_ROWS4(DS_F3FIN)
+}
+/* A pointwise panel of 25..32 columns in one pass of 3 rows x 4 vectors: 12 accumulators, 3 broadcasts and 4 loads
+   per 12 multiply-adds, where two 6-row halves took 6 broadcasts and 2 loads per 12 (and read the rows' inputs
+   twice): with few input channels the broadcasts and the finish filled the ports the multiply-adds needed (Zen 3,
+   tile sweep, in L2: 16 -> 96 channels 38 -> 54 and 62 -> 76 GFLOP/s in a slow and a fast phase of the machine,
+   24 -> 144 +13-27%, 32 -> 192 +13-25%; 256 channels and more in and out unchanged). Each broadcast is its own
+   register (an intrinsic: `(ds_v8){0} + x` made a scalar add, then spills) and each weight vector is loaded just
+   before its 3 multiply-adds, so the 12 accumulators, 3 broadcasts and 1 weight vector fill the 16 registers. The
+   same sums in the same order: the same bits. */
+#define DS_F4ZERO(r) ds_v8 u##r##0 = {0}, u##r##1 = {0}, u##r##2 = {0}, u##r##3 = {0};
+#define DS_F4BC(r) const float s##r = a##r[c]; const ds_v8 v##r = {s##r, s##r, s##r, s##r, s##r, s##r, s##r, s##r};
+#define DS_F4COL(r, j) u##r##j += v##r * h;
+#define DS_F4FIN(r)                                                                                         \
+    { if (bias) { u##r##0 += b0_; u##r##1 += b1_; u##r##2 += b2_; u##r##3 += b3_; }                          \
+      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC];                                      \
+                 u##r##0 += ds_ld8(rr_); u##r##1 += ds_ld8(rr_ + 8); u##r##2 += ds_ld8(rr_ + 16);           \
+                 u##r##3 += ds_ld8n(rr_ + 24, n3_); }                                                       \
+      float *o_ = yo + (r) * LDY;                                                                           \
+      ds_st8(o_, ds_act_light8(u##r##0, act_)); ds_st8(o_ + 8, ds_act_light8(u##r##1, act_));               \
+      ds_st8(o_ + 16, ds_act_light8(u##r##2, act_)); ds_st8n(o_ + 24, ds_act_light8(u##r##3, act_), n3_); }
+__attribute__((noinline)) static void ds_conv_fmicro_3(const int64_t *geo, const float *restrict xg,
+                                                         const float *restrict bp, float *restrict yo, int64_t p,
+                                                         int64_t ncols, const float *restrict bias,
+                                                         const float *restrict res) {
+    const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY], act_ = geo[DS_CONV_ACT];
+    const int64_t n3_ = ncols - 24;
+    int64_t off_[3];
+    ds_pw_offsets(geo, p, 3, off_);
+    DS_ROWS3(DS_FROW)
+    DS_ROWS3(DS_F4ZERO)
+    _Pragma("GCC unroll 4")
+    for (int64_t c = 0; c < CG; c++) {
+        DS_ROWS3(DS_F4BC)
+        { const ds_v8 h = ds_ld8(bp + c * 32); DS_F4COL(0, 0) DS_F4COL(1, 0) DS_F4COL(2, 0) }
+        { const ds_v8 h = ds_ld8(bp + c * 32 + 8); DS_F4COL(0, 1) DS_F4COL(1, 1) DS_F4COL(2, 1) }
+        { const ds_v8 h = ds_ld8(bp + c * 32 + 16); DS_F4COL(0, 2) DS_F4COL(1, 2) DS_F4COL(2, 2) }
+        { const ds_v8 h = ds_ld8(bp + c * 32 + 24); DS_F4COL(0, 3) DS_F4COL(1, 3) DS_F4COL(2, 3) }
+    }
+    const ds_v8 b0_ = bias ? ds_ld8(bias) : (ds_v8){0}, b1_ = bias ? ds_ld8(bias + 8) : (ds_v8){0};
+    const ds_v8 b2_ = bias ? ds_ld8(bias + 16) : (ds_v8){0}, b3_ = bias ? ds_ld8n(bias + 24, n3_) : (ds_v8){0};
+    DS_ROWS3(DS_F4FIN)
+}
+#endif
