@@ -29,6 +29,7 @@ static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
 int main(int argc, char **argv) {
     const int64_t C = atoi(argv[1]), OC = atoi(argv[2]), HW = atoi(argv[3]), KK = atoi(argv[4]), S = atoi(argv[5]);
     const int reps = atoi(argv[6]);
+    const char *ab = argc > 7 ? argv[7] : NULL; /* an environment variable set on every other call (A/B) */
     const int64_t OHW = (HW + 2 * (KK / 2) - KK) / S + 1, panels = (OC + 31) / 32, npix = OHW * OHW;
     int64_t geo[DS_CONV_GEO] = {0};
     geo[DS_CONV_H] = HW; geo[DS_CONV_W] = HW; geo[DS_CONV_C] = C; geo[DS_CONV_OH] = OHW; geo[DS_CONV_OW] = OHW;
@@ -44,18 +45,20 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < panels * C * KK * KK * 32; i++) bp[i] = (float)(i % 5) * 0.01f;
     for (int64_t i = 0; i < OC; i++) bias[i] = 0.1f;
     const int64_t blocks = (npix + DS_CONV_ROWS - 1) / DS_CONV_ROWS;
-    double best = 1e9, sum = 0;
+    double best = 1e9, best_b = 1e9, sum = 0;
     for (int r = 0; r < reps; r++) {
+        if (ab) { if (r % 2) setenv(ab, "1", 1); else unsetenv(ab); }
         double t = now();
         for (int64_t b = 0; b < blocks; b++) {
             const int64_t p0 = b * npix / blocks / 6 * 6, p1 = b + 1 < blocks ? (b + 1) * npix / blocks / 6 * 6 : npix;
             for (int64_t q = 0; q < panels; q += 2) ds_conv_tile2(geo, x, bp, y, zeros, p0, p1, 0, q, bias, NULL);
         }
         t = now() - t;
-        best = t < best ? t : best;
+        if (ab && r % 2) best_b = t < best_b ? t : best_b;
+        else best = t < best ? t : best;
     }
     for (int64_t i = 0; i < npix * OC; i++) sum += y[i];
-    printf("%.2f %.3f\n", best * 1e6, sum);
+    printf("%.2f %.3f %.2f\n", best * 1e6, sum, best_b * 1e6);
     return 0;
 }
 """
@@ -69,6 +72,8 @@ def main() -> None:
     ap.add_argument("shapes", nargs="*", default=DEFAULT, help="C,OC,side[,kernel,stride] each")
     ap.add_argument("--csrc", default=str(cc.CSRC), help="the csrc/ directory whose ds_conv.c is timed")
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--ab", default=None, help="an environment variable the C reads (an experiment's switch), set on "
+                                              "every other call: both variants timed in one process")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         main_c, exe = Path(tmp, "main.c"), Path(tmp, "tiles")
@@ -83,12 +88,14 @@ def main() -> None:
         for spec in args.shapes:
             c, oc, side, *rest = (int(v) for v in spec.split(","))
             k, s = (rest + [1, 1])[:2] if rest else (1, 1)
-            us, total = subprocess.run(["taskset", "-c", "1", str(exe), str(c), str(oc), str(side), str(k), str(s),
-                                        str(args.reps)], check=True, capture_output=True, text=True).stdout.split()
+            argv = [str(v) for v in (exe, c, oc, side, k, s, args.reps)] + ([args.ab] if args.ab else [])
+            us, total, us_b = subprocess.run(["taskset", "-c", "1", *argv], check=True, capture_output=True,
+                                             text=True).stdout.split()
             ohw = (side + 2 * (k // 2) - k) // s + 1
             rate = 2.0 * ohw * ohw * c * oc * k * k / (float(us) * 1e3)
-            print(f"| {c} -> {oc} | {side} | {k}x{k}, {s} | {float(us):.1f} | {rate:.1f} | {float(total):.6g} |",
-                  flush=True)
+            with_b = f" {float(us_b):.1f} with {args.ab} ({float(us) / float(us_b):.2f}x) |" if args.ab else ""
+            print(f"| {c} -> {oc} | {side} | {k}x{k}, {s} | {float(us):.1f} | {rate:.1f} | {float(total):.6g} |"
+                  f"{with_b}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Convolutions whose 32-column weight panels end in a short tail: a group's 34 output channels (32 + 2: ShuffleNet's
 grouped 1x1 convs), 5 or 8 outputs, 24 or 40 outputs (a panel of 24 columns: 16 + 8) and the RGB stems with 20 or 24
-outputs (the runs path over KW * C). Without AVX-512 the tiles run such tails on one 8-float vector a row instead of
+outputs (the runs path over KW * C; its panels of 25..32 columns, without AVX-512, in one 3-row x 4-vector pass).
+Without AVX-512 the tiles run such tails on one 8-float vector a row instead of
 a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 the same cases take the masked
 16-column tiles. Pointwise convs (1x1, unpadded) with panels of 25..32 columns take AVX2's flat 3-row x 4-vector
 tile (ds_conv_fmicro_3: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows), and
@@ -37,7 +38,9 @@ CASES = [(136, 136, 4, 1, 1, 28, "add_relu"), (16, 5, 1, 3, 1, 13, "none"), (24,
          # pointwise panels of 25..32 columns: AVX2's flat 3-row x 4-vector tile (the fourth vector masked below 32;
          # 121 / 100 / 25 pixels: a partial tile after it), at stride 1 and 2
          (16, 60, 1, 1, 1, 11, "concat_last"), (24, 29, 1, 1, 1, 10, "add_relu"), (40, 62, 1, 1, 2, 9, "silu"),
-         (16, 96, 1, 1, 1, 10, "relu")]
+         (16, 96, 1, 1, 1, 10, "relu"),
+         # RGB stems with panels of 25..32 columns: AVX2's 3-row x 4-vector tile on the runs (ds_conv_rmicro4_3)
+         (3, 28, 1, 3, 2, 29, "add_relu"), (3, 32, 1, 3, 1, 17, "concat_last"), (3, 61, 1, 3, 2, 23, "silu")]
 
 
 def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.Generator) -> onnx.ModelProto:

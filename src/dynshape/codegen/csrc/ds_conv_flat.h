@@ -87,6 +87,15 @@ __attribute__((noinline)) static void ds_conv_fmicro3_4(const int64_t *geo, cons
 #define DS_F4ZERO(r) ds_v8 u##r##0 = {0}, u##r##1 = {0}, u##r##2 = {0}, u##r##3 = {0};
 #define DS_F4BC(r) const float s##r = a##r[c]; const ds_v8 v##r = {s##r, s##r, s##r, s##r, s##r, s##r, s##r, s##r};
 #define DS_F4COL(r, j) u##r##j += v##r * h;
+/* the 4 weight vectors at w, each loaded just before its 3 multiply-adds */
+#define DS_F4COLS(w)                                                                                        \
+    { const ds_v8 h = ds_ld8(w); DS_F4COL(0, 0) DS_F4COL(1, 0) DS_F4COL(2, 0) }                             \
+    { const ds_v8 h = ds_ld8((w) + 8); DS_F4COL(0, 1) DS_F4COL(1, 1) DS_F4COL(2, 1) }                       \
+    { const ds_v8 h = ds_ld8((w) + 16); DS_F4COL(0, 2) DS_F4COL(1, 2) DS_F4COL(2, 2) }                      \
+    { const ds_v8 h = ds_ld8((w) + 24); DS_F4COL(0, 3) DS_F4COL(1, 3) DS_F4COL(2, 3) }
+#define DS_F4BIAS                                                                                           \
+    const ds_v8 b0_ = bias ? ds_ld8(bias) : (ds_v8){0}, b1_ = bias ? ds_ld8(bias + 8) : (ds_v8){0};          \
+    const ds_v8 b2_ = bias ? ds_ld8(bias + 16) : (ds_v8){0}, b3_ = bias ? ds_ld8n(bias + 24, n3_) : (ds_v8){0};
 #define DS_F4FIN(r)                                                                                         \
     { if (bias) { u##r##0 += b0_; u##r##1 += b1_; u##r##2 += b2_; u##r##3 += b3_; }                          \
       if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC];                                      \
@@ -108,13 +117,9 @@ __attribute__((noinline)) static void ds_conv_fmicro_3(const int64_t *geo, const
     _Pragma("GCC unroll 4")
     for (int64_t c = 0; c < CG; c++) {
         DS_ROWS3(DS_F4BC)
-        { const ds_v8 h = ds_ld8(bp + c * 32); DS_F4COL(0, 0) DS_F4COL(1, 0) DS_F4COL(2, 0) }
-        { const ds_v8 h = ds_ld8(bp + c * 32 + 8); DS_F4COL(0, 1) DS_F4COL(1, 1) DS_F4COL(2, 1) }
-        { const ds_v8 h = ds_ld8(bp + c * 32 + 16); DS_F4COL(0, 2) DS_F4COL(1, 2) DS_F4COL(2, 2) }
-        { const ds_v8 h = ds_ld8(bp + c * 32 + 24); DS_F4COL(0, 3) DS_F4COL(1, 3) DS_F4COL(2, 3) }
+        DS_F4COLS(bp + c * 32)
     }
-    const ds_v8 b0_ = bias ? ds_ld8(bias) : (ds_v8){0}, b1_ = bias ? ds_ld8(bias + 8) : (ds_v8){0};
-    const ds_v8 b2_ = bias ? ds_ld8(bias + 16) : (ds_v8){0}, b3_ = bias ? ds_ld8n(bias + 24, n3_) : (ds_v8){0};
+    DS_F4BIAS
     DS_ROWS3(DS_F4FIN)
 }
 #endif
