@@ -92,3 +92,26 @@ def test_short_panel_tails_match_the_reference(ci: int, co: int, g: int, k: int,
         assert got.shape == want.shape
         # float32 sums of up to ci * k * k products, in another order than the reference's
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+
+
+@pytest.mark.parametrize("co", [96, 128])
+def test_an_odd_panel_count_deals_the_tiles_round_robin_over_the_threads(co: int) -> None:
+    """A 1x1 conv whose weights are run panel-major (over BLOCK_MAJOR_BYTES) with an odd number of 32-column panels
+    (96 output channels: pairs of 64 and 32) deals its tiles round-robin, so each thread takes its share of both
+    pairs' blocks (in equal runs, one of two threads got the 64-column pair's tiles, the other the 32-column pair's);
+    an even count keeps the runs. At 1, 2 and 3 threads the same bits, and the reference's values."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(co)
+    model = _model(576, co, 1, 1, 1, "relu", rng)
+    exe = ds.compile(ds.load_onnx(model))
+    (src,) = [s.source for s in exe.generic.steps if getattr(s, "kind", "") == "conv"]
+    assert ("schedule(static, 1)" in src) == (co == 96)
+    feed = {"x": rng.standard_normal((2, 576, 14, 14)).astype(np.float32)}
+    (want,) = ReferenceEvaluator(model).run(None, feed)
+    outs = []
+    for threads in (1, 2, 3):
+        with threadpoolctl.threadpool_limits(threads, user_api="openmp"):
+            outs.append(next(iter(exe.run(feed).values())))
+    np.testing.assert_allclose(outs[0], want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max())))
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])

@@ -393,8 +393,12 @@ def _implicit_gemm_body(cv: Conv, ctx: LowerCtx, geo: dict, ops, E: dict, x: kir
         block_major = 2 * weights <= AMX_BLOCK_MAJOR_BYTES if amx else 4 * weights <= BLOCK_MAJOR_BYTES
         by_pair, by_block = (gq, i64(geo["G"] * pairs)), (pb, blocks)
         (v0, n0), (v1, n1) = (by_block, by_pair) if block_major else (by_pair, by_block)
-        return [*made, kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=kir.Omp(parallel=True, collapse=2,
-                                                                                     if_=par))]
+        # panel-major with a group's last pair a single panel (an odd count: 96 = 3 x 32 channels): the tiles
+        # dealt round-robin, so each thread takes its share of every pair's blocks; in equal runs one thread got
+        # the two-panel pair's tiles and the other the one-panel pair's (2:1)
+        odd = not block_major and -(-ocg // NR) % 2 == 1
+        omp = kir.Omp(parallel=True, collapse=2, if_=par, schedule="static, 1" if odd else "static")
+        return [*made, kir.For(v0, n0, (kir.For(v1, n1, tuple(tile)),), omp=omp)]
 
     if low:
         body.append(kir.Let(ep, kir.Call("ds_bf16_epoch", (), I64)))
