@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "ds_conv_common.h"
+#include "ds_conv_flat.h"
 
 /* The finish a micro-tile applies to its accumulators before storing them, instead of leaving it to the
    generated epilogue (in registers: a separate epilogue pass over the tile, for the 1x1 convs of few input
@@ -60,11 +61,6 @@
 /* the masks of a micro-tile of `ncols` columns (of its last panel) */
 #define DS_CMASKS const ds_cmask m0 = ds_cmask16(ncols), m1 = ds_cmask16(ncols - 16); (void)m1;
 
-/* The output position (image, row, column) of a micro-tile's first pixel, found with two divisions, then
-   stepped pixel by pixel: a division per row would cost as much as the multiply-adds of a narrow stem conv. */
-#define DS_POS_START                                                                                        \
-    int64_t pn_ = p / (OH * OW), poh_ = p % (OH * OW) / OW, pow_ = p % OW;
-#define DS_POS_NEXT { if (++pow_ == OW) { pow_ = 0; if (++poh_ == OH) { poh_ = 0; pn_++; } } }
 /* Row r of a micro-tile: its accumulators (two vectors: 32 columns; one: the first 16), its image and the
    top-left input position of its window. */
 #define DS_CROW_POS(r)                                                                                      \
@@ -128,24 +124,6 @@
     DS_CONV_MICRO_OF(ds_conv_nmicro, MR, DS_NCROW_INIT, DS_LOAD_B1, DS_NCROW_FMA, DS_NCROW_STORE,                \
                      DS_NO_PREFETCH, DS_FIN_1)
 #else
-/* Without AVX-512 the multiply-adds run on the machine's 8-float vectors (ds_simd.h's ds_v8: a 64-byte ds_v16
-   lives in memory there), one 16-column half of the tile at a time (MR rows x 2 vectors: 8 accumulators at 4
-   rows), each half finished and stored from its registers (DS_HFIN). Each lane sums in the same order as the
-   AVX-512 kernel's (taps, then channels, one chain). */
-#define DS_HACC_ZERO(r) ds_v8 g##r##0 = {0}, g##r##1 = {0};
-#define DS_HFMA(r) { const float v = a##r[c]; g##r##0 += v * h0; g##r##1 += v * h1; }
-/* Row r's finish on its 8-float accumulators, as DS_FIN_ROWS does it ((c + bias) + residual, then the
-   activation), stored at once: the first n_ = ncols - 16 * HALF columns of the half (DS_HALF_FIN, before the rows,
-   loads the half's bias once and sets n_ and HALF's offset off_). */
-#define DS_HALF_FIN(HALF)                                                                                   \
-    const int64_t off_ = (HALF) * 16, n_ = ncols - off_;                                                    \
-    const ds_v8 hb0_ = bias ? ds_ld8n(bias + off_, n_) : (ds_v8){0};                                        \
-    const ds_v8 hb1_ = bias ? ds_ld8n(bias + off_ + 8, n_ - 8) : (ds_v8){0};
-#define DS_HFIN(r)                                                                                          \
-    { if (bias) { g##r##0 += hb0_; g##r##1 += hb1_; }                                                       \
-      if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + off_;                               \
-                 g##r##0 += ds_ld8n(rr_, n_); g##r##1 += ds_ld8n(rr_ + 8, n_ - 8); }                        \
-      ds_store_half(yo + (r) * LDY + off_, ds_act_light8(g##r##0, act_), ds_act_light8(g##r##1, act_), n_); }
 #define DS_CONV_HALF(MR, HALF)                                                                              \
     {   DS_ROWS##MR(DS_HACC_ZERO)                                                                            \
         for (int64_t kh = 0; kh < KH; kh++)                                                                 \
@@ -227,7 +205,6 @@ DS_CONV_MICRO(4)
 DS_CONV_MICRO(3) /* with 5: the last pixels of a block (ds_conv_tile) */
 DS_CONV_MICRO(5)
 DS_CONV_MICRO(6) /* each half 6 rows x 2 ymm: 12 accumulators (4 rows used 8 of the 16 registers) */
-#include "ds_conv_flat.h"
 #endif
 /* Whether a conv is pointwise (1x1, any stride, no padding read: every output pixel's one input pixel inside the
    map): each pixel's input is a row of C floats (ds_pw_offsets). */
@@ -357,61 +334,38 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_CONV_RMICRO2(MR)                                                                                 \
     DS_CONV_RMICRO(MR, 2, DS_RHALF(MR, 0) if (ncols > 24) DS_RHALF(MR, 1) else DS_RQUARTER(MR))
 #define DS_CONV_RMICRO1(MR) DS_CONV_RMICRO(MR, 1, DS_RHALF(MR, 0))
+/* A tile of MR rows on the runs in one pass (as DS_CONV_FONE, ds_conv_flat.h, over each kernel row's run). */
+#define DS_CONV_RONE(NAME, MR, ZERO, STEP, BIAS, FIN, NVAR, OFF)                                            \
+    __attribute__((noinline)) static void NAME(const int64_t *geo, const float *restrict xg,                \
+                                               const float *restrict bp, float *restrict yo, int64_t p,      \
+                                               int64_t ncols, const float *restrict bias,                     \
+                                               const float *restrict res) {                                   \
+        GEO_LOCALS;                                                                                         \
+        const int64_t RUN = KW * C, act_ = geo[DS_CONV_ACT], NVAR = ncols - (OFF);                          \
+        float scratch[MR * DS_CONV_PATCH_MAX];                                                              \
+        (void)CG; (void)DW;                                                                                 \
+        DS_POS_START                                                                                        \
+        DS_ROWS##MR(DS_RROW_BASE)                                                                            \
+        DS_ROWS##MR(ZERO)                                                                                    \
+        for (int64_t kh = 0; kh < KH; kh++) {                                                               \
+            DS_ROWS##MR(DS_RROW_PTR)                                                                         \
+            const float *b = bp + kh * RUN * 32;                                                            \
+            _Pragma("GCC unroll 4")                                                                         \
+            for (int64_t c = 0; c < RUN; c++) STEP(b + c * 32)                                              \
+        }                                                                                                   \
+        BIAS                                                                                                \
+        DS_ROWS##MR(FIN)                                                                                     \
+    }
 /* A panel of 17..24 columns on the runs (an RGB stem of 24 outputs: ShuffleNet's, MobileNetV3's 16 + 8 aside) in one
    pass of 4 rows x 3 vectors, as ds_conv_fmicro3_4 for a pointwise conv, where a 16-column half then an 8-column
    quarter took 12 broadcasts per 18 multiply-adds (Zen 3, bench/conv_tile_bench.py --ab: 3 -> 24 3x3 stride 2 on
    224x224 501 -> 367 us, 3 -> 20 368 -> 287). The same sums in the same order. */
-__attribute__((noinline)) static void ds_conv_rmicro3_4(const int64_t *geo, const float *restrict xg,
-                                                         const float *restrict bp, float *restrict yo, int64_t p,
-                                                         int64_t ncols, const float *restrict bias,
-                                                         const float *restrict res) {
-    GEO_LOCALS;
-    const int64_t RUN = KW * C, act_ = geo[DS_CONV_ACT], n2_ = ncols - 16;
-    float scratch[4 * DS_CONV_PATCH_MAX];
-    (void)CG; (void)DW;
-    DS_POS_START
-    DS_ROWS4(DS_RROW_BASE)
-    DS_ROWS4(DS_F3ZERO)
-    for (int64_t kh = 0; kh < KH; kh++) {
-        DS_ROWS4(DS_RROW_PTR)
-        const float *b = bp + kh * RUN * 32;
-        _Pragma("GCC unroll 4")
-        for (int64_t c = 0; c < RUN; c++) {
-            const ds_v8 h0 = ds_ld8(b + c * 32), h1 = ds_ld8(b + c * 32 + 8), h2 = ds_ld8(b + c * 32 + 16);
-            DS_ROWS4(DS_F3FMA)
-        }
-    }
-    const ds_v8 b0_ = bias ? ds_ld8(bias) : (ds_v8){0}, b1_ = bias ? ds_ld8(bias + 8) : (ds_v8){0};
-    const ds_v8 b2_ = bias ? ds_ld8n(bias + 16, n2_) : (ds_v8){0};
-    DS_ROWS4(DS_F3FIN)
-}
+DS_CONV_RONE(ds_conv_rmicro3_4, 4, DS_F3ZERO, DS_F3COLS, DS_F3BIAS, DS_F3FIN, n2_, 16)
 /* A panel of 25..32 columns on the runs in one pass of 3 rows x 4 vectors, as ds_conv_fmicro_3 (ds_conv_flat.h) for
    a pointwise conv: an RGB stem's kernel rows are runs of 9 floats, 27 multiply-adds an accumulator, and the two
    halves' broadcasts and finishes were a fifth of its time (Zen 3, bench/conv_tile_bench.py --ab, one process:
    3 -> 32 3x3 stride 2 on 224x224 514 -> 409 us, 3 -> 64 1023 -> 819). The same sums in the same order. */
-__attribute__((noinline)) static void ds_conv_rmicro4_3(const int64_t *geo, const float *restrict xg,
-                                                         const float *restrict bp, float *restrict yo, int64_t p,
-                                                         int64_t ncols, const float *restrict bias,
-                                                         const float *restrict res) {
-    GEO_LOCALS;
-    const int64_t RUN = KW * C, act_ = geo[DS_CONV_ACT], n3_ = ncols - 24;
-    float scratch[3 * DS_CONV_PATCH_MAX];
-    (void)CG; (void)DW;
-    DS_POS_START
-    DS_ROWS3(DS_RROW_BASE)
-    DS_ROWS3(DS_F4ZERO)
-    for (int64_t kh = 0; kh < KH; kh++) {
-        DS_ROWS3(DS_RROW_PTR)
-        const float *b = bp + kh * RUN * 32;
-        _Pragma("GCC unroll 4")
-        for (int64_t c = 0; c < RUN; c++) {
-            DS_ROWS3(DS_F4BC)
-            DS_F4COLS(b + c * 32)
-        }
-    }
-    DS_F4BIAS
-    DS_ROWS3(DS_F4FIN)
-}
+DS_CONV_RONE(ds_conv_rmicro4_3, 3, DS_F4ZERO, DS_F4STEP, DS_F4BIAS, DS_F4FIN, n3_, 24)
 #endif
 DS_CONV_RMICRO2(1)
 DS_CONV_RMICRO2(2)
