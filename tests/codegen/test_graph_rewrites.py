@@ -1,7 +1,7 @@
 """The compile-time graph rewrites of inference (passes/fold.py, the softmax rule), each against the reference:
 BatchNormalization and per-channel Mul / Add / Sub by constants folded into the conv before it (or BatchNormalization
-into Mul + Add), Dropout in inference mode and an Expand to its own shape removed, and
-an opset-11 Softmax over the last axis compiled."""
+into Mul + Add), Dropout in inference mode and an Expand to its own shape removed, an opset-11 Softmax over the last
+axis compiled, and the channels-last layout's Transposes (passes/layout.py) where a model meets them."""
 
 from __future__ import annotations
 
@@ -268,3 +268,17 @@ def test_an_expand_to_its_own_shape_runs_no_step():
     exe = _run_both(_model(nodes, ["n", 1], {"wide": wide}), {"n": (1, 9)}, (4, 1))
     assert "Expand" in _ops(exe)
     assert exe.run({"x": np.ones((2, 1), np.float32)})["y"].shape == (2, 3)
+
+
+def test_a_model_in_and_out_channels_last_converts_nowhere():
+    """An NHWC model (a TF export: Transpose to NCHW first, convs, Transpose back to NHWC last) runs its convs on the
+    channels-last input as it lies and writes the channels-last output as it is: the Transpose pairs at both edges
+    cancel, the output's (a graph output keeps its name) as a view of the value before both, so no step
+    transposes (there were two passes over the output map: our conversion back, then the model's own)."""
+    w = (RNG.standard_normal((8, 5, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["xc"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["xc", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1])]
+    exe = _run_both(_model(nodes, ["n", "h", "w", 5], {"w": w}), {"n": (1, 2), "h": (1, 12), "w": (1, 12)},
+                    (2, 7, 9, 5))
+    assert "Transpose" not in _ops(exe), _ops(exe)

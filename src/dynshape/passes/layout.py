@@ -151,9 +151,11 @@ def _sweep(rw: Rewrite, types: dict, consts: dict, keep: set[str]) -> bool:
         p2 = _perm(n)
         first = prod.get(n.inputs[0]) if p2 is not None else None
         p1 = _perm(first) if first is not None else None
-        if p1 is not None and len(p1) == len(p2) and all(p1[p2[i]] == i for i in range(len(p2))) \
-                and n.outputs[0] not in keep:
-            rename[n.outputs[0]] = first.inputs[0]
+        if p1 is not None and len(p1) == len(p2) and all(p1[p2[i]] == i for i in range(len(p2))):
+            if n.outputs[0] in keep:  # (a graph output keeps its name: the value before both, as a view of it)
+                place(Node("Identity", "", n.name, {}, [first.inputs[0]], [n.outputs[0]]))
+            else:
+                rename[n.outputs[0]] = first.inputs[0]
             changed = True
             continue
         moved = _sunk(n, prod, transposed, types, consts, rw)
