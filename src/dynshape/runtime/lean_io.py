@@ -60,7 +60,7 @@ def make_lean_io(pl: Any, arena: np.ndarray, io: tuple, n_inputs: int, fixed_nam
             body += make
         else:  # (its shape is the last key's: its view is too, unless a recall emptied `old`)
             body += [f"{v} = old.get({x!r})", f"if {v} is None:", *("    " + m for m in make)]
-        nbytes[x] = "*".join([f"({to_py(d, names)})" for d in shape] + [str(np.dtype(dtype).itemsize)])
+        nbytes[x] = f"{count}*{size}"
     if any(x not in nbytes for x in (*pl.in_place, *pl.out_place)):
         return None  # (an in-place slot that is not a plain view: never made so, but the loop would say why)
     ins, outs = io[:n_inputs], io[n_inputs:]

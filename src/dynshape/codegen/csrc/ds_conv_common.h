@@ -243,12 +243,12 @@ static inline void ds_finish_row_fast(void *dst, const float *src, int64_t ncols
     ds_st16((float *)dst + 16, x1);
 }
 
-/* the geometry's scalars, as locals named like ds_conv.h's fields */
 /* The output position (image, row, column) of a micro-tile's first pixel, found with two divisions, then
    stepped pixel by pixel: a division per row would cost as much as the multiply-adds of a narrow stem conv. */
 #define DS_POS_START                                                                                        \
     int64_t pn_ = p / (OH * OW), poh_ = p % (OH * OW) / OW, pow_ = p % OW;
 #define DS_POS_NEXT { if (++pow_ == OW) { pow_ = 0; if (++poh_ == OH) { poh_ = 0; pn_++; } } }
+/* the geometry's scalars, as locals named like ds_conv.h's fields */
 #define GEO_LOCALS                                                                                          \
     const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], C = geo[DS_CONV_C], OH = geo[DS_CONV_OH];         \
     const int64_t OW = geo[DS_CONV_OW], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];                          \
