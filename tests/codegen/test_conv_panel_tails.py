@@ -6,7 +6,9 @@ a 16-column half (csrc/ds_conv.c's DS_CONV_QUARTER / DS_RQUARTER); with AVX-512 
 16-column tiles. Pointwise convs (1x1, unpadded) with panels of 25..32 columns take AVX2's flat 3-row x 4-vector
 tile (ds_conv_fmicro_3: pixel p's input row at p * C, whatever its image; SiLU as a pass over the stored rows), and
 their panels of 17..24 columns AVX2's flat 4-row x 3-vector tile (ds_conv_fmicro3_4, the third vector masked
-below 24) and of 9..16 columns its one half (ds_conv_fnmicro_6), at stride 1 or 2 (ds_pw_offsets).
+below 24) and of 9..16 columns its one half (ds_conv_fnmicro_6), at stride 1 or 2 (ds_pw_offsets); with AVX-512
+the same pointwise cases take its flat tiles (DS_CONV_FWIDE: 12 rows x 32 columns, 24 x 16, 6 x 64 over a pair of
+panels; a panel's first block of more than 128 input channels keeps the prefetching per-tap tile).
 Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a Concat's columns
 (rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
 

@@ -116,6 +116,8 @@
         DS_ROWS##MR(STORE)                                                                                   \
     }
 #define DS_NO_PREFETCH(b)
+/* a pointwise panel's first block takes the prefetching tile above this many packed rows (16 KB of a panel) */
+#define DS_FLAT_FIRST_MAX_K 128
 #ifdef __AVX512F__
 #define DS_CONV_MICRO(MR)                                                                                   \
     DS_CONV_MICRO_OF(ds_conv_micro, MR, DS_CROW_INIT, DS_LOAD_B2, DS_CROW_FMA, DS_CROW_STORE, DS_NO_PREFETCH,    \
@@ -387,6 +389,11 @@ DS_CONV_RMICRO1(16)
 DS_CONV_RMICRO1(24)
 #endif
 
+#ifdef __AVX512F__
+DS_CONV_FWIDE(ds_conv_fwmicro_12, 12, DS_RROW_ZERO2, DS_LOAD_B2, DS_CROW_FMA, DS_FIN_2, DS_CROW_STORE)
+DS_CONV_FWIDE(ds_conv_fwnmicro_24, 24, DS_RROW_ZERO1, DS_LOAD_B1, DS_NCROW_FMA, DS_FIN_1, DS_NCROW_STORE)
+#endif
+
 /* The runs path over pixels p0..p1: micro-tiles of the widest height, the rest in halving steps. */
 static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const float *restrict panel,
                          float *restrict y0, int64_t p0, int64_t p1, int64_t ncols, const float *restrict bias,
@@ -459,6 +466,11 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
 #define DS_NSTEP(MR)                                                                                        \
         for (; p1 - p >= MR; p += MR)                                                                       \
             ds_conv_nmicro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
+#ifdef __AVX512F__
+        if (ds_conv_pointwise(geo))
+            for (; p1 - p >= 24; p += 24)
+                ds_conv_fwnmicro_24(geo, xg, panel, 0, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
+#endif
 #if DS_MR16 > 8
         DS_NSTEP(24) DS_NSTEP(16) DS_NSTEP(12)
 #endif
@@ -478,6 +490,11 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
     for (; p1 - p >= MR; p += MR)                                                                           \
         ds_conv_micro_##MR(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
 #if DS_MR > 4
+    /* a pointwise conv's flat tiles, but where a panel's first block may read large weights from L3 (the
+       prefetching tile's reason) */
+    if (ds_conv_pointwise(geo) && (p0 > 0 || K <= DS_FLAT_FIRST_MAX_K))
+        for (; p1 - p >= 12; p += 12)
+            ds_conv_fwmicro_12(geo, xg, panel, 0, y + p * LDY + g * OCG + q * 32, p, ncols, bq, rq);
     if (p0 == 0) /* the panel's first block */
         for (; p1 - p >= 12; p += 12)
             ds_conv_pmicro_12(geo, xg, panel, y + p * LDY + g * OCG + q * 32, zeros, p, ncols, bq, rq);
@@ -556,6 +573,9 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
         DS_ROWS6(DS_C2ROW_STORE)                                                                             \
     }
 #if DS_MR > 4
+#define DS_C2ROW_ZERO(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}, c##r##2 = {0}, c##r##3 = {0};
+#define DS_LOAD_B4 DS_LOAD_B2 const ds_v16 b2 = ds_ld16(bb + c * 32), b3 = ds_ld16(bb + c * 32 + 16);
+DS_CONV_FWIDE(ds_conv_fwmicro2_6, 6, DS_C2ROW_ZERO, DS_LOAD_B4, DS_C2ROW_FMA, DS_FIN_4, DS_C2ROW_STORE)
 DS_CONV_MICRO2_OF(ds_conv_micro2_6, DS_NO_PREFETCH, 0)
 DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2, 0)
 DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_1, DS_PREFETCH_NEXT1, 1)
@@ -713,6 +733,7 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
                        ? (all - at < 2 * K * 32 ? all - at : 2 * K * 32) : 0;
         const int64_t later = (p1 - p) / 6 - (p0 == 0); /* micro-tiles that prefetch */
         const int64_t npf = later >= 4 ? 1 : 4; /* (each variant of the 6 x 64 kernel costs compile time) */
+        const int flat = ds_conv_pointwise(geo);
         if (p0 == 0 && p1 - p >= 6) { /* the panels' first block: they may come from L3 */
             ds_conv_pmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx);
             p += 6;
@@ -724,7 +745,9 @@ void ds_conv_tile2(const int64_t *geo, const float *restrict x, const float *res
                 switch (npf) { DS_NEXT_CASE(1) DS_NEXT_CASE(4) }
                 nx += K * 16 * npf;
                 left -= K * 16 * npf;
-            } else
+            } else if (flat)
+                ds_conv_fwmicro2_6(geo, xg, panel, K * 32, yq + p * LDY, p, ncols, bq, rq);
+            else
                 ds_conv_micro2_6(geo, xg, panel, K * 32, yq + p * LDY, zeros, p, ncols, bq, rq, nx);
 #undef DS_NEXT_CASE
         }

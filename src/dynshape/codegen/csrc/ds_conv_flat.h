@@ -9,6 +9,49 @@
 
 #include "ds_conv_common.h"
 
+/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats (p * C
+   at stride 1), so its micro-tiles need neither DS_POS_START's divisions per row nor border tests (a 16 -> 64 1x1
+   conv's tile has 16 multiply-adds an accumulator: the divisions cost a quarter of that); at stride 2 (ResNet's
+   shortcuts) one division a tile, then steps (16 -> 32 on 112x112, Zen 3: 89 -> 65 us, onnxruntime 62). */
+static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *restrict off) {
+    const int64_t C = geo[DS_CONV_C], H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH];
+    const int64_t OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
+    if (SH == 1 && SW == 1 && OH == H && OW == W) {
+        for (int r = 0; r < n; r++) off[r] = (p + r) * C;
+        return;
+    }
+    DS_POS_START
+    for (int r = 0; r < n; r++) {
+        off[r] = ((pn_ * H + poh_ * SH) * W + pow_ * SW) * C;
+        DS_POS_NEXT
+    }
+}
+#define DS_FROW(r) const float *a##r = xg + off_[r];
+#ifdef __AVX512F__
+/* AVX-512's flat tiles (ds_conv.c instantiates them: 12 rows x 32 columns, 24 x 16, and 6 x 64 over two panels
+   `pstride` floats apart): the per-tap tiles' accumulators, loop and finish (ZERO, LOAD_B, FMA, FIN, STORE are
+   theirs), without DS_POS_START's divisions and the border test of every row (Zen 5, tile sweep, the same bits:
+   16 -> 32 on 112x112 1.32x, 32 -> 16 1.23x, 16 -> 96 1.23x, 24 -> 144 on 56x56 1.14x; 256 input channels and more
+   within noise: the loop over them outweighs the setup). */
+#define DS_CONV_FWIDE(NAME, MR, ZERO, LOAD_B, FMA, FIN, STORE)                                              \
+    __attribute__((noinline, unused)) static void NAME(const int64_t *geo, const float *restrict xg,        \
+                                               const float *restrict bp, int64_t pstride, float *restrict yo, \
+                                               int64_t p, int64_t ncols, const float *restrict bias,         \
+                                               const float *restrict res) {                                  \
+        const int64_t CG = geo[DS_CONV_CG], LDY = geo[DS_CONV_LDY];                                          \
+        const float *b = bp, *bb = bp + pstride;                                                            \
+        (void)bb;                                                                                           \
+        DS_CMASKS                                                                                           \
+        int64_t off_[MR];                                                                                   \
+        ds_pw_offsets(geo, p, MR, off_);                                                                    \
+        DS_ROWS##MR(DS_FROW)                                                                                 \
+        DS_ROWS##MR(ZERO)                                                                                    \
+        _Pragma("GCC unroll 4")                                                                             \
+        for (int64_t c = 0; c < CG; c++) { LOAD_B DS_ROWS##MR(FMA) }                                         \
+        FIN(MR)                                                                                             \
+        DS_ROWS##MR(STORE)                                                                                   \
+    }
+#endif
 #ifndef __AVX512F__
 /* Without AVX-512 the multiply-adds run on the machine's 8-float vectors (ds_simd.h's ds_v8: a 64-byte ds_v16
    lives in memory there), one 16-column half of the tile at a time (MR rows x 2 vectors: 8 accumulators at 4
@@ -28,24 +71,6 @@
       if (res) { const float *rr_ = res + (p + (r)) * geo[DS_CONV_OC] + off_;                               \
                  g##r##0 += ds_ld8n(rr_, n_); g##r##1 += ds_ld8n(rr_ + 8, n_ - 8); }                        \
       ds_store_half(yo + (r) * LDY + off_, ds_act_light8(g##r##0, act_), ds_act_light8(g##r##1, act_), n_); }
-/* A pointwise conv (1x1, unpadded: ds_conv_pointwise) is a product: pixel p's input is one row of C floats (p * C
-   at stride 1), so its micro-tiles need neither DS_POS_START's divisions per row nor border tests (a 16 -> 64 1x1
-   conv's tile has 16 multiply-adds an accumulator: the divisions cost a quarter of that); at stride 2 (ResNet's
-   shortcuts) one division a tile, then steps (16 -> 32 on 112x112, Zen 3: 89 -> 65 us, onnxruntime 62). */
-static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *restrict off) {
-    const int64_t C = geo[DS_CONV_C], H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH];
-    const int64_t OW = geo[DS_CONV_OW], SH = geo[DS_CONV_SH], SW = geo[DS_CONV_SW];
-    if (SH == 1 && SW == 1 && OH == H && OW == W) {
-        for (int r = 0; r < n; r++) off[r] = (p + r) * C;
-        return;
-    }
-    DS_POS_START
-    for (int r = 0; r < n; r++) {
-        off[r] = ((pn_ * H + poh_ * SH) * W + pow_ * SW) * C;
-        DS_POS_NEXT
-    }
-}
-#define DS_FROW(r) const float *a##r = xg + off_[r];
 /* A flat tile of MR rows in one pass over the channels (ds_conv_fmicro3_4, ds_conv_fmicro_3): ZERO its accumulators,
    STEP(w) one channel's multiply-adds from the weights at w, BIAS its bias vectors, FIN(r) row r's finish; NVAR the
    columns of its last, masked vector (ncols - OFF). Not inlined: inside ds_conv_tile the loop ran about twice as
