@@ -8,7 +8,8 @@ tile (ds_conv_fmicro_3: pixel p's input row at p * C, whatever its image; SiLU a
 their panels of 17..24 columns AVX2's flat 4-row x 3-vector tile (ds_conv_fmicro3_4, the third vector masked
 below 24) and of 9..16 columns its one half (ds_conv_fnmicro_6), at stride 1 or 2 (ds_pw_offsets); with AVX-512
 the same pointwise cases take its flat tiles (DS_CONV_FWIDE: 12 rows x 32 columns, 24 x 16, 6 x 64 over a pair of
-panels; a panel's first block of more than 128 input channels keeps the prefetching per-tap tile).
+panels; a panel's first block of more than 128 input channels keeps the prefetching per-tap tile), and its RGB
+stems at stride 2 the one-row runs tiles where a micro-tile's pixels lie in one output row.
 Against onnx's ReferenceEvaluator, with a bias, a residual, Relu and SiLU, outputs written into a Concat's columns
 (rows wider than the outputs), and pixel counts that end in partial micro-tiles."""
 
@@ -42,7 +43,10 @@ CASES = [(136, 136, 4, 1, 1, 28, "add_relu"), (16, 5, 1, 3, 1, 13, "none"), (24,
          (16, 60, 1, 1, 1, 11, "concat_last"), (24, 29, 1, 1, 1, 10, "add_relu"), (40, 62, 1, 1, 2, 9, "silu"),
          (16, 96, 1, 1, 1, 10, "relu"),
          # RGB stems with panels of 25..32 columns: AVX2's 3-row x 4-vector tile on the runs (ds_conv_rmicro4_3)
-         (3, 28, 1, 3, 2, 29, "add_relu"), (3, 32, 1, 3, 1, 17, "concat_last"), (3, 61, 1, 3, 2, 23, "silu")]
+         (3, 28, 1, 3, 2, 29, "add_relu"), (3, 32, 1, 3, 1, 17, "concat_last"), (3, 61, 1, 3, 2, 23, "silu"),
+         # RGB stems at stride 2 with output rows wider than a micro-tile: AVX-512's one-row runs tiles
+         # (ds_conv_rsmicro: rows 6 floats apart) beside the padded border's and the row-crossing tiles
+         (3, 12, 1, 3, 2, 70, "add_relu"), (3, 30, 1, 3, 2, 58, "silu"), (3, 16, 1, 3, 2, 61, "relu")]
 
 
 def _model(ci: int, co: int, g: int, k: int, s: int, tail: str, rng: np.random.Generator) -> onnx.ModelProto:

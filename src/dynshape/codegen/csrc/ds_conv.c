@@ -394,6 +394,12 @@ DS_CONV_FWIDE(ds_conv_fwmicro_12, 12, DS_RROW_ZERO2, DS_LOAD_B2, DS_CROW_FMA, DS
 DS_CONV_FWIDE(ds_conv_fwnmicro_24, 24, DS_RROW_ZERO1, DS_LOAD_B1, DS_NCROW_FMA, DS_FIN_1, DS_NCROW_STORE)
 #endif
 
+#ifdef __AVX512F__
+#define DS_RSSTORE2(r) DS_CROW_STORE(r)
+DS_CONV_RSMICRO(24, 1, 6, const ds_v16 b0 = ds_ld16(b + c * 32);)
+DS_CONV_RSMICRO(12, 2, 6, DS_LOAD_B2)
+#endif
+
 /* The runs path over pixels p0..p1: micro-tiles of the widest height, the rest in halving steps. */
 static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const float *restrict panel,
                          float *restrict y0, int64_t p0, int64_t p1, int64_t ncols, const float *restrict bias,
@@ -402,7 +408,17 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
     int64_t p = p0;
 #define DS_RSTEP(NV, MR)                                                                                    \
     for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols, bias, res);
+#ifdef __AVX512F__
+    const int one_row = geo[DS_CONV_C] * geo[DS_CONV_SW] == 6; /* ds_conv_rsmicro's instances */
+#endif
     if (ncols <= 16) {
+#ifdef __AVX512F__
+        for (; one_row && p1 - p >= 24; p += 24) {
+            float *yo = y0 + p * LDY;
+            if (ds_runs_interior(geo, p, 24)) ds_conv_rsmicro1_24_6(geo, xg, panel, yo, p, ncols, bias, res);
+            else ds_conv_rmicro1_24(geo, xg, panel, yo, p, ncols, bias, res);
+        }
+#endif
 #if DS_MR > 4
         DS_RSTEP(1, 24) DS_RSTEP(1, 16) DS_RSTEP(1, 12)
 #endif
@@ -413,6 +429,13 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
 #endif
         DS_RSTEP(1, 4) DS_RSTEP(1, 2) DS_RSTEP(1, 1)
     } else {
+#ifdef __AVX512F__
+        for (; one_row && p1 - p >= 12; p += 12) {
+            float *yo = y0 + p * LDY;
+            if (ds_runs_interior(geo, p, 12)) ds_conv_rsmicro2_12_6(geo, xg, panel, yo, p, ncols, bias, res);
+            else ds_conv_rmicro2_12(geo, xg, panel, yo, p, ncols, bias, res);
+        }
+#endif
 #if DS_MR > 4
         DS_RSTEP(2, 12) DS_RSTEP(2, 8)
 #else
