@@ -410,14 +410,17 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
     for (; p1 - p >= MR; p += MR) ds_conv_rmicro##NV##_##MR(geo, xg, panel, y0 + p * LDY, p, ncols, bias, res);
 #ifdef __AVX512F__
     const int one_row = geo[DS_CONV_C] * geo[DS_CONV_SW] == 6; /* ds_conv_rsmicro's instances */
+/* micro-tiles of MR from p: the one-row tile where its pixels lie in one row inside the map, else the runs tile */
+#define DS_ONE_ROW_STEP(NV, MR)                                                                             \
+    for (; one_row && p1 - p >= MR; p += MR) {                                                             \
+        float *yo = y0 + p * LDY;                                                                           \
+        if (ds_runs_interior(geo, p, MR)) ds_conv_rsmicro##NV##_##MR##_6(geo, xg, panel, yo, p, ncols, bias, res); \
+        else ds_conv_rmicro##NV##_##MR(geo, xg, panel, yo, p, ncols, bias, res);                              \
+    }
 #endif
     if (ncols <= 16) {
 #ifdef __AVX512F__
-        for (; one_row && p1 - p >= 24; p += 24) {
-            float *yo = y0 + p * LDY;
-            if (ds_runs_interior(geo, p, 24)) ds_conv_rsmicro1_24_6(geo, xg, panel, yo, p, ncols, bias, res);
-            else ds_conv_rmicro1_24(geo, xg, panel, yo, p, ncols, bias, res);
-        }
+        DS_ONE_ROW_STEP(1, 24)
 #endif
 #if DS_MR > 4
         DS_RSTEP(1, 24) DS_RSTEP(1, 16) DS_RSTEP(1, 12)
@@ -430,11 +433,7 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
         DS_RSTEP(1, 4) DS_RSTEP(1, 2) DS_RSTEP(1, 1)
     } else {
 #ifdef __AVX512F__
-        for (; one_row && p1 - p >= 12; p += 12) {
-            float *yo = y0 + p * LDY;
-            if (ds_runs_interior(geo, p, 12)) ds_conv_rsmicro2_12_6(geo, xg, panel, yo, p, ncols, bias, res);
-            else ds_conv_rmicro2_12(geo, xg, panel, yo, p, ncols, bias, res);
-        }
+        DS_ONE_ROW_STEP(2, 12)
 #endif
 #if DS_MR > 4
         DS_RSTEP(2, 12) DS_RSTEP(2, 8)
@@ -446,6 +445,9 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
         DS_RSTEP(2, 4) DS_RSTEP(2, 2) DS_RSTEP(2, 1)
     }
 #undef DS_RSTEP
+#ifdef __AVX512F__
+#undef DS_ONE_ROW_STEP
+#endif
 }
 
 void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *restrict bp, float *restrict y,
