@@ -263,6 +263,7 @@ __attribute__((noinline)) static const float *ds_conv_gather(const int64_t *geo,
 #define DS_RROW_PTR(r) const float *a##r = base##r + kh * st##r;
 #define DS_RROW_ZERO2(r) ds_v16 c##r##0 = {0}, c##r##1 = {0};
 #define DS_RROW_ZERO1(r) ds_v16 c##r##0 = {0};
+#define DS_RROW_ZERO4(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}, c##r##2 = {0}, c##r##3 = {0};
 #ifdef __AVX512F__
 #define DS_CONV_RMICRO(MR, NV, FMA, STORE)                                                                  \
     static void ds_conv_rmicro##NV##_##MR(const int64_t *geo, const float *restrict xg,                     \
@@ -392,12 +393,8 @@ DS_CONV_RMICRO1(24)
 #ifdef __AVX512F__
 DS_CONV_FWIDE(ds_conv_fwmicro_12, 12, DS_RROW_ZERO2, DS_LOAD_B2, DS_CROW_FMA, DS_FIN_2, DS_CROW_STORE)
 DS_CONV_FWIDE(ds_conv_fwnmicro_24, 24, DS_RROW_ZERO1, DS_LOAD_B1, DS_NCROW_FMA, DS_FIN_1, DS_NCROW_STORE)
-#endif
-
-#ifdef __AVX512F__
-#define DS_RSSTORE2(r) DS_CROW_STORE(r)
-DS_CONV_RSMICRO(24, 1, 6, const ds_v16 b0 = ds_ld16(b + c * 32);)
-DS_CONV_RSMICRO(12, 2, 6, DS_LOAD_B2)
+DS_CONV_RSMICRO(24, 1, 6, DS_LOAD_B1, DS_NCROW_STORE)
+DS_CONV_RSMICRO(12, 2, 6, DS_LOAD_B2, DS_CROW_STORE)
 #endif
 
 /* The runs path over pixels p0..p1: micro-tiles of the widest height, the rest in halving steps. */
@@ -414,7 +411,8 @@ static void ds_conv_runs(const int64_t *geo, const float *restrict xg, const flo
 #define DS_ONE_ROW_STEP(NV, MR)                                                                             \
     for (; one_row && p1 - p >= MR; p += MR) {                                                             \
         float *yo = y0 + p * LDY;                                                                           \
-        if (ds_runs_interior(geo, p, MR)) ds_conv_rsmicro##NV##_##MR##_6(geo, xg, panel, yo, p, ncols, bias, res); \
+        const int64_t at = ds_runs_interior(geo, p, MR);                                                    \
+        if (at >= 0) ds_conv_rsmicro##NV##_##MR##_6(geo, xg + at, panel, yo, p, ncols, bias, res);             \
         else ds_conv_rmicro##NV##_##MR(geo, xg, panel, yo, p, ncols, bias, res);                              \
     }
 #endif
@@ -598,9 +596,8 @@ void ds_conv_tile(const int64_t *geo, const float *restrict x, const float *rest
         DS_ROWS6(DS_C2ROW_STORE)                                                                             \
     }
 #if DS_MR > 4
-#define DS_C2ROW_ZERO(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}, c##r##2 = {0}, c##r##3 = {0};
 #define DS_LOAD_B4 DS_LOAD_B2 const ds_v16 b2 = ds_ld16(bb + c * 32), b3 = ds_ld16(bb + c * 32 + 16);
-DS_CONV_FWIDE(ds_conv_fwmicro2_6, 6, DS_C2ROW_ZERO, DS_LOAD_B4, DS_C2ROW_FMA, DS_FIN_4, DS_C2ROW_STORE)
+DS_CONV_FWIDE(ds_conv_fwmicro2_6, 6, DS_RROW_ZERO4, DS_LOAD_B4, DS_C2ROW_FMA, DS_FIN_4, DS_C2ROW_STORE)
 DS_CONV_MICRO2_OF(ds_conv_micro2_6, DS_NO_PREFETCH, 0)
 DS_CONV_MICRO2_OF(ds_conv_pmicro2_6, DS_PREFETCH_B2, 0)
 DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_1, DS_PREFETCH_NEXT1, 1)
@@ -616,7 +613,6 @@ DS_CONV_MICRO2_OF(ds_conv_nmicro2_6_4, DS_PREFETCH_NEXT4, 4)
    above spends as much on its 6 pointers per tap as on the 3 iterations they feed. */
 #define DS_R2FMA(r) { const float v = a##r[c]; c##r##0 += v * b0; c##r##1 += v * b1; c##r##2 += v * b2;           \
                       c##r##3 += v * b3; }
-#define DS_RROW_ZERO4(r) ds_v16 c##r##0 = {0}, c##r##1 = {0}, c##r##2 = {0}, c##r##3 = {0};
 #if DS_MR > 4
 static void ds_conv_rmicro2_6(const int64_t *geo, const float *restrict xg, const float *restrict bp,
                               int64_t pstride, float *restrict yo, int64_t p, int64_t ncols,

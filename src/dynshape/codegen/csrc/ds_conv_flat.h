@@ -51,30 +51,25 @@ static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *
         FIN(MR)                                                                                             \
         DS_ROWS##MR(STORE)                                                                                   \
     }
-#endif
-#ifdef __AVX512F__
-/* A runs micro-tile whose MR pixels lie in one output row and read no padding (ds_runs_interior): row r's run
-   starts r * SW * C floats after row 0's, a constant (STEPV) where the runs path's tiles keep a pointer a row (24
+/* A runs micro-tile whose MR pixels lie in one output row and read no padding (ds_runs_interior, which finds row
+   0's window at xg[0]): row r's run starts r * SW * C floats after row 0's, a constant (STEPV) where the runs path's tiles keep a pointer a row (24
    of them: spilled, a load of its pointer before every broadcast). Instantiated for SW * C = 6, the stride-2 RGB
    stems (Zen 5, tile sweep, --ab: 3 -> 16 on 224x224 1.20x, 3 -> 24 1.20x, 3 -> 32 1.18x, 3 -> 8 1.16x); at 3
    (stride 1) the same code ran 0.78-0.92x (its rows' runs overlap: 24 broadcasts share loads across the unrolled
    channels and spill). The same sums in the same order as ds_conv_rmicro: the same bits. */
 #define DS_RSROW_FMA1(r) c##r##0 += a0_[c + (r) * step_] * b0;
 #define DS_RSROW_FMA2(r) { const float v = a0_[c + (r) * step_]; c##r##0 += v * b0; c##r##1 += v * b1; }
-#define DS_RSSTORE1(r) ds_mst16(yo + (r) * LDY, c##r##0, m0);
-#define DS_CONV_RSMICRO(MR, NV, STEPV, LOADB)                                                               \
+/* (LOADB, STORE: the runs tiles' weight loads and stores of NV vectors) */
+#define DS_CONV_RSMICRO(MR, NV, STEPV, LOADB, STORE)                                                        \
     __attribute__((noinline)) static void ds_conv_rsmicro##NV##_##MR##_##STEPV(const int64_t *geo,          \
         const float *restrict xg, const float *restrict bp, float *restrict yo, int64_t p, int64_t ncols,   \
         const float *restrict bias, const float *restrict res) {                                            \
-        GEO_LOCALS;                                                                                         \
-        const int64_t RUN = KW * C, step_ = STEPV;                                                          \
+        const int64_t W = geo[DS_CONV_W], C = geo[DS_CONV_C], KH = geo[DS_CONV_KH], KW = geo[DS_CONV_KW];   \
+        const int64_t DH = geo[DS_CONV_DH], LDY = geo[DS_CONV_LDY], RUN = KW * C, step_ = STEPV;            \
         DS_CMASKS                                                                                           \
-        (void)CG; (void)DW;                                                                                 \
-        DS_POS_START                                                                                        \
-        const float *base = xg + ((pn_ * H + poh_ * SH - PT) * W + pow_ * SW - PL) * C;                      \
         DS_ROWS##MR(DS_RROW_ZERO##NV)                                                                        \
         for (int64_t kh = 0; kh < KH; kh++) {                                                               \
-            const float *a0_ = base + kh * DH * W * C;                                                      \
+            const float *a0_ = xg + kh * DH * W * C;                                                        \
             const float *b = bp + kh * RUN * 32;                                                            \
             _Pragma("GCC unroll 4")                                                                         \
             for (int64_t c = 0; c < RUN; c++) {                                                             \
@@ -83,15 +78,17 @@ static inline void ds_pw_offsets(const int64_t *geo, int64_t p, int n, int64_t *
             }                                                                                               \
         }                                                                                                   \
         DS_FIN_##NV(MR)                                                                                      \
-        DS_ROWS##MR(DS_RSSTORE##NV)                                                                          \
+        DS_ROWS##MR(STORE)                                                                                   \
     }
-/* whether the MR pixels from p lie in one output row and read no padding */
-__attribute__((unused)) static inline int ds_runs_interior(const int64_t *geo, int64_t p, int64_t MR) {
+/* Where the MR pixels from p lie in one output row and read no padding, the offset of pixel p's window (its top-left
+   input) in the group's input; else -1. */
+__attribute__((unused)) static inline int64_t ds_runs_interior(const int64_t *geo, int64_t p, int64_t MR) {
     const int64_t H = geo[DS_CONV_H], W = geo[DS_CONV_W], OH = geo[DS_CONV_OH], OW = geo[DS_CONV_OW];
-    const int64_t poh = p % (OH * OW) / OW, pw = p % OW;
+    const int64_t pn = p / (OH * OW), poh = p % (OH * OW) / OW, pw = p % OW;
     const int64_t ih0 = poh * geo[DS_CONV_SH] - geo[DS_CONV_PT], iw0 = pw * geo[DS_CONV_SW] - geo[DS_CONV_PL];
-    return pw + MR <= OW && ih0 >= 0 && ih0 + (geo[DS_CONV_KH] - 1) * geo[DS_CONV_DH] < H && iw0 >= 0
-           && iw0 + (MR - 1) * geo[DS_CONV_SW] + geo[DS_CONV_KW] <= W;
+    const int inside = pw + MR <= OW && ih0 >= 0 && ih0 + (geo[DS_CONV_KH] - 1) * geo[DS_CONV_DH] < H && iw0 >= 0
+                       && iw0 + (MR - 1) * geo[DS_CONV_SW] + geo[DS_CONV_KW] <= W;
+    return inside ? ((pn * H + ih0) * W + iw0) * geo[DS_CONV_C] : -1;
 }
 #endif
 #ifndef __AVX512F__
